@@ -1,0 +1,67 @@
+#include "common/env.h"
+
+#include <unistd.h>
+
+#include "common/units.h"
+#include "gradsync/error.h"
+
+extern char** environ;
+
+namespace gradsync {
+namespace {
+
+using Vars = std::map<std::string, std::string>;
+
+const std::string* find(const Vars& vars, const std::string& name) {
+  auto it = vars.find(name);
+  return it == vars.end() || it->second.empty() ? nullptr : &it->second;
+}
+
+std::optional<int> intVar(const Vars& vars, const std::string& name) {
+  const std::string* value = find(vars, name);
+  if (value == nullptr) return std::nullopt;
+  return static_cast<int>(parseInteger(*value, name));
+}
+
+}  // namespace
+
+Env Env::fromMap(const Vars& vars) {
+  Env env;
+  if (const std::string* v = find(vars, "GRADSYNC_LOG_LEVEL")) env.logLevel = parseLogLevel(*v);
+  if (find(vars, "RANK") != nullptr || find(vars, "WORLD_SIZE") != nullptr) {
+    env.launcher = "env";
+    env.rank = intVar(vars, "RANK");
+    env.worldSize = intVar(vars, "WORLD_SIZE");
+    env.localRank = intVar(vars, "LOCAL_RANK").value_or(0);
+  } else if (find(vars, "OMPI_COMM_WORLD_RANK") != nullptr) {
+    env.launcher = "mpirun";
+    env.rank = intVar(vars, "OMPI_COMM_WORLD_RANK");
+    env.worldSize = intVar(vars, "OMPI_COMM_WORLD_SIZE");
+    env.localRank = intVar(vars, "OMPI_COMM_WORLD_LOCAL_RANK").value_or(0);
+  }
+  if (const std::string* v = find(vars, "MASTER_ADDR")) env.masterAddr = *v;
+  env.masterPort = intVar(vars, "MASTER_PORT");
+  const std::string* jobId = find(vars, "GRADSYNC_JOB_ID");
+  env.jobId = jobId != nullptr ? *jobId : "gradsync";
+  if (const std::string* v = find(vars, "GRADSYNC_JOB_TOKEN")) {
+    env.jobToken = *v;
+  } else if (const std::string* ompi = find(vars, "OMPI_MCA_ess_base_jobid")) {
+    env.jobToken = "ompi-" + *ompi;
+  }
+  if (const std::string* v = find(vars, "GRADSYNC_TIMEOUT")) {
+    env.timeoutSeconds = parseDurationSeconds(*v, "GRADSYNC_TIMEOUT");
+  }
+  return env;
+}
+
+Env Env::fromProcess() {
+  Vars vars;
+  for (char** e = environ; *e != nullptr; ++e) {
+    std::string entry(*e);
+    auto eq = entry.find('=');
+    if (eq != std::string::npos) vars[entry.substr(0, eq)] = entry.substr(eq + 1);
+  }
+  return fromMap(vars);
+}
+
+}  // namespace gradsync

@@ -1,0 +1,44 @@
+// Every environment variable gradsync reads, read in this one place (docs/cli.md lists them).
+// Nothing else in the library calls getenv: code receives an Env (or values derived from it).
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+
+#include "common/logging.h"
+
+namespace gradsync {
+
+struct Env {
+  // GRADSYNC_LOG_LEVEL: error|warn|info|debug|trace. Default warn.
+  LogLevel logLevel = LogLevel::kWarn;
+
+  // Rank and world size, from the first launcher whose variables are present:
+  //   torchrun style: RANK, WORLD_SIZE, LOCAL_RANK (also set by `gradsync launch`);
+  //   Open MPI:       OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_RANK.
+  std::optional<int> rank;
+  std::optional<int> worldSize;
+  int localRank = 0;
+  std::string launcher;  // "env", "mpirun" or "" when no launcher variables are set
+
+  // MASTER_ADDR, MASTER_PORT: where rank 0 serves the rendezvous store.
+  std::string masterAddr;
+  std::optional<int> masterPort;
+
+  // GRADSYNC_JOB_ID: a name shared by every process of one job (default: "gradsync").
+  std::string jobId;
+  // GRADSYNC_JOB_TOKEN: a shared secret for the job; peers presenting another are refused.
+  // Under mpirun without it, Open MPI's job id (OMPI_MCA_ess_base_jobid) is used instead.
+  std::string jobToken;
+
+  // GRADSYNC_TIMEOUT: seconds any wait may last before it fails (default 60).
+  std::optional<double> timeoutSeconds;
+
+  // Reads the process environment.
+  static Env fromProcess();
+  // Reads the given variables (tests). Throws ConfigError on malformed values.
+  static Env fromMap(const std::map<std::string, std::string>& vars);
+};
+
+}  // namespace gradsync

@@ -1,0 +1,23 @@
+#include "gradsync/error.h"
+
+#include <fmt/format.h>
+
+namespace gradsync {
+namespace {
+
+std::string decorate(const std::string& what, const ErrorContext& c) {
+  std::string out;
+  if (c.rank >= 0) out += fmt::format("[rank {}] ", c.rank);
+  if (!c.operation.empty()) out += c.operation + ": ";
+  out += what;
+  if (c.peer >= 0) out += fmt::format(" (peer rank {})", c.peer);
+  if (!c.hint.empty()) out += fmt::format(". Hint: {}", c.hint);
+  return out;
+}
+
+}  // namespace
+
+Error::Error(const std::string& what, ErrorContext context)
+    : std::runtime_error(decorate(what, context)), context_(std::move(context)), detail_(what) {}
+
+}  // namespace gradsync

@@ -1,0 +1,21 @@
+// Parsing of human-written quantities in flags and environment variables. Each function throws
+// ConfigError naming `what` (the flag or variable) and the accepted forms on malformed input.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace gradsync {
+
+int64_t parseInteger(std::string_view text, std::string_view what);
+// "4096", "64K", "16M", "1G", "2KiB" (powers of 1024) -> bytes.
+uint64_t parseBytes(std::string_view text, std::string_view what);
+// "1gbit", "100mbit", "500kbit", "2gbps" (bits, decimal), "125MB/s" (bytes, decimal) -> bytes/s.
+double parseBandwidth(std::string_view text, std::string_view what);
+// "100us", "5ms", "2s", "1.5" (seconds) -> seconds.
+double parseDurationSeconds(std::string_view text, std::string_view what);
+// 1536 -> "1.5K"; used in tables.
+std::string formatBytes(uint64_t bytes);
+
+}  // namespace gradsync

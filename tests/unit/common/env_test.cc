@@ -1,0 +1,51 @@
+#include "common/env.h"
+
+#include <gtest/gtest.h>
+
+#include "gradsync/error.h"
+
+namespace gradsync {
+
+TEST(Env, EmptyHasNoLauncher) {
+  Env env = Env::fromMap({});
+  EXPECT_EQ(env.launcher, "");
+  EXPECT_FALSE(env.rank.has_value());
+  EXPECT_EQ(env.jobId, "gradsync");
+  EXPECT_EQ(env.logLevel, LogLevel::kWarn);
+}
+
+TEST(Env, TorchrunStyle) {
+  Env env = Env::fromMap({{"RANK", "2"},
+                          {"WORLD_SIZE", "4"},
+                          {"LOCAL_RANK", "0"},
+                          {"MASTER_ADDR", "10.0.0.1"},
+                          {"MASTER_PORT", "29500"},
+                          {"GRADSYNC_JOB_TOKEN", "secret"},
+                          {"GRADSYNC_TIMEOUT", "30s"}});
+  EXPECT_EQ(env.launcher, "env");
+  EXPECT_EQ(*env.rank, 2);
+  EXPECT_EQ(*env.worldSize, 4);
+  EXPECT_EQ(env.masterAddr, "10.0.0.1");
+  EXPECT_EQ(*env.masterPort, 29500);
+  EXPECT_EQ(env.jobToken, "secret");
+  EXPECT_DOUBLE_EQ(*env.timeoutSeconds, 30.0);
+}
+
+TEST(Env, OpenMpi) {
+  Env env = Env::fromMap({{"OMPI_COMM_WORLD_RANK", "1"},
+                          {"OMPI_COMM_WORLD_SIZE", "3"},
+                          {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
+                          {"OMPI_MCA_ess_base_jobid", "12345"}});
+  EXPECT_EQ(env.launcher, "mpirun");
+  EXPECT_EQ(*env.rank, 1);
+  EXPECT_EQ(*env.worldSize, 3);
+  EXPECT_EQ(env.localRank, 1);
+  EXPECT_EQ(env.jobToken, "ompi-12345");
+}
+
+TEST(Env, MalformedValuesAreConfigErrors) {
+  EXPECT_THROW(Env::fromMap({{"RANK", "two"}}), ConfigError);
+  EXPECT_THROW(Env::fromMap({{"GRADSYNC_LOG_LEVEL", "loud"}}), ConfigError);
+}
+
+}  // namespace gradsync

@@ -1,0 +1,50 @@
+#include "common/units.h"
+
+#include <gtest/gtest.h>
+
+#include "gradsync/error.h"
+
+namespace gradsync {
+
+TEST(Units, Bytes) {
+  EXPECT_EQ(parseBytes("4096", "x"), 4096u);
+  EXPECT_EQ(parseBytes("64K", "x"), 65536u);
+  EXPECT_EQ(parseBytes("1M", "x"), 1u << 20);
+  EXPECT_EQ(parseBytes("16MiB", "x"), 16u << 20);
+  EXPECT_EQ(parseBytes("2GB", "x"), 2ull << 30);
+  EXPECT_THROW(parseBytes("12Q", "--max-bytes"), ConfigError);
+  EXPECT_THROW(parseBytes("abc", "--max-bytes"), ConfigError);
+}
+
+TEST(Units, Bandwidth) {
+  EXPECT_DOUBLE_EQ(parseBandwidth("1gbit", "x"), 125e6);
+  EXPECT_DOUBLE_EQ(parseBandwidth("100mbit", "x"), 12.5e6);
+  EXPECT_DOUBLE_EQ(parseBandwidth("10Gbps", "x"), 1.25e9);
+  EXPECT_DOUBLE_EQ(parseBandwidth("125MB/s", "x"), 125e6);
+  EXPECT_THROW(parseBandwidth("1gbyte", "--bandwidth"), ConfigError);
+}
+
+TEST(Units, Duration) {
+  EXPECT_DOUBLE_EQ(parseDurationSeconds("100us", "x"), 100e-6);
+  EXPECT_DOUBLE_EQ(parseDurationSeconds("5ms", "x"), 5e-3);
+  EXPECT_DOUBLE_EQ(parseDurationSeconds("2", "x"), 2.0);
+  EXPECT_THROW(parseDurationSeconds("2h", "--timeout"), ConfigError);
+}
+
+TEST(Units, ErrorNamesFlagAndForms) {
+  try {
+    parseBandwidth("fast", "--bandwidth");
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("--bandwidth"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("1gbit"), std::string::npos);
+  }
+}
+
+TEST(Units, FormatBytes) {
+  EXPECT_EQ(formatBytes(512), "512");
+  EXPECT_EQ(formatBytes(1536), "1.5K");
+  EXPECT_EQ(formatBytes(64u << 20), "64M");
+}
+
+}  // namespace gradsync
