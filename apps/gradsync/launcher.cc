@@ -1,0 +1,107 @@
+#include "launcher.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <map>
+#include <optional>
+#include <random>
+
+#include <fmt/format.h>
+
+#include "common/socket.h"
+#include "common/subprocess.h"
+#include "gradsync/error.h"
+
+namespace gradsync {
+namespace {
+
+// The children to forward signals to. A signal handler can reach only static storage; this is
+// written before the handlers are installed and only read by them.
+constexpr int kMaxChildren = 1024;
+pid_t gChildren[kMaxChildren];
+std::atomic<int> gChildCount{0};
+
+void forwardSignal(int signal) {
+  for (int i = 0; i < gChildCount.load(); ++i) ::kill(gChildren[i], signal);
+}
+
+std::string randomToken() {
+  std::random_device device;
+  std::string token;
+  for (int i = 0; i < 4; ++i) token += fmt::format("{:08x}", device());
+  return token;
+}
+
+int freePort() {
+  Fd probe = listenTcp("127.0.0.1", 0);
+  return boundPort(probe.get());
+}
+
+void killAll(const std::vector<pid_t>& pids, int signal) {
+  for (pid_t pid : pids) ::kill(pid, signal);
+}
+
+}  // namespace
+
+int launchLocal(const LaunchOptions& options) {
+  if (options.processes < 1 || options.processes > kMaxChildren) {
+    throw ConfigError(fmt::format("cannot launch {} processes", options.processes),
+                      {.hint = fmt::format("use 1..{}", kMaxChildren)});
+  }
+  if (options.command.empty()) throw ConfigError("nothing to launch: the command is empty");
+  std::string port = std::to_string(freePort());
+  std::string token = randomToken();
+  std::vector<pid_t> pids;
+  std::map<pid_t, int> rankOf;
+  for (int rank = 0; rank < options.processes; ++rank) {
+    SpawnOptions spawn;
+    spawn.argv = options.command;
+    spawn.env = {{"RANK", std::to_string(rank)},
+                 {"WORLD_SIZE", std::to_string(options.processes)},
+                 {"LOCAL_RANK", std::to_string(rank)},
+                 {"LOCAL_WORLD_SIZE", std::to_string(options.processes)},
+                 {"MASTER_ADDR", "127.0.0.1"},
+                 {"MASTER_PORT", port},
+                 {"GRADSYNC_JOB_ID", fmt::format("local-{}", ::getpid())},
+                 {"GRADSYNC_JOB_TOKEN", token}};
+    pid_t pid = spawnProcess(spawn);
+    pids.push_back(pid);
+    rankOf[pid] = rank;
+    gChildren[gChildCount.load()] = pid;
+    gChildCount.fetch_add(1);
+  }
+  struct sigaction action {};
+  action.sa_handler = forwardSignal;
+  ::sigaction(SIGINT, &action, nullptr);
+  ::sigaction(SIGTERM, &action, nullptr);
+
+  int result = 0;
+  std::vector<pid_t> running = pids;
+  std::optional<Deadline> killAt;  // set once a process failed
+  while (!running.empty()) {
+    auto wait = killAt ? std::chrono::duration_cast<std::chrono::milliseconds>(killAt->remaining())
+                       : std::chrono::milliseconds(24 * 3600 * 1000);
+    auto ended = waitAny(running, std::max(wait, std::chrono::milliseconds(0)));
+    if (!ended) {
+      std::fprintf(stderr, "gradsync launch: killing %zu process(es) still running %lld s after "
+                           "the first failure\n", running.size(),
+                   static_cast<long long>(options.grace.count() / 1000));
+      killAll(running, SIGKILL);
+      killAt.emplace(std::chrono::seconds(5));
+      continue;
+    }
+    auto [pid, status] = *ended;
+    std::erase(running, pid);
+    if (status.ok() || result != 0) continue;
+    result = status.signal != 0 ? 128 + status.signal : status.code;
+    std::fprintf(stderr, "gradsync launch: rank %d %s\n", rankOf[pid], status.describe().c_str());
+    killAt.emplace(options.grace);
+  }
+  gChildCount.store(0);
+  return result;
+}
+
+}  // namespace gradsync

@@ -1,0 +1,26 @@
+// Local multi-process launcher: `gradsync launch -n N -- CMD` and the `--workers N` of other
+// subcommands. Starts N processes with the rendezvous environment set (RANK, WORLD_SIZE,
+// LOCAL_RANK, MASTER_ADDR, MASTER_PORT, GRADSYNC_JOB_ID, GRADSYNC_JOB_TOKEN with a fresh random
+// token) and supervises them.
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+namespace gradsync {
+
+struct LaunchOptions {
+  int processes = 2;
+  std::vector<std::string> command;
+  // After one process fails, how long the others get to notice and report before they are
+  // killed. Should exceed the job's own timeout so their errors name the real culprit.
+  std::chrono::milliseconds grace{65'000};
+};
+
+// Runs the processes to completion. Returns 0 if all succeeded, else the exit code of the first
+// failure (128 + signal for a killed process) after reporting on stderr which rank failed how.
+// SIGINT and SIGTERM are forwarded to the children.
+int launchLocal(const LaunchOptions& options);
+
+}  // namespace gradsync

@@ -1,0 +1,63 @@
+// Collective operations over a Transport: free functions + an Options struct (as Gloo does).
+//
+// All are blocking and must be called by every rank of the transport in the same order with
+// the same arguments (sizes, root, tag); a size disagreement fails with ProtocolError rather
+// than hanging. Buffers are in place. float32 only: gradients are float32 here, and a single
+// type keeps the kernels simple and vectorised. Concurrent collectives on one transport need
+// distinct tags. docs/algorithms.md gives each algorithm's steps and bytes on the wire.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "gradsync/transport.h"
+
+namespace gradsync {
+
+enum class ReduceOp { kSum, kAverage };
+
+struct CollectiveOptions {
+  // Message stream of this collective; collectives running concurrently need distinct tags.
+  uint64_t tag = 0;
+  // Pipeline granularity: blocks are sent as segments of this many bytes, so the reduction of
+  // one segment overlaps the transfer of the next. Tests lower it to reach multi-segment paths.
+  size_t segmentBytes = size_t{1} << 20;
+};
+
+// The block of `count` elements that rank `rank` of `size` owns in reduce-scatter and
+// allgather: elements [begin, end), blocks differ in size by at most one element.
+struct Block {
+  size_t begin = 0;
+  size_t end = 0;
+  size_t size() const { return end - begin; }
+};
+Block blockOf(size_t count, int size, int rank);
+
+// Ring allreduce (reduce-scatter then allgather, pipelined across both phases).
+void allreduce(Transport& transport, std::span<float> data, ReduceOp op = ReduceOp::kSum,
+               const CollectiveOptions& options = {});
+
+// Ring reduce-scatter: afterwards data[blockOf(count, size, rank)] holds the reduced block;
+// the other elements are unspecified.
+void reduceScatter(Transport& transport, std::span<float> data, ReduceOp op = ReduceOp::kSum,
+                   const CollectiveOptions& options = {});
+
+// Ring allgather: rank r contributes data[blockOf(count, size, r)]; afterwards every rank
+// holds every block.
+void allgather(Transport& transport, std::span<float> data, const CollectiveOptions& options = {});
+
+// Ring allgather of variable-size byte blocks: rank r contributes `byteCounts[r]` bytes at
+// offset sum(byteCounts[0..r)) of `data`. Every rank passes the same byteCounts.
+void allgatherv(Transport& transport, std::span<uint8_t> data,
+                std::span<const size_t> byteCounts, const CollectiveOptions& options = {});
+
+// Pipelined chain broadcast of `root`'s data to every rank.
+void broadcast(Transport& transport, std::span<float> data, int root,
+               const CollectiveOptions& options = {});
+
+// Dissemination barrier: returns on a rank once every rank has entered it.
+void barrier(Transport& transport, const CollectiveOptions& options = {});
+
+}  // namespace gradsync

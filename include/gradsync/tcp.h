@@ -1,0 +1,32 @@
+// TCP transport: one authenticated connection per pair of ranks; one event-loop thread per
+// transport owns every socket (application threads only enqueue work and wait). See
+// docs/threading.md for the model and docs/architecture.md for the wire format.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "gradsync/store.h"
+#include "gradsync/transport.h"
+
+namespace gradsync {
+
+struct TcpTransportOptions {
+  TransportOptions transport;
+  // Every process of a job must present the same id and token, or its connections are refused.
+  std::string jobId = "gradsync";
+  std::string jobToken;
+  // Address to listen on and to advertise to peers ("" = 127.0.0.1).
+  std::string host;
+  // Store key prefix, so several transports can rendezvous through one store.
+  std::string keyPrefix = "tcp";
+  // SO_SNDBUF/SO_RCVBUF per connection.
+  int socketBufferBytes = 4 << 20;
+};
+
+// Connects `rank` of `size` to all others through `store`. Blocks until the mesh is complete
+// (bounded by options.transport.timeout). Every rank of the job must call it.
+std::unique_ptr<Transport> connectTcpTransport(Store& store, int rank, int size,
+                                               const TcpTransportOptions& options);
+
+}  // namespace gradsync

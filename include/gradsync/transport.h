@@ -1,0 +1,87 @@
+// Point-to-point messaging between the ranks of one job: the seam under every collective.
+//
+// Contract (every transport passes tests/conformance/ against it):
+//  - send/recv are asynchronous and return a Work; wait() on it blocks until done.
+//  - The caller owns the buffers: a send buffer must stay valid and unchanged, and a receive
+//    buffer valid, until the Work completes (or fails).
+//  - Messages from one sender to one receiver with the same tag are matched in the order they
+//    were sent. Different tags are independent streams.
+//  - A receive must name the exact message size; a mismatch fails it with ProtocolError (a size
+//    disagreement between ranks is a bug that would otherwise hang or corrupt).
+//  - Once a peer is lost, every pending and later operation fails with PeerLostError naming the
+//    lost rank: one lost rank breaks every collective, so failing fast beats timing out.
+//  - Every wait is bounded by TransportOptions::timeout (TimeoutError names the peer).
+// send, recv and Work methods are thread-safe.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <string>
+
+namespace gradsync {
+
+struct TransportOptions {
+  // Upper bound of every wait; a Work not done by then fails with TimeoutError.
+  std::chrono::milliseconds timeout{60'000};
+  // Per-link emulated bandwidth in bytes/s (0 = unlimited) and one-way latency added to each
+  // message (TCP only: the kernel here cannot add latency with netem).
+  double bandwidthBytesPerSec = 0;
+  std::chrono::microseconds latency{0};
+  // Largest message the TCP transport accepts; larger frames are refused as malformed.
+  size_t maxMessageBytes = size_t{1} << 31;
+};
+
+// Completion of one asynchronous send or receive.
+class Work {
+ public:
+  enum class Kind { kSend, kRecv };
+  Work(Kind kind, int rank, int peer, uint64_t tag, size_t bytes,
+       std::chrono::milliseconds timeout);
+
+  // Blocks until the operation completes; rethrows its failure; throws TimeoutError after the
+  // transport timeout, naming the peer, direction, size and tag.
+  void wait();
+  bool done() const;
+
+  // For transports: mark the outcome. The first call wins; later calls are ignored.
+  void complete();
+  void fail(std::exception_ptr error);
+
+  Kind kind() const { return kind_; }
+  int peer() const { return peer_; }
+  uint64_t tag() const { return tag_; }
+  size_t bytes() const { return bytes_; }
+  std::string describe() const;
+
+ private:
+  const Kind kind_;
+  const int rank_, peer_;
+  const uint64_t tag_;
+  const size_t bytes_;
+  const std::chrono::milliseconds timeout_;
+  mutable std::mutex mutex_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::exception_ptr error_;
+};
+using WorkPtr = std::shared_ptr<Work>;
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual const TransportOptions& options() const = 0;
+
+  // Starts sending `bytes` bytes at `data` to `peer`. See the contract above.
+  virtual WorkPtr send(int peer, uint64_t tag, const void* data, size_t bytes) = 0;
+  // Starts receiving the next `bytes`-byte message from `peer` with `tag` into `data`.
+  virtual WorkPtr recv(int peer, uint64_t tag, void* data, size_t bytes) = 0;
+};
+
+}  // namespace gradsync

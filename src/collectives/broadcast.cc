@@ -1,0 +1,57 @@
+// Broadcast (pipelined chain) and barrier (dissemination).
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "gradsync/collectives.h"
+#include "gradsync/error.h"
+
+namespace gradsync {
+
+// Ranks form a chain starting at the root; each forwards every segment as soon as it arrives,
+// so a large broadcast takes about one transfer time plus (n-2) segment times.
+void broadcast(Transport& transport, std::span<float> data, int root,
+               const CollectiveOptions& options) {
+  int n = transport.size();
+  if (root < 0 || root >= n) {
+    throw ConfigError(fmt::format("broadcast root {} is not a rank (world size {})", root, n),
+                      {.rank = transport.rank(), .operation = "broadcast"});
+  }
+  if (n == 1 || data.empty()) return;
+  int position = (transport.rank() - root + n) % n;
+  int next = position + 1 < n ? (transport.rank() + 1) % n : -1;
+  int previous = (transport.rank() + n - 1) % n;
+  auto* bytes = reinterpret_cast<uint8_t*>(data.data());
+  size_t total = data.size_bytes();
+  size_t segment = std::max<size_t>(sizeof(float), options.segmentBytes);
+  std::vector<WorkPtr> recvs;
+  std::vector<WorkPtr> sends;
+  for (size_t offset = 0; position > 0 && offset < total; offset += segment) {
+    recvs.push_back(transport.recv(previous, options.tag, bytes + offset,
+                                   std::min(segment, total - offset)));
+  }
+  size_t k = 0;
+  for (size_t offset = 0; offset < total; offset += segment, ++k) {
+    if (position > 0) recvs[k]->wait();
+    if (next >= 0) {
+      sends.push_back(
+          transport.send(next, options.tag, bytes + offset, std::min(segment, total - offset)));
+    }
+  }
+  for (auto& work : sends) work->wait();
+}
+
+// Round k: send to rank + 2^k, receive from rank - 2^k. After ceil(log2 n) rounds every rank
+// has (transitively) heard from every other one.
+void barrier(Transport& transport, const CollectiveOptions& options) {
+  int n = transport.size();
+  int rank = transport.rank();
+  for (int distance = 1; distance < n; distance *= 2) {
+    WorkPtr send = transport.send((rank + distance) % n, options.tag, nullptr, 0);
+    WorkPtr recv = transport.recv((rank - distance + n) % n, options.tag, nullptr, 0);
+    recv->wait();
+    send->wait();
+  }
+}
+
+}  // namespace gradsync

@@ -1,0 +1,104 @@
+// Entry points of the collectives: each builds a ring schedule (or a chain or dissemination
+// pattern) and runs it; errors are re-raised with the collective's name in their context.
+#include <fmt/format.h>
+
+#include "collectives/reduce.h"
+#include "collectives/ring.h"
+#include "gradsync/collectives.h"
+#include "gradsync/error.h"
+
+namespace gradsync {
+namespace {
+
+// Re-raises the current gradsync error with `operation` prepended to its context, keeping type.
+template <typename Body>
+void named(const char* operation, Transport& transport, Body&& body) {
+  auto rename = [&](const Error& e) {
+    ErrorContext context = e.context();
+    context.rank = transport.rank();
+    context.operation =
+        context.operation.empty() ? operation : fmt::format("{} ({})", operation, context.operation);
+    return context;
+  };
+  try {
+    body();
+  } catch (const PeerLostError& e) {
+    throw PeerLostError(e.detail(), rename(e));
+  } catch (const TimeoutError& e) {
+    throw TimeoutError(e.detail(), rename(e));
+  } catch (const ProtocolError& e) {
+    throw ProtocolError(e.detail(), rename(e));
+  }
+}
+
+std::vector<ring::Span> floatBlocks(size_t count, int size) {
+  std::vector<size_t> bytes;
+  for (int r = 0; r < size; ++r) bytes.push_back(blockOf(count, size, r).size() * sizeof(float));
+  return ring::layout(bytes);
+}
+
+uint8_t* bytesOf(std::span<float> data) { return reinterpret_cast<uint8_t*>(data.data()); }
+
+}  // namespace
+
+Block blockOf(size_t count, int size, int rank) {
+  auto boundary = [&](int r) {
+    return static_cast<size_t>(static_cast<unsigned __int128>(count) * r / size);
+  };
+  return {boundary(rank), boundary(rank + 1)};
+}
+
+void allreduce(Transport& transport, std::span<float> data, ReduceOp op,
+               const CollectiveOptions& options) {
+  named("allreduce", transport, [&] {
+    auto blocks = floatBlocks(data.size(), transport.size());
+    std::vector<ring::Step> steps;
+    ring::appendPass(steps, blocks, transport.rank(), 0, /*reduce=*/true);
+    ring::appendPass(steps, blocks, transport.rank(), -1, /*reduce=*/false);
+    ring::run(transport, bytesOf(data), steps, options);
+    if (op == ReduceOp::kAverage) scale(data.data(), data.size(), 1.0f / transport.size());
+  });
+}
+
+void reduceScatter(Transport& transport, std::span<float> data, ReduceOp op,
+                   const CollectiveOptions& options) {
+  named("reduce-scatter", transport, [&] {
+    std::vector<ring::Step> steps;
+    ring::appendPass(steps, floatBlocks(data.size(), transport.size()), transport.rank(), 1, true);
+    ring::run(transport, bytesOf(data), steps, options);
+    if (op == ReduceOp::kAverage) {
+      Block own = blockOf(data.size(), transport.size(), transport.rank());
+      scale(data.data() + own.begin, own.size(), 1.0f / transport.size());
+    }
+  });
+}
+
+void allgather(Transport& transport, std::span<float> data, const CollectiveOptions& options) {
+  named("allgather", transport, [&] {
+    std::vector<ring::Step> steps;
+    ring::appendPass(steps, floatBlocks(data.size(), transport.size()), transport.rank(), 0, false);
+    ring::run(transport, bytesOf(data), steps, options);
+  });
+}
+
+void allgatherv(Transport& transport, std::span<uint8_t> data, std::span<const size_t> byteCounts,
+                const CollectiveOptions& options) {
+  named("allgatherv", transport, [&] {
+    if (byteCounts.size() != static_cast<size_t>(transport.size())) {
+      throw ConfigError(fmt::format("allgatherv needs one count per rank: got {} for {} ranks",
+                                    byteCounts.size(), transport.size()));
+    }
+    std::vector<size_t> counts(byteCounts.begin(), byteCounts.end());
+    auto blocks = ring::layout(counts);
+    size_t total = blocks.back().offset + blocks.back().bytes;
+    if (total > data.size()) {
+      throw ConfigError(fmt::format("allgatherv: counts add up to {} bytes but the buffer holds {}",
+                                    total, data.size()));
+    }
+    std::vector<ring::Step> steps;
+    ring::appendPass(steps, blocks, transport.rank(), 0, false);
+    ring::run(transport, data.data(), steps, options);
+  });
+}
+
+}  // namespace gradsync

@@ -1,0 +1,38 @@
+// Connects every pair of ranks with one authenticated TCP connection (a full mesh).
+//
+// Each rank listens on an ephemeral port and publishes "host:port" in the Store. Rank r then
+// connects to every lower rank and accepts a connection from every higher rank. The connecting
+// side sends a Hello (rank, size, job id, job token); the accepting side checks it and answers
+// an Ack. A connection with a wrong job, token, rank, or garbage bytes is logged and closed,
+// never trusted; the accepting rank keeps waiting for the real peer.
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "common/socket.h"
+#include "gradsync/store.h"
+
+namespace gradsync::tcp {
+
+struct MeshConfig {
+  int rank = 0;
+  int size = 1;
+  std::string jobId;
+  std::string jobToken;
+  // Address to listen on and to advertise to peers (this host's address toward the others).
+  std::string host = "127.0.0.1";
+  // Store key prefix, so several meshes can share one store.
+  std::string keyPrefix = "tcp";
+  std::chrono::milliseconds timeout{60'000};
+  // How long an accepted connection may take to send its Hello before it is dropped.
+  std::chrono::milliseconds helloTimeout{5'000};
+};
+
+// Blocks until the mesh is complete. Returns one blocking socket per peer, indexed by rank
+// (the own slot is empty). Throws TimeoutError naming the ranks that never connected, or
+// ProtocolError when a peer refused this rank's handshake.
+std::vector<Fd> connectMesh(Store& store, const MeshConfig& config);
+
+}  // namespace gradsync::tcp

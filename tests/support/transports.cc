@@ -1,0 +1,36 @@
+#include "transports.h"
+
+#include <memory>
+
+#include "gradsync/loopback.h"
+#include "gradsync/store.h"
+#include "gradsync/tcp.h"
+#include "rank_threads.h"
+
+namespace gradsync::testing {
+
+std::string kindName(TransportKind kind) {
+  return kind == TransportKind::kLoopback ? "loopback" : "tcp";
+}
+
+void runWithTransports(TransportKind kind, int size,
+                       const std::function<void(Transport&)>& body, TransportOptions options) {
+  if (kind == TransportKind::kLoopback) {
+    LoopbackFabric fabric(size, options);
+    runRankThreads(size, [&](int rank) {
+      std::unique_ptr<Transport> transport = fabric.connect(rank);
+      body(*transport);
+    });
+    return;
+  }
+  std::shared_ptr<Store> store = makeInMemoryStore();
+  TcpTransportOptions tcp;
+  tcp.transport = options;
+  tcp.jobToken = "test-token";
+  runRankThreads(size, [&](int rank) {
+    std::unique_ptr<Transport> transport = connectTcpTransport(*store, rank, size, tcp);
+    body(*transport);
+  });
+}
+
+}  // namespace gradsync::testing

@@ -1,0 +1,21 @@
+// Runs a test body on `size` rank threads, each with a connected transport of one kind; the
+// conformance and collective suites are parameterised over the kinds.
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include "gradsync/transport.h"
+
+namespace gradsync::testing {
+
+enum class TransportKind { kLoopback, kTcp };
+std::string kindName(TransportKind kind);
+
+// Connects one transport per rank thread (TCP over an in-memory store on 127.0.0.1), runs
+// body(transport) on each, destroys the transports, and rethrows the first failure.
+void runWithTransports(TransportKind kind, int size,
+                       const std::function<void(Transport&)>& body,
+                       TransportOptions options = {});
+
+}  // namespace gradsync::testing

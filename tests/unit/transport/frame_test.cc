@@ -1,0 +1,57 @@
+#include "transport/tcp/frame.h"
+
+#include <gtest/gtest.h>
+
+namespace gradsync::tcp {
+
+TEST(Frame, HeaderRoundTrip) {
+  uint8_t bytes[kFrameHeaderBytes];
+  encodeFrameHeader({FrameType::kData, 0x1122334455667788ull, 4096}, bytes);
+  FrameHeader header;
+  EXPECT_EQ(decodeFrameHeader(bytes, 1 << 20, &header), "");
+  EXPECT_EQ(header.type, FrameType::kData);
+  EXPECT_EQ(header.tag, 0x1122334455667788ull);
+  EXPECT_EQ(header.length, 4096u);
+}
+
+TEST(Frame, RejectsBadMagicVersionTypeAndOversize) {
+  uint8_t bytes[kFrameHeaderBytes];
+  FrameHeader header;
+  encodeFrameHeader({FrameType::kData, 1, 100}, bytes);
+  EXPECT_NE(decodeFrameHeader(bytes, 99, &header).find("exceeds"), std::string::npos);
+  uint8_t bad[kFrameHeaderBytes];
+  std::copy(bytes, bytes + kFrameHeaderBytes, bad);
+  bad[0] ^= 0xff;
+  EXPECT_NE(decodeFrameHeader(bad, 1000, &header).find("magic"), std::string::npos);
+  std::copy(bytes, bytes + kFrameHeaderBytes, bad);
+  bad[4] = 9;
+  EXPECT_NE(decodeFrameHeader(bad, 1000, &header).find("version"), std::string::npos);
+  std::copy(bytes, bytes + kFrameHeaderBytes, bad);
+  bad[6] = 77;
+  EXPECT_NE(decodeFrameHeader(bad, 1000, &header).find("type"), std::string::npos);
+}
+
+TEST(Frame, HelloRoundTripAndLimits) {
+  std::vector<uint8_t> bytes = encodeHello({3, 8, "job", "token"});
+  Hello hello;
+  size_t idLength = 0, tokenLength = 0;
+  ASSERT_EQ(decodeHelloFixed(bytes.data(), &hello, &idLength, &tokenLength), "");
+  EXPECT_EQ(hello.rank, 3);
+  EXPECT_EQ(hello.size, 8);
+  EXPECT_EQ(idLength, 3u);
+  EXPECT_EQ(tokenLength, 5u);
+  bytes[17] = 0xff;  // idLength high byte: 65283 > 256
+  EXPECT_NE(decodeHelloFixed(bytes.data(), &hello, &idLength, &tokenLength), "");
+}
+
+TEST(Frame, AckRoundTrip) {
+  uint8_t bytes[kAckBytes];
+  encodeAck(AckStatus::kWrongToken, bytes);
+  AckStatus status{};
+  EXPECT_EQ(decodeAck(bytes, &status), "");
+  EXPECT_EQ(status, AckStatus::kWrongToken);
+  bytes[4] = 99;
+  EXPECT_NE(decodeAck(bytes, &status), "");
+}
+
+}  // namespace gradsync::tcp
