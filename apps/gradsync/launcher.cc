@@ -78,7 +78,10 @@ int launchLocal(const LaunchOptions& options) {
   ::sigaction(SIGINT, &action, nullptr);
   ::sigaction(SIGTERM, &action, nullptr);
 
+  // Every failed rank is reported; a rank killed by a signal is the likely culprit (the others
+  // fail because they lost it), so it decides the exit code.
   int result = 0;
+  bool resultFromSignal = false;
   std::vector<pid_t> running = pids;
   std::optional<Deadline> killAt;  // set once a process failed
   while (!running.empty()) {
@@ -95,10 +98,13 @@ int launchLocal(const LaunchOptions& options) {
     }
     auto [pid, status] = *ended;
     std::erase(running, pid);
-    if (status.ok() || result != 0) continue;
-    result = status.signal != 0 ? 128 + status.signal : status.code;
+    if (status.ok()) continue;
     std::fprintf(stderr, "gradsync launch: rank %d %s\n", rankOf[pid], status.describe().c_str());
-    killAt.emplace(options.grace);
+    if (result == 0 || (status.signal != 0 && !resultFromSignal)) {
+      result = status.signal != 0 ? 128 + status.signal : status.code;
+      resultFromSignal = status.signal != 0;
+    }
+    if (!killAt) killAt.emplace(options.grace);
   }
   gChildCount.store(0);
   return result;

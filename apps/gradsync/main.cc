@@ -13,7 +13,7 @@
 #include "gradsync/error.h"
 #include "gradsync/loopback.h"
 #include "launcher.h"
-#include "rank_context.h"
+#include "job/rank_context.h"
 #include "common/rank_threads.h"
 
 namespace gradsync {

@@ -42,7 +42,7 @@ pid_t spawnProcess(const SpawnOptions& options) {
 
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
-  int flags = O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC;
+  int flags = O_WRONLY | O_CREAT | O_TRUNC;  // not O_CLOEXEC: these must survive the exec
   if (!options.stdoutPath.empty()) {
     posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, options.stdoutPath.c_str(), flags, 0644);
   }

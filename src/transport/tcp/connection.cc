@@ -112,7 +112,15 @@ bool Connection::readHeader() {
                                   {.rank = rank_, .peer = peer_, .operation = "recv"})));
     return true;
   }
-  delivery_ = mailbox_.beginDelivery(peer_, header.tag, header.length);
+  if (header.type == FrameType::kAbort) {
+    abortIncoming_ = true;
+    delivery_ = {};
+    delivery_.discard.resize(header.length);
+    delivery_.dest = delivery_.discard.data();
+    delivery_.bytes = header.length;
+  } else {
+    delivery_ = mailbox_.beginDelivery(peer_, header.tag, header.length);
+  }
   payloadRead_ = 0;
   inPayload_ = true;
   return true;
@@ -132,6 +140,11 @@ bool Connection::readPayload() {
   }
   if (payloadRead_ == delivery_.bytes) {
     inPayload_ = false;
+    if (abortIncoming_) {
+      std::string reason(delivery_.discard.begin(), delivery_.discard.end());
+      throw PeerLostError(fmt::format("rank {} failed: {}", peer_, reason),
+                          {.rank = rank_, .peer = peer_, .operation = "tcp"});
+    }
     mailbox_.endDelivery(delivery_);
     delivery_ = {};
   }
@@ -144,6 +157,21 @@ void Connection::readAvailable() {
     bool progressed = inPayload_ ? readPayload() : readHeader();
     if (!progressed) return;
   }
+}
+
+void Connection::sendAbort(const std::string& reason) {
+  if (closed_ || (!out_.empty() && out_.front().sent > 0)) return;
+  std::string text = reason.substr(0, kMaxAbortBytes);
+  uint8_t header[kFrameHeaderBytes];
+  encodeFrameHeader({FrameType::kAbort, 0, text.size()}, header);
+  iovec iov[2] = {{header, sizeof header}, {text.data(), text.size()}};
+  msghdr message{};
+  message.msg_iov = iov;
+  message.msg_iovlen = 2;
+  ssize_t ignored = ::sendmsg(fd_.get(), &message, MSG_NOSIGNAL | MSG_DONTWAIT);
+  (void)ignored;
+  // Stop sending after the reason, so the peer reads it before the end of the stream.
+  ::shutdown(fd_.get(), SHUT_WR);
 }
 
 void Connection::failQueued(const std::exception_ptr& error) {

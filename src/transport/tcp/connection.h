@@ -49,6 +49,9 @@ class Connection {
 
   // Fails every queued send with `error`.
   void failQueued(const std::exception_ptr& error);
+  // Best effort, never blocks: tells the peer why this rank is failing (an abort frame), unless a
+  // frame is half written (the stream cannot be interrupted) or the socket is full.
+  void sendAbort(const std::string& reason);
 
  private:
   [[noreturn]] void lost(const std::string& why) const;
@@ -68,6 +71,7 @@ class Connection {
   Mailbox::Delivery delivery_;
   size_t payloadRead_ = 0;
   uint64_t bytesRead_ = 0;  // all bytes read, for the per-call fairness budget
+  bool abortIncoming_ = false;  // the payload being read is an abort reason
   bool goodbyeReceived_ = false;
   bool closed_ = false;
 };

@@ -37,8 +37,8 @@ std::string decodeFrameHeader(const uint8_t* data, uint64_t maxLength, FrameHead
     return fmt::format("protocol version {} (this build speaks {})", version, kProtocolVersion);
   }
   uint16_t type = get<uint16_t>(data + 6);
-  if (type != static_cast<uint16_t>(FrameType::kData) &&
-      type != static_cast<uint16_t>(FrameType::kGoodbye)) {
+  if (type < static_cast<uint16_t>(FrameType::kData) ||
+      type > static_cast<uint16_t>(FrameType::kAbort)) {
     return fmt::format("unknown frame type {}", type);
   }
   out->type = static_cast<FrameType>(type);
@@ -48,6 +48,7 @@ std::string decodeFrameHeader(const uint8_t* data, uint64_t maxLength, FrameHead
     return fmt::format("frame of {} bytes exceeds the limit of {}", out->length, maxLength);
   }
   if (out->type == FrameType::kGoodbye && out->length != 0) return "goodbye frame with a payload";
+  if (out->type == FrameType::kAbort && out->length > kMaxAbortBytes) return "oversized abort frame";
   return "";
 }
 

@@ -55,3 +55,19 @@ TEST(Frame, AckRoundTrip) {
 }
 
 }  // namespace gradsync::tcp
+
+namespace gradsync::tcp {
+
+TEST(Frame, AbortCarriesABoundedReason) {
+  uint8_t bytes[kFrameHeaderBytes];
+  FrameHeader header;
+  encodeFrameHeader({FrameType::kAbort, 0, 100}, bytes);
+  EXPECT_EQ(decodeFrameHeader(bytes, 1 << 30, &header), "");
+  EXPECT_EQ(header.type, FrameType::kAbort);
+  encodeFrameHeader({FrameType::kAbort, 0, kMaxAbortBytes + 1}, bytes);
+  EXPECT_NE(decodeFrameHeader(bytes, 1 << 30, &header), "");
+  encodeFrameHeader({FrameType::kGoodbye, 0, 1}, bytes);
+  EXPECT_NE(decodeFrameHeader(bytes, 1 << 30, &header), "");
+}
+
+}  // namespace gradsync::tcp

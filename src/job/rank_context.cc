@@ -1,4 +1,4 @@
-#include "rank_context.h"
+#include "job/rank_context.h"
 
 #include "common/logging.h"
 #include "common/socket.h"

@@ -1,3 +1,4 @@
+// The job module: the Context of one process (DESIGN: "a Context is created and passed").
 // What one rank of a job holds: its bootstrap configuration, the rendezvous store (and, on rank
 // 0, the store server), and a connected transport.
 #pragma once

@@ -1,0 +1,213 @@
+// Bootstrap: precedence flags > env > defaults, every validation error, and connectStore.
+#include "gradsync/bootstrap.h"
+
+#include <gtest/gtest.h>
+
+#include "common/env.h"
+#include "gradsync/error.h"
+#include "rendezvous/tcp_store.h"
+#include "support/rank_threads.h"
+
+namespace gradsync {
+namespace {
+
+using namespace std::chrono_literals;
+
+// Expects a ConfigError whose message contains `needle` (the flag or variable at fault).
+void expectConfigError(const BootstrapFlags& flags, const Env& env, const std::string& needle) {
+  try {
+    resolveBootstrap(flags, env);
+    FAIL() << "no ConfigError; expected one naming " << needle;
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("Hint:"), std::string::npos) << e.what();
+    EXPECT_EQ(std::string(e.what()).find('\n'), std::string::npos) << "not one line";
+  }
+}
+
+Env torchrunEnv() {
+  return Env::fromMap({{"RANK", "1"},
+                       {"WORLD_SIZE", "4"},
+                       {"MASTER_ADDR", "10.0.0.1"},
+                       {"MASTER_PORT", "1234"},
+                       {"GRADSYNC_JOB_ID", "env-job"},
+                       {"GRADSYNC_JOB_TOKEN", "env-token"},
+                       {"GRADSYNC_TIMEOUT", "30s"}});
+}
+
+TEST(Bootstrap, DefaultsAreOneLocalProcess) {
+  BootstrapConfig config = resolveBootstrap({}, Env::fromMap({}));
+  EXPECT_EQ(config.rank, 0);
+  EXPECT_EQ(config.size, 1);
+  EXPECT_EQ(config.master.host, "127.0.0.1");
+  EXPECT_EQ(config.master.port, 29500);
+  EXPECT_EQ(config.jobId, "gradsync");
+  EXPECT_EQ(config.jobToken, "");
+  EXPECT_EQ(config.timeout, 60s);
+  EXPECT_EQ(config.source, "defaults");
+  // A default-constructed Env (no launcher, no job id) means the same.
+  EXPECT_EQ(resolveBootstrap({}, Env{}).jobId, "gradsync");
+}
+
+TEST(Bootstrap, TorchrunStyleEnvironment) {
+  BootstrapConfig config = resolveBootstrap({}, torchrunEnv());
+  EXPECT_EQ(config.rank, 1);
+  EXPECT_EQ(config.size, 4);
+  EXPECT_EQ(config.master.toString(), "10.0.0.1:1234");
+  EXPECT_EQ(config.jobId, "env-job");
+  EXPECT_EQ(config.jobToken, "env-token");
+  EXPECT_EQ(config.timeout, 30s);
+  EXPECT_EQ(config.source, "env");
+}
+
+TEST(Bootstrap, OpenMpiEnvironmentProvidesAToken) {
+  BootstrapConfig config = resolveBootstrap({}, Env::fromMap({{"OMPI_COMM_WORLD_RANK", "2"},
+                                                              {"OMPI_COMM_WORLD_SIZE", "3"},
+                                                              {"OMPI_MCA_ess_base_jobid", "777"}}));
+  EXPECT_EQ(config.rank, 2);
+  EXPECT_EQ(config.size, 3);
+  EXPECT_EQ(config.jobToken, "ompi-777");
+  EXPECT_EQ(config.source, "mpirun");
+}
+
+TEST(Bootstrap, FlagsOverrideEnvironment) {
+  BootstrapFlags flags;
+  flags.rank = 0;
+  flags.worldSize = 2;
+  flags.masterAddr = "192.168.1.5";
+  flags.masterPort = 4000;
+  flags.jobId = "flag-job";
+  flags.jobToken = "flag-token";
+  flags.timeout = "1500ms";
+  BootstrapConfig config = resolveBootstrap(flags, torchrunEnv());
+  EXPECT_EQ(config.rank, 0);
+  EXPECT_EQ(config.size, 2);
+  EXPECT_EQ(config.master.toString(), "192.168.1.5:4000");
+  EXPECT_EQ(config.jobId, "flag-job");
+  EXPECT_EQ(config.jobToken, "flag-token");
+  EXPECT_EQ(config.timeout, 1500ms);
+  EXPECT_EQ(config.source, "flags");
+}
+
+TEST(Bootstrap, EachValueFallsBackOnItsOwn) {
+  BootstrapFlags flags;
+  flags.masterPort = 4000;  // only the port from a flag
+  BootstrapConfig config = resolveBootstrap(flags, torchrunEnv());
+  EXPECT_EQ(config.master.toString(), "10.0.0.1:4000");
+  EXPECT_EQ(config.rank, 1);
+  EXPECT_EQ(config.source, "env");
+}
+
+TEST(Bootstrap, RankAndSizeErrors) {
+  Env none = Env::fromMap({});
+  BootstrapFlags flags;
+  flags.worldSize = 4;
+  flags.rank = 4;
+  expectConfigError(flags, none, "--rank=4 is outside [0, 4)");
+  flags.rank = -1;
+  expectConfigError(flags, none, "--rank=-1");
+  flags.rank = 0;
+  flags.worldSize = 0;
+  expectConfigError(flags, none, "--world-size=0");
+  expectConfigError({},
+                    Env::fromMap({{"RANK", "5"}, {"WORLD_SIZE", "2"}, {"GRADSYNC_JOB_TOKEN", "t"}}),
+                    "RANK=5");
+  expectConfigError({}, Env::fromMap({{"WORLD_SIZE", "2"}}), "WORLD_SIZE=2) but the rank");
+  expectConfigError({}, Env::fromMap({{"RANK", "1"}}), "RANK=1) but the world size");
+  expectConfigError({},
+                    Env::fromMap({{"OMPI_COMM_WORLD_RANK", "3"}, {"OMPI_COMM_WORLD_SIZE", "3"}}),
+                    "OMPI_COMM_WORLD_RANK=3");
+}
+
+TEST(Bootstrap, MasterErrors) {
+  BootstrapFlags flags;
+  flags.masterPort = 0;
+  expectConfigError(flags, Env::fromMap({}), "--master-port=0");
+  flags.masterPort = 70000;
+  expectConfigError(flags, Env::fromMap({}), "--master-port=70000");
+  expectConfigError({}, Env::fromMap({{"MASTER_PORT", "65536"}}), "MASTER_PORT=65536");
+  BootstrapFlags empty;
+  empty.masterAddr = "";
+  expectConfigError(empty, Env::fromMap({}), "--master-addr");
+}
+
+TEST(Bootstrap, TokenIsRequiredForSeveralProcesses) {
+  Env env = Env::fromMap({{"RANK", "0"}, {"WORLD_SIZE", "2"}});
+  expectConfigError({}, env, "no job token");
+  BootstrapFlags insecure;
+  insecure.insecureNoToken = true;
+  EXPECT_EQ(resolveBootstrap(insecure, env).jobToken, "");
+  BootstrapFlags emptyFlag;
+  emptyFlag.jobToken = "";  // an explicit empty flag does not fall back to the environment
+  expectConfigError(emptyFlag, torchrunEnv(), "no job token");
+  BootstrapFlags longToken;
+  longToken.jobToken = std::string(257, 't');
+  expectConfigError(longToken, env, "--job-token is 257 bytes");
+  EXPECT_EQ(resolveBootstrap({}, Env::fromMap({})).size, 1);  // one process needs no token
+}
+
+TEST(Bootstrap, JobIdAndTimeoutErrors) {
+  BootstrapFlags id;
+  id.jobId = "";
+  expectConfigError(id, Env::fromMap({}), "--job-id is empty");
+  id.jobId = std::string(300, 'j');
+  expectConfigError(id, Env::fromMap({}), "--job-id is 300 bytes");
+  BootstrapFlags timeout;
+  timeout.timeout = "0s";
+  expectConfigError(timeout, Env::fromMap({}), "--timeout");
+  timeout.timeout = "soon";
+  expectConfigError(timeout, Env::fromMap({}), "--timeout");
+  expectConfigError({}, Env::fromMap({{"GRADSYNC_TIMEOUT", "0"}}), "GRADSYNC_TIMEOUT");
+}
+
+int freePort() {
+  Fd fd = listenTcp("127.0.0.1", 0);
+  return boundPort(fd.get());
+}
+
+BootstrapConfig localJob(int rank, int size, int port) {
+  BootstrapConfig config;
+  config.rank = rank;
+  config.size = size;
+  config.master = SocketAddress{"127.0.0.1", port};
+  config.jobToken = "t0k3n";
+  config.timeout = 5s;
+  return config;
+}
+
+TEST(Bootstrap, ConnectStoreWithOneProcessNeedsNoServer) {
+  std::unique_ptr<TcpStoreServer> server;
+  auto store = connectStore(localJob(0, 1, 1), &server);
+  EXPECT_EQ(server, nullptr);
+  store->setString("k", "v");
+  EXPECT_EQ(store->getString("k", 0ms), "v");
+}
+
+TEST(Bootstrap, ConnectStoreJoinsThreeRanks) {
+  constexpr int kSize = 3;
+  int port = freePort();
+  testing::runRankThreads(kSize, [&](int rank) {
+    std::unique_ptr<TcpStoreServer> server;  // destroyed last on rank 0
+    auto store = connectStore(localJob(rank, kSize, port), &server);
+    EXPECT_EQ(server != nullptr, rank == 0);
+    store->setString("addr/" + std::to_string(rank), "rank" + std::to_string(rank));
+    for (int r = 0; r < kSize; ++r) {
+      EXPECT_EQ(store->getString("addr/" + std::to_string(r), 5s), "rank" + std::to_string(r));
+    }
+    // Rank 0 keeps serving until every other rank is done with the store.
+    store->setString("done/" + std::to_string(rank), "");
+    if (rank == 0) store->wait({"done/1", "done/2"}, 5s);
+  });
+}
+
+TEST(Bootstrap, ConnectStoreRefusesAnotherJobsToken) {
+  int port = freePort();
+  std::unique_ptr<TcpStoreServer> server;
+  auto rank0 = connectStore(localJob(0, 2, port), &server);
+  BootstrapConfig intruder = localJob(1, 2, port);
+  intruder.jobToken = "other";
+  EXPECT_THROW(connectStore(intruder, nullptr), ProtocolError);
+}
+
+}  // namespace
+}  // namespace gradsync
