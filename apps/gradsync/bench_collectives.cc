@@ -19,7 +19,9 @@ namespace gradsync {
 namespace {
 
 // Inputs unique per rank and index, small integers so that every sum is exact in float.
-float input(int rank, size_t i) { return static_cast<float>(i % 97 + 101 * rank); }
+float input(int rank, size_t i) {
+  return static_cast<float>(i % 97 + 101 * rank);
+}
 
 // One collective under test: how to fill the buffer, run it, check it, and its bus factor
 // (the ratio of bytes a rank's link must carry to the buffer size; nccl-tests' definition).
@@ -30,19 +32,18 @@ struct Collective {
   float (*expected)(size_t i, size_t count, int n);
 };
 
-const Collective kAllreduce{
-    [](int n) { return 2.0 * (n - 1) / n; },
-    [](std::span<float> d, int rank, int) {
-      for (size_t i = 0; i < d.size(); ++i) d[i] = input(rank, i);
-    },
-    [](Transport& t, std::span<float> d, const CollectiveOptions& o) {
-      allreduce(t, d, ReduceOp::kSum, o);
-    },
-    [](size_t i, size_t, int n) {
-      float sum = 0;
-      for (int r = 0; r < n; ++r) sum += input(r, i);
-      return sum;
-    }};
+const Collective kAllreduce{[](int n) { return 2.0 * (n - 1) / n; },
+                            [](std::span<float> d, int rank, int) {
+                              for (size_t i = 0; i < d.size(); ++i) d[i] = input(rank, i);
+                            },
+                            [](Transport& t, std::span<float> d, const CollectiveOptions& o) {
+                              allreduce(t, d, ReduceOp::kSum, o);
+                            },
+                            [](size_t i, size_t, int n) {
+                              float sum = 0;
+                              for (int r = 0; r < n; ++r) sum += input(r, i);
+                              return sum;
+                            }};
 
 int ownerOf(size_t i, size_t count, int n) {
   int owner = static_cast<int>(static_cast<unsigned __int128>(i) * n / std::max<size_t>(count, 1));
@@ -97,7 +98,8 @@ Row measure(Transport& t, const Collective& c, const BenchOptions& options, uint
     barrier(t, {.tag = 1});
     auto start = std::chrono::steady_clock::now();
     c.run(t, data, collective);
-    if (iter >= 0) total += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (iter >= 0)
+      total += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
   uint64_t wrong = 0;
   for (size_t i = 0; i < count; ++i) wrong += data[i] != c.expected(i, count, n) ? 1 : 0;
@@ -131,10 +133,11 @@ uint64_t runBench(Transport& t, const BenchOptions& options) {
   int n = t.size();
   bool report = t.rank() == 0;
   if (report) {
-    std::printf("# gradsync bench %s: %d ranks, transport %s, %d iterations (+%d warm-up), "
-                "segment %s\n",
-                options.collective.c_str(), n, options.transportName.c_str(), options.iters,
-                options.warmup, formatBytes(options.segmentBytes).c_str());
+    std::printf(
+        "# gradsync bench %s: %d ranks, transport %s, %d iterations (+%d warm-up), "
+        "segment %s\n",
+        options.collective.c_str(), n, options.transportName.c_str(), options.iters, options.warmup,
+        formatBytes(options.segmentBytes).c_str());
     std::printf("#%13s %12s %12s %12s %12s %8s\n", "size(B)", "count", "time(us)", "algbw(GB/s)",
                 "busbw(GB/s)", "#wrong");
     std::fflush(stdout);
@@ -152,8 +155,12 @@ uint64_t runBench(Transport& t, const BenchOptions& options) {
                   busbw, static_cast<unsigned long long>(row.wrong));
       std::fflush(stdout);
     }
-    results.push_back({{"bytes", row.bytes}, {"count", row.count}, {"time_us", row.seconds * 1e6},
-                       {"algbw_gbps", algbw}, {"busbw_gbps", busbw}, {"wrong", row.wrong}});
+    results.push_back({{"bytes", row.bytes},
+                       {"count", row.count},
+                       {"time_us", row.seconds * 1e6},
+                       {"algbw_gbps", algbw},
+                       {"busbw_gbps", busbw},
+                       {"wrong", row.wrong}});
   }
   if (report && !options.jsonPath.empty()) {
     const TransportOptions& link = t.options();
@@ -171,7 +178,8 @@ uint64_t runBench(Transport& t, const BenchOptions& options) {
     if (!out) throw ConfigError(fmt::format("cannot write --json file '{}'", options.jsonPath));
     out << doc.dump(2) << "\n";
   }
-  if (report && wrong > 0) std::printf("# %llu WRONG elements\n", static_cast<unsigned long long>(wrong));
+  if (report && wrong > 0)
+    std::printf("# %llu WRONG elements\n", static_cast<unsigned long long>(wrong));
   return wrong;
 }
 

@@ -89,9 +89,10 @@ int launchLocal(const LaunchOptions& options) {
                        : std::chrono::milliseconds(24 * 3600 * 1000);
     auto ended = waitAny(running, std::max(wait, std::chrono::milliseconds(0)));
     if (!ended) {
-      std::fprintf(stderr, "gradsync launch: killing %zu process(es) still running %lld s after "
-                           "the first failure\n", running.size(),
-                   static_cast<long long>(options.grace.count() / 1000));
+      std::fprintf(stderr,
+                   "gradsync launch: killing %zu process(es) still running %lld s after "
+                   "the first failure\n",
+                   running.size(), static_cast<long long>(options.grace.count() / 1000));
       killAll(running, SIGKILL);
       killAt.emplace(std::chrono::seconds(5));
       continue;

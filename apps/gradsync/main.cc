@@ -12,9 +12,8 @@
 #include "common/units.h"
 #include "gradsync/error.h"
 #include "gradsync/loopback.h"
-#include "launcher.h"
 #include "job/rank_context.h"
-#include "common/rank_threads.h"
+#include "launcher.h"
 
 namespace gradsync {
 namespace {
@@ -50,7 +49,8 @@ void addRankFlags(CLI::App* app, RankFlags& flags, int defaultWorkers) {
 TransportOptions linkOptions(const RankFlags& flags, const BootstrapConfig& config) {
   TransportOptions link;
   link.timeout = config.timeout;
-  if (!flags.bandwidth.empty()) link.bandwidthBytesPerSec = parseBandwidth(flags.bandwidth, "--bandwidth");
+  if (!flags.bandwidth.empty())
+    link.bandwidthBytesPerSec = parseBandwidth(flags.bandwidth, "--bandwidth");
   if (!flags.latency.empty()) {
     link.latency = std::chrono::microseconds(
         static_cast<int64_t>(parseDurationSeconds(flags.latency, "--latency") * 1e6));
@@ -80,9 +80,8 @@ int runRanks(const RankFlags& flags, const Env& env, const std::vector<std::stri
     RankContext context = joinJob(config, linkOptions(flags, config));
     return body(*context.transport);
   }
-  BootstrapConfig config = resolveBootstrap(BootstrapFlags{.timeout = flags.bootstrap.timeout,
-                                                           .insecureNoToken = true},
-                                            Env{});
+  BootstrapConfig config = resolveBootstrap(
+      BootstrapFlags{.timeout = flags.bootstrap.timeout, .insecureNoToken = true}, Env{});
   std::vector<std::string> command = argv;
   command[0] = selfExecutable();
   return launchLocal({flags.workers, command, config.timeout + std::chrono::seconds(5)});
@@ -107,7 +106,8 @@ int run(int argc, char** argv) {
   bench->add_option("--min-bytes", minBytes, "smallest message")->capture_default_str();
   bench->add_option("--max-bytes", maxBytes, "largest message")->capture_default_str();
   bench->add_option("--factor", benchOptions.factor, "size multiplier")->capture_default_str();
-  bench->add_option("--iters", benchOptions.iters, "timed iterations per size")->capture_default_str();
+  bench->add_option("--iters", benchOptions.iters, "timed iterations per size")
+      ->capture_default_str();
   bench->add_option("--warmup", benchOptions.warmup, "untimed iterations")->capture_default_str();
   bench->add_option("--segment-bytes", segment, "pipeline segment")->capture_default_str();
   bench->add_option("--json", benchOptions.jsonPath, "write results as JSON");

@@ -50,8 +50,8 @@ void allgather(Transport& transport, std::span<float> data, const CollectiveOpti
 
 // Ring allgather of variable-size byte blocks: rank r contributes `byteCounts[r]` bytes at
 // offset sum(byteCounts[0..r)) of `data`. Every rank passes the same byteCounts.
-void allgatherv(Transport& transport, std::span<uint8_t> data,
-                std::span<const size_t> byteCounts, const CollectiveOptions& options = {});
+void allgatherv(Transport& transport, std::span<uint8_t> data, std::span<const size_t> byteCounts,
+                const CollectiveOptions& options = {});
 
 // Pipelined chain broadcast of `root`'s data to every rank.
 void broadcast(Transport& transport, std::span<float> data, int root,

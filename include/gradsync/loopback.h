@@ -17,7 +17,7 @@ class LoopbackFabric {
   // with PeerLostError.
   std::unique_ptr<Transport> connect(int rank);
 
- struct State;  // shared with the transports; defined in loopback_transport.cc
+  struct State;  // shared with the transports; defined in loopback_transport.cc
 
  private:
   std::shared_ptr<State> state_;

@@ -27,8 +27,8 @@ void broadcast(Transport& transport, std::span<float> data, int root,
   std::vector<WorkPtr> recvs;
   std::vector<WorkPtr> sends;
   for (size_t offset = 0; position > 0 && offset < total; offset += segment) {
-    recvs.push_back(transport.recv(previous, options.tag, bytes + offset,
-                                   std::min(segment, total - offset)));
+    recvs.push_back(
+        transport.recv(previous, options.tag, bytes + offset, std::min(segment, total - offset)));
   }
   size_t k = 0;
   for (size_t offset = 0; offset < total; offset += segment, ++k) {

@@ -16,8 +16,9 @@ void named(const char* operation, Transport& transport, Body&& body) {
   auto rename = [&](const Error& e) {
     ErrorContext context = e.context();
     context.rank = transport.rank();
-    context.operation =
-        context.operation.empty() ? operation : fmt::format("{} ({})", operation, context.operation);
+    context.operation = context.operation.empty()
+                            ? operation
+                            : fmt::format("{} ({})", operation, context.operation);
     return context;
   };
   try {
@@ -37,7 +38,9 @@ std::vector<ring::Span> floatBlocks(size_t count, int size) {
   return ring::layout(bytes);
 }
 
-uint8_t* bytesOf(std::span<float> data) { return reinterpret_cast<uint8_t*>(data.data()); }
+uint8_t* bytesOf(std::span<float> data) {
+  return reinterpret_cast<uint8_t*>(data.data());
+}
 
 }  // namespace
 

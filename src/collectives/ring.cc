@@ -34,9 +34,12 @@ class Pipeline {
  public:
   Pipeline(Transport& transport, uint8_t* data, const std::vector<Step>& steps,
            const CollectiveOptions& options)
-      : transport_(transport), data_(data), steps_(steps), tag_(options.tag),
-        segment_(std::max<size_t>(sizeof(float), options.segmentBytes / sizeof(float) *
-                                                     sizeof(float))),
+      : transport_(transport),
+        data_(data),
+        steps_(steps),
+        tag_(options.tag),
+        segment_(
+            std::max<size_t>(sizeof(float), options.segmentBytes / sizeof(float) * sizeof(float))),
         right_((transport.rank() + 1) % transport.size()),
         left_((transport.rank() + transport.size() - 1) % transport.size()) {
     size_t staging = 0;
@@ -50,7 +53,8 @@ class Pipeline {
     std::vector<WorkPtr> sends = postSends(0, segments(steps_[0].send.bytes));
     std::vector<WorkPtr> recvs = postRecvs(0);
     for (size_t s = 0; s < steps_.size(); ++s) {
-      std::vector<WorkPtr> nextRecvs = s + 1 < steps_.size() ? postRecvs(s + 1) : std::vector<WorkPtr>{};
+      std::vector<WorkPtr> nextRecvs =
+          s + 1 < steps_.size() ? postRecvs(s + 1) : std::vector<WorkPtr>{};
       std::vector<WorkPtr> nextSends;
       for (size_t k = 0; k < recvs.size(); ++k) {
         recvs[k]->wait();
@@ -69,7 +73,9 @@ class Pipeline {
 
  private:
   size_t segments(size_t bytes) const { return (bytes + segment_ - 1) / segment_; }
-  size_t segmentBytes(size_t total, size_t k) const { return std::min(segment_, total - k * segment_); }
+  size_t segmentBytes(size_t total, size_t k) const {
+    return std::min(segment_, total - k * segment_);
+  }
 
   WorkPtr sendSegment(size_t s, size_t k) {
     const Span& span = steps_[s].send;
@@ -88,8 +94,8 @@ class Pipeline {
     uint8_t* base = step.reduce ? staging_[s % 2].data() : data_ + step.recv.offset;
     std::vector<WorkPtr> works;
     for (size_t k = 0; k < segments(step.recv.bytes); ++k) {
-      works.push_back(transport_.recv(left_, tag_, base + k * segment_,
-                                      segmentBytes(step.recv.bytes, k)));
+      works.push_back(
+          transport_.recv(left_, tag_, base + k * segment_, segmentBytes(step.recv.bytes, k)));
     }
     return works;
   }

@@ -10,17 +10,17 @@ namespace gradsync::detail {
 [[noreturn]] void checkFailed(const char* file, int line, const std::string& message);
 }  // namespace gradsync::detail
 
-#define GS_CHECK(cond)                                                 \
-  do {                                                                 \
+#define GS_CHECK(cond)                                                       \
+  do {                                                                       \
     if (!(cond)) ::gradsync::detail::checkFailed(__FILE__, __LINE__, #cond); \
   } while (0)
 
-#define GS_CHECK_OP_(a, b, op)                                                               \
-  do {                                                                                       \
-    const auto& gsA_ = (a);                                                                  \
-    const auto& gsB_ = (b);                                                                  \
-    if (!(gsA_ op gsB_))                                                                     \
-      ::gradsync::detail::checkFailed(                                                       \
+#define GS_CHECK_OP_(a, b, op)                                                              \
+  do {                                                                                      \
+    const auto& gsA_ = (a);                                                                 \
+    const auto& gsB_ = (b);                                                                 \
+    if (!(gsA_ op gsB_))                                                                    \
+      ::gradsync::detail::checkFailed(                                                      \
           __FILE__, __LINE__, fmt::format("{} {} {} ({} vs {})", #a, #op, #b, gsA_, gsB_)); \
   } while (0)
 

@@ -31,11 +31,17 @@ LogLevel parseLogLevel(std::string_view text) {
                     {.hint = "use one of error, warn, info, debug, trace"});
 }
 
-void setLogLevel(LogLevel level) { gLevel.store(static_cast<int>(level)); }
+void setLogLevel(LogLevel level) {
+  gLevel.store(static_cast<int>(level));
+}
 
-bool logEnabled(LogLevel level) { return static_cast<int>(level) <= gLevel.load(); }
+bool logEnabled(LogLevel level) {
+  return static_cast<int>(level) <= gLevel.load();
+}
 
-void setThreadLogRank(int rank) { tRank = rank; }
+void setThreadLogRank(int rank) {
+  tRank = rank;
+}
 
 void logLine(LogLevel level, std::string_view message) {
   auto now = std::chrono::system_clock::now();
@@ -45,9 +51,9 @@ void logLine(LogLevel level, std::string_view message) {
   std::tm tm{};
   localtime_r(&secs, &tm);
   std::string rank = tRank >= 0 ? fmt::format(" rank {}", tRank) : "";
-  std::string line = fmt::format("gradsync {:02}:{:02}:{:02}.{:06} {} pid {}{}: {}\n", tm.tm_hour,
-                                 tm.tm_min, tm.tm_sec, micros % 1000000, levelName(level),
-                                 getpid(), rank, message);
+  std::string line =
+      fmt::format("gradsync {:02}:{:02}:{:02}.{:06} {} pid {}{}: {}\n", tm.tm_hour, tm.tm_min,
+                  tm.tm_sec, micros % 1000000, levelName(level), getpid(), rank, message);
   ssize_t ignored = ::write(STDERR_FILENO, line.data(), line.size());
   (void)ignored;
 }

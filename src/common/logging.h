@@ -22,8 +22,8 @@ void logLine(LogLevel level, std::string_view message);
 
 }  // namespace gradsync
 
-#define GS_LOG(level, ...)                                                                  \
-  do {                                                                                      \
-    if (::gradsync::logEnabled(::gradsync::LogLevel::level))                                \
-      ::gradsync::logLine(::gradsync::LogLevel::level, ::fmt::format(__VA_ARGS__));         \
+#define GS_LOG(level, ...)                                                          \
+  do {                                                                              \
+    if (::gradsync::logEnabled(::gradsync::LogLevel::level))                        \
+      ::gradsync::logLine(::gradsync::LogLevel::level, ::fmt::format(__VA_ARGS__)); \
   } while (0)

@@ -157,15 +157,16 @@ Fd connectTcp(const SocketAddress& address, const Deadline& deadline) {
     }
     int err = errno;
     if (err != ECONNREFUSED && err != ETIMEDOUT && err != EHOSTUNREACH && err != ENETUNREACH) {
-      throw SystemError(fmt::format("connect to {} failed: {}", address.toString(), errnoText(err)));
+      throw SystemError(
+          fmt::format("connect to {} failed: {}", address.toString(), errnoText(err)));
     }
     if (deadline.expired()) {
       throw TimeoutError(
           fmt::format("could not connect to {}: {}", address.toString(), errnoText(err)),
           {.hint = "is the process that should listen there running, and is the address right?"});
     }
-    std::this_thread::sleep_for(std::min(backoff, std::chrono::duration_cast<std::chrono::milliseconds>(
-                                                      deadline.remaining())));
+    std::this_thread::sleep_for(std::min(
+        backoff, std::chrono::duration_cast<std::chrono::milliseconds>(deadline.remaining())));
     backoff = std::min(backoff * 2, std::chrono::milliseconds(200));
   }
 }

@@ -44,10 +44,12 @@ pid_t spawnProcess(const SpawnOptions& options) {
   posix_spawn_file_actions_init(&actions);
   int flags = O_WRONLY | O_CREAT | O_TRUNC;  // not O_CLOEXEC: these must survive the exec
   if (!options.stdoutPath.empty()) {
-    posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, options.stdoutPath.c_str(), flags, 0644);
+    posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, options.stdoutPath.c_str(), flags,
+                                     0644);
   }
   if (!options.stderrPath.empty()) {
-    posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, options.stderrPath.c_str(), flags, 0644);
+    posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, options.stderrPath.c_str(), flags,
+                                     0644);
   }
   pid_t pid = 0;
   int rc = posix_spawnp(&pid, argv[0], &actions, nullptr, argv.data(), envp.data());

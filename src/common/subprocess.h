@@ -13,10 +13,10 @@
 namespace gradsync {
 
 struct SpawnOptions {
-  std::vector<std::string> argv;              // argv[0] is the program (searched in PATH)
-  std::map<std::string, std::string> env;     // added to (or overriding) the parent's environment
-  std::string stdoutPath;                     // "" = inherit
-  std::string stderrPath;                     // "" = inherit
+  std::vector<std::string> argv;           // argv[0] is the program (searched in PATH)
+  std::map<std::string, std::string> env;  // added to (or overriding) the parent's environment
+  std::string stdoutPath;                  // "" = inherit
+  std::string stderrPath;                  // "" = inherit
 };
 
 // How a child ended.

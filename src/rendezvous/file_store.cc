@@ -64,7 +64,7 @@ std::string fileNameFor(const std::string& key) {
 
 // Calls `ready` with growing pauses until it returns true or `timeout` passes.
 bool pollWithBackoff(std::chrono::milliseconds timeout, const std::function<bool()>& ready) {
-  Deadline deadline(timeout);
+  Deadline deadline(clampTimeout(timeout));
   auto pause = std::chrono::microseconds(200);
   for (;;) {
     if (ready()) return true;

@@ -54,7 +54,7 @@ class InMemoryStore final : public Store {
       }
       return true;
     };
-    if (changed_.wait_for(lock, timeout, allSet)) return;
+    if (changed_.wait_for(lock, clampTimeout(timeout), allSet)) return;
     std::vector<std::string> missing;
     for (const auto& key : keys) {
       if (!values_.contains(key)) missing.push_back(key);

@@ -2,6 +2,7 @@
 // stored and on what their timeout errors say.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <string>
@@ -17,6 +18,13 @@ int64_t parseCounter(const Bytes& value, const std::string& key);
 Bytes formatCounter(int64_t value);
 // parseCounter(current) + delta; throws ProtocolError on overflow.
 int64_t addToCounter(const Bytes& current, int64_t delta, const std::string& key);
+
+// The longest wait any store honours: what the TCP store's u32 millisecond field holds (~49 days).
+// Clamping also keeps `now + timeout` from overflowing for callers who pass milliseconds::max().
+inline constexpr std::chrono::milliseconds kMaxTimeout{UINT32_MAX};
+inline std::chrono::milliseconds clampTimeout(std::chrono::milliseconds timeout) {
+  return std::clamp(timeout, std::chrono::milliseconds::zero(), kMaxTimeout);
+}
 
 // "'a', 'b' and 3 more": at most a few keys, for error messages about many ranks.
 std::string describeKeys(const std::vector<std::string>& keys);

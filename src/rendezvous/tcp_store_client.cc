@@ -19,6 +19,7 @@ namespace gradsync {
 namespace {
 
 namespace wire = rendezvous::wire;
+using namespace std::chrono_literals;
 using rendezvous::describeKeys;
 using rendezvous::throwStoreTimeout;
 
@@ -29,7 +30,7 @@ constexpr auto kReplyGrace = std::chrono::milliseconds(500);
 constexpr size_t kMaxIdle = 4;
 
 uint32_t clampMillis(std::chrono::milliseconds timeout) {
-  return static_cast<uint32_t>(std::clamp<int64_t>(timeout.count(), 0, UINT32_MAX));
+  return static_cast<uint32_t>(rendezvous::clampTimeout(timeout).count());
 }
 
 class TcpStoreClient final : public Store {
@@ -97,7 +98,7 @@ class TcpStoreClient final : public Store {
 };
 
 Fd TcpStoreClient::connect() {
-  Deadline deadline(options_.connectTimeout);
+  Deadline deadline(rendezvous::clampTimeout(options_.connectTimeout));
   Fd fd = connectTcp(server_, deadline);
   wire::Message reply;
   try {
@@ -175,7 +176,7 @@ wire::Message TcpStoreClient::roundTrip(const wire::Message& request,
                         {.operation = operation, .hint = "store large data elsewhere"});
   }
   bool waits = operation == "store.get" || operation == "store.wait";
-  Deadline deadline(waits ? timeout + kReplyGrace : timeout);
+  Deadline deadline(rendezvous::clampTimeout(timeout) + (waits ? kReplyGrace : 0ms));
   Fd fd = acquire();
   wire::Message reply;
   try {

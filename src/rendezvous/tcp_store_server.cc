@@ -11,6 +11,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <map>
 #include <thread>
@@ -20,6 +21,7 @@
 #include "common/logging.h"
 #include "gradsync/error.h"
 #include "rendezvous/key_table.h"
+#include "rendezvous/store_util.h"
 #include "rendezvous/tcp_store.h"
 #include "rendezvous/tcp_store_wire.h"
 
@@ -34,6 +36,7 @@ constexpr size_t kReadPerTurn = 16 * kReadChunk;
 // A hello carries two fields of at most kMaxJobFieldBytes, each with a 4-byte length.
 constexpr uint32_t kMaxHelloPayload = 2 * (4 + rendezvous::wire::kMaxJobFieldBytes);
 constexpr size_t kMaxPendingOutput = 1 << 20;
+constexpr auto kAcceptPause = std::chrono::milliseconds(100);
 
 struct Connection {
   uint64_t id = 0;
@@ -88,6 +91,7 @@ class TcpStoreServer::Impl {
   std::map<uint64_t, Connection> conns_;
   rendezvous::KeyTable table_;
   uint64_t nextId_ = 1;
+  SteadyTime acceptPausedUntil_;
   // Set when a connection became able to make progress without a new poll event (a parked
   // request was answered, or its output drained while decoded-but-unhandled input waits).
   bool rescan_ = false;
@@ -133,7 +137,9 @@ void TcpStoreServer::Impl::runLoop() {
   std::vector<pollfd> fds;
   std::vector<uint64_t> ids;
   for (;;) {
-    fds.assign({pollfd{wake_.get(), POLLIN, 0}, pollfd{listen_.get(), POLLIN, 0}});
+    bool accepting = std::chrono::steady_clock::now() >= acceptPausedUntil_;
+    fds.assign({pollfd{wake_.get(), POLLIN, 0},
+                pollfd{listen_.get(), static_cast<short>(accepting ? POLLIN : 0), 0}});
     ids.clear();
     for (auto& [id, c] : conns_) {
       short events = POLLRDHUP;
@@ -164,23 +170,34 @@ void TcpStoreServer::Impl::runLoop() {
 int TcpStoreServer::Impl::pollTimeoutMs() const {
   if (rescan_) return 0;
   std::optional<SteadyTime> next = table_.nextDeadline();
+  if (acceptPausedUntil_ > std::chrono::steady_clock::now() &&
+      (!next || acceptPausedUntil_ < *next)) {
+    next = acceptPausedUntil_;
+  }
   for (const auto& [id, c] : conns_) {
     if (!c.authenticated && (!next || c.handshakeDeadline < *next)) next = c.handshakeDeadline;
   }
   if (!next) return -1;
   auto left =
       std::chrono::ceil<std::chrono::milliseconds>(*next - std::chrono::steady_clock::now());
-  return static_cast<int>(std::max<int64_t>(0, left.count()));
+  // Capped so that far deadlines (timeouts of days) do not overflow poll's int.
+  return static_cast<int>(std::clamp<int64_t>(left.count(), 0, 60'000));
 }
 
 void TcpStoreServer::Impl::acceptAll() {
   for (;;) {
     Fd fd(::accept4(listen_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
     if (!fd.valid()) {
-      if (errno == EINTR || errno == ECONNABORTED) continue;
-      if (errno != EAGAIN && errno != EWOULDBLOCK) {
+      int err = errno;
+      if (err == EINTR || err == ECONNABORTED) continue;
+      if (err == EMFILE || err == ENFILE) {
+        // Out of descriptors: the pending connection stays queued and would wake every poll, so
+        // stop watching the listening socket for a moment instead of spinning.
+        acceptPausedUntil_ = std::chrono::steady_clock::now() + kAcceptPause;
+      }
+      if (err != EAGAIN && err != EWOULDBLOCK) {
         GS_LOG(kError, "rendezvous store on {}: accept failed: {}", address_.toString(),
-               errnoText(errno));
+               errnoText(err));
       }
       return;
     }
@@ -189,7 +206,8 @@ void TcpStoreServer::Impl::acceptAll() {
     c.id = nextId_++;
     c.peer = peerName(fd.get());
     c.fd = std::move(fd);
-    c.handshakeDeadline = std::chrono::steady_clock::now() + options_.handshakeTimeout;
+    c.handshakeDeadline =
+        std::chrono::steady_clock::now() + rendezvous::clampTimeout(options_.handshakeTimeout);
     GS_LOG(kDebug, "rendezvous store: connection from {}", c.peer);
     conns_.emplace(c.id, std::move(c));
   }
@@ -215,7 +233,8 @@ void TcpStoreServer::Impl::readFrom(Connection& c) {
       total += static_cast<size_t>(n);
     } else if (n == 0) {
       if (!c.in.empty()) {
-        GS_LOG(kError, "rendezvous store on {}: truncated frame from {} ({} bytes, then closed)",
+        // A client closes only between requests, so leftover bytes mean a truncated frame.
+        GS_LOG(kError, "rendezvous store on {}: {} closed the connection mid-frame ({} bytes)",
                address_.toString(), c.peer, c.in.size());
       }
       c.closed = true;

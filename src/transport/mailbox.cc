@@ -15,9 +15,11 @@ WorkPtr Mailbox::makeWork(int peer, uint64_t tag, size_t bytes) const {
 std::exception_ptr Mailbox::sizeMismatch(int peer, uint64_t tag, size_t expected,
                                          size_t got) const {
   return std::make_exception_ptr(ProtocolError(
-      fmt::format("expected a {}-byte message from rank {} (tag {}) but it sent {} bytes",
-                  expected, peer, tag, got),
-      {.rank = rank_, .peer = peer, .operation = "recv",
+      fmt::format("expected a {}-byte message from rank {} (tag {}) but it sent {} bytes", expected,
+                  peer, tag, got),
+      {.rank = rank_,
+       .peer = peer,
+       .operation = "recv",
        .hint = "the ranks disagree on tensor sizes: are they running the same configuration?"}));
 }
 

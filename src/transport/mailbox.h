@@ -24,8 +24,8 @@ namespace gradsync {
 // A message that arrived before its receive was posted.
 struct Unexpected {
   std::vector<uint8_t> data;
-  bool filled = false;            // the whole payload has arrived
-  WorkPtr waiter;                 // a receive posted while the payload was still arriving
+  bool filled = false;  // the whole payload has arrived
+  WorkPtr waiter;       // a receive posted while the payload was still arriving
   uint8_t* waiterData = nullptr;
 };
 
@@ -41,9 +41,9 @@ class Mailbox {
   struct Delivery {
     uint8_t* dest = nullptr;
     size_t bytes = 0;
-    WorkPtr work;                    // the matched receive, if one was posted
-    std::shared_ptr<Unexpected> buffered;    // else the buffer holding the message
-    std::vector<uint8_t> discard;   // payload of a message whose receive was refused
+    WorkPtr work;                          // the matched receive, if one was posted
+    std::shared_ptr<Unexpected> buffered;  // else the buffer holding the message
+    std::vector<uint8_t> discard;          // payload of a message whose receive was refused
   };
   Delivery beginDelivery(int peer, uint64_t tag, size_t bytes);
   void endDelivery(Delivery& delivery);

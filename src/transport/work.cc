@@ -10,9 +10,9 @@ Work::Work(Kind kind, int rank, int peer, uint64_t tag, size_t bytes,
     : kind_(kind), rank_(rank), peer_(peer), tag_(tag), bytes_(bytes), timeout_(timeout) {}
 
 std::string Work::describe() const {
-  return kind_ == Kind::kSend ? fmt::format("send of {} bytes to rank {} (tag {})", bytes_, peer_, tag_)
-                              : fmt::format("receive of {} bytes from rank {} (tag {})", bytes_,
-                                            peer_, tag_);
+  return kind_ == Kind::kSend
+             ? fmt::format("send of {} bytes to rank {} (tag {})", bytes_, peer_, tag_)
+             : fmt::format("receive of {} bytes from rank {} (tag {})", bytes_, peer_, tag_);
 }
 
 void Work::wait() {
@@ -20,7 +20,9 @@ void Work::wait() {
   if (!cv_.wait_for(lock, timeout_, [this] { return done_; })) {
     throw TimeoutError(
         fmt::format("{} did not complete within {} ms", describe(), timeout_.count()),
-        {.rank = rank_, .peer = peer_, .operation = "wait",
+        {.rank = rank_,
+         .peer = peer_,
+         .operation = "wait",
          .hint = fmt::format("rank {} is stalled or far behind; check its log, or raise --timeout",
                              peer_)});
   }

@@ -136,21 +136,24 @@ TEST_P(TransportConformance, AllPairsConcurrentlyOddWorld) {
 TEST_P(TransportConformance, ReceiveTimesOutNamingThePeer) {
   TransportOptions options;
   options.timeout = 300ms;
-  run(2, [](Transport& t) {
-    if (t.rank() != 0) {
-      std::this_thread::sleep_for(800ms);  // alive but silent past rank 0's timeout
-      return;
-    }
-    int in = 0;
-    auto start = std::chrono::steady_clock::now();
-    try {
-      t.recv(1, 1, &in, sizeof in)->wait();
-      FAIL() << "expected a timeout";
-    } catch (const TimeoutError& e) {
-      EXPECT_NE(std::string(e.what()).find("rank 1"), std::string::npos) << e.what();
-    }
-    EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
-  }, options);
+  run(
+      2,
+      [](Transport& t) {
+        if (t.rank() != 0) {
+          std::this_thread::sleep_for(800ms);  // alive but silent past rank 0's timeout
+          return;
+        }
+        int in = 0;
+        auto start = std::chrono::steady_clock::now();
+        try {
+          t.recv(1, 1, &in, sizeof in)->wait();
+          FAIL() << "expected a timeout";
+        } catch (const TimeoutError& e) {
+          EXPECT_NE(std::string(e.what()).find("rank 1"), std::string::npos) << e.what();
+        }
+        EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
+      },
+      options);
 }
 
 TEST_P(TransportConformance, ShutdownOfPeerFailsPendingReceive) {

@@ -17,7 +17,9 @@
 namespace gradsync {
 namespace {
 
-float input(int rank, size_t i) { return static_cast<float>(i % 97 + 101 * rank); }
+float input(int rank, size_t i) {
+  return static_cast<float>(i % 97 + 101 * rank);
+}
 
 bool verifyCount(Transport& t, size_t count) {
   int n = t.size();

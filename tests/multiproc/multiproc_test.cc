@@ -33,8 +33,8 @@ struct Job {
 // Starts `size` collective_rank processes of one job, stderr of each in dir/rankN.err.
 Job startJob(int size, const std::vector<std::string>& args, const std::string& timeout = "60") {
   Job job;
-  job.dir = fs::temp_directory_path() / ("gradsync-multiproc-" + std::to_string(::getpid()) +
-                                         "-" + std::to_string(size));
+  job.dir = fs::temp_directory_path() /
+            ("gradsync-multiproc-" + std::to_string(::getpid()) + "-" + std::to_string(size));
   fs::remove_all(job.dir);
   fs::create_directories(job.dir);
   Fd probe = listenTcp("127.0.0.1", 0);
@@ -81,8 +81,8 @@ TEST_P(MultiProcess, EveryCollectiveVerifiesAcrossProcesses) {
   Job job = startJob(GetParam(), {"verify"});
   std::vector<ExitStatus> statuses = waitAll(job, 240s);
   for (size_t rank = 0; rank < statuses.size(); ++rank) {
-    EXPECT_TRUE(statuses[rank].ok()) << "rank " << rank << " " << statuses[rank].describe()
-                                     << "\n" << job.log(static_cast<int>(rank));
+    EXPECT_TRUE(statuses[rank].ok()) << "rank " << rank << " " << statuses[rank].describe() << "\n"
+                                     << job.log(static_cast<int>(rank));
   }
 }
 

@@ -13,8 +13,8 @@ std::string kindName(TransportKind kind) {
   return kind == TransportKind::kLoopback ? "loopback" : "tcp";
 }
 
-void runWithTransports(TransportKind kind, int size,
-                       const std::function<void(Transport&)>& body, TransportOptions options) {
+void runWithTransports(TransportKind kind, int size, const std::function<void(Transport&)>& body,
+                       TransportOptions options) {
   if (kind == TransportKind::kLoopback) {
     LoopbackFabric fabric(size, options);
     runRankThreads(size, [&](int rank) {

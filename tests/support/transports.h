@@ -14,8 +14,7 @@ std::string kindName(TransportKind kind);
 
 // Connects one transport per rank thread (TCP over an in-memory store on 127.0.0.1), runs
 // body(transport) on each, destroys the transports, and rethrows the first failure.
-void runWithTransports(TransportKind kind, int size,
-                       const std::function<void(Transport&)>& body,
+void runWithTransports(TransportKind kind, int size, const std::function<void(Transport&)>& body,
                        TransportOptions options = {});
 
 }  // namespace gradsync::testing

@@ -24,9 +24,8 @@ class LoopbackTransport final : public Transport {
       : state_(std::move(state)), rank_(rank) {}
 
   ~LoopbackTransport() override {
-    auto gone = std::make_exception_ptr(
-        PeerLostError(fmt::format("rank {} has shut down", rank_),
-                      {.peer = rank_, .operation = "recv"}));
+    auto gone = std::make_exception_ptr(PeerLostError(fmt::format("rank {} has shut down", rank_),
+                                                      {.peer = rank_, .operation = "recv"}));
     for (int r = 0; r < state_->size; ++r) {
       if (r != rank_) state_->mailboxes[r]->closePeer(rank_, gone);
     }
@@ -41,8 +40,8 @@ class LoopbackTransport final : public Transport {
     Mailbox::Delivery delivery = state_->mailboxes[peer]->beginDelivery(rank_, tag, bytes);
     if (bytes > 0) std::memcpy(delivery.dest, data, bytes);
     state_->mailboxes[peer]->endDelivery(delivery);
-    auto work = std::make_shared<Work>(Work::Kind::kSend, rank_, peer, tag, bytes,
-                                       state_->options.timeout);
+    auto work =
+        std::make_shared<Work>(Work::Kind::kSend, rank_, peer, tag, bytes, state_->options.timeout);
     work->complete();
     return work;
   }

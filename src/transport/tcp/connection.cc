@@ -15,18 +15,25 @@ namespace {
 // Bytes read from one peer before the loop turns to the others.
 constexpr size_t kReadBudget = size_t{8} << 20;
 
-bool wouldBlock(int err) { return err == EAGAIN || err == EWOULDBLOCK; }
+bool wouldBlock(int err) {
+  return err == EAGAIN || err == EWOULDBLOCK;
+}
 
 }  // namespace
 
 Connection::Connection(int rank, int peer, Fd fd, Mailbox& mailbox, uint64_t maxMessageBytes)
-    : rank_(rank), peer_(peer), fd_(std::move(fd)), mailbox_(mailbox),
+    : rank_(rank),
+      peer_(peer),
+      fd_(std::move(fd)),
+      mailbox_(mailbox),
       maxMessageBytes_(maxMessageBytes) {}
 
 void Connection::lost(const std::string& why) const {
   throw PeerLostError(
       fmt::format("lost connection to rank {}: {}", peer_, why),
-      {.rank = rank_, .peer = peer_, .operation = "tcp",
+      {.rank = rank_,
+       .peer = peer_,
+       .operation = "tcp",
        .hint = fmt::format("rank {} probably crashed or was killed; check its output", peer_)});
 }
 
@@ -83,8 +90,8 @@ Connection::FlushResult Connection::flush(Nanos now, RateLimiter& limiter) {
 }
 
 bool Connection::readHeader() {
-  ssize_t n = ::recv(fd_.get(), header_ + headerRead_, kFrameHeaderBytes - headerRead_,
-                     MSG_DONTWAIT);
+  ssize_t n =
+      ::recv(fd_.get(), header_ + headerRead_, kFrameHeaderBytes - headerRead_, MSG_DONTWAIT);
   if (n == 0) {
     if (goodbyeReceived_ && headerRead_ == 0) {
       closed_ = true;

@@ -70,7 +70,7 @@ class Connection {
   bool inPayload_ = false;
   Mailbox::Delivery delivery_;
   size_t payloadRead_ = 0;
-  uint64_t bytesRead_ = 0;  // all bytes read, for the per-call fairness budget
+  uint64_t bytesRead_ = 0;      // all bytes read, for the per-call fairness budget
   bool abortIncoming_ = false;  // the payload being read is an abort reason
   bool goodbyeReceived_ = false;
   bool closed_ = false;

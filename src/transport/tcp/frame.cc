@@ -48,7 +48,8 @@ std::string decodeFrameHeader(const uint8_t* data, uint64_t maxLength, FrameHead
     return fmt::format("frame of {} bytes exceeds the limit of {}", out->length, maxLength);
   }
   if (out->type == FrameType::kGoodbye && out->length != 0) return "goodbye frame with a payload";
-  if (out->type == FrameType::kAbort && out->length > kMaxAbortBytes) return "oversized abort frame";
+  if (out->type == FrameType::kAbort && out->length > kMaxAbortBytes)
+    return "oversized abort frame";
   return "";
 }
 

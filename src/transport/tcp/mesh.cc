@@ -36,8 +36,9 @@ Fd connectToPeer(Store& store, const MeshConfig& config, int peer, const Deadlin
     throw ProtocolError(error, context);
   }
   if (status != AckStatus::kOk) {
-    context.hint = "every process of a job needs the same GRADSYNC_JOB_ID, GRADSYNC_JOB_TOKEN "
-                   "and world size";
+    context.hint =
+        "every process of a job needs the same GRADSYNC_JOB_ID, GRADSYNC_JOB_TOKEN "
+        "and world size";
     throw ProtocolError(
         fmt::format("rank {} refused the handshake: {}", peer, ackStatusText(status)), context);
   }
@@ -96,7 +97,8 @@ void acceptHigherRanks(int listener, const MeshConfig& config, const Deadline& d
       throw TimeoutError(
           fmt::format("ranks {} did not connect within {} ms", fmt::join(missing, ", "),
                       config.timeout.count()),
-          {.rank = config.rank, .operation = "tcp mesh",
+          {.rank = config.rank,
+           .operation = "tcp mesh",
            .hint = "check that every rank was started with the same master address and job"});
     }
     try {

@@ -3,7 +3,9 @@
 namespace gradsync::tcp {
 
 RateLimiter::RateLimiter(double bytesPerSec, Nanos now)
-    : rate_(bytesPerSec), burst_(std::max(16.0 * 1024, bytesPerSec * 1e-3)), tokens_(burst_),
+    : rate_(bytesPerSec),
+      burst_(std::max(16.0 * 1024, bytesPerSec * 1e-3)),
+      tokens_(burst_),
       last_(now) {}
 
 size_t RateLimiter::allowance(Nanos now) {

@@ -86,10 +86,15 @@ class TcpTransport final : public Transport {
 
 TcpTransport::TcpTransport(int rank, int size, const TcpTransportOptions& options,
                            std::vector<Fd> peers)
-    : rank_(rank), size_(size), options_(options), mailbox_(rank, options.transport.timeout),
-      connections_(size), writeInterest_(size, false),
+    : rank_(rank),
+      size_(size),
+      options_(options),
+      mailbox_(rank, options.transport.timeout),
+      connections_(size),
+      writeInterest_(size, false),
       limiter_(options.transport.bandwidthBytesPerSec, clock_.now()),
-      epoll_(::epoll_create1(EPOLL_CLOEXEC)), wakeFd_(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)),
+      epoll_(::epoll_create1(EPOLL_CLOEXEC)),
+      wakeFd_(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)),
       timerFd_(::timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC)) {
   if (!epoll_.valid() || !wakeFd_.valid() || !timerFd_.valid()) {
     throw SystemError(fmt::format("creating the event loop failed: {}", errnoText(errno)));
@@ -107,8 +112,8 @@ TcpTransport::TcpTransport(int rank, int size, const TcpTransportOptions& option
     setNonBlocking(peers[peer].get());
     setBufferSizes(peers[peer].get(), options.socketBufferBytes);
     add(peers[peer].get(), static_cast<uint32_t>(peer));
-    connections_[peer] = std::make_unique<Connection>(rank, peer, std::move(peers[peer]),
-                                                      mailbox_, options.transport.maxMessageBytes);
+    connections_[peer] = std::make_unique<Connection>(rank, peer, std::move(peers[peer]), mailbox_,
+                                                      options.transport.maxMessageBytes);
   }
   add(wakeFd_.get(), static_cast<uint32_t>(size));
   add(timerFd_.get(), static_cast<uint32_t>(size + 1));
@@ -171,7 +176,8 @@ WorkPtr TcpTransport::send(int peer, uint64_t tag, const void* data, size_t byte
   frame.data = static_cast<const uint8_t*>(data);
   frame.bytes = bytes;
   frame.work = work;
-  if (options_.transport.latency.count() > 0) frame.releaseAt = clock_.now() + options_.transport.latency;
+  if (options_.transport.latency.count() > 0)
+    frame.releaseAt = clock_.now() + options_.transport.latency;
   submit(peer, std::move(frame));
   return work;
 }

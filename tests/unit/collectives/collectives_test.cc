@@ -14,7 +14,9 @@
 namespace gradsync::testing {
 namespace {
 
-float input(int rank, size_t i) { return static_cast<float>(i % 97 + 101 * rank); }
+float input(int rank, size_t i) {
+  return static_cast<float>(i % 97 + 101 * rank);
+}
 
 std::vector<float> inputs(int rank, size_t count) {
   std::vector<float> data(count);
@@ -116,7 +118,8 @@ TEST_P(Collectives, AllgathervWithUnequalAndEmptyBlocks) {
     size_t total = std::accumulate(counts.begin(), counts.end(), size_t{0});
     std::vector<uint8_t> data(total, 0);
     size_t offset = std::accumulate(counts.begin(), counts.begin() + t.rank(), size_t{0});
-    for (size_t i = 0; i < counts[t.rank()]; ++i) data[offset + i] = static_cast<uint8_t>(i + t.rank());
+    for (size_t i = 0; i < counts[t.rank()]; ++i)
+      data[offset + i] = static_cast<uint8_t>(i + t.rank());
     allgatherv(t, data, counts, options());
     offset = 0;
     for (int r = 0; r < t.size(); ++r) {
@@ -131,7 +134,8 @@ TEST_P(Collectives, AllgathervWithUnequalAndEmptyBlocks) {
 TEST_P(Collectives, BroadcastFromEveryRoot) {
   for (int root = 0; root < GetParam().size; ++root) {
     run([&](Transport& t) {
-      std::vector<float> data = t.rank() == root ? inputs(root, count()) : std::vector<float>(count(), 0);
+      std::vector<float> data =
+          t.rank() == root ? inputs(root, count()) : std::vector<float>(count(), 0);
       broadcast(t, data, root, options());
       for (size_t i = 0; i < count(); ++i) ASSERT_EQ(data[i], input(root, i)) << i;
     });
@@ -161,10 +165,13 @@ TEST(CollectivesErrors, AllgathervNeedsOneCountPerRank) {
 }
 
 TEST(CollectivesErrors, MismatchedSizesFailInsteadOfHanging) {
-  runWithTransports(TransportKind::kLoopback, 2, [](Transport& t) {
-    std::vector<float> data(t.rank() == 0 ? 100 : 200, 1.0f);
-    EXPECT_THROW(allreduce(t, data), ProtocolError);
-  }, TransportOptions{.timeout = std::chrono::milliseconds(2000)});
+  runWithTransports(
+      TransportKind::kLoopback, 2,
+      [](Transport& t) {
+        std::vector<float> data(t.rank() == 0 ? 100 : 200, 1.0f);
+        EXPECT_THROW(allreduce(t, data), ProtocolError);
+      },
+      TransportOptions{.timeout = std::chrono::milliseconds(2000)});
 }
 
 TEST(CollectivesErrors, BroadcastRootOutOfRange) {

@@ -6,8 +6,9 @@
 namespace gradsync {
 
 TEST(Error, MessageCarriesContext) {
-  PeerLostError e("connection reset", {.rank = 1, .peer = 2, .operation = "allreduce",
-                                       .hint = "rank 2 probably crashed"});
+  PeerLostError e(
+      "connection reset",
+      {.rank = 1, .peer = 2, .operation = "allreduce", .hint = "rank 2 probably crashed"});
   std::string what = e.what();
   EXPECT_NE(what.find("[rank 1]"), std::string::npos);
   EXPECT_NE(what.find("allreduce"), std::string::npos);

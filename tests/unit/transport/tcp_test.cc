@@ -63,14 +63,14 @@ TEST(Tcp, HostileConnectionsDuringSetupAreDroppedAndTheMeshStillForms) {
     EXPECT_EQ(v, 7);
   });
   std::string address = store->getString("tcp/addr/0", 10s);
-  sendRaw(address, std::vector<uint8_t>(64, 0xab));                    // garbage
+  sendRaw(address, std::vector<uint8_t>(64, 0xab));  // garbage
   std::vector<uint8_t> hello = tcp::encodeHello({1, 2, "gradsync", "tok"});
   sendRaw(address, std::vector<uint8_t>(hello.begin(), hello.begin() + 10));  // truncated
-  hello[16] = 0xff;                                                    // absurd field length
+  hello[16] = 0xff;                                                           // absurd field length
   hello[17] = 0xff;
   sendRaw(address, hello);
-  sendRaw(address, tcp::encodeHello({5, 2, "gradsync", "tok"}));       // rank out of range
-  sendRaw(address, tcp::encodeHello({1, 2, "other-job", "tok"}));      // wrong job
+  sendRaw(address, tcp::encodeHello({5, 2, "gradsync", "tok"}));   // rank out of range
+  sendRaw(address, tcp::encodeHello({1, 2, "other-job", "tok"}));  // wrong job
   auto t1 = connectTcpTransport(*store, 1, 2, options("tok"));
   int v = 7;
   t1->send(0, 0, &v, sizeof v)->wait();
@@ -81,40 +81,47 @@ TEST(Tcp, HostileConnectionsDuringSetupAreDroppedAndTheMeshStillForms) {
 TEST(Tcp, BandwidthEmulationPacesTransfers) {
   TransportOptions link;
   link.bandwidthBytesPerSec = 12.5e6;  // 100 Mbit/s
-  testing::runWithTransports(testing::TransportKind::kTcp, 2, [](Transport& t) {
-    std::vector<uint8_t> data(4 << 20);
-    auto start = std::chrono::steady_clock::now();
-    if (t.rank() == 0) {
-      t.send(1, 0, data.data(), data.size())->wait();
-    } else {
-      t.recv(0, 0, data.data(), data.size())->wait();
-      double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      double expected = (4 << 20) / 12.5e6;  // 0.34 s
-      EXPECT_GT(seconds, expected * 0.8);
-      EXPECT_LT(seconds, expected * 2.0);
-    }
-  }, link);
+  testing::runWithTransports(
+      testing::TransportKind::kTcp, 2,
+      [](Transport& t) {
+        std::vector<uint8_t> data(4 << 20);
+        auto start = std::chrono::steady_clock::now();
+        if (t.rank() == 0) {
+          t.send(1, 0, data.data(), data.size())->wait();
+        } else {
+          t.recv(0, 0, data.data(), data.size())->wait();
+          double seconds =
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+          double expected = (4 << 20) / 12.5e6;  // 0.34 s
+          EXPECT_GT(seconds, expected * 0.8);
+          EXPECT_LT(seconds, expected * 2.0);
+        }
+      },
+      link);
 }
 
 TEST(Tcp, LatencyEmulationDelaysEachMessage) {
   TransportOptions link;
   link.latency = 20ms;
-  testing::runWithTransports(testing::TransportKind::kTcp, 2, [](Transport& t) {
-    int v = 0;
-    auto start = std::chrono::steady_clock::now();
-    for (int i = 0; i < 3; ++i) {  // three round trips: >= 6 one-way latencies
-      if (t.rank() == 0) {
-        t.send(1, 0, &v, sizeof v)->wait();
-        t.recv(1, 0, &v, sizeof v)->wait();
-      } else {
-        t.recv(0, 0, &v, sizeof v)->wait();
-        t.send(0, 0, &v, sizeof v)->wait();
-      }
-    }
-    if (t.rank() == 0) {
-      EXPECT_GE(std::chrono::steady_clock::now() - start, 120ms);
-    }
-  }, link);
+  testing::runWithTransports(
+      testing::TransportKind::kTcp, 2,
+      [](Transport& t) {
+        int v = 0;
+        auto start = std::chrono::steady_clock::now();
+        for (int i = 0; i < 3; ++i) {  // three round trips: >= 6 one-way latencies
+          if (t.rank() == 0) {
+            t.send(1, 0, &v, sizeof v)->wait();
+            t.recv(1, 0, &v, sizeof v)->wait();
+          } else {
+            t.recv(0, 0, &v, sizeof v)->wait();
+            t.send(0, 0, &v, sizeof v)->wait();
+          }
+        }
+        if (t.rank() == 0) {
+          EXPECT_GE(std::chrono::steady_clock::now() - start, 120ms);
+        }
+      },
+      link);
 }
 
 }  // namespace

@@ -1,0 +1,67 @@
+# gradsync: the two commands of the README, and the targets behind them.
+#   make demo   install dependencies, build, run the main job, print the result
+#   make test   install dependencies, build, check formatting, run every test
+# Other targets: deps, build, bench, bench-peers, test-sanitize, fuzz, format, format-check, clean.
+
+BUILD ?= build
+JOBS ?= $(shell nproc)
+CMAKE_FLAGS ?=
+CTEST_FLAGS ?= --output-on-failure
+
+.PHONY: all deps build test demo bench bench-peers test-sanitize fuzz format format-check clean
+
+all: build
+
+deps:
+	@scripts/setup.sh
+
+$(BUILD)/build.ninja:
+	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS)
+
+build: deps $(BUILD)/build.ninja
+	cmake --build $(BUILD) -j $(JOBS)
+
+test: build format-check
+	cd $(BUILD) && ctest $(CTEST_FLAGS) -j 2
+	@$(MAKE) --no-print-directory fuzz FUZZ_SECONDS=20
+
+# Until the training issue lands, the demo is the allreduce benchmark on 4 local ranks.
+demo: build
+	$(BUILD)/apps/gradsync/gradsync bench allreduce --workers 4 --min-bytes 1M --max-bytes 16M --iters 10
+
+bench: build
+	mkdir -p results
+	$(BUILD)/apps/gradsync/gradsync bench allreduce --workers 4 --min-bytes 1M --max-bytes 64M --json results/allreduce.json
+	$(BUILD)/apps/gradsync/gradsync bench allreduce --workers 4 --min-bytes 1M --max-bytes 64M --bandwidth 1gbit --iters 5 --json results/allreduce-1gbit.json
+
+bench-peers: build
+	scripts/bench_peers.sh --build $(BUILD)
+
+# AddressSanitizer and ThreadSanitizer builds of the library and tests (CI runs the fast subset).
+SANITIZE_LABELS ?=
+test-sanitize: deps
+	cmake -S . -B $(BUILD)-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGRADSYNC_SANITIZE=address -DGRADSYNC_BUILD_BENCHMARKS=OFF
+	cmake --build $(BUILD)-asan -j $(JOBS)
+	cd $(BUILD)-asan && ctest $(CTEST_FLAGS) $(if $(SANITIZE_LABELS),-L $(SANITIZE_LABELS))
+	cmake -S . -B $(BUILD)-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGRADSYNC_SANITIZE=thread -DGRADSYNC_BUILD_BENCHMARKS=OFF
+	cmake --build $(BUILD)-tsan -j $(JOBS)
+	cd $(BUILD)-tsan && TSAN_OPTIONS="halt_on_error=1 suppressions=$(CURDIR)/tests/tsan.supp" ctest $(CTEST_FLAGS) $(if $(SANITIZE_LABELS),-L $(SANITIZE_LABELS))
+
+# libFuzzer (clang) on the wire decoders; runs FUZZ_SECONDS per target.
+FUZZ_SECONDS ?= 60
+fuzz: deps
+	cmake -S tests/fuzz -B $(BUILD)-fuzz -G Ninja -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo
+	cmake --build $(BUILD)-fuzz -j $(JOBS)
+	mkdir -p $(BUILD)-fuzz/corpus-frame $(BUILD)-fuzz/corpus-store
+	$(BUILD)-fuzz/frame_fuzz -max_total_time=$(FUZZ_SECONDS) -max_len=4096 $(BUILD)-fuzz/corpus-frame
+	@if [ -x $(BUILD)-fuzz/store_wire_fuzz ]; then $(BUILD)-fuzz/store_wire_fuzz -max_total_time=$(FUZZ_SECONDS) -max_len=4096 $(BUILD)-fuzz/corpus-store; fi
+
+FORMAT_FILES = $(shell git ls-files '*.cc' '*.h')
+format:
+	clang-format -i $(FORMAT_FILES)
+
+format-check:
+	@clang-format --dry-run -Werror $(FORMAT_FILES) && echo "format-check: all $(words $(FORMAT_FILES)) files formatted"
+
+clean:
+	rm -rf $(BUILD) $(BUILD)-asan $(BUILD)-tsan $(BUILD)-fuzz
