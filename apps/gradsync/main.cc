@@ -46,11 +46,12 @@ void addRankFlags(CLI::App* app, RankFlags& flags, int defaultWorkers) {
   app->add_option("--timeout", flags.bootstrap.timeout, "bound on every wait (default 60s)");
 }
 
-TransportOptions linkOptions(const RankFlags& flags, const BootstrapConfig& config) {
+// Link emulation from the flags; the timeout is filled in from the bootstrap configuration.
+TransportOptions parseLink(const RankFlags& flags) {
   TransportOptions link;
-  link.timeout = config.timeout;
-  if (!flags.bandwidth.empty())
+  if (!flags.bandwidth.empty()) {
     link.bandwidthBytesPerSec = parseBandwidth(flags.bandwidth, "--bandwidth");
+  }
   if (!flags.latency.empty()) {
     link.latency = std::chrono::microseconds(
         static_cast<int64_t>(parseDurationSeconds(flags.latency, "--latency") * 1e6));
@@ -64,12 +65,14 @@ TransportOptions linkOptions(const RankFlags& flags, const BootstrapConfig& conf
 int runRanks(const RankFlags& flags, const Env& env, const std::vector<std::string>& argv,
              const std::function<int(Transport&)>& body) {
   BootstrapFlags bootstrap = flags.bootstrap;
+  TransportOptions link = parseLink(flags);  // validated before any rank starts
   if (flags.transport == "loopback") {
     bootstrap.rank = 0;
     bootstrap.worldSize = flags.workers;
     bootstrap.insecureNoToken = true;
     BootstrapConfig config = resolveBootstrap(bootstrap, Env{});
-    LoopbackFabric fabric(flags.workers, linkOptions(flags, config));
+    link.timeout = config.timeout;
+    LoopbackFabric fabric(flags.workers, link);
     return runRankThreads(flags.workers, [&](int rank) {
       auto transport = fabric.connect(rank);
       return body(*transport);
@@ -77,7 +80,7 @@ int runRanks(const RankFlags& flags, const Env& env, const std::vector<std::stri
   }
   if (flags.bootstrap.rank || !env.launcher.empty()) {
     BootstrapConfig config = resolveBootstrap(bootstrap, env);
-    RankContext context = joinJob(config, linkOptions(flags, config));
+    RankContext context = joinJob(config, link);
     return body(*context.transport);
   }
   BootstrapConfig config = resolveBootstrap(
@@ -118,7 +121,11 @@ int run(int argc, char** argv) {
   launch->add_option("command", launchOptions.command, "command to run")->required();
   launch->allow_extras(false);
 
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;  // --help is not an error; bad flags are config errors
+  }
 
   if (bench->parsed()) {
     benchOptions.minBytes = parseBytes(minBytes, "--min-bytes");

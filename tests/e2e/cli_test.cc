@@ -1,0 +1,108 @@
+// The gradsync command line as users run it: real processes, real output.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "common/subprocess.h"
+
+namespace gradsync {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+
+struct Result {
+  ExitStatus status;
+  std::string out;
+  std::string err;
+};
+
+std::string slurp(const fs::path& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+fs::path scratch() {
+  fs::path dir = fs::temp_directory_path() / ("gradsync-cli-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  return dir;
+}
+
+Result gradsync(std::vector<std::string> args) {
+  fs::path dir = scratch();
+  SpawnOptions spawn;
+  spawn.argv = {GRADSYNC_BIN};
+  spawn.argv.insert(spawn.argv.end(), args.begin(), args.end());
+  spawn.stdoutPath = (dir / "out").string();
+  spawn.stderrPath = (dir / "err").string();
+  pid_t pid = spawnProcess(spawn);
+  auto ended = waitAny({pid}, 240s);
+  EXPECT_TRUE(ended.has_value()) << "gradsync hung";
+  return {ended ? ended->second : ExitStatus{.code = -1}, slurp(dir / "out"), slurp(dir / "err")};
+}
+
+TEST(Cli, BadFlagsGiveAOneLineErrorAndExitCode2) {
+  Result r = gradsync({"bench", "allreduce", "--bandwidth", "fast"});
+  EXPECT_EQ(r.status.code, 2);
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_NE(r.err.find("1gbit"), std::string::npos) << r.err;  // shows the valid forms
+
+  r = gradsync({"bench", "allscatter"});
+  EXPECT_EQ(r.status.code, 2);
+  EXPECT_NE(r.err.find("allreduce"), std::string::npos) << r.err;  // lists the valid choices
+
+  r = gradsync({"bench", "allreduce", "--min-bytes", "8M", "--max-bytes", "1M"});
+  EXPECT_EQ(r.status.code, 2);
+}
+
+TEST(Cli, BenchOverTcpProcessesWritesVerifiedJson) {
+  fs::path json = scratch() / "bench.json";
+  Result r = gradsync({"bench", "allreduce", "--workers", "3", "--min-bytes", "4K", "--max-bytes",
+                       "64K", "--factor", "4", "--iters", "2", "--json", json.string()});
+  ASSERT_TRUE(r.status.ok()) << r.status.describe() << "\n" << r.err;
+  EXPECT_NE(r.out.find("busbw"), std::string::npos) << r.out;
+  nlohmann::json doc = nlohmann::json::parse(slurp(json));
+  EXPECT_EQ(doc["system"], "gradsync");
+  EXPECT_EQ(doc["workers"], 3);
+  ASSERT_EQ(doc["results"].size(), 3u);  // 4K, 16K, 64K
+  for (const auto& row : doc["results"]) {
+    EXPECT_EQ(row["wrong"], 0);
+    EXPECT_GT(row["busbw_gbps"].get<double>(), 0.0);
+  }
+}
+
+TEST(Cli, BenchEveryCollectiveOverLoopbackThreads) {
+  for (std::string collective : {"allreduce", "allgather", "broadcast"}) {
+    Result r =
+        gradsync({"bench", collective, "--transport", "loopback", "--workers", "5", "--min-bytes",
+                  "1K", "--max-bytes", "1M", "--factor", "32", "--iters", "2"});
+    EXPECT_TRUE(r.status.ok()) << collective << ": " << r.err;
+  }
+}
+
+TEST(Cli, LaunchSetsTheRendezvousEnvironment) {
+  Result r = gradsync({"launch", "-n", "3", "--", "sh", "-c",
+                       "test \"$WORLD_SIZE\" = 3 && test -n \"$GRADSYNC_JOB_TOKEN\" && "
+                       "test -n \"$MASTER_PORT\" && echo rank=$RANK"});
+  ASSERT_TRUE(r.status.ok()) << r.err;
+  for (int rank = 0; rank < 3; ++rank) {
+    EXPECT_NE(r.out.find("rank=" + std::to_string(rank)), std::string::npos) << r.out;
+  }
+}
+
+TEST(Cli, LaunchReportsTheFailedRankAndItsCode) {
+  Result r = gradsync({"launch", "-n", "3", "--", "sh", "-c", "test \"$RANK\" != 1 || exit 7"});
+  EXPECT_EQ(r.status.code, 7);
+  EXPECT_NE(r.err.find("rank 1 exited with code 7"), std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace gradsync
