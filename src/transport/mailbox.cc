@@ -45,9 +45,9 @@ WorkPtr Mailbox::postRecv(int peer, uint64_t tag, void* data, size_t bytes) {
   }
   std::shared_ptr<Unexpected> message = std::move(queue.unexpected.front());
   queue.unexpected.pop_front();
-  if (message->data.size() != bytes) {
+  if (message->size != bytes) {
     lock.unlock();
-    work->fail(sizeMismatch(peer, tag, bytes, message->data.size()));
+    work->fail(sizeMismatch(peer, tag, bytes, message->size));
     return work;
   }
   if (!message->filled) {  // still arriving: endDelivery completes it
@@ -56,7 +56,7 @@ WorkPtr Mailbox::postRecv(int peer, uint64_t tag, void* data, size_t bytes) {
     return work;
   }
   lock.unlock();
-  if (bytes > 0) std::memcpy(dest, message->data.data(), bytes);
+  if (bytes > 0) std::memcpy(dest, message->data.get(), bytes);
   work->complete();
   return work;
 }
@@ -80,9 +80,8 @@ Mailbox::Delivery Mailbox::beginDelivery(int peer, uint64_t tag, size_t bytes) {
     }
     return delivery;
   }
-  auto message = std::make_shared<Unexpected>();
-  message->data.resize(bytes);
-  delivery.dest = message->data.data();
+  auto message = std::make_shared<Unexpected>(bytes);
+  delivery.dest = message->data.get();
   delivery.buffered = message;
   queue.unexpected.push_back(std::move(message));
   return delivery;
@@ -102,7 +101,7 @@ void Mailbox::endDelivery(Delivery& delivery) {
   }
   if (waiter) {
     if (delivery.bytes > 0) {
-      std::memcpy(delivery.buffered->waiterData, delivery.buffered->data.data(), delivery.bytes);
+      std::memcpy(delivery.buffered->waiterData, delivery.buffered->data.get(), delivery.bytes);
     }
     waiter->complete();
   }

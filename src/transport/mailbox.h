@@ -23,7 +23,9 @@ namespace gradsync {
 
 // A message that arrived before its receive was posted.
 struct Unexpected {
-  std::vector<uint8_t> data;
+  explicit Unexpected(size_t n) : data(new uint8_t[n]), size(n) {}  // uninitialised: overwritten
+  std::unique_ptr<uint8_t[]> data;
+  size_t size;
   bool filled = false;  // the whole payload has arrived
   WorkPtr waiter;       // a receive posted while the payload was still arriving
   uint8_t* waiterData = nullptr;
