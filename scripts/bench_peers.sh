@@ -9,8 +9,8 @@
 #
 # --build (or GRADSYNC_BUILD_DIR) is the CMake build folder holding apps/gradsync/gradsync and
 # benchmarks/peers_{mpi,gloo}_allreduce. Defaults resolve against the repository root; paths given
-# on the command line resolve against the current directory. --warmup goes to the peer programs
-# only (gradsync bench uses its own default, which should be the same, 5). --mpi-btl passes
+# on the command line resolve against the current directory. --warmup goes to all three programs.
+# --mpi-btl passes
 # `--mca pml ob1 --mca btl LIST` to mpirun, e.g. `tcp,self` to make Open MPI use loopback TCP
 # like gradsync and Gloo do; by default it uses shared memory between local ranks. --mpi-args adds
 # words to mpirun's command line, e.g. "--mca coll_tuned_use_dynamic_rules 1 --mca
@@ -85,7 +85,7 @@ skip() {
 gradsync_bin="$build/apps/gradsync/gradsync"
 if [ -x "$gradsync_bin" ]; then
   run gradsync "$out/gradsync.json" "$gradsync_bin" bench allreduce --workers "$workers" \
-    "${sweep[@]}" --json "$out/gradsync.json"
+    "${sweep[@]}" --warmup "$warmup" --json "$out/gradsync.json"
 else
   skip gradsync "$gradsync_bin" gradsync
 fi
