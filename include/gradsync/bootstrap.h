@@ -10,8 +10,7 @@
 #include <optional>
 #include <string>
 
-// SocketAddress. Note: a src/ header; BootstrapConfig is meant for gradsync's own apps and tests.
-#include "common/socket.h"
+#include "gradsync/address.h"
 #include "gradsync/store.h"
 
 namespace gradsync {

@@ -8,6 +8,8 @@
 #include <optional>
 #include <string>
 
+#include "gradsync/address.h"
+
 namespace gradsync {
 
 // Owns a file descriptor; closes it on destruction. Movable, not copyable.
@@ -42,15 +44,6 @@ class Deadline {
 
  private:
   std::chrono::steady_clock::time_point at_;
-};
-
-struct SocketAddress {
-  std::string host;
-  int port = 0;
-
-  std::string toString() const;
-  // Parses "host:port" ("[v6]:port" too); throws ConfigError naming `what` when malformed.
-  static SocketAddress parse(const std::string& text, const std::string& what);
 };
 
 std::string errnoText(int err);

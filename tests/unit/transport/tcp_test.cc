@@ -93,8 +93,11 @@ TEST(Tcp, BandwidthEmulationPacesTransfers) {
           double seconds =
               std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
           double expected = (4 << 20) / 12.5e6;  // 0.34 s
+          // The lower bound proves the pacing; the upper one only catches a limiter stuck far
+          // below its rate (the achieved rate is measured by the benchmark, not by this test,
+          // because wall time here depends on the load of the machine).
           EXPECT_GT(seconds, expected * 0.8);
-          EXPECT_LT(seconds, expected * 2.0);
+          EXPECT_LT(seconds, expected * 4.0);
         }
       },
       link);
