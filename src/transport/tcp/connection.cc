@@ -47,7 +47,7 @@ Connection::FlushResult Connection::flush(Nanos now, RateLimiter& limiter) {
     }
     size_t total = kFrameHeaderBytes + frame.bytes;
     size_t allowed = limiter.allowance(now);
-    if (allowed < std::min<size_t>(total - frame.sent, 16 * 1024)) {
+    if (allowed < std::min<size_t>(total - frame.sent, limiter.quantum())) {
       result.wakeAt = limiter.readyAt(total - frame.sent);
       return result;
     }

@@ -4,7 +4,7 @@ namespace gradsync::tcp {
 
 RateLimiter::RateLimiter(double bytesPerSec, Nanos now)
     : rate_(bytesPerSec),
-      burst_(std::max(16.0 * 1024, bytesPerSec * 1e-3)),
+      burst_(std::max(64.0 * 1024, bytesPerSec * 2e-3)),
       tokens_(burst_),
       last_(now) {}
 
@@ -17,7 +17,7 @@ size_t RateLimiter::allowance(Nanos now) {
 }
 
 Nanos RateLimiter::readyAt(size_t bytes) const {
-  double needed = std::min(static_cast<double>(bytes), burst_) - tokens_;
+  double needed = std::min(static_cast<double>(bytes), burst_ / 4) - tokens_;
   if (needed <= 0) return last_;
   return last_ + Nanos(static_cast<int64_t>(needed / rate_ * 1e9) + 1);
 }

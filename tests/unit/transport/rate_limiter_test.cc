@@ -21,7 +21,7 @@ TEST(RateLimiter, LongRunRateMatchesConfiguredRate) {
   const size_t total = 64u << 20;
   while (sent < total) {
     size_t allowed = limiter.allowance(now);
-    if (allowed >= 16 * 1024 || allowed >= total - sent) {
+    if (allowed >= limiter.quantum() || allowed >= total - sent) {
       size_t n = std::min(allowed, total - sent);
       limiter.consume(n);
       sent += n;
@@ -30,8 +30,31 @@ TEST(RateLimiter, LongRunRateMatchesConfiguredRate) {
     }
   }
   double seconds = std::chrono::duration<double>(now).count();
-  double expected = (total - 125e3) / rate;  // the first burst is free
-  EXPECT_NEAR(seconds, expected, expected * 0.01);
+  double expected = (total - rate * 2e-3) / rate;  // the first burst (2 ms) is free
+  EXPECT_NEAR(seconds, expected, expected * 0.001);
+}
+
+// A sender that wakes late keeps the full rate as long as it is late by less than 3/4 of a burst
+// (1.5 ms at 1 Gbit/s): tokens must not overflow while it sleeps.
+TEST(RateLimiter, LateWakeUpsLoseNoLinkTime) {
+  const double rate = 125e6;
+  RateLimiter limiter(rate, Nanos{0});
+  Nanos now{0};
+  size_t sent = 0;
+  const size_t total = 64u << 20;
+  const Nanos lateness = std::chrono::microseconds(500);
+  while (sent < total) {
+    size_t allowed = limiter.allowance(now);
+    if (allowed >= limiter.quantum() || allowed >= total - sent) {
+      size_t n = std::min(allowed, total - sent);
+      limiter.consume(n);
+      sent += n;
+    } else {
+      now = limiter.readyAt(total - sent) + lateness;
+    }
+  }
+  double seconds = std::chrono::duration<double>(now).count();
+  EXPECT_LT(seconds, total / rate * 1.01);
 }
 
 TEST(RateLimiter, ReadyAtIsWhenTokensSuffice) {
