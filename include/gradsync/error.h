@@ -47,6 +47,10 @@ class ProtocolError : public Error {
 class ConfigError : public Error {
   using Error::Error;
 };
+// A file is missing, truncated or corrupt (dataset, checkpoint): the message names the file.
+class DataError : public Error {
+  using Error::Error;
+};
 // A system call failed (errno text included).
 class SystemError : public Error {
   using Error::Error;
