@@ -82,6 +82,10 @@ class Transport {
   virtual WorkPtr send(int peer, uint64_t tag, const void* data, size_t bytes) = 0;
   // Starts receiving the next `bytes`-byte message from `peer` with `tag` into `data`.
   virtual WorkPtr recv(int peer, uint64_t tag, void* data, size_t bytes) = 0;
+
+  // Bytes handed to the network so far by this rank (payloads and frame headers; messages to
+  // itself excluded). Thread-safe; for metrics.
+  virtual uint64_t bytesSent() const = 0;
 };
 
 }  // namespace gradsync

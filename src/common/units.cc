@@ -47,6 +47,16 @@ int64_t parseInteger(std::string_view text, std::string_view what) {
   return value;
 }
 
+double parseNumber(std::string_view text, std::string_view what) {
+  std::string s(text);
+  char* end = nullptr;
+  double value = std::strtod(s.c_str(), &end);
+  if (s.empty() || *end != '\0') {
+    throw ConfigError(fmt::format("invalid number '{}' for {}", text, what));
+  }
+  return value;
+}
+
 uint64_t parseBytes(std::string_view text, std::string_view what) {
   constexpr std::string_view kForms = "a byte count such as 4096, 64K, 16M, 1G";
   auto [value, unit] = splitNumber(text, what, kForms);

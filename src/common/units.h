@@ -9,6 +9,8 @@
 namespace gradsync {
 
 int64_t parseInteger(std::string_view text, std::string_view what);
+// A plain decimal number such as "25" or "0.5".
+double parseNumber(std::string_view text, std::string_view what);
 // "4096", "64K", "16M", "1G", "2KiB" (powers of 1024) -> bytes.
 uint64_t parseBytes(std::string_view text, std::string_view what);
 // "1gbit", "100mbit", "500kbit", "2gbps" (bits, decimal), "125MB/s" (bytes, decimal) -> bytes/s.

@@ -172,6 +172,24 @@ TEST_P(TransportConformance, ShutdownOfPeerFailsPendingReceive) {
   });
 }
 
+TEST_P(TransportConformance, CountsBytesSentToPeers) {
+  run(2, [](Transport& t) {
+    std::vector<uint8_t> data(1000);
+    uint64_t before = t.bytesSent();
+    if (t.rank() == 0) {
+      t.send(1, 0, data.data(), data.size())->wait();
+      t.send(0, 0, data.data(), 10)->wait();  // to itself: not network traffic
+      t.recv(0, 0, data.data(), 10)->wait();
+      uint64_t sent = t.bytesSent() - before;
+      EXPECT_GE(sent, 1000u);
+      EXPECT_LE(sent, 1000u + 64);  // payload plus at most a small frame header
+    } else {
+      t.recv(0, 0, data.data(), data.size())->wait();
+      EXPECT_EQ(t.bytesSent(), before);
+    }
+  });
+}
+
 TEST_P(TransportConformance, InvalidPeerIsAConfigError) {
   run(2, [](Transport& t) {
     int v = 0;

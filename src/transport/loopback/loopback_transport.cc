@@ -1,3 +1,4 @@
+#include <atomic>
 #include <cstring>
 #include <vector>
 
@@ -37,6 +38,7 @@ class LoopbackTransport final : public Transport {
 
   WorkPtr send(int peer, uint64_t tag, const void* data, size_t bytes) override {
     checkPeer(peer);
+    if (peer != rank_) bytesSent_.fetch_add(bytes, std::memory_order_relaxed);
     Mailbox::Delivery delivery = state_->mailboxes[peer]->beginDelivery(rank_, tag, bytes);
     if (bytes > 0) std::memcpy(delivery.dest, data, bytes);
     state_->mailboxes[peer]->endDelivery(delivery);
@@ -45,6 +47,8 @@ class LoopbackTransport final : public Transport {
     work->complete();
     return work;
   }
+
+  uint64_t bytesSent() const override { return bytesSent_.load(std::memory_order_relaxed); }
 
   WorkPtr recv(int peer, uint64_t tag, void* data, size_t bytes) override {
     checkPeer(peer);
@@ -61,6 +65,7 @@ class LoopbackTransport final : public Transport {
 
   std::shared_ptr<LoopbackFabric::State> state_;
   const int rank_;
+  std::atomic<uint64_t> bytesSent_{0};
 };
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <sys/timerfd.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <cstring>
 #include <thread>
@@ -38,6 +39,7 @@ class TcpTransport final : public Transport {
   const TransportOptions& options() const override { return options_.transport; }
   WorkPtr send(int peer, uint64_t tag, const void* data, size_t bytes) override;
   WorkPtr recv(int peer, uint64_t tag, void* data, size_t bytes) override;
+  uint64_t bytesSent() const override { return bytesSent_.load(std::memory_order_relaxed); }
 
  private:
   struct Submission {
@@ -81,6 +83,7 @@ class TcpTransport final : public Transport {
   bool stop_ = false;
   bool drained_ = false;
 
+  std::atomic<uint64_t> bytesSent_{0};
   std::thread thread_;
 };
 
@@ -171,6 +174,7 @@ WorkPtr TcpTransport::send(int peer, uint64_t tag, const void* data, size_t byte
     work->complete();
     return work;
   }
+  bytesSent_.fetch_add(bytes + tcp::kFrameHeaderBytes, std::memory_order_relaxed);
   OutFrame frame;
   tcp::encodeFrameHeader({tcp::FrameType::kData, tag, bytes}, frame.header);
   frame.data = static_cast<const uint8_t*>(data);
