@@ -1,0 +1,40 @@
+// Portable pseudo-random helpers for the data pipeline. The standard library's distributions
+// (std::uniform_int_distribution, std::shuffle) are implementation-defined, so a permutation or
+// a synthetic batch built with them could differ between libstdc++ and libc++; everything here
+// is fully specified so that the same seed gives the same data on every platform and compiler.
+#pragma once
+
+#include <cstdint>
+#include <random>
+
+namespace gradsync::data {
+
+// SplitMix64 finaliser (Steele, Lea, Flood 2014): a bijective 64-bit mix, used to turn
+// (seed, epoch) or (seed, sample) pairs into well-spread generator seeds.
+inline uint64_t splitMix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+// Combines two 64-bit values into one seed; not symmetric, so (a, b) and (b, a) differ.
+inline uint64_t mixSeed(uint64_t a, uint64_t b) {
+  return splitMix64(splitMix64(a) ^ b);
+}
+
+// Uniform integer in [0, bound) by rejection (no modulo bias), bound >= 1. Draws from the
+// engine until a value at or above 2^64 mod bound appears, then reduces it modulo bound.
+inline uint64_t uniformBelow(std::mt19937_64& engine, uint64_t bound) {
+  const uint64_t threshold = (0 - bound) % bound;
+  uint64_t r = engine();
+  while (r < threshold) r = engine();
+  return r % bound;
+}
+
+// Uniform float in [0, 1) from the top 24 bits of a 64-bit value (exactly representable).
+inline float unitFloat(uint64_t bits) {
+  return static_cast<float>(bits >> 40) * (1.0f / 16777216.0f);
+}
+
+}  // namespace gradsync::data

@@ -1,0 +1,65 @@
+// Which samples each rank trains on: a distributed sampler with the semantics of PyTorch's
+// DistributedSampler(drop_last=True) plus one extra guarantee, equivalence with one worker.
+//
+// Every epoch has one permutation of [0, datasetSize), derived only from (seed, epoch), never
+// from the rank or the world size. Global batch t of the epoch is
+// permutation[t*W*B, (t+1)*W*B) for W ranks of local batch B, and rank r gets the elements at
+// positions r, r+W, r+2W, ... of it. Hence the W local batches of step t, interleaved
+// (global[k] = local[k % W][k / W]), are exactly the batch a single worker with batch W*B gets
+// at step t: a run on W ranks sees the same data in the same steps as a run on one.
+//
+// The final incomplete global batch is dropped, so every rank runs exactly stepsPerEpoch()
+// steps; a rank with one step more would wait forever in a collective.
+//
+// The permutation is a Fisher-Yates shuffle driven by std::mt19937_64 (whose output the
+// standard fixes) with our own unbiased bounded draw, so it is the same on every platform.
+//
+// Thread safety: all methods are const and may be called concurrently; the permutation of the
+// most recent epoch is cached behind a mutex (built once per epoch, O(datasetSize)).
+// Movable, not copyable; a moved-from sampler may only be destroyed or assigned to.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+namespace gradsync {
+
+// The permutation of [0, size) for (seed, epoch): the reference the sampler slices.
+std::vector<size_t> epochPermutation(size_t size, uint64_t seed, int64_t epoch);
+
+class DistributedSampler {
+ public:
+  // Throws ConfigError when localBatch is 0, worldSize < 1, rank is outside [0, worldSize) or
+  // the dataset is smaller than one global batch (worldSize * localBatch).
+  DistributedSampler(size_t datasetSize, int rank, int worldSize, size_t localBatch, uint64_t seed);
+  DistributedSampler(DistributedSampler&&) noexcept;
+  DistributedSampler& operator=(DistributedSampler&&) noexcept;
+  ~DistributedSampler();
+
+  // datasetSize / (worldSize * localBatch): the same on every rank.
+  size_t stepsPerEpoch() const { return steps_; }
+  size_t globalBatch() const { return localBatch_ * static_cast<size_t>(worldSize_); }
+  size_t localBatch() const { return localBatch_; }
+  int rank() const { return rank_; }
+  int worldSize() const { return worldSize_; }
+
+  // The localBatch dataset indices of this rank at `step` of `epoch` (any epoch value, negative
+  // included). step must be < stepsPerEpoch() (InternalError otherwise).
+  std::vector<size_t> batch(int64_t epoch, size_t step) const;
+
+ private:
+  struct Cache;
+  std::shared_ptr<const std::vector<size_t>> permutation(int64_t epoch) const;
+
+  size_t datasetSize_;
+  int rank_;
+  int worldSize_;
+  size_t localBatch_;
+  uint64_t seed_;
+  size_t steps_;
+  std::unique_ptr<Cache> cache_;
+};
+
+}  // namespace gradsync
