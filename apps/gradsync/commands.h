@@ -1,0 +1,45 @@
+// The subcommands of the gradsync CLI, and what they share: how ranks are run.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "common/env.h"
+#include "gradsync/bootstrap.h"
+#include "gradsync/transport.h"
+
+namespace gradsync {
+
+// Flags shared by every subcommand that runs ranks.
+struct RankFlags {
+  BootstrapFlags bootstrap;
+  int workers = 2;
+  std::string transport = "tcp";
+  std::string bandwidth;
+  std::string latency;
+};
+
+void addRankFlags(CLI::App* app, RankFlags& flags, int defaultWorkers);
+
+// Runs `body` as the ranks of a job, in whichever of three ways fits: as threads over loopback,
+// as this process's rank when a launcher (ours, torchrun-style env, mpirun) started us, or by
+// launching --workers copies of this very command line. Returns the exit code.
+int runRanks(const RankFlags& flags, const Env& env, const std::vector<std::string>& argv,
+             const std::function<int(Transport&)>& body);
+
+// What a subcommand needs from main: the environment, the command line, where to put its exit
+// code. Each add*Command registers its flags and a callback that runs after parsing.
+struct CommandContext {
+  Env env;
+  std::vector<std::string> argv;
+  int exitCode = 0;
+};
+
+void addBenchCommand(CLI::App& app, CommandContext& context);
+void addTrainCommand(CLI::App& app, CommandContext& context);
+void addLaunchCommand(CLI::App& app, CommandContext& context);
+
+}  // namespace gradsync

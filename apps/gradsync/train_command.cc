@@ -1,0 +1,78 @@
+// gradsync train: data-parallel training of a real model (docs/cli.md, docs/trainer.md).
+#include <cstdio>
+
+#include <fmt/format.h>
+
+#include "commands.h"
+#include "gradsync/error.h"
+#include "torch/trainer.h"
+
+namespace gradsync {
+namespace {
+
+struct TrainFlags {
+  TrainOptions options;
+  RankFlags ranks;
+  std::string sync = "ssgd";
+  std::string compress = "none";
+};
+
+// Strategies and compressors of the CLI contract that later work will provide: refused at
+// startup with the reason, never silently ignored.
+void refuseUnavailable(const TrainFlags& flags) {
+  if (flags.sync != "ssgd") {
+    throw ConfigError(fmt::format("--sync {} is not available yet", flags.sync),
+                      {.hint = "this build supports --sync ssgd"});
+  }
+  if (flags.compress != "none") {
+    throw ConfigError(fmt::format("--compress {} is not available yet", flags.compress),
+                      {.hint = "this build supports --compress none"});
+  }
+}
+
+void printSummary(const TrainOptions& options, int workers, const TrainResult& result) {
+  const StepProfile& p = result.perStep;
+  std::printf("gradsync train: %s on %s, %d workers, %s, %lld steps in %.1f s: "
+              "test accuracy %.2f%%, %.0f samples/s, step %.1f ms (compute %.1f, exposed "
+              "communication %.1f), %.2f MB sent per step\n",
+              options.model.c_str(), options.dataset.c_str(), workers, options.schedule.c_str(),
+              static_cast<long long>(result.steps), result.seconds,
+              100 * result.finalTestAccuracy, result.samplesPerSecond, p.stepMs, p.computeMs,
+              p.exposedCommMs, p.bytesSent / 1e6);
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+void addTrainCommand(CLI::App& app, CommandContext& context) {
+  auto flags = std::make_shared<TrainFlags>();
+  TrainOptions& o = flags->options;
+  CLI::App* train = app.add_subcommand("train", "data-parallel training of a model");
+  addRankFlags(train, flags->ranks, 2);
+  train->add_option("--model", o.model, "mlp | cnn | resnet20 | vgg11")->capture_default_str();
+  train->add_option("--dataset", o.dataset, "fashion-mnist | synthetic")->capture_default_str();
+  train->add_option("--data-dir", o.dataDir, "Fashion-MNIST files")->capture_default_str();
+  train->add_option("--epochs", o.epochs, "passes over the training set")->capture_default_str();
+  train->add_option("--steps", o.steps, "stop after this many steps (overrides --epochs)");
+  train->add_option("--batch-size", o.batchSize, "per worker")->capture_default_str();
+  train->add_option("--lr", o.lr, "learning rate")->capture_default_str();
+  train->add_option("--momentum", o.momentum, "SGD momentum")->capture_default_str();
+  train->add_option("--seed", o.seed, "initialisation and data order")->capture_default_str();
+  train->add_option("--threads", o.threads, "torch threads per rank")->capture_default_str();
+  train->add_option("--schedule", o.schedule, "fifo | wfbp | fusion:MB")->capture_default_str();
+  train->add_option("--sync", flags->sync, "synchronisation strategy")->capture_default_str();
+  train->add_option("--compress", flags->compress, "gradient compression")->capture_default_str();
+  train->add_option("--metrics", o.metricsPath, "write metrics as JSON");
+  train->add_flag("--quiet", o.quiet, "no progress display");
+  train->callback([flags, &context] {
+    refuseUnavailable(*flags);
+    validateTrainOptions(flags->options);
+    context.exitCode = runRanks(flags->ranks, context.env, context.argv, [&](Transport& t) {
+      TrainResult result = runTraining(t, flags->options);
+      if (t.rank() == 0) printSummary(flags->options, t.size(), result);
+      return 0;
+    });
+  });
+}
+
+}  // namespace gradsync

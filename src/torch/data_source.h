@@ -1,0 +1,29 @@
+// The training and test sets of a run, behind one interface: Fashion-MNIST from Debian's files,
+// or synthetic samples for benchmarks. Torch-free: batches are gathered into caller-owned float
+// and int64 buffers that the trainer wraps in tensors without copying.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+namespace gradsync {
+
+class DataSource {
+ public:
+  virtual ~DataSource() = default;
+  virtual size_t trainSize() const = 0;
+  virtual size_t testSize() const = 0;
+  virtual size_t sampleElements() const = 0;  // floats per sample (1 x 28 x 28)
+  // Gathers the samples at `indices` (train or test set) into inputs/labels.
+  virtual void batch(bool train, std::span<const size_t> indices, std::span<float> inputs,
+                     std::span<int64_t> labels) const = 0;
+};
+
+// "fashion-mnist" (read from dataDir; DataError if missing or corrupt) or "synthetic" (random
+// 1x28x28 inputs and labels, syntheticSamples of them). ConfigError for another name.
+std::unique_ptr<DataSource> openDataSource(const std::string& name, const std::string& dataDir,
+                                           size_t syntheticSamples, uint64_t seed);
+
+}  // namespace gradsync

@@ -1,0 +1,43 @@
+// A model trained data-parallel: an autograd hook on every parameter copies its gradient into
+// the GradientEngine as soon as backward produces it, so communication overlaps the rest of
+// backward (per the schedule); synchronizeGradients() then writes the averages into .grad.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <memory>
+
+#include "gradsync/transport.h"
+#include "sync/gradient_engine.h"
+#include "torch/models.h"
+
+namespace gradsync {
+
+class DistributedModel {
+ public:
+  // Registers the hooks. Every rank must construct it with the same model and schedule.
+  DistributedModel(std::shared_ptr<Model> model, Transport& transport, const ScheduleSpec& schedule);
+
+  Model& model() { return *model_; }
+  std::vector<torch::Tensor> parameters() const { return parameters_; }
+
+  // Makes every rank's parameters and buffers equal to rank 0's (call once before training).
+  void broadcastState();
+  // Waits for this step's gradients to be averaged and writes them into each parameter's .grad.
+  // Rethrows communication errors.
+  void synchronizeGradients();
+  // Averages BatchNorm running statistics across ranks, so evaluation and checkpoints see one
+  // model (each rank normalises with its own batch statistics while training, as DDP does
+  // without SyncBatchNorm).
+  void averageBuffers();
+
+  const StepStats& lastStep() const { return engine_->lastStep(); }
+
+ private:
+  std::shared_ptr<Model> model_;
+  Transport& transport_;
+  std::vector<torch::Tensor> parameters_;
+  std::unique_ptr<GradientEngine> engine_;
+};
+
+}  // namespace gradsync

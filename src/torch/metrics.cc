@@ -1,0 +1,58 @@
+#include "torch/metrics.h"
+
+#include <cstdio>
+#include <fstream>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "gradsync/error.h"
+
+namespace gradsync {
+
+void writeMetrics(const std::string& path, const TrainOptions& options, int workers,
+                  const TrainResult& result) {
+  nlohmann::json config = {{"model", options.model},       {"dataset", options.dataset},
+                           {"workers", workers},           {"batch_size", options.batchSize},
+                           {"global_batch", options.batchSize * static_cast<size_t>(workers)},
+                           {"epochs", options.epochs},     {"steps", options.steps},
+                           {"lr", options.lr},             {"momentum", options.momentum},
+                           {"seed", options.seed},         {"threads", options.threads},
+                           {"sync", "ssgd"},               {"compress", "none"},
+                           {"schedule", options.schedule}};
+  nlohmann::json epochs = nlohmann::json::array();
+  for (const EpochRecord& e : result.epochs) {
+    epochs.push_back({{"epoch", e.epoch},
+                      {"train_loss", e.trainLoss},
+                      {"test_accuracy", e.testAccuracy},
+                      {"seconds", e.seconds},
+                      {"samples_per_s", e.samplesPerSecond}});
+  }
+  const StepProfile& p = result.perStep;
+  nlohmann::json doc = {
+      {"config", config},
+      {"epochs", epochs},
+      {"summary",
+       {{"steps", result.steps},
+        {"seconds", result.seconds},
+        {"samples_per_s", result.samplesPerSecond},
+        {"final_test_accuracy", result.finalTestAccuracy}}},
+      {"per_step",
+       {{"step_ms", p.stepMs},
+        {"compute_ms", p.computeMs},
+        {"comm_ms", p.commMs},
+        {"exposed_comm_ms", p.exposedCommMs},
+        {"optimizer_ms", p.optimizerMs},
+        {"bytes_sent", p.bytesSent}}}};
+  std::string temporary = path + ".tmp";
+  {
+    std::ofstream out(temporary);
+    if (!out) throw ConfigError(fmt::format("cannot write the metrics file '{}'", path));
+    out << doc.dump(2) << "\n";
+  }
+  if (std::rename(temporary.c_str(), path.c_str()) != 0) {
+    throw ConfigError(fmt::format("cannot write the metrics file '{}'", path));
+  }
+}
+
+}  // namespace gradsync

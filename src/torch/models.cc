@@ -1,0 +1,160 @@
+#include "torch/models.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "gradsync/error.h"
+
+namespace gradsync {
+namespace {
+
+namespace nn = torch::nn;
+
+// 784-512-512-10 with ReLU.
+class Mlp final : public Model {
+ public:
+  Mlp() {
+    fc1_ = register_module("fc1", nn::Linear(784, 512));
+    fc2_ = register_module("fc2", nn::Linear(512, 512));
+    fc3_ = register_module("fc3", nn::Linear(512, 10));
+  }
+  torch::Tensor forward(const torch::Tensor& x) override {
+    auto h = torch::relu(fc1_->forward(x.flatten(1)));
+    h = torch::relu(fc2_->forward(h));
+    return fc3_->forward(h);
+  }
+
+ private:
+  nn::Linear fc1_{nullptr}, fc2_{nullptr}, fc3_{nullptr};
+};
+
+// conv 1->32 k5 p2, ReLU, pool 2; conv 32->64 k5 p2, ReLU, pool 2; fc 3136->512, ReLU; fc 512->10.
+class Cnn final : public Model {
+ public:
+  Cnn() {
+    conv1_ = register_module("conv1", nn::Conv2d(nn::Conv2dOptions(1, 32, 5).padding(2)));
+    conv2_ = register_module("conv2", nn::Conv2d(nn::Conv2dOptions(32, 64, 5).padding(2)));
+    fc1_ = register_module("fc1", nn::Linear(3136, 512));
+    fc2_ = register_module("fc2", nn::Linear(512, 10));
+  }
+  torch::Tensor forward(const torch::Tensor& x) override {
+    auto h = torch::max_pool2d(torch::relu(conv1_->forward(x)), 2);
+    h = torch::max_pool2d(torch::relu(conv2_->forward(h)), 2);
+    h = torch::relu(fc1_->forward(h.flatten(1)));
+    return fc2_->forward(h);
+  }
+
+ private:
+  nn::Conv2d conv1_{nullptr}, conv2_{nullptr};
+  nn::Linear fc1_{nullptr}, fc2_{nullptr};
+};
+
+nn::Conv2d conv3x3(int64_t in, int64_t out, int64_t stride) {
+  return nn::Conv2d(nn::Conv2dOptions(in, out, 3).stride(stride).padding(1).bias(false));
+}
+
+// He et al.'s basic block; a 1x1 conv + BN shortcut where the shape changes (option B).
+class BasicBlock : public nn::Module {
+ public:
+  BasicBlock(int64_t in, int64_t out, int64_t stride) {
+    conv1_ = register_module("conv1", conv3x3(in, out, stride));
+    bn1_ = register_module("bn1", nn::BatchNorm2d(out));
+    conv2_ = register_module("conv2", conv3x3(out, out, 1));
+    bn2_ = register_module("bn2", nn::BatchNorm2d(out));
+    if (stride != 1 || in != out) {
+      shortcut_ = register_module(
+          "shortcut", nn::Sequential(nn::Conv2d(nn::Conv2dOptions(in, out, 1).stride(stride).bias(false)),
+                                     nn::BatchNorm2d(out)));
+    }
+  }
+  torch::Tensor forward(const torch::Tensor& x) {
+    auto h = torch::relu(bn1_->forward(conv1_->forward(x)));
+    h = bn2_->forward(conv2_->forward(h));
+    return torch::relu(h + (shortcut_ ? shortcut_->forward(x) : x));
+  }
+
+ private:
+  nn::Conv2d conv1_{nullptr}, conv2_{nullptr};
+  nn::BatchNorm2d bn1_{nullptr}, bn2_{nullptr};
+  nn::Sequential shortcut_{nullptr};
+};
+
+class ResNet20 final : public Model {
+ public:
+  ResNet20() {
+    stem_ = register_module("conv1", conv3x3(1, 16, 1));
+    bn_ = register_module("bn1", nn::BatchNorm2d(16));
+    int64_t in = 16;
+    for (int stage = 0; stage < 3; ++stage) {
+      int64_t out = 16 << stage;
+      for (int block = 0; block < 3; ++block) {
+        int64_t stride = stage > 0 && block == 0 ? 2 : 1;
+        blocks_.push_back(register_module(fmt::format("layer{}.{}", stage + 1, block),
+                                          std::make_shared<BasicBlock>(in, out, stride)));
+        in = out;
+      }
+    }
+    fc_ = register_module("fc", nn::Linear(64, 10));
+  }
+  torch::Tensor forward(const torch::Tensor& x) override {
+    auto h = torch::relu(bn_->forward(stem_->forward(x)));
+    for (auto& block : blocks_) h = block->forward(h);
+    h = torch::adaptive_avg_pool2d(h, 1).flatten(1);
+    return fc_->forward(h);
+  }
+
+ private:
+  nn::Conv2d stem_{nullptr};
+  nn::BatchNorm2d bn_{nullptr};
+  std::vector<std::shared_ptr<BasicBlock>> blocks_;
+  nn::Linear fc_{nullptr};
+};
+
+// VGG-11 with BatchNorm; 3 max-pools for 28x28 (28->14->7->3), global average pool, 512-512-10.
+class Vgg11 final : public Model {
+ public:
+  Vgg11() {
+    const int64_t kPool = -1;
+    const int64_t plan[] = {64, kPool, 128, kPool, 256, 256, kPool, 512, 512, 512, 512};
+    int64_t in = 1;
+    for (int64_t v : plan) {
+      if (v == kPool) {
+        features_->push_back(nn::MaxPool2d(2));
+        continue;
+      }
+      features_->push_back(nn::Conv2d(nn::Conv2dOptions(in, v, 3).padding(1)));
+      features_->push_back(nn::BatchNorm2d(v));
+      features_->push_back(nn::ReLU());
+      in = v;
+    }
+    register_module("features", features_);
+    fc1_ = register_module("classifier.0", nn::Linear(512, 512));
+    fc2_ = register_module("classifier.2", nn::Linear(512, 10));
+  }
+  torch::Tensor forward(const torch::Tensor& x) override {
+    auto h = torch::adaptive_avg_pool2d(features_->forward(x), 1).flatten(1);
+    return fc2_->forward(torch::relu(fc1_->forward(h)));
+  }
+
+ private:
+  nn::Sequential features_;
+  nn::Linear fc1_{nullptr}, fc2_{nullptr};
+};
+
+}  // namespace
+
+const std::vector<std::string>& modelNames() {
+  static const std::vector<std::string> kNames = {"mlp", "cnn", "resnet20", "vgg11"};
+  return kNames;
+}
+
+std::shared_ptr<Model> makeModel(const std::string& name) {
+  if (name == "mlp") return std::make_shared<Mlp>();
+  if (name == "cnn") return std::make_shared<Cnn>();
+  if (name == "resnet20") return std::make_shared<ResNet20>();
+  if (name == "vgg11") return std::make_shared<Vgg11>();
+  throw ConfigError(fmt::format("unknown model '{}'", name),
+                    {.hint = fmt::format("choose one of {}", fmt::join(modelNames(), ", "))});
+}
+
+}  // namespace gradsync

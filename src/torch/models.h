@@ -1,0 +1,23 @@
+// The models of `gradsync train --model`, defined exactly as docs/models.md (and
+// benchmarks/peers/ddp_models.py, for side-by-side runs with PyTorch DDP). Input 1x28x28,
+// 10 classes.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace gradsync {
+
+class Model : public torch::nn::Module {
+ public:
+  virtual torch::Tensor forward(const torch::Tensor& x) = 0;
+};
+
+// mlp, cnn, resnet20, vgg11. Throws ConfigError listing the valid names.
+std::shared_ptr<Model> makeModel(const std::string& name);
+const std::vector<std::string>& modelNames();
+
+}  // namespace gradsync

@@ -1,0 +1,196 @@
+// The training loop: data-parallel SGD with momentum, gradients averaged by DistributedModel.
+#include "torch/trainer.h"
+
+#include <chrono>
+#include <cstdio>
+
+#include <fmt/format.h>
+
+#include "data/sampler.h"
+#include "gradsync/collectives.h"
+#include "gradsync/error.h"
+#include "schedule/schedule.h"
+#include "torch/data_source.h"
+#include "torch/distributed_model.h"
+#include "torch/metrics.h"
+#include "torch/progress.h"
+
+namespace gradsync {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// Collectives of the training thread (loss and accuracy sums) use their own tag.
+const CollectiveOptions kTrainerTag{.tag = 2};
+
+class Trainer {
+ public:
+  Trainer(Transport& transport, const TrainOptions& options)
+      : transport_(transport), options_(options),
+        data_(openDataSource(options.dataset, options.dataDir, options.syntheticSamples,
+                             options.seed)),
+        sampler_(data_->trainSize(), transport.rank(), transport.size(), options.batchSize,
+                 options.seed),
+        model_(makeSeededModel(options), transport, ScheduleSpec::parse(options.schedule)),
+        optimizer_(model_.parameters(),
+                   torch::optim::SGDOptions(options.lr).momentum(options.momentum)),
+        inputs_(options.batchSize * data_->sampleElements()), labels_(options.batchSize) {
+    model_.broadcastState();
+  }
+
+  TrainResult run();
+
+ private:
+  static std::shared_ptr<Model> makeSeededModel(const TrainOptions& options) {
+    torch::manual_seed(static_cast<uint64_t>(options.seed));
+    return makeModel(options.model);
+  }
+
+  int64_t totalSteps() const {
+    int64_t perEpoch = static_cast<int64_t>(sampler_.stepsPerEpoch());
+    return options_.steps > 0 ? options_.steps : perEpoch * options_.epochs;
+  }
+
+  float trainStep(int64_t epoch, size_t step);
+  double evaluate();
+  double globalMean(double localSum, double localCount);
+
+  Transport& transport_;
+  const TrainOptions options_;
+  std::unique_ptr<DataSource> data_;
+  DistributedSampler sampler_;
+  DistributedModel model_;
+  torch::optim::SGD optimizer_;
+  std::vector<float> inputs_;
+  std::vector<int64_t> labels_;
+  StepProfile sums_;  // accumulated, divided by the step count at the end
+};
+
+float Trainer::trainStep(int64_t epoch, size_t step) {
+  auto start = Clock::now();
+  std::vector<size_t> indices = sampler_.batch(epoch, step);
+  data_->batch(true, indices, inputs_, labels_);
+  auto batch = static_cast<int64_t>(indices.size());
+  torch::Tensor x = torch::from_blob(inputs_.data(), {batch, 1, 28, 28});
+  torch::Tensor y = torch::from_blob(labels_.data(), {batch}, torch::kLong);
+  model_.model().train();
+  optimizer_.zero_grad();
+  torch::Tensor loss = torch::nn::functional::cross_entropy(model_.model().forward(x), y);
+  loss.backward();
+  auto computed = Clock::now();
+  model_.synchronizeGradients();
+  auto synchronized = Clock::now();
+  optimizer_.step();
+  const StepStats& stats = model_.lastStep();
+  sums_.computeMs += std::chrono::duration<double, std::milli>(computed - start).count();
+  sums_.exposedCommMs += std::chrono::duration<double, std::milli>(synchronized - computed).count();
+  sums_.optimizerMs += since(synchronized) * 1e3;
+  sums_.commMs += stats.commSeconds * 1e3;
+  sums_.bytesSent += static_cast<double>(stats.bytesSent);
+  sums_.stepMs += since(start) * 1e3;
+  return loss.item<float>();
+}
+
+double Trainer::globalMean(double localSum, double localCount) {
+  std::vector<float> sums = {static_cast<float>(localSum), static_cast<float>(localCount)};
+  allreduce(transport_, sums, ReduceOp::kSum, kTrainerTag);
+  return sums[1] > 0 ? sums[0] / sums[1] : 0.0;
+}
+
+// Each rank evaluates every size()-th test sample; the counts are summed across ranks.
+double Trainer::evaluate() {
+  model_.averageBuffers();
+  torch::NoGradGuard noGrad;
+  model_.model().eval();
+  constexpr size_t kBatch = 500;
+  size_t correct = 0;
+  size_t seen = 0;
+  std::vector<size_t> indices;
+  std::vector<float> inputs(kBatch * data_->sampleElements());
+  std::vector<int64_t> labels(kBatch);
+  for (size_t i = transport_.rank(); i < data_->testSize(); i += transport_.size()) {
+    indices.push_back(i);
+    if (indices.size() < kBatch && i + transport_.size() < data_->testSize()) continue;
+    data_->batch(false, indices, inputs, labels);
+    auto n = static_cast<int64_t>(indices.size());
+    torch::Tensor logits = model_.model().forward(torch::from_blob(inputs.data(), {n, 1, 28, 28}));
+    torch::Tensor truth = torch::from_blob(labels.data(), {n}, torch::kLong);
+    correct += static_cast<size_t>(logits.argmax(1).eq(truth).sum().item<int64_t>());
+    seen += indices.size();
+    indices.clear();
+  }
+  return globalMean(static_cast<double>(correct), static_cast<double>(seen));
+}
+
+TrainResult Trainer::run() {
+  TrainResult result;
+  const int64_t total = totalSteps();
+  const auto perEpoch = static_cast<int64_t>(sampler_.stepsPerEpoch());
+  const int epochs = static_cast<int>((total + perEpoch - 1) / perEpoch);
+  const double globalBatch = static_cast<double>(sampler_.globalBatch());
+  Progress progress(transport_.rank() == 0 && !options_.quiet, total, epochs);
+  int64_t step = 0;
+  for (int epoch = 0; epoch < epochs; ++epoch) {
+    auto epochStart = Clock::now();
+    double lossSum = 0;
+    int64_t epochSteps = std::min(perEpoch, total - step);
+    for (int64_t s = 0; s < epochSteps; ++s, ++step) {
+      float loss = trainStep(epoch, static_cast<size_t>(s));
+      result.losses.push_back(loss);
+      lossSum += loss;
+      double rate = globalBatch * static_cast<double>(step + 1) / (result.seconds + since(epochStart));
+      progress.step(step + 1, epoch + 1, s + 1, perEpoch, loss, rate);
+    }
+    EpochRecord record;
+    record.epoch = epoch + 1;
+    record.seconds = since(epochStart);
+    record.samplesPerSecond = globalBatch * static_cast<double>(epochSteps) / record.seconds;
+    result.seconds += record.seconds;
+    record.trainLoss = globalMean(lossSum, static_cast<double>(epochSteps));
+    record.testAccuracy = evaluate();
+    progress.line(fmt::format("epoch {}/{}: train loss {:.4f}, test accuracy {:.2f}%, {:.0f} samples/s",
+                              record.epoch, epochs, record.trainLoss, 100 * record.testAccuracy,
+                              record.samplesPerSecond));
+    result.epochs.push_back(record);
+  }
+  result.steps = step;
+  result.samplesPerSecond = globalBatch * static_cast<double>(step) / result.seconds;
+  result.finalTestAccuracy = result.epochs.empty() ? 0 : result.epochs.back().testAccuracy;
+  double n = static_cast<double>(std::max<int64_t>(step, 1));
+  result.perStep = {sums_.computeMs / n, sums_.commMs / n,      sums_.exposedCommMs / n,
+                    sums_.optimizerMs / n, sums_.stepMs / n, sums_.bytesSent / n};
+  return result;
+}
+
+}  // namespace
+
+void validateTrainOptions(const TrainOptions& options) {
+  makeModel(options.model);  // throws with the valid names
+  ScheduleSpec::parse(options.schedule);
+  if (options.dataset != "fashion-mnist" && options.dataset != "synthetic") {
+    throw ConfigError(fmt::format("unknown dataset '{}'", options.dataset),
+                      {.hint = "choose fashion-mnist or synthetic"});
+  }
+  if (options.batchSize == 0) throw ConfigError("--batch-size must be at least 1");
+  if (options.epochs < 1 && options.steps <= 0) throw ConfigError("--epochs must be at least 1");
+  if (options.threads < 1) throw ConfigError("--threads must be at least 1");
+  if (options.lr <= 0) throw ConfigError("--lr must be positive");
+  if (options.momentum < 0 || options.momentum >= 1) throw ConfigError("--momentum must be in [0, 1)");
+}
+
+TrainResult runTraining(Transport& transport, const TrainOptions& options) {
+  validateTrainOptions(options);
+  torch::set_num_threads(options.threads);
+  Trainer trainer(transport, options);
+  TrainResult result = trainer.run();
+  if (transport.rank() == 0 && !options.metricsPath.empty()) {
+    writeMetrics(options.metricsPath, options, transport.size(), result);
+  }
+  return result;
+}
+
+}  // namespace gradsync
