@@ -35,7 +35,6 @@ GradientEngine::GradientEngine(Transport& transport, const std::vector<TensorInf
       ready_(tensors.size(), false),
       warnedUnused_(tensors.size(), false) {
   resetStep();
-  bytesAtStepStart_ = transport_.bytesSent();
   thread_ = std::thread([this, rank = transport.rank()] {
     setThreadLogRank(rank);
     communicate();
@@ -78,6 +77,7 @@ void GradientEngine::communicate() {
     const CommUnit& unit = layout_.units[nextUnit_];
     lock.unlock();
     auto start = std::chrono::steady_clock::now();
+    uint64_t bytesBefore = transport_.bytesSent();
     std::exception_ptr error;
     try {
       allreduce(transport_, {flat_.data() + unit.offset, unit.elements}, ReduceOp::kAverage);
@@ -85,8 +85,10 @@ void GradientEngine::communicate() {
       error = std::current_exception();
     }
     double seconds = secondsSince(start);
+    uint64_t bytes = transport_.bytesSent() - bytesBefore;
     lock.lock();
     commSeconds_ += seconds;
+    bytesSent_ += bytes;
     error_ = error;
     ++nextUnit_;
     ++unitsDone_;
@@ -121,9 +123,7 @@ void GradientEngine::finishStep() {
     throw InternalError("gradient communication did not finish", {.rank = transport_.rank()});
   lastStep_.commSeconds = commSeconds_;
   lastStep_.exposedSeconds = secondsSince(start);
-  uint64_t bytes = transport_.bytesSent();
-  lastStep_.bytesSent = bytes - bytesAtStepStart_;
-  bytesAtStepStart_ = bytes;
+  lastStep_.bytesSent = bytesSent_;
   resetStep();
 }
 
@@ -137,6 +137,7 @@ void GradientEngine::resetStep() {
   unitsDone_ = 0;
   backwardDone_ = false;
   commSeconds_ = 0;
+  bytesSent_ = 0;
 }
 
 }  // namespace gradsync

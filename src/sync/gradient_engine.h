@@ -32,7 +32,7 @@ struct TensorInfo {
 struct StepStats {
   double commSeconds = 0;     // time the communication thread spent in collectives
   double exposedSeconds = 0;  // time finishStep blocked the training thread (not overlapped)
-  uint64_t bytesSent = 0;     // bytes this rank put on the network during the step
+  uint64_t bytesSent = 0;     // bytes this rank put on the network for the step's gradients
 };
 
 class GradientEngine {
@@ -75,10 +75,10 @@ class GradientEngine {
   bool stop_ = false;
   std::exception_ptr error_;
   double commSeconds_ = 0;
+  uint64_t bytesSent_ = 0;  // by this step's collectives only
   std::vector<bool> warnedUnused_;
 
   StepStats lastStep_;
-  uint64_t bytesAtStepStart_ = 0;
   std::thread thread_;
 };
 

@@ -41,7 +41,8 @@ DistributedModel::DistributedModel(std::shared_ptr<Model> model, Transport& tran
 
 void DistributedModel::broadcastState() {
   torch::NoGradGuard noGrad;
-  for (auto& parameter : model_->parameters()) broadcast(transport_, floats(parameter), 0, kStateTag);
+  for (auto& parameter : model_->parameters())
+    broadcast(transport_, floats(parameter), 0, kStateTag);
   for (auto& buffer : model_->buffers()) {
     if (buffer.scalar_type() == torch::kFloat) broadcast(transport_, floats(buffer), 0, kStateTag);
   }
@@ -65,7 +66,8 @@ void DistributedModel::averageBuffers() {
   torch::NoGradGuard noGrad;
   for (auto& buffer : model_->buffers()) {
     // running_mean/var are floats; num_batches_tracked (int64) is the same on every rank.
-    if (buffer.scalar_type() == torch::kFloat) allreduce(transport_, floats(buffer), ReduceOp::kAverage, kStateTag);
+    if (buffer.scalar_type() == torch::kFloat)
+      allreduce(transport_, floats(buffer), ReduceOp::kAverage, kStateTag);
   }
 }
 

@@ -16,7 +16,8 @@ namespace gradsync {
 class DistributedModel {
  public:
   // Registers the hooks. Every rank must construct it with the same model and schedule.
-  DistributedModel(std::shared_ptr<Model> model, Transport& transport, const ScheduleSpec& schedule);
+  DistributedModel(std::shared_ptr<Model> model, Transport& transport,
+                   const ScheduleSpec& schedule);
 
   Model& model() { return *model_; }
   std::vector<torch::Tensor> parameters() const { return parameters_; }

@@ -12,13 +12,19 @@ namespace gradsync {
 
 void writeMetrics(const std::string& path, const TrainOptions& options, int workers,
                   const TrainResult& result) {
-  nlohmann::json config = {{"model", options.model},       {"dataset", options.dataset},
-                           {"workers", workers},           {"batch_size", options.batchSize},
+  nlohmann::json config = {{"model", options.model},
+                           {"dataset", options.dataset},
+                           {"workers", workers},
+                           {"batch_size", options.batchSize},
                            {"global_batch", options.batchSize * static_cast<size_t>(workers)},
-                           {"epochs", options.epochs},     {"steps", options.steps},
-                           {"lr", options.lr},             {"momentum", options.momentum},
-                           {"seed", options.seed},         {"threads", options.threads},
-                           {"sync", "ssgd"},               {"compress", "none"},
+                           {"epochs", options.epochs},
+                           {"steps", options.steps},
+                           {"lr", options.lr},
+                           {"momentum", options.momentum},
+                           {"seed", options.seed},
+                           {"threads", options.threads},
+                           {"sync", "ssgd"},
+                           {"compress", "none"},
                            {"schedule", options.schedule}};
   nlohmann::json epochs = nlohmann::json::array();
   for (const EpochRecord& e : result.epochs) {
@@ -29,21 +35,20 @@ void writeMetrics(const std::string& path, const TrainOptions& options, int work
                       {"samples_per_s", e.samplesPerSecond}});
   }
   const StepProfile& p = result.perStep;
-  nlohmann::json doc = {
-      {"config", config},
-      {"epochs", epochs},
-      {"summary",
-       {{"steps", result.steps},
-        {"seconds", result.seconds},
-        {"samples_per_s", result.samplesPerSecond},
-        {"final_test_accuracy", result.finalTestAccuracy}}},
-      {"per_step",
-       {{"step_ms", p.stepMs},
-        {"compute_ms", p.computeMs},
-        {"comm_ms", p.commMs},
-        {"exposed_comm_ms", p.exposedCommMs},
-        {"optimizer_ms", p.optimizerMs},
-        {"bytes_sent", p.bytesSent}}}};
+  nlohmann::json doc = {{"config", config},
+                        {"epochs", epochs},
+                        {"summary",
+                         {{"steps", result.steps},
+                          {"seconds", result.seconds},
+                          {"samples_per_s", result.samplesPerSecond},
+                          {"final_test_accuracy", result.finalTestAccuracy}}},
+                        {"per_step",
+                         {{"step_ms", p.stepMs},
+                          {"compute_ms", p.computeMs},
+                          {"comm_ms", p.commMs},
+                          {"exposed_comm_ms", p.exposedCommMs},
+                          {"optimizer_ms", p.optimizerMs},
+                          {"bytes_sent", p.bytesSent}}}};
   std::string temporary = path + ".tmp";
   {
     std::ofstream out(temporary);

@@ -1,9 +1,13 @@
 #include "torch/models.h"
 
+#include <ATen/CPUGeneratorImpl.h>
 #include <fmt/format.h>
+
 #include <fmt/ranges.h>
+#include <cmath>
 
 #include "gradsync/error.h"
+#include "torch/trainer.h"
 
 namespace gradsync {
 namespace {
@@ -63,8 +67,9 @@ class BasicBlock : public nn::Module {
     bn2_ = register_module("bn2", nn::BatchNorm2d(out));
     if (stride != 1 || in != out) {
       shortcut_ = register_module(
-          "shortcut", nn::Sequential(nn::Conv2d(nn::Conv2dOptions(in, out, 1).stride(stride).bias(false)),
-                                     nn::BatchNorm2d(out)));
+          "shortcut",
+          nn::Sequential(nn::Conv2d(nn::Conv2dOptions(in, out, 1).stride(stride).bias(false)),
+                         nn::BatchNorm2d(out)));
     }
   }
   torch::Tensor forward(const torch::Tensor& x) {
@@ -87,19 +92,22 @@ class ResNet20 final : public Model {
     int64_t in = 16;
     for (int stage = 0; stage < 3; ++stage) {
       int64_t out = 16 << stage;
+      nn::ModuleList layer;  // children named 0, 1, 2: parameters layerS.B.conv1.weight, ...
       for (int block = 0; block < 3; ++block) {
         int64_t stride = stage > 0 && block == 0 ? 2 : 1;
-        blocks_.push_back(register_module(fmt::format("layer{}.{}", stage + 1, block),
-                                          std::make_shared<BasicBlock>(in, out, stride)));
+        auto basic = std::make_shared<BasicBlock>(in, out, stride);
+        layer->push_back(basic);
+        blocks_.push_back(basic);
         in = out;
       }
+      register_module(fmt::format("layer{}", stage + 1), layer);
     }
     fc_ = register_module("fc", nn::Linear(64, 10));
   }
   torch::Tensor forward(const torch::Tensor& x) override {
     auto h = torch::relu(bn_->forward(stem_->forward(x)));
     for (auto& block : blocks_) h = block->forward(h);
-    h = torch::adaptive_avg_pool2d(h, 1).flatten(1);
+    h = torch::adaptive_avg_pool2d(h, {1, 1}).flatten(1);
     return fc_->forward(h);
   }
 
@@ -128,20 +136,45 @@ class Vgg11 final : public Model {
       in = v;
     }
     register_module("features", features_);
-    fc1_ = register_module("classifier.0", nn::Linear(512, 512));
-    fc2_ = register_module("classifier.2", nn::Linear(512, 10));
+    // classifier.0 and classifier.2, as torchvision names them.
+    classifier_->push_back(nn::Linear(512, 512));
+    classifier_->push_back(nn::ReLU());
+    classifier_->push_back(nn::Linear(512, 10));
+    register_module("classifier", classifier_);
   }
   torch::Tensor forward(const torch::Tensor& x) override {
-    auto h = torch::adaptive_avg_pool2d(features_->forward(x), 1).flatten(1);
-    return fc2_->forward(torch::relu(fc1_->forward(h)));
+    auto h = torch::adaptive_avg_pool2d(features_->forward(x), {1, 1}).flatten(1);
+    return classifier_->forward(h);
   }
 
  private:
   nn::Sequential features_;
-  nn::Linear fc1_{nullptr}, fc2_{nullptr};
+  nn::Sequential classifier_;
 };
 
 }  // namespace
+
+void initializeParameters(torch::nn::Module& model, uint64_t seed) {
+  torch::NoGradGuard noGrad;
+  auto generator = at::make_generator<at::CPUGeneratorImpl>(seed);
+  for (const auto& module : model.modules(/*include_self=*/false)) {
+    torch::Tensor weight;
+    torch::Tensor bias;
+    if (auto* linear = module->as<nn::Linear>()) {
+      weight = linear->weight;
+      bias = linear->bias;
+    } else if (auto* conv = module->as<nn::Conv2d>()) {
+      weight = conv->weight;
+      bias = conv->bias;
+    } else {
+      continue;
+    }
+    double fanIn = static_cast<double>(weight.numel() / weight.size(0));
+    double bound = 1.0 / std::sqrt(fanIn);
+    weight.uniform_(-bound, bound, generator);
+    if (bias.defined()) bias.uniform_(-bound, bound, generator);
+  }
+}
 
 const std::vector<std::string>& modelNames() {
   static const std::vector<std::string> kNames = {"mlp", "cnn", "resnet20", "vgg11"};
@@ -155,6 +188,21 @@ std::shared_ptr<Model> makeModel(const std::string& name) {
   if (name == "vgg11") return std::make_shared<Vgg11>();
   throw ConfigError(fmt::format("unknown model '{}'", name),
                     {.hint = fmt::format("choose one of {}", fmt::join(modelNames(), ", "))});
+}
+
+std::vector<TensorInfo> describeModel(const std::string& model) {
+  std::vector<TensorInfo> tensors;
+  for (const auto& item : makeModel(model)->named_parameters()) {
+    tensors.push_back({item.key(), static_cast<size_t>(item.value().numel())});
+  }
+  return tensors;
+}
+
+std::vector<int64_t> modelOutputShape(const std::string& model, int64_t batch) {
+  torch::NoGradGuard noGrad;
+  auto instance = makeModel(model);
+  instance->eval();
+  return instance->forward(torch::zeros({batch, 1, 28, 28})).sizes().vec();
 }
 
 }  // namespace gradsync

@@ -16,6 +16,12 @@ class Model : public torch::nn::Module {
   virtual torch::Tensor forward(const torch::Tensor& x) = 0;
 };
 
+// Re-draws every Linear and Conv2d weight and bias from U(-1/sqrt(fan_in), 1/sqrt(fan_in)), the
+// distribution of PyTorch's default initialisation, from a private generator seeded with
+// `seed`: the result depends on the seed alone, never on other threads using torch's global
+// generator (ranks run as threads in tests and the simulator). BatchNorm keeps ones and zeros.
+void initializeParameters(torch::nn::Module& model, uint64_t seed);
+
 // mlp, cnn, resnet20, vgg11. Throws ConfigError listing the valid names.
 std::shared_ptr<Model> makeModel(const std::string& name);
 const std::vector<std::string>& modelNames();

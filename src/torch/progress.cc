@@ -20,8 +20,12 @@ constexpr std::chrono::seconds kLineInterval{10};
 }  // namespace
 
 Progress::Progress(bool enabled, int64_t totalSteps, int epochs)
-    : enabled_(enabled), terminal_(::isatty(STDOUT_FILENO) != 0), totalSteps_(totalSteps),
-      epochs_(epochs), start_(std::chrono::steady_clock::now()), lastPrint_(start_) {}
+    : enabled_(enabled),
+      terminal_(::isatty(STDOUT_FILENO) != 0),
+      totalSteps_(totalSteps),
+      epochs_(epochs),
+      start_(std::chrono::steady_clock::now()),
+      lastPrint_(start_) {}
 
 void Progress::step(int64_t step, int epoch, int64_t stepInEpoch, int64_t stepsPerEpoch,
                     double loss, double samplesPerSecond) {
@@ -34,9 +38,9 @@ void Progress::step(int64_t step, int epoch, int64_t stepInEpoch, int64_t stepsP
   lastPrint_ = now;
   double elapsed = std::chrono::duration<double>(now - start_).count();
   double eta = elapsed / static_cast<double>(step) * static_cast<double>(totalSteps_ - step);
-  std::string text = fmt::format("epoch {}/{} step {}/{}  loss {:.4f}  {:.0f} samples/s  ETA {}",
-                                 epoch, epochs_, stepInEpoch, stepsPerEpoch, loss,
-                                 samplesPerSecond, duration(eta));
+  std::string text =
+      fmt::format("epoch {}/{} step {}/{}  loss {:.4f}  {:.0f} samples/s  ETA {}", epoch, epochs_,
+                  stepInEpoch, stepsPerEpoch, loss, samplesPerSecond, duration(eta));
   if (terminal_) {
     constexpr int kWidth = 24;
     int filled = static_cast<int>(kWidth * step / std::max<int64_t>(totalSteps_, 1));

@@ -30,7 +30,8 @@ const CollectiveOptions kTrainerTag{.tag = 2};
 class Trainer {
  public:
   Trainer(Transport& transport, const TrainOptions& options)
-      : transport_(transport), options_(options),
+      : transport_(transport),
+        options_(options),
         data_(openDataSource(options.dataset, options.dataDir, options.syntheticSamples,
                              options.seed)),
         sampler_(data_->trainSize(), transport.rank(), transport.size(), options.batchSize,
@@ -38,7 +39,8 @@ class Trainer {
         model_(makeSeededModel(options), transport, ScheduleSpec::parse(options.schedule)),
         optimizer_(model_.parameters(),
                    torch::optim::SGDOptions(options.lr).momentum(options.momentum)),
-        inputs_(options.batchSize * data_->sampleElements()), labels_(options.batchSize) {
+        inputs_(options.batchSize * data_->sampleElements()),
+        labels_(options.batchSize) {
     model_.broadcastState();
   }
 
@@ -46,8 +48,9 @@ class Trainer {
 
  private:
   static std::shared_ptr<Model> makeSeededModel(const TrainOptions& options) {
-    torch::manual_seed(static_cast<uint64_t>(options.seed));
-    return makeModel(options.model);
+    std::shared_ptr<Model> model = makeModel(options.model);
+    initializeParameters(*model, options.seed);
+    return model;
   }
 
   int64_t totalSteps() const {
@@ -115,8 +118,9 @@ double Trainer::evaluate() {
   for (size_t i = transport_.rank(); i < data_->testSize(); i += transport_.size()) {
     indices.push_back(i);
     if (indices.size() < kBatch && i + transport_.size() < data_->testSize()) continue;
-    data_->batch(false, indices, inputs, labels);
     auto n = static_cast<int64_t>(indices.size());
+    data_->batch(false, indices, std::span(inputs).first(indices.size() * data_->sampleElements()),
+                 std::span(labels).first(indices.size()));
     torch::Tensor logits = model_.model().forward(torch::from_blob(inputs.data(), {n, 1, 28, 28}));
     torch::Tensor truth = torch::from_blob(labels.data(), {n}, torch::kLong);
     correct += static_cast<size_t>(logits.argmax(1).eq(truth).sum().item<int64_t>());
@@ -142,7 +146,8 @@ TrainResult Trainer::run() {
       float loss = trainStep(epoch, static_cast<size_t>(s));
       result.losses.push_back(loss);
       lossSum += loss;
-      double rate = globalBatch * static_cast<double>(step + 1) / (result.seconds + since(epochStart));
+      double rate =
+          globalBatch * static_cast<double>(step + 1) / (result.seconds + since(epochStart));
       progress.step(step + 1, epoch + 1, s + 1, perEpoch, loss, rate);
     }
     EpochRecord record;
@@ -152,16 +157,20 @@ TrainResult Trainer::run() {
     result.seconds += record.seconds;
     record.trainLoss = globalMean(lossSum, static_cast<double>(epochSteps));
     record.testAccuracy = evaluate();
-    progress.line(fmt::format("epoch {}/{}: train loss {:.4f}, test accuracy {:.2f}%, {:.0f} samples/s",
-                              record.epoch, epochs, record.trainLoss, 100 * record.testAccuracy,
-                              record.samplesPerSecond));
+    progress.line(fmt::format(
+        "epoch {}/{}: train loss {:.4f}, test accuracy {:.2f}%, {:.0f} samples/s", record.epoch,
+        epochs, record.trainLoss, 100 * record.testAccuracy, record.samplesPerSecond));
     result.epochs.push_back(record);
   }
   result.steps = step;
   result.samplesPerSecond = globalBatch * static_cast<double>(step) / result.seconds;
   result.finalTestAccuracy = result.epochs.empty() ? 0 : result.epochs.back().testAccuracy;
   double n = static_cast<double>(std::max<int64_t>(step, 1));
-  result.perStep = {sums_.computeMs / n, sums_.commMs / n,      sums_.exposedCommMs / n,
+  for (const torch::Tensor& p : model_.parameters()) {
+    const float* data = p.data_ptr<float>();
+    result.parameters.insert(result.parameters.end(), data, data + p.numel());
+  }
+  result.perStep = {sums_.computeMs / n,   sums_.commMs / n, sums_.exposedCommMs / n,
                     sums_.optimizerMs / n, sums_.stepMs / n, sums_.bytesSent / n};
   return result;
 }
@@ -179,7 +188,8 @@ void validateTrainOptions(const TrainOptions& options) {
   if (options.epochs < 1 && options.steps <= 0) throw ConfigError("--epochs must be at least 1");
   if (options.threads < 1) throw ConfigError("--threads must be at least 1");
   if (options.lr <= 0) throw ConfigError("--lr must be positive");
-  if (options.momentum < 0 || options.momentum >= 1) throw ConfigError("--momentum must be in [0, 1)");
+  if (options.momentum < 0 || options.momentum >= 1)
+    throw ConfigError("--momentum must be in [0, 1)");
 }
 
 TrainResult runTraining(Transport& transport, const TrainOptions& options) {

@@ -7,53 +7,62 @@
 #include <vector>
 
 #include "gradsync/transport.h"
+#include "sync/gradient_engine.h"
 
 namespace gradsync {
 
 struct TrainOptions {
-  std::string model = "cnn";               // mlp | cnn | resnet20 | vgg11
-  std::string dataset = "fashion-mnist";   // fashion-mnist | synthetic
+  std::string model = "cnn";              // mlp | cnn | resnet20 | vgg11
+  std::string dataset = "fashion-mnist";  // fashion-mnist | synthetic
   std::string dataDir = "/usr/share/datasets/fashion-mnist";
   int epochs = 2;
-  int64_t steps = 0;                       // > 0: stop after this many steps (overrides epochs)
-  size_t batchSize = 64;                   // per worker; the global batch is workers x this
+  int64_t steps = 0;      // > 0: stop after this many steps (overrides epochs)
+  size_t batchSize = 64;  // per worker; the global batch is workers x this
   double lr = 0.05;
   double momentum = 0.9;
   uint64_t seed = 0;
-  int threads = 1;                         // torch intra-op threads per rank
-  std::string schedule = "wfbp";           // fifo | wfbp | fusion:MB
-  size_t syntheticSamples = 16384;         // size of the synthetic training set
-  std::string metricsPath;                 // JSON metrics (rank 0 writes)
-  bool quiet = false;                      // no progress display
+  int threads = 1;                  // torch intra-op threads per rank
+  std::string schedule = "wfbp";    // fifo | wfbp | fusion:MB
+  size_t syntheticSamples = 16384;  // size of the synthetic training set
+  std::string metricsPath;          // JSON metrics (rank 0 writes)
+  bool quiet = false;               // no progress display
 };
 
 struct EpochRecord {
   int epoch = 0;
-  double trainLoss = 0;       // mean over the epoch's steps and ranks
-  double testAccuracy = 0;    // on the whole test set
-  double seconds = 0;         // training time of the epoch (evaluation excluded)
+  double trainLoss = 0;     // mean over the epoch's steps and ranks
+  double testAccuracy = 0;  // on the whole test set
+  double seconds = 0;       // training time of the epoch (evaluation excluded)
   double samplesPerSecond = 0;
 };
 
 // Means per step over the whole run.
 struct StepProfile {
-  double computeMs = 0;       // forward + backward
-  double commMs = 0;          // time the communication thread spent in collectives
-  double exposedCommMs = 0;   // time the training thread waited for communication
+  double computeMs = 0;      // forward + backward
+  double commMs = 0;         // time the communication thread spent in collectives
+  double exposedCommMs = 0;  // time the training thread waited for communication
   double optimizerMs = 0;
   double stepMs = 0;
-  double bytesSent = 0;       // by this rank
+  double bytesSent = 0;  // by this rank
 };
 
 struct TrainResult {
   std::vector<EpochRecord> epochs;
-  std::vector<float> losses;  // this rank's loss at every step (for reproducibility checks)
+  std::vector<float> losses;      // this rank's loss at every step (for reproducibility checks)
+  std::vector<float> parameters;  // the final parameters, flattened in registration order
   int64_t steps = 0;
-  double seconds = 0;          // training time (evaluation excluded)
-  double samplesPerSecond = 0; // global
+  double seconds = 0;           // training time (evaluation excluded)
+  double samplesPerSecond = 0;  // global
   double finalTestAccuracy = 0;
   StepProfile perStep;
 };
+
+// The parameters of a model (registration order): names as in PyTorch, element counts.
+// Throws ConfigError listing the valid names.
+std::vector<TensorInfo> describeModel(const std::string& model);
+// The output of the model for a batch of `batch` zero images has this shape (checks the
+// forward pass end to end).
+std::vector<int64_t> modelOutputShape(const std::string& model, int64_t batch);
 
 // Throws ConfigError (with the valid choices) for an invalid option, before any work starts.
 void validateTrainOptions(const TrainOptions& options);

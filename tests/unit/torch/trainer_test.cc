@@ -1,0 +1,102 @@
+// The trainer's guarantees, on ranks as threads over loopback (and TCP).
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "gradsync/error.h"
+#include "support/transports.h"
+#include "torch/trainer.h"
+
+namespace gradsync::testing {
+namespace {
+
+TrainOptions quickOptions() {
+  TrainOptions o;
+  o.model = "mlp";
+  o.dataset = "synthetic";
+  o.syntheticSamples = 1024;
+  o.steps = 6;
+  o.lr = 0.05;
+  o.quiet = true;
+  return o;
+}
+
+// Runs training on `workers` rank threads; returns rank 0's result.
+TrainResult train(int workers, TrainOptions options,
+                  TransportKind kind = TransportKind::kLoopback) {
+  TrainResult rank0;
+  std::mutex mutex;
+  runWithTransports(kind, workers, [&](Transport& t) {
+    TrainResult result = runTraining(t, options);
+    if (t.rank() == 0) {
+      std::lock_guard<std::mutex> lock(mutex);
+      rank0 = std::move(result);
+    }
+  });
+  return rank0;
+}
+
+double maxRelativeDifference(const std::vector<float>& a, const std::vector<float>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double worst = 0;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
+    double scale = std::max({std::fabs(a[i]), std::fabs(b[i]), 1e-2f});
+    worst = std::max(worst, std::fabs(a[i] - b[i]) / scale);
+  }
+  return worst;
+}
+
+// Dense SSGD on W workers of batch B/W computes the average of W mean gradients, which is the
+// mean gradient of the W*B batch one worker would see: the same parameters, up to float
+// rounding, whatever the world size and schedule.
+TEST(Trainer, MultiWorkerAverageEqualsSingleWorkerLargeBatch) {
+  TrainOptions one = quickOptions();
+  one.batchSize = 12;
+  TrainResult reference = train(1, one);
+  ASSERT_EQ(reference.steps, 6);
+  for (int workers : {2, 3}) {
+    for (const char* schedule : {"fifo", "wfbp", "fusion:0.5"}) {
+      TrainOptions o = quickOptions();
+      o.batchSize = 12 / workers;
+      o.schedule = schedule;
+      TrainResult result = train(workers, o);
+      EXPECT_LT(maxRelativeDifference(reference.parameters, result.parameters), 1e-4)
+          << workers << " workers, " << schedule;
+    }
+  }
+}
+
+TEST(Trainer, ProcessesOverTcpGiveTheSameParameters) {
+  TrainOptions o = quickOptions();
+  o.batchSize = 6;
+  TrainResult loopback = train(2, o);
+  TrainResult tcp = train(2, o, TransportKind::kTcp);
+  EXPECT_EQ(loopback.parameters, tcp.parameters);  // same sums in the same order: bitwise
+}
+
+TEST(Trainer, ReportsProfileAndBytes) {
+  TrainOptions o = quickOptions();
+  o.batchSize = 8;
+  TrainResult result = train(2, o);
+  EXPECT_EQ(result.losses.size(), 6u);
+  EXPECT_GT(result.samplesPerSecond, 0);
+  EXPECT_GT(result.perStep.computeMs, 0);
+  // Ring allreduce of the mlp's 669,706 floats: each rank sends 2(P-1)/P of 2.68 MB per step.
+  EXPECT_NEAR(result.perStep.bytesSent, 669706.0 * 4, 669706.0 * 4 * 0.01);
+  ASSERT_EQ(result.epochs.size(), 1u);
+}
+
+TEST(Trainer, InvalidOptionsAreRefusedUpFront) {
+  TrainOptions o = quickOptions();
+  o.model = "alexnet";
+  EXPECT_THROW(validateTrainOptions(o), ConfigError);
+  o = quickOptions();
+  o.schedule = "p4";
+  EXPECT_THROW(validateTrainOptions(o), ConfigError);
+  o = quickOptions();
+  o.batchSize = 0;
+  EXPECT_THROW(validateTrainOptions(o), ConfigError);
+}
+
+}  // namespace
+}  // namespace gradsync::testing
