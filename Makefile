@@ -37,13 +37,14 @@ bench: build
 bench-peers: build
 	scripts/bench_peers.sh --build $(BUILD)
 
-# AddressSanitizer and ThreadSanitizer builds of the library and tests (CI runs the fast subset).
+# AddressSanitizer and ThreadSanitizer builds of the library and tests, without LibTorch (it is
+# not instrumented, so it would only add false reports).
 SANITIZE_LABELS ?=
 test-sanitize: deps
-	cmake -S . -B $(BUILD)-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGRADSYNC_SANITIZE=address -DGRADSYNC_BUILD_BENCHMARKS=OFF
+	cmake -S . -B $(BUILD)-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGRADSYNC_SANITIZE=address -DGRADSYNC_BUILD_BENCHMARKS=OFF -DGRADSYNC_WITH_TORCH=OFF
 	cmake --build $(BUILD)-asan -j $(JOBS)
 	cd $(BUILD)-asan && ctest $(CTEST_FLAGS) $(if $(SANITIZE_LABELS),-L $(SANITIZE_LABELS))
-	cmake -S . -B $(BUILD)-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGRADSYNC_SANITIZE=thread -DGRADSYNC_BUILD_BENCHMARKS=OFF
+	cmake -S . -B $(BUILD)-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGRADSYNC_SANITIZE=thread -DGRADSYNC_BUILD_BENCHMARKS=OFF -DGRADSYNC_WITH_TORCH=OFF
 	cmake --build $(BUILD)-tsan -j $(JOBS)
 	cd $(BUILD)-tsan && TSAN_OPTIONS="halt_on_error=1 suppressions=$(CURDIR)/tests/tsan.supp" ctest $(CTEST_FLAGS) $(if $(SANITIZE_LABELS),-L $(SANITIZE_LABELS))
 

@@ -10,6 +10,7 @@
 #include "gradsync/collectives.h"
 #include "gradsync/error.h"
 #include "schedule/schedule.h"
+#include "torch/checkpointing.h"
 #include "torch/data_source.h"
 #include "torch/distributed_model.h"
 #include "torch/metrics.h"
@@ -42,6 +43,9 @@ class Trainer {
         inputs_(options.batchSize * data_->sampleElements()),
         labels_(options.batchSize) {
     model_.broadcastState();
+    if (!options.checkpointDir.empty()) {
+      checkpoints_ = std::make_unique<CheckpointDir>(options.checkpointDir);
+    }
   }
 
   TrainResult run();
@@ -61,6 +65,10 @@ class Trainer {
   float trainStep(int64_t epoch, size_t step);
   double evaluate();
   double globalMean(double localSum, double localCount);
+  RunIdentity identity() const;
+  RunPosition startingPosition();
+  void maybeCheckpoint(const RunPosition& position, bool last);
+  EpochRecord finishEpoch(int epoch, double lossSum, int64_t steps, double seconds);
 
   Transport& transport_;
   const TrainOptions options_;
@@ -70,7 +78,8 @@ class Trainer {
   torch::optim::SGD optimizer_;
   std::vector<float> inputs_;
   std::vector<int64_t> labels_;
-  StepProfile sums_;  // accumulated, divided by the step count at the end
+  StepProfile sums_;                            // accumulated, divided by the step count at the end
+  std::unique_ptr<CheckpointDir> checkpoints_;  // null without --checkpoint-dir
 };
 
 float Trainer::trainStep(int64_t epoch, size_t step) {
@@ -130,48 +139,101 @@ double Trainer::evaluate() {
   return globalMean(static_cast<double>(correct), static_cast<double>(seen));
 }
 
+RunIdentity Trainer::identity() const {
+  return {options_.model, options_.dataset, transport_.size(), options_.batchSize, options_.seed};
+}
+
+// Resumes from the newest checkpoint when asked (every rank reads it: the directory must be
+// visible to all ranks, as a local disk is on one host or a shared file system is across hosts).
+RunPosition Trainer::startingPosition() {
+  if (!options_.resume || options_.checkpointDir.empty()) return {};
+  std::optional<RunPosition> position =
+      loadCheckpoint(*checkpoints_, model_.model(), optimizer_, identity(), transport_.rank());
+  if (!position) return {};
+  if (transport_.rank() == 0 && !options_.quiet) {
+    std::printf("resuming from step %lld (%s)\n", static_cast<long long>(position->step),
+                checkpoints_->pathForStep(position->step).c_str());
+  }
+  return *position;
+}
+
+// Every rank takes part (its partial epoch loss is gathered exactly, as raw doubles); rank 0
+// writes.
+void Trainer::maybeCheckpoint(const RunPosition& position, bool last) {
+  if (!checkpoints_) return;
+  bool due = options_.checkpointEvery > 0 && position.step % options_.checkpointEvery == 0;
+  if (!due && !last) return;
+  std::vector<double> sums(transport_.size());
+  sums[transport_.rank()] = position.epochLossSum;
+  std::vector<size_t> counts(transport_.size(), sizeof(double));
+  allgatherv(transport_, {reinterpret_cast<uint8_t*>(sums.data()), sums.size() * sizeof(double)},
+             counts, kTrainerTag);
+  if (transport_.rank() == 0) {
+    saveCheckpoint(*checkpoints_, model_.model(), optimizer_, identity(), position, sums);
+  }
+}
+
+EpochRecord Trainer::finishEpoch(int epoch, double lossSum, int64_t steps, double seconds) {
+  EpochRecord record;
+  record.epoch = epoch + 1;
+  record.seconds = seconds;
+  record.samplesPerSecond = static_cast<double>(sampler_.globalBatch() * steps) / seconds;
+  record.trainLoss = globalMean(lossSum, static_cast<double>(steps));
+  record.testAccuracy = evaluate();
+  return record;
+}
+
 TrainResult Trainer::run() {
   TrainResult result;
   const int64_t total = totalSteps();
   const auto perEpoch = static_cast<int64_t>(sampler_.stepsPerEpoch());
   const int epochs = static_cast<int>((total + perEpoch - 1) / perEpoch);
-  const double globalBatch = static_cast<double>(sampler_.globalBatch());
+  RunPosition position = startingPosition();
   Progress progress(transport_.rank() == 0 && !options_.quiet, total, epochs);
-  int64_t step = 0;
-  for (int epoch = 0; epoch < epochs; ++epoch) {
+  int64_t stepsRun = 0;
+  while (position.step < total) {
+    const int epoch = static_cast<int>(position.step / perEpoch);
+    const int64_t epochEnd = std::min(total, (epoch + 1) * perEpoch);
+    const int64_t epochFirst = position.step;
     auto epochStart = Clock::now();
-    double lossSum = 0;
-    int64_t epochSteps = std::min(perEpoch, total - step);
-    for (int64_t s = 0; s < epochSteps; ++s, ++step) {
-      float loss = trainStep(epoch, static_cast<size_t>(s));
+    for (; position.step < epochEnd; ++stepsRun) {
+      const int64_t inEpoch = position.step % perEpoch;
+      float loss = trainStep(epoch, static_cast<size_t>(inEpoch));
       result.losses.push_back(loss);
-      lossSum += loss;
-      double rate =
-          globalBatch * static_cast<double>(step + 1) / (result.seconds + since(epochStart));
-      progress.step(step + 1, epoch + 1, s + 1, perEpoch, loss, rate);
+      position.epochLossSum += loss;
+      ++position.step;
+      maybeCheckpoint(position, position.step == total);
+      double rate = static_cast<double>(sampler_.globalBatch() * (position.step - epochFirst)) /
+                    since(epochStart);
+      progress.step(position.step, epoch + 1, inEpoch + 1, perEpoch, loss, rate);
     }
-    EpochRecord record;
-    record.epoch = epoch + 1;
-    record.seconds = since(epochStart);
-    record.samplesPerSecond = globalBatch * static_cast<double>(epochSteps) / record.seconds;
-    result.seconds += record.seconds;
-    record.trainLoss = globalMean(lossSum, static_cast<double>(epochSteps));
-    record.testAccuracy = evaluate();
+    double seconds = since(epochStart);
+    result.seconds += seconds;
+    EpochRecord record =
+        finishEpoch(epoch, position.epochLossSum, position.step - epoch * perEpoch, seconds);
+    // The epoch's throughput counts only the steps this process ran.
+    record.samplesPerSecond =
+        static_cast<double>(sampler_.globalBatch() * (position.step - epochFirst)) / seconds;
     progress.line(fmt::format(
         "epoch {}/{}: train loss {:.4f}, test accuracy {:.2f}%, {:.0f} samples/s", record.epoch,
         epochs, record.trainLoss, 100 * record.testAccuracy, record.samplesPerSecond));
-    result.epochs.push_back(record);
+    position.epochs.push_back(record);
+    position.epochLossSum = 0;
   }
-  result.steps = step;
-  result.samplesPerSecond = globalBatch * static_cast<double>(step) / result.seconds;
+  result.epochs = position.epochs;
+  result.steps = position.step;
+  double stepsHere = static_cast<double>(std::max<int64_t>(stepsRun, 1));
+  result.samplesPerSecond =
+      result.seconds > 0 ? static_cast<double>(sampler_.globalBatch()) * stepsHere / result.seconds
+                         : 0;
   result.finalTestAccuracy = result.epochs.empty() ? 0 : result.epochs.back().testAccuracy;
-  double n = static_cast<double>(std::max<int64_t>(step, 1));
   for (const torch::Tensor& p : model_.parameters()) {
     const float* data = p.data_ptr<float>();
     result.parameters.insert(result.parameters.end(), data, data + p.numel());
   }
-  result.perStep = {sums_.computeMs / n,   sums_.commMs / n, sums_.exposedCommMs / n,
-                    sums_.optimizerMs / n, sums_.stepMs / n, sums_.bytesSent / n};
+  result.perStep = {sums_.computeMs / stepsHere,     sums_.commMs / stepsHere,
+                    sums_.exposedCommMs / stepsHere, sums_.optimizerMs / stepsHere,
+                    sums_.stepMs / stepsHere,        sums_.bytesSent / stepsHere};
   return result;
 }
 

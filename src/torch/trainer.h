@@ -25,6 +25,9 @@ struct TrainOptions {
   std::string schedule = "wfbp";    // fifo | wfbp | fusion:MB
   size_t syntheticSamples = 16384;  // size of the synthetic training set
   std::string metricsPath;          // JSON metrics (rank 0 writes)
+  std::string checkpointDir;        // "" = no checkpoints
+  int64_t checkpointEvery = 0;      // steps between checkpoints (0: only at the end)
+  bool resume = false;              // continue from the newest checkpoint, if any
   bool quiet = false;               // no progress display
 };
 

@@ -1,7 +1,10 @@
 // The trainer's guarantees, on ranks as threads over loopback (and TCP).
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cmath>
+#include <filesystem>
 
 #include "gradsync/error.h"
 #include "support/transports.h"
@@ -84,6 +87,81 @@ TEST(Trainer, ReportsProfileAndBytes) {
   // Ring allreduce of the mlp's 669,706 floats: each rank sends 2(P-1)/P of 2.68 MB per step.
   EXPECT_NEAR(result.perStep.bytesSent, 669706.0 * 4, 669706.0 * 4 * 0.01);
   ASSERT_EQ(result.epochs.size(), 1u);
+}
+
+std::string scratchDir(const std::string& name) {
+  auto dir = std::filesystem::temp_directory_path() /
+             ("gradsync-trainer-" + std::to_string(::getpid()) + "-" + name);
+  std::filesystem::remove_all(dir);
+  return dir.string();
+}
+
+TrainOptions resumableOptions() {
+  TrainOptions o = quickOptions();
+  o.syntheticSamples = 60;  // global batch 12: 5 steps per epoch, so the resume is mid-epoch
+  o.batchSize = 6;
+  o.steps = 12;
+  return o;
+}
+
+// Interrupted after the checkpoint at step 8 (mid-epoch), then resumed: the loss curve, the
+// epoch means and the final parameters are exactly those of the uninterrupted run.
+TEST(Trainer, ResumedRunRepeatsTheUninterruptedOne) {
+  TrainResult uninterrupted = train(2, resumableOptions());
+  TrainOptions first = resumableOptions();
+  first.checkpointDir = scratchDir("resume");
+  first.checkpointEvery = 4;
+  first.steps = 8;
+  train(2, first);
+  TrainOptions rest = resumableOptions();
+  rest.checkpointDir = first.checkpointDir;
+  rest.checkpointEvery = 4;
+  rest.resume = true;
+  TrainResult resumed = train(2, rest);
+  ASSERT_EQ(uninterrupted.losses.size(), 12u);
+  EXPECT_EQ(resumed.losses,
+            std::vector<float>(uninterrupted.losses.begin() + 8, uninterrupted.losses.end()));
+  EXPECT_EQ(resumed.parameters, uninterrupted.parameters);
+  ASSERT_EQ(resumed.epochs.size(), uninterrupted.epochs.size());
+  for (size_t e = 0; e < resumed.epochs.size(); ++e) {
+    EXPECT_EQ(resumed.epochs[e].trainLoss, uninterrupted.epochs[e].trainLoss) << "epoch " << e;
+  }
+}
+
+TEST(Trainer, CorruptCheckpointIsAClearErrorNamingThePreviousGoodOne) {
+  TrainOptions first = resumableOptions();
+  first.checkpointDir = scratchDir("corrupt");
+  first.checkpointEvery = 4;
+  first.steps = 8;
+  train(2, first);
+  std::string newest;
+  for (const auto& entry : std::filesystem::directory_iterator(first.checkpointDir)) {
+    if (entry.path().string() > newest) newest = entry.path().string();
+  }
+  std::filesystem::resize_file(newest, std::filesystem::file_size(newest) / 2);
+  TrainOptions rest = resumableOptions();
+  rest.checkpointDir = first.checkpointDir;
+  rest.resume = true;
+  try {
+    train(2, rest);
+    FAIL() << "a truncated checkpoint must not be resumed";
+  } catch (const DataError& e) {
+    std::string what = e.what();
+    EXPECT_NE(what.find("000000000008"), std::string::npos) << what;  // the corrupt one
+    EXPECT_NE(what.find("000000000004"), std::string::npos) << what;  // the intact one
+  }
+}
+
+TEST(Trainer, ResumeRefusesACheckpointOfAnotherRun) {
+  TrainOptions first = resumableOptions();
+  first.checkpointDir = scratchDir("other");
+  first.steps = 4;
+  train(2, first);
+  TrainOptions other = resumableOptions();
+  other.checkpointDir = first.checkpointDir;
+  other.resume = true;
+  other.batchSize = 3;
+  EXPECT_THROW(train(2, other), ConfigError);
 }
 
 TEST(Trainer, InvalidOptionsAreRefusedUpFront) {

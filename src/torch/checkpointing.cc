@@ -1,0 +1,113 @@
+#include "torch/checkpointing.h"
+
+#include <sstream>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "gradsync/error.h"
+
+namespace gradsync {
+namespace {
+
+constexpr int kRunFormat = 1;
+
+template <typename Save>
+std::vector<uint8_t> archiveBytes(Save&& save) {
+  torch::serialize::OutputArchive archive;
+  save(archive);
+  std::ostringstream out;
+  archive.save_to(out);
+  std::string text = out.str();
+  return {text.begin(), text.end()};
+}
+
+template <typename Load>
+void loadArchive(const Section& section, const std::string& path, Load&& load) {
+  std::istringstream in(std::string(section.data.begin(), section.data.end()));
+  torch::serialize::InputArchive archive;
+  try {
+    archive.load_from(in);
+    load(archive);
+  } catch (const c10::Error& e) {
+    throw DataError(fmt::format("{}: section '{}' cannot be loaded: {}", path, section.name,
+                                e.what_without_backtrace()));
+  }
+}
+
+nlohmann::json runJson(const RunIdentity& identity, const RunPosition& position,
+                       const std::vector<double>& lossSums) {
+  nlohmann::json epochs = nlohmann::json::array();
+  for (const EpochRecord& e : position.epochs) {
+    epochs.push_back({e.epoch, e.trainLoss, e.testAccuracy, e.seconds, e.samplesPerSecond});
+  }
+  return {{"format", kRunFormat},
+          {"model", identity.model},
+          {"dataset", identity.dataset},
+          {"workers", identity.workers},
+          {"batch_size", identity.batchSize},
+          {"seed", identity.seed},
+          {"step", position.step},
+          {"epoch_loss_sums", lossSums},
+          {"epochs", epochs}};
+}
+
+void checkIdentity(const nlohmann::json& run, const RunIdentity& identity,
+                   const std::string& path) {
+  auto differs = [&](const char* key, const auto& mine) {
+    if (run.at(key) != mine) {
+      throw ConfigError(fmt::format("checkpoint {} was written with {} {} but this run has {}",
+                                    path, key, run.at(key).dump(), nlohmann::json(mine).dump()),
+                        {.hint = "resume with the same settings, or use another --checkpoint-dir"});
+    }
+  };
+  differs("model", identity.model);
+  differs("dataset", identity.dataset);
+  differs("workers", identity.workers);
+  differs("batch_size", identity.batchSize);
+  differs("seed", identity.seed);
+}
+
+RunPosition positionFrom(const nlohmann::json& run, int rank) {
+  RunPosition position;
+  position.step = run.at("step");
+  position.epochLossSum = run.at("epoch_loss_sums").at(rank);
+  for (const auto& e : run.at("epochs")) {
+    position.epochs.push_back({e[0].get<int>(), e[1].get<double>(), e[2].get<double>(),
+                               e[3].get<double>(), e[4].get<double>()});
+  }
+  return position;
+}
+
+}  // namespace
+
+void saveCheckpoint(CheckpointDir& dir, torch::nn::Module& model,
+                    torch::optim::Optimizer& optimizer, const RunIdentity& identity,
+                    const RunPosition& position, const std::vector<double>& lossSums) {
+  std::string run = runJson(identity, position, lossSums).dump();
+  std::vector<Section> sections = {
+      {"run", {run.begin(), run.end()}},
+      {"model", archiveBytes([&](auto& archive) { model.save(archive); })},
+      {"optimizer", archiveBytes([&](auto& archive) { optimizer.save(archive); })}};
+  dir.write(position.step, sections);
+}
+
+std::optional<RunPosition> loadCheckpoint(const CheckpointDir& dir, torch::nn::Module& model,
+                                          torch::optim::Optimizer& optimizer,
+                                          const RunIdentity& identity, int rank) {
+  if (!dir.latest()) return std::nullopt;
+  LoadedCheckpoint checkpoint = dir.loadLatest();
+  const Section& runSection = findSection(checkpoint.sections, "run");
+  nlohmann::json run = nlohmann::json::parse(runSection.data, nullptr, /*allow_exceptions=*/false);
+  if (run.is_discarded() || !run.is_object() || run.value("format", 0) != kRunFormat) {
+    throw DataError(fmt::format("{}: the run section is not a gradsync run", checkpoint.path));
+  }
+  checkIdentity(run, identity, checkpoint.path);
+  loadArchive(findSection(checkpoint.sections, "model"), checkpoint.path,
+              [&](auto& archive) { model.load(archive); });
+  loadArchive(findSection(checkpoint.sections, "optimizer"), checkpoint.path,
+              [&](auto& archive) { optimizer.load(archive); });
+  return positionFrom(run, rank);
+}
+
+}  // namespace gradsync

@@ -1,0 +1,45 @@
+// Checkpoints of a training run: the model, the optimizer (momentum buffers) and where the run
+// stands, as sections of a ckpt/ file. All other randomness of a run is a pure function of
+// (seed, epoch, step) (data order, synthetic data, initialisation), so the position is the
+// whole random state: a resumed run repeats the uninterrupted one exactly.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <optional>
+#include <string>
+
+#include "ckpt/checkpoint_dir.h"
+#include "torch/trainer.h"
+
+namespace gradsync {
+
+// Where a run stands after `step` completed steps.
+struct RunPosition {
+  int64_t step = 0;                 // steps completed
+  double epochLossSum = 0;          // this rank's sum of this epoch's losses so far
+  std::vector<EpochRecord> epochs;  // finished epochs
+};
+
+// The settings a checkpoint must agree with to be resumed (the rest may change, e.g. --steps).
+struct RunIdentity {
+  std::string model;
+  std::string dataset;
+  int workers = 0;
+  size_t batchSize = 0;
+  uint64_t seed = 0;
+};
+
+// `lossSums` holds every rank's epochLossSum (rank order), so each rank resumes its own.
+void saveCheckpoint(CheckpointDir& dir, torch::nn::Module& model,
+                    torch::optim::Optimizer& optimizer, const RunIdentity& identity,
+                    const RunPosition& position, const std::vector<double>& lossSums);
+
+// Loads the newest checkpoint into model and optimizer; nullopt if the directory holds none.
+// Throws DataError for a corrupt file (naming the previous intact one), ConfigError when the
+// checkpoint belongs to a run with other settings (naming the setting).
+std::optional<RunPosition> loadCheckpoint(const CheckpointDir& dir, torch::nn::Module& model,
+                                          torch::optim::Optimizer& optimizer,
+                                          const RunIdentity& identity, int rank);
+
+}  // namespace gradsync
