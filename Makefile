@@ -16,7 +16,7 @@ deps:
 	@scripts/setup.sh
 
 $(BUILD)/build.ninja:
-	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS)
+	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release -DGRADSYNC_WITH_TORCH=ON $(CMAKE_FLAGS)
 
 build: deps $(BUILD)/build.ninja
 	cmake --build $(BUILD) -j $(JOBS)
@@ -25,9 +25,9 @@ test: build format-check
 	cd $(BUILD) && ctest $(CTEST_FLAGS) -j 2
 	@$(MAKE) --no-print-directory fuzz FUZZ_SECONDS=20
 
-# Until the training issue lands, the demo is the allreduce benchmark on 4 local ranks.
+# The embedded default: 2 local workers over TCP, cnn on Fashion-MNIST, dense SSGD, 2 epochs.
 demo: build
-	$(BUILD)/apps/gradsync/gradsync bench allreduce --workers 4 --min-bytes 1M --max-bytes 16M --iters 10
+	$(BUILD)/apps/gradsync/gradsync train
 
 bench: build
 	mkdir -p results

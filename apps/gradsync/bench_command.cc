@@ -38,9 +38,8 @@ void addBenchCommand(CLI::App& app, CommandContext& context) {
     options.segmentBytes = parseBytes(flags->segment, "--segment-bytes");
     options.transportName = flags->ranks.transport;
     validateBench(options);
-    context.exitCode = runRanks(flags->ranks, context.env, context.argv, [&](Transport& t) {
-      return runBench(t, options) == 0 ? 0 : 1;
-    });
+    context.exitCode = runRanks(flags->ranks, context.env, context.argv,
+                                [&](Transport& t) { return runBench(t, options) == 0 ? 0 : 1; });
   });
 }
 

@@ -32,13 +32,13 @@ void refuseUnavailable(const TrainFlags& flags) {
 
 void printSummary(const TrainOptions& options, int workers, const TrainResult& result) {
   const StepProfile& p = result.perStep;
-  std::printf("gradsync train: %s on %s, %d workers, %s, %lld steps in %.1f s: "
-              "test accuracy %.2f%%, %.0f samples/s, step %.1f ms (compute %.1f, exposed "
-              "communication %.1f), %.2f MB sent per step\n",
-              options.model.c_str(), options.dataset.c_str(), workers, options.schedule.c_str(),
-              static_cast<long long>(result.steps), result.seconds,
-              100 * result.finalTestAccuracy, result.samplesPerSecond, p.stepMs, p.computeMs,
-              p.exposedCommMs, p.bytesSent / 1e6);
+  std::printf(
+      "gradsync train: %s on %s, %d workers, %s, %lld steps in %.1f s: "
+      "test accuracy %.2f%%, %.0f samples/s, step %.1f ms (compute %.1f, exposed "
+      "communication %.1f), %.2f MB sent per step\n",
+      options.model.c_str(), options.dataset.c_str(), workers, options.schedule.c_str(),
+      static_cast<long long>(result.steps), result.seconds, 100 * result.finalTestAccuracy,
+      result.samplesPerSecond, p.stepMs, p.computeMs, p.exposedCommMs, p.bytesSent / 1e6);
   std::fflush(stdout);
 }
 
@@ -63,9 +63,17 @@ void addTrainCommand(CLI::App& app, CommandContext& context) {
   train->add_option("--sync", flags->sync, "synchronisation strategy")->capture_default_str();
   train->add_option("--compress", flags->compress, "gradient compression")->capture_default_str();
   train->add_option("--metrics", o.metricsPath, "write metrics as JSON");
+  train->add_option("--trace", o.tracePath, "write a Chrome trace of every rank (Perfetto)");
+  train->add_option("--trace-steps", o.traceSteps, "steps to trace, A:B (default 10:19)");
+  train->add_option("--checkpoint-dir", o.checkpointDir, "where to keep checkpoints");
+  train->add_option("--checkpoint-every", o.checkpointEvery, "steps between checkpoints");
+  train->add_flag("--resume", o.resume, "continue from the newest checkpoint");
   train->add_flag("--quiet", o.quiet, "no progress display");
   train->callback([flags, &context] {
     refuseUnavailable(*flags);
+    if (flags->options.resume && flags->options.checkpointDir.empty()) {
+      throw ConfigError("--resume needs --checkpoint-dir");
+    }
     validateTrainOptions(flags->options);
     context.exitCode = runRanks(flags->ranks, context.env, context.argv, [&](Transport& t) {
       TrainResult result = runTraining(t, flags->options);

@@ -53,6 +53,12 @@ void allgather(Transport& transport, std::span<float> data, const CollectiveOpti
 void allgatherv(Transport& transport, std::span<uint8_t> data, std::span<const size_t> byteCounts,
                 const CollectiveOptions& options = {});
 
+// Every rank contributes a byte string of any length (lengths need not be known in advance);
+// returns all of them, indexed by rank. Two allgathervs: the lengths, then the bytes.
+std::vector<std::vector<uint8_t>> allgatherBytes(Transport& transport,
+                                                 std::span<const uint8_t> mine,
+                                                 const CollectiveOptions& options = {});
+
 // Pipelined chain broadcast of `root`'s data to every rank.
 void broadcast(Transport& transport, std::span<float> data, int root,
                const CollectiveOptions& options = {});

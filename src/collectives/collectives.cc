@@ -1,5 +1,7 @@
 // Entry points of the collectives: each builds a ring schedule (or a chain or dissemination
 // pattern) and runs it; errors are re-raised with the collective's name in their context.
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "collectives/reduce.h"
@@ -102,6 +104,33 @@ void allgatherv(Transport& transport, std::span<uint8_t> data, std::span<const s
     ring::appendPass(steps, blocks, transport.rank(), 0, false);
     ring::run(transport, data.data(), steps, options);
   });
+}
+
+std::vector<std::vector<uint8_t>> allgatherBytes(Transport& transport,
+                                                 std::span<const uint8_t> mine,
+                                                 const CollectiveOptions& options) {
+  int n = transport.size();
+  std::vector<uint64_t> lengths(n, 0);
+  lengths[transport.rank()] = mine.size();
+  std::vector<size_t> eight(n, sizeof(uint64_t));
+  allgatherv(transport, {reinterpret_cast<uint8_t*>(lengths.data()), n * sizeof(uint64_t)}, eight,
+             options);
+  std::vector<size_t> counts(lengths.begin(), lengths.end());
+  size_t offset = 0;
+  for (int r = 0; r < transport.rank(); ++r) offset += counts[r];
+  size_t total = offset;
+  for (int r = transport.rank(); r < n; ++r) total += counts[r];
+  std::vector<uint8_t> all(total);
+  std::copy(mine.begin(), mine.end(), all.begin() + static_cast<ptrdiff_t>(offset));
+  allgatherv(transport, all, counts, options);
+  std::vector<std::vector<uint8_t>> out(n);
+  offset = 0;
+  for (int r = 0; r < n; ++r) {
+    out[r].assign(all.begin() + static_cast<ptrdiff_t>(offset),
+                  all.begin() + static_cast<ptrdiff_t>(offset + counts[r]));
+    offset += counts[r];
+  }
+  return out;
 }
 
 }  // namespace gradsync

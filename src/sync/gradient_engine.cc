@@ -59,7 +59,8 @@ void GradientEngine::markReady(int t) {
     std::lock_guard<std::mutex> lock(mutex_);
     GS_CHECK(!ready_[t]);
     ready_[t] = true;
-    --waitingIn_[layout_.unitOf[t]];
+    int unit = layout_.unitOf[t];
+    if (--waitingIn_[unit] == 0) readyAt_[unit] = SteadyClock::instance().now();
   }
   cv_.notify_all();
 }
@@ -75,8 +76,10 @@ void GradientEngine::communicate() {
     cv_.wait(lock, [&] { return stop_ || (!error_ && unitStartable(nextUnit_)); });
     if (stop_) return;
     const CommUnit& unit = layout_.units[nextUnit_];
+    Nanos readyAt = readyAt_[nextUnit_];
     lock.unlock();
     auto start = std::chrono::steady_clock::now();
+    Nanos traceStart = SteadyClock::instance().now();
     uint64_t bytesBefore = transport_.bytesSent();
     std::exception_ptr error;
     try {
@@ -86,6 +89,7 @@ void GradientEngine::communicate() {
     }
     double seconds = secondsSince(start);
     uint64_t bytes = transport_.bytesSent() - bytesBefore;
+    if (trace_ != nullptr && trace_->active()) traceUnit(unit, readyAt, traceStart, bytes);
     lock.lock();
     commSeconds_ += seconds;
     bytesSent_ += bytes;
@@ -94,6 +98,19 @@ void GradientEngine::communicate() {
     ++unitsDone_;
     cv_.notify_all();
   }
+}
+
+// Two events on the communication lane: waiting in the queue since the unit was ready, and its
+// allreduce (transfer and reduction overlap inside the pipelined ring, so they form one span).
+void GradientEngine::traceUnit(const CommUnit& unit, Nanos readyAt, Nanos start, uint64_t bytes) {
+  std::string name = tensors_[unit.tensors.front()].name;
+  if (unit.tensors.size() > 1) name += fmt::format(" +{} tensors", unit.tensors.size() - 1);
+  TraceArgs args;
+  args.add("tensors", static_cast<int64_t>(unit.tensors.size()))
+      .add("elements", static_cast<int64_t>(unit.elements))
+      .add("bytes_sent", static_cast<int64_t>(bytes));
+  if (start > readyAt) trace_->complete(kCommLane, "queue", name, readyAt, start, args);
+  trace_->complete(kCommLane, "allreduce", name, start, SteadyClock::instance().now(), args);
 }
 
 void GradientEngine::finishStep() {
@@ -109,7 +126,8 @@ void GradientEngine::finishStep() {
     std::span<float> s = slot(static_cast<int>(t));
     std::fill(s.begin(), s.end(), 0.0f);
     ready_[t] = true;
-    --waitingIn_[layout_.unitOf[t]];
+    int unit = layout_.unitOf[t];
+    if (--waitingIn_[unit] == 0) readyAt_[unit] = SteadyClock::instance().now();
   }
   backwardDone_ = true;
   cv_.notify_all();
@@ -130,6 +148,7 @@ void GradientEngine::finishStep() {
 void GradientEngine::resetStep() {
   std::fill(ready_.begin(), ready_.end(), false);
   waitingIn_.assign(layout_.units.size(), 0);
+  readyAt_.assign(layout_.units.size(), Nanos{0});
   for (const CommUnit& unit : layout_.units) {
     waitingIn_[&unit - layout_.units.data()] = unit.tensors.size();
   }

@@ -20,6 +20,7 @@
 
 #include "gradsync/transport.h"
 #include "schedule/schedule.h"
+#include "trace/trace_recorder.h"
 
 namespace gradsync {
 
@@ -52,12 +53,16 @@ class GradientEngine {
   void finishStep();
 
   const StepStats& lastStep() const { return lastStep_; }
+  // Records each unit's queueing and allreduce on the communication lane (null: no tracing).
+  // Set before the first step; the recorder must outlive the engine.
+  void setTrace(TraceRecorder* trace) { trace_ = trace; }
   const GradientLayout& layout() const { return layout_; }
 
  private:
   bool unitStartable(size_t unit) const;
   void communicate();
   void resetStep();
+  void traceUnit(const CommUnit& unit, Nanos readyAt, Nanos start, uint64_t bytes);
 
   Transport& transport_;
   const std::vector<TensorInfo> tensors_;
@@ -69,6 +74,7 @@ class GradientEngine {
   std::condition_variable cv_;
   std::vector<bool> ready_;        // by tensor
   std::vector<size_t> waitingIn_;  // tensors not ready yet, by unit
+  std::vector<Nanos> readyAt_;     // when each unit's last tensor became ready
   size_t nextUnit_ = 0;            // next unit the communication thread takes
   size_t unitsDone_ = 0;
   bool backwardDone_ = false;
@@ -79,6 +85,7 @@ class GradientEngine {
   std::vector<bool> warnedUnused_;
 
   StepStats lastStep_;
+  TraceRecorder* trace_ = nullptr;
   std::thread thread_;
 };
 

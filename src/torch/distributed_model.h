@@ -33,6 +33,7 @@ class DistributedModel {
   void averageBuffers();
 
   const StepStats& lastStep() const { return engine_->lastStep(); }
+  void setTrace(TraceRecorder* trace) { engine_->setTrace(trace); }
 
  private:
   std::shared_ptr<Model> model_;

@@ -15,6 +15,8 @@
 #include "torch/distributed_model.h"
 #include "torch/metrics.h"
 #include "torch/progress.h"
+#include "trace/trace_merge.h"
+#include "trace/trace_recorder.h"
 
 namespace gradsync {
 namespace {
@@ -46,6 +48,12 @@ class Trainer {
     if (!options.checkpointDir.empty()) {
       checkpoints_ = std::make_unique<CheckpointDir>(options.checkpointDir);
     }
+    if (!options.tracePath.empty()) {
+      StepWindow window = options.traceSteps.empty() ? defaultStepWindow(totalSteps())
+                                                     : parseStepWindow(options.traceSteps);
+      trace_ = std::make_unique<TraceRecorder>(transport.rank(), window, SteadyClock::instance());
+      model_.setTrace(trace_.get());
+    }
   }
 
   TrainResult run();
@@ -62,12 +70,13 @@ class Trainer {
     return options_.steps > 0 ? options_.steps : perEpoch * options_.epochs;
   }
 
-  float trainStep(int64_t epoch, size_t step);
+  float trainStep(int64_t epoch, size_t step, int64_t globalStep);
   double evaluate();
   double globalMean(double localSum, double localCount);
   RunIdentity identity() const;
   RunPosition startingPosition();
   void maybeCheckpoint(const RunPosition& position, bool last);
+  void writeTrace();
   EpochRecord finishEpoch(int epoch, double lossSum, int64_t steps, double seconds);
 
   Transport& transport_;
@@ -80,9 +89,12 @@ class Trainer {
   std::vector<int64_t> labels_;
   StepProfile sums_;                            // accumulated, divided by the step count at the end
   std::unique_ptr<CheckpointDir> checkpoints_;  // null without --checkpoint-dir
+  std::unique_ptr<TraceRecorder> trace_;        // null without --trace
 };
 
-float Trainer::trainStep(int64_t epoch, size_t step) {
+float Trainer::trainStep(int64_t epoch, size_t step, int64_t globalStep) {
+  if (trace_) trace_->setStep(globalStep);
+  TraceRecorder* trace = trace_.get();
   auto start = Clock::now();
   std::vector<size_t> indices = sampler_.batch(epoch, step);
   data_->batch(true, indices, inputs_, labels_);
@@ -91,12 +103,25 @@ float Trainer::trainStep(int64_t epoch, size_t step) {
   torch::Tensor y = torch::from_blob(labels_.data(), {batch}, torch::kLong);
   model_.model().train();
   optimizer_.zero_grad();
-  torch::Tensor loss = torch::nn::functional::cross_entropy(model_.model().forward(x), y);
-  loss.backward();
+  torch::Tensor loss;
+  {
+    ScopedEvent event(trace, kMainLane, "compute", "forward");
+    loss = torch::nn::functional::cross_entropy(model_.model().forward(x), y);
+  }
+  {
+    ScopedEvent event(trace, kMainLane, "compute", "backward");
+    loss.backward();
+  }
   auto computed = Clock::now();
-  model_.synchronizeGradients();
+  {
+    ScopedEvent event(trace, kMainLane, "communication", "wait");
+    model_.synchronizeGradients();
+  }
   auto synchronized = Clock::now();
-  optimizer_.step();
+  {
+    ScopedEvent event(trace, kMainLane, "compute", "optimizer");
+    optimizer_.step();
+  }
   const StepStats& stats = model_.lastStep();
   sums_.computeMs += std::chrono::duration<double, std::milli>(computed - start).count();
   sums_.exposedCommMs += std::chrono::duration<double, std::milli>(synchronized - computed).count();
@@ -105,6 +130,22 @@ float Trainer::trainStep(int64_t epoch, size_t step) {
   sums_.bytesSent += static_cast<double>(stats.bytesSent);
   sums_.stepMs += since(start) * 1e3;
   return loss.item<float>();
+}
+
+// Every rank's events, gathered to rank 0 and merged into one Chrome trace.
+void Trainer::writeTrace() {
+  if (!trace_) return;
+  trace_->endStep();
+  std::string mine = trace_->serialize();
+  auto all = allgatherBytes(
+      transport_, {reinterpret_cast<const uint8_t*>(mine.data()), mine.size()}, kTrainerTag);
+  if (transport_.rank() != 0) return;
+  std::vector<std::string> perRank;
+  for (const auto& bytes : all) perRank.emplace_back(bytes.begin(), bytes.end());
+  std::string metadata =
+      fmt::format(R"({{"model":"{}","schedule":"{}","workers":{},"steps":"{}"}})", options_.model,
+                  options_.schedule, transport_.size(), trace_->window().describe());
+  writeTraceFile(options_.tracePath, mergeTraces(perRank, metadata));
 }
 
 double Trainer::globalMean(double localSum, double localCount) {
@@ -198,7 +239,7 @@ TrainResult Trainer::run() {
     auto epochStart = Clock::now();
     for (; position.step < epochEnd; ++stepsRun) {
       const int64_t inEpoch = position.step % perEpoch;
-      float loss = trainStep(epoch, static_cast<size_t>(inEpoch));
+      float loss = trainStep(epoch, static_cast<size_t>(inEpoch), position.step);
       result.losses.push_back(loss);
       position.epochLossSum += loss;
       ++position.step;
@@ -220,6 +261,7 @@ TrainResult Trainer::run() {
     position.epochs.push_back(record);
     position.epochLossSum = 0;
   }
+  writeTrace();
   result.epochs = position.epochs;
   result.steps = position.step;
   double stepsHere = static_cast<double>(std::max<int64_t>(stepsRun, 1));

@@ -28,6 +28,8 @@ struct TrainOptions {
   std::string checkpointDir;        // "" = no checkpoints
   int64_t checkpointEvery = 0;      // steps between checkpoints (0: only at the end)
   bool resume = false;              // continue from the newest checkpoint, if any
+  std::string tracePath;            // Chrome trace of every rank, merged (rank 0 writes)
+  std::string traceSteps;           // "A:B" window of steps to trace ("" = default window)
   bool quiet = false;               // no progress display
 };
 

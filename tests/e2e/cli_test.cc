@@ -104,5 +104,41 @@ TEST(Cli, LaunchReportsTheFailedRankAndItsCode) {
   EXPECT_NE(r.err.find("rank 1 exited with code 7"), std::string::npos) << r.err;
 }
 
+TEST(CliTrain, ShortRealRunOnFashionMnistLearnsAndWritesMetrics) {
+  fs::path metrics = scratch() / "train.json";
+  Result r = gradsync({"train", "--steps", "150", "--quiet", "--metrics", metrics.string()});
+  ASSERT_TRUE(r.status.ok()) << r.status.describe() << "\n" << r.err;
+  EXPECT_NE(r.out.find("gradsync train: cnn on fashion-mnist, 2 workers"), std::string::npos)
+      << r.out;
+  nlohmann::json doc = nlohmann::json::parse(slurp(metrics));
+  EXPECT_EQ(doc["config"]["workers"], 2);
+  EXPECT_EQ(doc["summary"]["steps"], 150);
+  // 150 steps of 128 images (a third of an epoch) already classify most of the test set.
+  EXPECT_GT(doc["summary"]["final_test_accuracy"].get<double>(), 0.75);
+  EXPECT_GT(doc["per_step"]["bytes_sent"].get<double>(), 6e6);  // the cnn's 6.65 MB of gradients
+  for (const char* key : {"compute_ms", "comm_ms", "exposed_comm_ms", "step_ms"}) {
+    EXPECT_GT(doc["per_step"][key].get<double>(), 0.0) << key;
+  }
+}
+
+TEST(CliTrain, BadFlagsGiveAOneLineErrorWithTheChoices) {
+  struct Case {
+    std::vector<std::string> args;
+    std::string expected;
+  };
+  for (const Case& c : std::vector<Case>{
+           {{"train", "--model", "alexnet"}, "mlp, cnn, resnet20, vgg11"},
+           {{"train", "--schedule", "p4"}, "fifo, wfbp or fusion:MB"},
+           {{"train", "--dataset", "cifar"}, "fashion-mnist or synthetic"},
+           {{"train", "--sync", "odsgd"}, "--sync ssgd"},
+           {{"train", "--compress", "topk:0.01"}, "--compress none"},
+           {{"train", "--resume"}, "--checkpoint-dir"},
+           {{"train", "--data-dir", "/nonexistent", "--steps", "1"}, "dataset-fashion-mnist"}}) {
+    Result r = gradsync(c.args);
+    EXPECT_NE(r.status.code, 0) << c.args[1];
+    EXPECT_NE(r.err.find(c.expected), std::string::npos) << c.args[1] << ": " << r.err;
+  }
+}
+
 }  // namespace
 }  // namespace gradsync

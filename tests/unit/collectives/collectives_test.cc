@@ -156,6 +156,20 @@ TEST_P(Collectives, BarrierAndRepeatedCalls) {
 
 INSTANTIATE_TEST_SUITE_P(All, Collectives, ::testing::ValuesIn(cases()), caseName);
 
+TEST(CollectivesBytes, AllgatherBytesOfUnknownLengths) {
+  for (int size : {1, 2, 5}) {
+    runWithTransports(TransportKind::kLoopback, size, [](Transport& t) {
+      std::string mine(static_cast<size_t>(t.rank() * 3), static_cast<char>('a' + t.rank()));
+      auto all = allgatherBytes(t, {reinterpret_cast<const uint8_t*>(mine.data()), mine.size()});
+      ASSERT_EQ(all.size(), static_cast<size_t>(t.size()));
+      for (int r = 0; r < t.size(); ++r) {
+        EXPECT_EQ(std::string(all[r].begin(), all[r].end()),
+                  std::string(static_cast<size_t>(r * 3), static_cast<char>('a' + r)));
+      }
+    });
+  }
+}
+
 TEST(CollectivesErrors, AllgathervNeedsOneCountPerRank) {
   runWithTransports(TransportKind::kLoopback, 2, [](Transport& t) {
     std::vector<uint8_t> data(10);

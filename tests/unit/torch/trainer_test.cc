@@ -5,6 +5,10 @@
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
+#include <set>
+
+#include <nlohmann/json.hpp>
 
 #include "gradsync/error.h"
 #include "support/transports.h"
@@ -162,6 +166,30 @@ TEST(Trainer, ResumeRefusesACheckpointOfAnotherRun) {
   other.resume = true;
   other.batchSize = 3;
   EXPECT_THROW(train(2, other), ConfigError);
+}
+
+TEST(Trainer, TraceMergesEveryRankForTheStepWindow) {
+  TrainOptions o = quickOptions();
+  o.batchSize = 4;
+  o.steps = 5;
+  o.tracePath = scratchDir("trace") + ".json";
+  o.traceSteps = "1:2";
+  train(2, o);
+  std::ifstream in(o.tracePath);
+  nlohmann::json trace = nlohmann::json::parse(in);
+  std::set<std::pair<int, std::string>> seen;  // (rank, event name)
+  for (const auto& event : trace.at("traceEvents")) {
+    if (event.value("ph", "") == "X") seen.insert({event.at("pid").get<int>(), event.at("name")});
+  }
+  for (int rank : {0, 1}) {
+    for (const char* name : {"forward", "backward", "wait", "optimizer", "step 1", "step 2"}) {
+      EXPECT_TRUE(seen.count({rank, name})) << "rank " << rank << " lacks " << name;
+    }
+    EXPECT_FALSE(seen.count({rank, "step 3"})) << "outside the window";
+    bool allreduce = false;
+    for (const auto& [r, name] : seen) allreduce |= r == rank && name.starts_with("fc");
+    EXPECT_TRUE(allreduce) << "rank " << rank << " has no per-tensor communication event";
+  }
 }
 
 TEST(Trainer, InvalidOptionsAreRefusedUpFront) {
