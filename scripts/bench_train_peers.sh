@@ -11,7 +11,7 @@
 #
 # Per model M: (a) BUILD/apps/gradsync/gradsync train ... --metrics OUT/gradsync-M.json --quiet,
 # (b) /usr/bin/python3 benchmarks/peers/ddp_train.py ... --json OUT/ddp-M.json, each under
-# `timeout` (--timeout seconds) with OMP_NUM_THREADS=--threads; both get --lr 0.05
+# `timeout` (--timeout seconds) with OMP_NUM_THREADS=OPENBLAS_NUM_THREADS=--threads; both get --lr 0.05
 # --momentum 0.9 --seed 0. --batch-size is per worker.
 # DDP times --steps steps after --warmup-steps untimed ones; gradsync gets --threads and
 # --warmup-steps only if `gradsync train --help` lists them (the table header says which).
@@ -69,7 +69,9 @@ done
 [ -x "$python" ] || die "$python not found (PyTorch DDP needs the system python3-torch)"
 mkdir -p "$out"
 host_nproc="$(nproc)"  # Before OMP_NUM_THREADS is set: GNU nproc honours it.
-export OMP_NUM_THREADS="$threads" MKL_NUM_THREADS="$threads"
+# OpenBLAS (Debian's BLAS under both LibTorch and python3-torch) has its own pthread pool that
+# torch.set_num_threads does not reach: bound it for both systems alike.
+export OMP_NUM_THREADS="$threads" MKL_NUM_THREADS="$threads" OPENBLAS_NUM_THREADS="$threads"
 load_before="$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo '?')"
 
 data_args=()

@@ -24,6 +24,8 @@ DistributedModel::DistributedModel(std::shared_ptr<Model> model, Transport& tran
     parameters_.push_back(item.value());
     tensors.push_back({item.key(), static_cast<size_t>(item.value().numel())});
   }
+  // Alone, the average of the gradients is the gradient: no hooks, no copies, no engine.
+  if (transport.size() == 1) return;
   engine_ = std::make_unique<GradientEngine>(transport, tensors, schedule);
   for (size_t i = 0; i < parameters_.size(); ++i) {
     GradientEngine* engine = engine_.get();
@@ -49,6 +51,7 @@ void DistributedModel::broadcastState() {
 }
 
 void DistributedModel::synchronizeGradients() {
+  if (!engine_) return;
   engine_->finishStep();
   torch::NoGradGuard noGrad;
   for (size_t i = 0; i < parameters_.size(); ++i) {

@@ -32,14 +32,17 @@ class DistributedModel {
   // without SyncBatchNorm).
   void averageBuffers();
 
-  const StepStats& lastStep() const { return engine_->lastStep(); }
-  void setTrace(TraceRecorder* trace) { engine_->setTrace(trace); }
+  const StepStats& lastStep() const { return engine_ ? engine_->lastStep() : kAlone_; }
+  void setTrace(TraceRecorder* trace) {
+    if (engine_) engine_->setTrace(trace);
+  }
 
  private:
   std::shared_ptr<Model> model_;
   Transport& transport_;
   std::vector<torch::Tensor> parameters_;
-  std::unique_ptr<GradientEngine> engine_;
+  std::unique_ptr<GradientEngine> engine_;  // null for a world of one
+  static inline const StepStats kAlone_{};
 };
 
 }  // namespace gradsync

@@ -1,6 +1,8 @@
 // The training loop: data-parallel SGD with momentum, gradients averaged by DistributedModel.
 #include "torch/trainer.h"
 
+#include <dlfcn.h>
+
 #include <chrono>
 #include <cstdio>
 
@@ -296,9 +298,21 @@ void validateTrainOptions(const TrainOptions& options) {
     throw ConfigError("--momentum must be in [0, 1)");
 }
 
+// --threads bounds every compute pool of the rank. torch::set_num_threads sets ATen's OpenMP
+// pool but not OpenBLAS's own pthread pool (Debian's LibTorch calls BLAS through libblas.so.3,
+// OpenBLAS with libopenblas0-pthread), which would otherwise run (and spin) one thread per core
+// in every rank. Looked up at run time, so nothing depends on which BLAS is installed.
+void limitComputeThreads(int threads) {
+  torch::set_num_threads(threads);
+  using SetThreads = void (*)(int);
+  if (auto setBlasThreads = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) {
+    setBlasThreads(threads);
+  }
+}
+
 TrainResult runTraining(Transport& transport, const TrainOptions& options) {
   validateTrainOptions(options);
-  torch::set_num_threads(options.threads);
+  limitComputeThreads(options.threads);
   Trainer trainer(transport, options);
   TrainResult result = trainer.run();
   if (transport.rank() == 0 && !options.metricsPath.empty()) {
