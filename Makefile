@@ -24,6 +24,7 @@ build: deps $(BUILD)/build.ninja
 test: build format-check
 	cd $(BUILD) && ctest $(CTEST_FLAGS) -j 2
 	@$(MAKE) --no-print-directory fuzz FUZZ_SECONDS=20
+	@$(MAKE) --no-print-directory test-sanitize SANITIZE_LABELS=fast
 
 # The embedded default: 2 local workers over TCP, cnn on Fashion-MNIST, dense SSGD, 2 epochs.
 demo: build
