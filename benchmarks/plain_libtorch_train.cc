@@ -34,7 +34,8 @@ int main(int argc, char** argv) {
   torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
   torch::set_num_threads(threads);
   using SetThreads = void (*)(int);  // OpenBLAS's pool too, exactly as gradsync train does
-  if (auto setBlas = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) {
+  if (auto setBlas =
+          reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) {
     setBlas(threads);
   }
   std::vector<float> inputs(batch * data->sampleElements());

@@ -305,7 +305,8 @@ void validateTrainOptions(const TrainOptions& options) {
 void limitComputeThreads(int threads) {
   torch::set_num_threads(threads);
   using SetThreads = void (*)(int);
-  if (auto setBlasThreads = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) {
+  if (auto setBlasThreads =
+          reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) {
     setBlasThreads(threads);
   }
 }
