@@ -3,9 +3,9 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
-#include <map>
 #include <optional>
 #include <random>
 
@@ -44,18 +44,11 @@ void killAll(const std::vector<pid_t>& pids, int signal) {
   for (pid_t pid : pids) ::kill(pid, signal);
 }
 
-}  // namespace
-
-int launchLocal(const LaunchOptions& options) {
-  if (options.processes < 1 || options.processes > kMaxChildren) {
-    throw ConfigError(fmt::format("cannot launch {} processes", options.processes),
-                      {.hint = fmt::format("use 1..{}", kMaxChildren)});
-  }
-  if (options.command.empty()) throw ConfigError("nothing to launch: the command is empty");
+// Starts the processes with the job's environment; returns their pids, by rank.
+std::vector<pid_t> spawnRanks(const LaunchOptions& options) {
   std::string port = std::to_string(freePort());
   std::string token = randomToken();
   std::vector<pid_t> pids;
-  std::map<pid_t, int> rankOf;
   for (int rank = 0; rank < options.processes; ++rank) {
     SpawnOptions spawn;
     spawn.argv = options.command;
@@ -67,23 +60,21 @@ int launchLocal(const LaunchOptions& options) {
                  {"MASTER_PORT", port},
                  {"GRADSYNC_JOB_ID", fmt::format("local-{}", ::getpid())},
                  {"GRADSYNC_JOB_TOKEN", token}};
-    pid_t pid = spawnProcess(spawn);
-    pids.push_back(pid);
-    rankOf[pid] = rank;
-    gChildren[gChildCount.load()] = pid;
+    pids.push_back(spawnProcess(spawn));
+    gChildren[gChildCount.load()] = pids.back();
     gChildCount.fetch_add(1);
   }
-  struct sigaction action {};
-  action.sa_handler = forwardSignal;
-  ::sigaction(SIGINT, &action, nullptr);
-  ::sigaction(SIGTERM, &action, nullptr);
+  return pids;
+}
 
-  // Every failed rank is reported; a rank killed by a signal is the likely culprit (the others
-  // fail because they lost it), so it decides the exit code.
+// Waits for every process. Every failed rank is reported; a rank killed by a signal is the
+// likely culprit (the others fail because they lost it), so it decides the exit code. Once one
+// failed, the rest get `grace` to notice and report before they are killed.
+int superviseRanks(const std::vector<pid_t>& pids, std::chrono::milliseconds grace) {
   int result = 0;
   bool resultFromSignal = false;
   std::vector<pid_t> running = pids;
-  std::optional<Deadline> killAt;  // set once a process failed
+  std::optional<Deadline> killAt;
   while (!running.empty()) {
     auto wait = killAt ? std::chrono::duration_cast<std::chrono::milliseconds>(killAt->remaining())
                        : std::chrono::milliseconds(24 * 3600 * 1000);
@@ -92,7 +83,7 @@ int launchLocal(const LaunchOptions& options) {
       std::fprintf(stderr,
                    "gradsync launch: killing %zu process(es) still running %lld s after "
                    "the first failure\n",
-                   running.size(), static_cast<long long>(options.grace.count() / 1000));
+                   running.size(), static_cast<long long>(grace.count() / 1000));
       killAll(running, SIGKILL);
       killAt.emplace(std::chrono::seconds(5));
       continue;
@@ -100,13 +91,32 @@ int launchLocal(const LaunchOptions& options) {
     auto [pid, status] = *ended;
     std::erase(running, pid);
     if (status.ok()) continue;
-    std::fprintf(stderr, "gradsync launch: rank %d %s\n", rankOf[pid], status.describe().c_str());
+    auto rank = std::find(pids.begin(), pids.end(), pid) - pids.begin();
+    std::fprintf(stderr, "gradsync launch: rank %d %s\n", static_cast<int>(rank),
+                 status.describe().c_str());
     if (result == 0 || (status.signal != 0 && !resultFromSignal)) {
       result = status.signal != 0 ? 128 + status.signal : status.code;
       resultFromSignal = status.signal != 0;
     }
-    if (!killAt) killAt.emplace(options.grace);
+    if (!killAt) killAt.emplace(grace);
   }
+  return result;
+}
+
+}  // namespace
+
+int launchLocal(const LaunchOptions& options) {
+  if (options.processes < 1 || options.processes > kMaxChildren) {
+    throw ConfigError(fmt::format("cannot launch {} processes", options.processes),
+                      {.hint = fmt::format("use 1..{}", kMaxChildren)});
+  }
+  if (options.command.empty()) throw ConfigError("nothing to launch: the command is empty");
+  std::vector<pid_t> pids = spawnRanks(options);
+  struct sigaction action {};
+  action.sa_handler = forwardSignal;
+  ::sigaction(SIGINT, &action, nullptr);
+  ::sigaction(SIGTERM, &action, nullptr);
+  int result = superviseRanks(pids, options.grace);
   gChildCount.store(0);
   return result;
 }

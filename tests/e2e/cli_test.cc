@@ -104,7 +104,17 @@ TEST(Cli, LaunchReportsTheFailedRankAndItsCode) {
   EXPECT_NE(r.err.find("rank 1 exited with code 7"), std::string::npos) << r.err;
 }
 
-TEST(CliTrain, ShortRealRunOnFashionMnistLearnsAndWritesMetrics) {
+// `gradsync train` exists only in builds with LibTorch (not in the sanitizer builds).
+class CliTrain : public ::testing::Test {
+ protected:
+  void SetUp() override {
+#ifndef GRADSYNC_HAVE_TORCH
+    GTEST_SKIP() << "built without LibTorch (GRADSYNC_WITH_TORCH=OFF): no gradsync train";
+#endif
+  }
+};
+
+TEST_F(CliTrain, ShortRealRunOnFashionMnistLearnsAndWritesMetrics) {
   fs::path metrics = scratch() / "train.json";
   Result r = gradsync({"train", "--steps", "150", "--quiet", "--metrics", metrics.string()});
   ASSERT_TRUE(r.status.ok()) << r.status.describe() << "\n" << r.err;
@@ -121,7 +131,7 @@ TEST(CliTrain, ShortRealRunOnFashionMnistLearnsAndWritesMetrics) {
   }
 }
 
-TEST(CliTrain, BadFlagsGiveAOneLineErrorWithTheChoices) {
+TEST_F(CliTrain, BadFlagsGiveAOneLineErrorWithTheChoices) {
   struct Case {
     std::vector<std::string> args;
     std::string expected;
