@@ -25,7 +25,9 @@ pid_t gChildren[kMaxChildren];
 std::atomic<int> gChildCount{0};
 
 void forwardSignal(int signal) {
-  for (int i = 0; i < gChildCount.load(); ++i) ::kill(gChildren[i], signal);
+  for (int i = 0; i < gChildCount.load(); ++i) {
+    if (gChildren[i] > 0) ::kill(gChildren[i], signal);  // 0: reaped, its pid may be reused
+  }
 }
 
 std::string randomToken() {
@@ -60,7 +62,13 @@ std::vector<pid_t> spawnRanks(const LaunchOptions& options) {
                  {"MASTER_PORT", port},
                  {"GRADSYNC_JOB_ID", fmt::format("local-{}", ::getpid())},
                  {"GRADSYNC_JOB_TOKEN", token}};
-    pids.push_back(spawnProcess(spawn));
+    try {
+      pids.push_back(spawnProcess(spawn));
+    } catch (...) {  // the ranks already started would wait for this one until their timeout
+      killAll(pids, SIGKILL);
+      for (pid_t pid : pids) waitAny({pid}, std::chrono::seconds(5));
+      throw;
+    }
     gChildren[gChildCount.load()] = pids.back();
     gChildCount.fetch_add(1);
   }
@@ -90,6 +98,9 @@ int superviseRanks(const std::vector<pid_t>& pids, std::chrono::milliseconds gra
     }
     auto [pid, status] = *ended;
     std::erase(running, pid);
+    for (int i = 0; i < gChildCount.load(); ++i) {
+      if (gChildren[i] == pid) gChildren[i] = 0;
+    }
     if (status.ok()) continue;
     auto rank = std::find(pids.begin(), pids.end(), pid) - pids.begin();
     std::fprintf(stderr, "gradsync launch: rank %d %s\n", static_cast<int>(rank),
@@ -111,11 +122,11 @@ int launchLocal(const LaunchOptions& options) {
                       {.hint = fmt::format("use 1..{}", kMaxChildren)});
   }
   if (options.command.empty()) throw ConfigError("nothing to launch: the command is empty");
-  std::vector<pid_t> pids = spawnRanks(options);
-  struct sigaction action {};
+  struct sigaction action {};  // before spawning: a signal must never orphan the children
   action.sa_handler = forwardSignal;
   ::sigaction(SIGINT, &action, nullptr);
   ::sigaction(SIGTERM, &action, nullptr);
+  std::vector<pid_t> pids = spawnRanks(options);
   int result = superviseRanks(pids, options.grace);
   gChildCount.store(0);
   return result;

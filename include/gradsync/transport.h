@@ -10,7 +10,9 @@
 //    disagreement between ranks is a bug that would otherwise hang or corrupt).
 //  - Once a peer is lost, every pending and later operation fails with PeerLostError naming the
 //    lost rank: one lost rank breaks every collective, so failing fast beats timing out.
-//  - Every wait is bounded by TransportOptions::timeout (TimeoutError names the peer).
+//  - Every wait is bounded by TransportOptions::timeout (TimeoutError names the peer). A timeout
+//    leaves the operation pending (its buffer still in use): a caller that gives up on it must
+//    call abort() before releasing the buffer. The collectives do.
 // send, recv and Work methods are thread-safe.
 #pragma once
 
@@ -82,6 +84,10 @@ class Transport {
   virtual WorkPtr send(int peer, uint64_t tag, const void* data, size_t bytes) = 0;
   // Starts receiving the next `bytes`-byte message from `peer` with `tag` into `data`.
   virtual WorkPtr recv(int peer, uint64_t tag, void* data, size_t bytes) = 0;
+
+  // Fails every pending and later operation with `error` and forgets every caller buffer;
+  // returns once the transport no longer touches any of them. The transport is unusable after.
+  virtual void abort(std::exception_ptr error) = 0;
 
   // Bytes handed to the network so far by this rank (payloads and frame headers; messages to
   // itself excluded). Thread-safe; for metrics.

@@ -3,21 +3,18 @@
 
 #include <fmt/format.h>
 
+#include "collectives/guard.h"
 #include "gradsync/collectives.h"
 #include "gradsync/error.h"
 
 namespace gradsync {
+namespace {
 
 // Ranks form a chain starting at the root; each forwards every segment as soon as it arrives,
 // so a large broadcast takes about one transfer time plus (n-2) segment times.
-void broadcast(Transport& transport, std::span<float> data, int root,
-               const CollectiveOptions& options) {
+void chain(Transport& transport, std::span<float> data, int root,
+           const CollectiveOptions& options) {
   int n = transport.size();
-  if (root < 0 || root >= n) {
-    throw ConfigError(fmt::format("broadcast root {} is not a rank (world size {})", root, n),
-                      {.rank = transport.rank(), .operation = "broadcast"});
-  }
-  if (n == 1 || data.empty()) return;
   int position = (transport.rank() - root + n) % n;
   int next = position + 1 < n ? (transport.rank() + 1) % n : -1;
   int previous = (transport.rank() + n - 1) % n;
@@ -43,7 +40,7 @@ void broadcast(Transport& transport, std::span<float> data, int root,
 
 // Round k: send to rank + 2^k, receive from rank - 2^k. After ceil(log2 n) rounds every rank
 // has (transitively) heard from every other one.
-void barrier(Transport& transport, const CollectiveOptions& options) {
+void dissemination(Transport& transport, const CollectiveOptions& options) {
   int n = transport.size();
   int rank = transport.rank();
   for (int distance = 1; distance < n; distance *= 2) {
@@ -52,6 +49,23 @@ void barrier(Transport& transport, const CollectiveOptions& options) {
     recv->wait();
     send->wait();
   }
+}
+
+}  // namespace
+
+void broadcast(Transport& transport, std::span<float> data, int root,
+               const CollectiveOptions& options) {
+  int n = transport.size();
+  if (root < 0 || root >= n) {
+    throw ConfigError(fmt::format("broadcast root {} is not a rank (world size {})", root, n),
+                      {.rank = transport.rank(), .operation = "broadcast"});
+  }
+  if (n == 1 || data.empty()) return;
+  detail::runCollective("broadcast", transport, [&] { chain(transport, data, root, options); });
+}
+
+void barrier(Transport& transport, const CollectiveOptions& options) {
+  detail::runCollective("barrier", transport, [&] { dissemination(transport, options); });
 }
 
 }  // namespace gradsync

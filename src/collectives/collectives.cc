@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "collectives/guard.h"
 #include "collectives/reduce.h"
 #include "collectives/ring.h"
 #include "gradsync/collectives.h"
@@ -11,28 +12,6 @@
 
 namespace gradsync {
 namespace {
-
-// Re-raises the current gradsync error with `operation` prepended to its context, keeping type.
-template <typename Body>
-void named(const char* operation, Transport& transport, Body&& body) {
-  auto rename = [&](const Error& e) {
-    ErrorContext context = e.context();
-    context.rank = transport.rank();
-    context.operation = context.operation.empty()
-                            ? operation
-                            : fmt::format("{} ({})", operation, context.operation);
-    return context;
-  };
-  try {
-    body();
-  } catch (const PeerLostError& e) {
-    throw PeerLostError(e.detail(), rename(e));
-  } catch (const TimeoutError& e) {
-    throw TimeoutError(e.detail(), rename(e));
-  } catch (const ProtocolError& e) {
-    throw ProtocolError(e.detail(), rename(e));
-  }
-}
 
 std::vector<ring::Span> floatBlocks(size_t count, int size) {
   std::vector<size_t> bytes;
@@ -55,7 +34,7 @@ Block blockOf(size_t count, int size, int rank) {
 
 void allreduce(Transport& transport, std::span<float> data, ReduceOp op,
                const CollectiveOptions& options) {
-  named("allreduce", transport, [&] {
+  detail::runCollective("allreduce", transport, [&] {
     auto blocks = floatBlocks(data.size(), transport.size());
     std::vector<ring::Step> steps;
     ring::appendPass(steps, blocks, transport.rank(), 0, /*reduce=*/true);
@@ -67,7 +46,7 @@ void allreduce(Transport& transport, std::span<float> data, ReduceOp op,
 
 void reduceScatter(Transport& transport, std::span<float> data, ReduceOp op,
                    const CollectiveOptions& options) {
-  named("reduce-scatter", transport, [&] {
+  detail::runCollective("reduce-scatter", transport, [&] {
     std::vector<ring::Step> steps;
     ring::appendPass(steps, floatBlocks(data.size(), transport.size()), transport.rank(), 1, true);
     ring::run(transport, bytesOf(data), steps, options);
@@ -79,7 +58,7 @@ void reduceScatter(Transport& transport, std::span<float> data, ReduceOp op,
 }
 
 void allgather(Transport& transport, std::span<float> data, const CollectiveOptions& options) {
-  named("allgather", transport, [&] {
+  detail::runCollective("allgather", transport, [&] {
     std::vector<ring::Step> steps;
     ring::appendPass(steps, floatBlocks(data.size(), transport.size()), transport.rank(), 0, false);
     ring::run(transport, bytesOf(data), steps, options);
@@ -88,7 +67,7 @@ void allgather(Transport& transport, std::span<float> data, const CollectiveOpti
 
 void allgatherv(Transport& transport, std::span<uint8_t> data, std::span<const size_t> byteCounts,
                 const CollectiveOptions& options) {
-  named("allgatherv", transport, [&] {
+  detail::runCollective("allgatherv", transport, [&] {
     if (byteCounts.size() != static_cast<size_t>(transport.size())) {
       throw ConfigError(fmt::format("allgatherv needs one count per rank: got {} for {} ranks",
                                     byteCounts.size(), transport.size()));

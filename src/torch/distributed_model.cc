@@ -32,13 +32,17 @@ DistributedModel::DistributedModel(std::shared_ptr<Model> model, Transport& tran
     int index = static_cast<int>(i);
     // Fires once per backward, as soon as this parameter's gradient is computed (before it is
     // accumulated into .grad); the hook returns nothing, leaving the gradient unchanged.
-    parameters_[i].register_hook([engine, index](torch::Tensor grad) {
+    hooks_.push_back(parameters_[i].register_hook([engine, index](torch::Tensor grad) {
       torch::Tensor dense = grad.contiguous();
       std::span<float> slot = engine->slot(index);
       std::memcpy(slot.data(), dense.data_ptr<float>(), slot.size_bytes());
       engine->markReady(index);
-    });
+    }));
   }
+}
+
+DistributedModel::~DistributedModel() {
+  for (size_t i = 0; i < hooks_.size(); ++i) parameters_[i].remove_hook(hooks_[i]);
 }
 
 void DistributedModel::broadcastState() {

@@ -18,6 +18,10 @@ class DistributedModel {
   // Registers the hooks. Every rank must construct it with the same model and schedule.
   DistributedModel(std::shared_ptr<Model> model, Transport& transport,
                    const ScheduleSpec& schedule);
+  // Removes the hooks: the model may outlive this object (it is shared), the engine may not.
+  ~DistributedModel();
+  DistributedModel(const DistributedModel&) = delete;
+  DistributedModel& operator=(const DistributedModel&) = delete;
 
   Model& model() { return *model_; }
   std::vector<torch::Tensor> parameters() const { return parameters_; }
@@ -42,6 +46,7 @@ class DistributedModel {
   Transport& transport_;
   std::vector<torch::Tensor> parameters_;
   std::unique_ptr<GradientEngine> engine_;  // null for a world of one
+  std::vector<unsigned> hooks_;             // by parameter, when engine_ is set
   static inline const StepStats kAlone_{};
 };
 

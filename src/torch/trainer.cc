@@ -245,7 +245,9 @@ TrainResult Trainer::run() {
       result.losses.push_back(loss);
       position.epochLossSum += loss;
       ++position.step;
-      maybeCheckpoint(position, position.step == total);
+      // When the epoch is complete the checkpoint waits for its record (below); a run stopping
+      // mid-epoch (--steps) saves the partial epoch, so a resume continues it.
+      if (position.step % perEpoch != 0) maybeCheckpoint(position, position.step == total);
       double rate = static_cast<double>(sampler_.globalBatch() * (position.step - epochFirst)) /
                     since(epochStart);
       progress.step(position.step, epoch + 1, inEpoch + 1, perEpoch, loss, rate);
@@ -262,6 +264,7 @@ TrainResult Trainer::run() {
         epochs, record.trainLoss, 100 * record.testAccuracy, record.samplesPerSecond));
     position.epochs.push_back(record);
     position.epochLossSum = 0;
+    if (position.step % perEpoch == 0) maybeCheckpoint(position, position.step == total);
   }
   writeTrace();
   result.epochs = position.epochs;

@@ -107,6 +107,16 @@ void Mailbox::endDelivery(Delivery& delivery) {
   }
 }
 
+void Mailbox::abandonDelivery(Delivery& delivery, const std::exception_ptr& error) {
+  WorkPtr waiter = std::move(delivery.work);
+  if (delivery.buffered) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!waiter) waiter = std::move(delivery.buffered->waiter);
+  }
+  delivery = {};
+  if (waiter) waiter->fail(error);
+}
+
 void Mailbox::failAll(std::exception_ptr error) {
   std::vector<WorkPtr> pending;
   {
@@ -114,9 +124,6 @@ void Mailbox::failAll(std::exception_ptr error) {
     if (!broken_) broken_ = error;
     for (auto& [key, queue] : queues_) {
       for (auto& posted : queue.posted) pending.push_back(std::move(posted.work));
-      for (auto& message : queue.unexpected) {
-        if (message->waiter) pending.push_back(std::move(message->waiter));
-      }
     }
     queues_.clear();
   }

@@ -50,7 +50,10 @@ class Mailbox {
   Delivery beginDelivery(int peer, uint64_t tag, size_t bytes);
   void endDelivery(Delivery& delivery);
 
-  // Fails every posted receive, and every later one, with `error` (a lost peer).
+  // Fails the receive a half-arrived message was going to (the message will never complete).
+  void abandonDelivery(Delivery& delivery, const std::exception_ptr& error);
+  // Fails every posted receive, and every later one, with `error` (a lost peer). Receives
+  // matched to a message still arriving are failed through abandonDelivery.
   void failAll(std::exception_ptr error);
   // Fails posted and later receives from `peer` (it shut down) once its buffered messages are
   // consumed.

@@ -190,6 +190,20 @@ TEST_P(TransportConformance, CountsBytesSentToPeers) {
   });
 }
 
+TEST_P(TransportConformance, AbortFailsPendingAndLaterOperations) {
+  run(2, [](Transport& t) {
+    if (t.rank() == 1) {
+      std::this_thread::sleep_for(300ms);  // alive (no goodbye) while rank 0 aborts
+      return;
+    }
+    int in = 0;
+    WorkPtr pending = t.recv(1, 4, &in, sizeof in);
+    t.abort(std::make_exception_ptr(TimeoutError("gave up")));
+    EXPECT_THROW(pending->wait(), TimeoutError);  // at once, not after the timeout
+    EXPECT_THROW(t.recv(1, 4, &in, sizeof in)->wait(), TimeoutError);
+  });
+}
+
 TEST_P(TransportConformance, InvalidPeerIsAConfigError) {
   run(2, [](Transport& t) {
     int v = 0;

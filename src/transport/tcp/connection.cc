@@ -167,7 +167,11 @@ void Connection::readAvailable() {
 }
 
 void Connection::sendAbort(const std::string& reason) {
-  if (closed_ || (!out_.empty() && out_.front().sent > 0)) return;
+  if (closed_) return;
+  if (!out_.empty() && out_.front().sent > 0) {  // mid-frame: no room for a reason, but still
+    ::shutdown(fd_.get(), SHUT_WR);              // end the stream so the peer fails at once
+    return;
+  }
   std::string text = reason.substr(0, kMaxAbortBytes);
   uint8_t header[kFrameHeaderBytes];
   encodeFrameHeader({FrameType::kAbort, 0, text.size()}, header);
@@ -186,6 +190,10 @@ void Connection::failQueued(const std::exception_ptr& error) {
     if (frame.work) frame.work->fail(error);
   }
   out_.clear();
+  if (inPayload_) {
+    mailbox_.abandonDelivery(delivery_, error);
+    inPayload_ = false;
+  }
 }
 
 }  // namespace gradsync::tcp

@@ -47,7 +47,7 @@ class Connection {
   // messages. Throws PeerLostError on an unexpected close, ProtocolError on a malformed frame.
   void readAvailable();
 
-  // Fails every queued send with `error`.
+  // Fails every queued send, and the receive of a message half read, with `error`.
   void failQueued(const std::exception_ptr& error);
   // Best effort, never blocks: tells the peer why this rank is failing (an abort frame), unless a
   // frame is half written (the stream cannot be interrupted) or the socket is full.

@@ -10,6 +10,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <thread>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -40,6 +41,7 @@ class TcpTransport final : public Transport {
   WorkPtr send(int peer, uint64_t tag, const void* data, size_t bytes) override;
   WorkPtr recv(int peer, uint64_t tag, void* data, size_t bytes) override;
   uint64_t bytesSent() const override { return bytesSent_.load(std::memory_order_relaxed); }
+  void abort(std::exception_ptr error) override;
 
  private:
   struct Submission {
@@ -79,6 +81,7 @@ class TcpTransport final : public Transport {
   std::vector<Submission> pending_;
   bool wakePending_ = false;
   std::exception_ptr brokenError_;
+  std::exception_ptr abortRequest_;  // abort() asks the loop thread to break everything
   bool closing_ = false;
   bool stop_ = false;
   bool drained_ = false;
@@ -186,6 +189,19 @@ WorkPtr TcpTransport::send(int peer, uint64_t tag, const void* data, size_t byte
   return work;
 }
 
+// The loop thread owns the queues and the half-read messages, so it does the breaking; abort()
+// waits until it has (bounded: a loop that never answers is not worth hanging on).
+void TcpTransport::abort(std::exception_ptr error) {
+  std::unique_lock<std::mutex> lock(submitMutex_);
+  if (brokenError_) return;
+  abortRequest_ = error;
+  wakePending_ = true;
+  lock.unlock();
+  wake();
+  lock.lock();
+  drainedCv_.wait_for(lock, std::chrono::seconds(5), [this] { return brokenError_ != nullptr; });
+}
+
 WorkPtr TcpTransport::recv(int peer, uint64_t tag, void* data, size_t bytes) {
   checkPeer(peer);
   return mailbox_.postRecv(peer, tag, data, bytes);
@@ -264,13 +280,19 @@ void TcpTransport::handleEvent(const epoll_event& event) {
 
 void TcpTransport::drainSubmissions() {
   std::vector<Submission> submissions;
+  std::exception_ptr abortRequest;
   {
     std::lock_guard<std::mutex> lock(submitMutex_);
     submissions.swap(pending_);
     wakePending_ = false;
+    abortRequest = std::exchange(abortRequest_, nullptr);
   }
+  if (abortRequest) breakAll(abortRequest);
   for (Submission& s : submissions) {
     Connection& connection = *connections_[s.peer];
+    if (!s.frame.work && connection.closed()) {
+      continue;  // our goodbye to a peer that already closed: nobody to tell
+    }
     if (s.frame.work && connection.goodbyeReceived()) {
       s.frame.work->fail(std::make_exception_ptr(
           PeerLostError(fmt::format("rank {} has shut down", s.peer),

@@ -132,6 +132,27 @@ TEST(Trainer, ResumedRunRepeatsTheUninterruptedOne) {
   }
 }
 
+// A checkpoint at an epoch's end holds that epoch's record: resuming from it loses nothing.
+TEST(Trainer, ResumeFromAnEpochBoundary) {
+  TrainResult uninterrupted = train(2, resumableOptions());
+  TrainOptions first = resumableOptions();
+  first.checkpointDir = scratchDir("boundary");
+  first.checkpointEvery = 5;  // = steps per epoch
+  first.steps = 10;
+  train(2, first);
+  TrainOptions rest = resumableOptions();
+  rest.checkpointDir = first.checkpointDir;
+  rest.resume = true;
+  TrainResult resumed = train(2, rest);
+  EXPECT_EQ(resumed.parameters, uninterrupted.parameters);
+  ASSERT_EQ(resumed.epochs.size(), uninterrupted.epochs.size());
+  for (size_t e = 0; e < resumed.epochs.size(); ++e) {
+    EXPECT_EQ(resumed.epochs[e].trainLoss, uninterrupted.epochs[e].trainLoss) << "epoch " << e;
+    EXPECT_EQ(resumed.epochs[e].testAccuracy, uninterrupted.epochs[e].testAccuracy)
+        << "epoch " << e;
+  }
+}
+
 TEST(Trainer, CorruptCheckpointIsAClearErrorNamingThePreviousGoodOne) {
   TrainOptions first = resumableOptions();
   first.checkpointDir = scratchDir("corrupt");
