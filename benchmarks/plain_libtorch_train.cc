@@ -10,6 +10,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "common/allocator.h"
 #include "data/sampler.h"
 #include "torch/data_source.h"
 #include "torch/models.h"
@@ -27,6 +28,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   using namespace gradsync;
+  keepFreedMemoryInHeap();  // the same allocator policy as gradsync train, for a fair baseline
   auto data = openDataSource("synthetic", "", 16384, 0);
   DistributedSampler sampler(data->trainSize(), 0, 1, batch, 0);
   std::shared_ptr<Model> model = makeModel(modelName);

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include "commands.h"
+#include "common/allocator.h"
 #include "gradsync/error.h"
 #include "torch/trainer.h"
 
@@ -70,6 +71,7 @@ void addTrainCommand(CLI::App& app, CommandContext& context) {
   train->add_flag("--resume", o.resume, "continue from the newest checkpoint");
   train->add_flag("--quiet", o.quiet, "no progress display");
   train->callback([flags, &context] {
+    keepFreedMemoryInHeap();  // this process and the ranks it launches (they run this callback)
     refuseUnavailable(*flags);
     if (flags->options.resume && flags->options.checkpointDir.empty()) {
       throw ConfigError("--resume needs --checkpoint-dir");
