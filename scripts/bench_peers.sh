@@ -53,28 +53,8 @@ done
 mkdir -p "$out"
 
 sweep=(--min-bytes "$min_bytes" --max-bytes "$max_bytes" --iters "$iters")
-json_files=()
-program_commands=()  # "name: command" of each program run, for the table's header.
-
-# run NAME JSON COMMAND...: runs COMMAND under `timeout`, its output shown and kept in OUT/NAME.log;
-# stops the script if it fails or writes no JSON. `timeout` signals its whole process group, so
-# mpirun's and the Gloo launcher's ranks go with it.
-run() {
-  local name="$1" json="$2"
-  shift 2
-  rm -f "$json"  # A stale file from an earlier run must never be merged.
-  echo "+ $*"
-  program_commands+=(--run "$name: $*")
-  local status=0
-  timeout --kill-after=10 "$timeout_s" "$@" 2>&1 | tee "$out/$name.log" || status=${PIPESTATUS[0]}
-  if [ "$status" -eq 124 ] || [ "$status" -eq 137 ]; then
-    die "$name ran past ${timeout_s}s and was killed (log: $out/$name.log)"
-  fi
-  [ "$status" -eq 0 ] || die "$name failed with exit status $status (log: $out/$name.log)"
-  [ -s "$json" ] || die "$name exited 0 but wrote no $json"
-  json_files+=("$json")
-  echo
-}
+# shellcheck source-path=SCRIPTDIR source=lib/bench_run.sh
+source "$repo/scripts/lib/bench_run.sh"
 
 # skip NAME BINARY TARGET: says why a system is left out of the table.
 skip() {
@@ -112,8 +92,8 @@ else
   skip gloo "$gloo_bin" peers_gloo_allreduce
 fi
 
-[ ${#json_files[@]} -gt 0 ] || die "nothing was measured"
+[ ${#run_jsons[@]} -gt 0 ] || die "nothing was measured"
 /usr/bin/python3 "$repo/scripts/peers_table.py" --out "$out/peers.json" --markdown "$out/peers.md" \
   --nproc "$(nproc)" --workers "$workers" --iters "$iters" --warmup "$warmup" \
   --date "$(date -u '+%Y-%m-%d %H:%M:%S UTC')" --command "$command_line" \
-  "${program_commands[@]}" "${json_files[@]}"
+  "${run_commands[@]}" "${run_jsons[@]}"

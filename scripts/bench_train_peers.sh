@@ -80,25 +80,9 @@ data_args=()
 common=(--workers "$workers" --dataset "$dataset" "${data_args[@]}" --batch-size "$batch_size"
   --steps "$steps" --lr 0.05 --momentum 0.9 --seed 0)
 
-table_args=()  # --gradsync/--ddp MODEL JSON and --run "name: command" for train_table.py.
-
-# run NAME JSON COMMAND...: runs COMMAND under `timeout`, its output shown and kept in
-# OUT/NAME.log; stops the script if it fails, outlasts --timeout or writes no JSON.
-run() {
-  local name="$1" json="$2"
-  shift 2
-  rm -f "$json"  # A stale file from an earlier run must never be merged.
-  echo "+ $*"
-  table_args+=(--run "$name: $*")
-  local status=0
-  timeout --kill-after=10 "$timeout_s" "$@" 2>&1 | tee "$out/$name.log" || status=${PIPESTATUS[0]}
-  if [ "$status" -eq 124 ] || [ "$status" -eq 137 ]; then
-    die "$name ran past ${timeout_s}s and was killed (log: $out/$name.log)"
-  fi
-  [ "$status" -eq 0 ] || die "$name failed with exit status $status (log: $out/$name.log)"
-  [ -s "$json" ] || die "$name exited 0 but wrote no $json"
-  echo
-}
+table_args=()  # --gradsync/--ddp MODEL JSON for train_table.py.
+# shellcheck source-path=SCRIPTDIR source=lib/bench_run.sh
+source "$repo/scripts/lib/bench_run.sh"
 
 gradsync_bin="$build/apps/gradsync/gradsync"
 gradsync_extra=()
@@ -147,4 +131,4 @@ done
   --batch-size "$batch_size" --steps "$steps" --warmup-steps "$warmup_steps" \
   --threads "$threads" --dataset "$dataset" --load "$load_before" \
   --load-after "$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo '?')" \
-  --date "$(date -u '+%Y-%m-%d %H:%M:%S UTC')" --command "$command_line" "${table_args[@]}"
+  --date "$(date -u '+%Y-%m-%d %H:%M:%S UTC')" --command "$command_line" "${run_commands[@]}" "${table_args[@]}"

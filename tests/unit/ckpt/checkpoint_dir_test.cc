@@ -14,6 +14,7 @@
 namespace gradsync {
 namespace {
 
+using testing::dataErrorOf;
 using testing::readBytes;
 using testing::ScratchDir;
 using testing::toBytes;
@@ -26,17 +27,6 @@ std::vector<Section> sectionsForStep(int64_t step) {
 int64_t stepInside(const LoadedCheckpoint& loaded) {
   const auto& data = findSection(loaded.sections, "step").data;
   return std::stoll(std::string(data.begin(), data.end()));
-}
-
-template <typename F>
-std::string dataErrorOf(F&& body) {
-  try {
-    body();
-  } catch (const DataError& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no DataError";
-  return "";
 }
 
 void flipByte(const std::string& path, size_t offset) {

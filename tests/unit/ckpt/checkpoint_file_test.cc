@@ -16,6 +16,7 @@
 namespace gradsync {
 namespace {
 
+using testing::dataErrorOf;
 using testing::readBytes;
 using testing::ScratchDir;
 using testing::toBytes;
@@ -39,18 +40,6 @@ void expectEqual(const std::vector<Section>& a, const std::vector<Section>& b) {
     EXPECT_EQ(a[i].name, b[i].name) << i;
     EXPECT_TRUE(a[i].data == b[i].data) << "section " << i << " payload differs";
   }
-}
-
-// Runs `body` expecting DataError; returns its message.
-template <typename F>
-std::string dataErrorOf(F&& body) {
-  try {
-    body();
-  } catch (const DataError& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "no DataError";
-  return "";
 }
 
 bool noTempFiles(const std::string& dir) {

@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "gradsync/error.h"
+
 namespace gradsync::testing {
 
 // A fresh directory under $TMPDIR (or /tmp), removed with everything in it at the end.
@@ -53,6 +55,18 @@ inline void writeBytes(const std::string& path, const std::vector<uint8_t>& byte
 
 inline std::vector<uint8_t> toBytes(const std::string& text) {
   return {text.begin(), text.end()};
+}
+
+// Runs `body` expecting DataError; returns its message.
+template <typename F>
+std::string dataErrorOf(F&& body) {
+  try {
+    body();
+  } catch (const DataError& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "no DataError";
+  return "";
 }
 
 }  // namespace gradsync::testing
