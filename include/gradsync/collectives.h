@@ -39,6 +39,12 @@ Block blockOf(size_t count, int size, int rank);
 void allreduce(Transport& transport, std::span<float> data, ReduceOp op = ReduceOp::kSum,
                const CollectiveOptions& options = {});
 
+// Ring allreduce of IEEE binary16 values (the fp16 compressor's wire format): half the bytes
+// of float32. Each hop adds in float32 and rounds the partial sum back to half; a sum beyond
+// half's range becomes infinity.
+void allreduceHalf(Transport& transport, std::span<uint16_t> data,
+                   const CollectiveOptions& options = {});
+
 // Ring reduce-scatter: afterwards data[blockOf(count, size, rank)] holds the reduced block;
 // the other elements are unspecified.
 void reduceScatter(Transport& transport, std::span<float> data, ReduceOp op = ReduceOp::kSum,

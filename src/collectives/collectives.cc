@@ -7,16 +7,29 @@
 #include "collectives/guard.h"
 #include "collectives/reduce.h"
 #include "collectives/ring.h"
+#include "common/half.h"
 #include "gradsync/collectives.h"
 #include "gradsync/error.h"
 
 namespace gradsync {
 namespace {
 
-std::vector<ring::Span> floatBlocks(size_t count, int size) {
+std::vector<ring::Span> elementBlocks(size_t count, int size, size_t elementBytes) {
   std::vector<size_t> bytes;
-  for (int r = 0; r < size; ++r) bytes.push_back(blockOf(count, size, r).size() * sizeof(float));
+  for (int r = 0; r < size; ++r) bytes.push_back(blockOf(count, size, r).size() * elementBytes);
   return ring::layout(bytes);
+}
+
+std::vector<ring::Span> floatBlocks(size_t count, int size) {
+  return elementBlocks(count, size, sizeof(float));
+}
+
+void addHalves(uint8_t* dst, const uint8_t* src, size_t bytes) {
+  auto* d = reinterpret_cast<uint16_t*>(dst);
+  const auto* s = reinterpret_cast<const uint16_t*>(src);
+  for (size_t i = 0; i < bytes / sizeof(uint16_t); ++i) {
+    d[i] = halfFromFloat(floatFromHalf(d[i]) + floatFromHalf(s[i]));
+  }
 }
 
 uint8_t* bytesOf(std::span<float> data) {
@@ -41,6 +54,18 @@ void allreduce(Transport& transport, std::span<float> data, ReduceOp op,
     ring::appendPass(steps, blocks, transport.rank(), -1, /*reduce=*/false);
     ring::run(transport, bytesOf(data), steps, options);
     if (op == ReduceOp::kAverage) scale(data.data(), data.size(), 1.0f / transport.size());
+  });
+}
+
+void allreduceHalf(Transport& transport, std::span<uint16_t> data,
+                   const CollectiveOptions& options) {
+  detail::runCollective("allreduce", transport, [&] {
+    auto blocks = elementBlocks(data.size(), transport.size(), sizeof(uint16_t));
+    std::vector<ring::Step> steps;
+    ring::appendPass(steps, blocks, transport.rank(), 0, /*reduce=*/true);
+    ring::appendPass(steps, blocks, transport.rank(), -1, /*reduce=*/false);
+    ring::run(transport, reinterpret_cast<uint8_t*>(data.data()), steps, options,
+              {sizeof(uint16_t), addHalves});
   });
 }
 

@@ -47,13 +47,15 @@ uint8_t* stagingMemory(size_t bytes) {
 class Pipeline {
  public:
   Pipeline(Transport& transport, uint8_t* data, const std::vector<Step>& steps,
-           const CollectiveOptions& options)
+           const CollectiveOptions& options, const Reduction& reduction)
       : transport_(transport),
         data_(data),
         steps_(steps),
         tag_(options.tag),
-        segment_(
-            std::max<size_t>(sizeof(float), options.segmentBytes / sizeof(float) * sizeof(float))),
+        reduction_(reduction),
+        segment_(std::max<size_t>(
+            reduction.elementBytes,
+            options.segmentBytes / reduction.elementBytes * reduction.elementBytes)),
         right_((transport.rank() + 1) % transport.size()),
         left_((transport.rank() + transport.size() - 1) % transport.size()) {
     size_t staging = 0;
@@ -119,14 +121,21 @@ class Pipeline {
   void reduceSegment(size_t s, size_t k) {
     const Span& span = steps_[s].recv;
     size_t bytes = segmentBytes(span.bytes, k);
-    addInto(reinterpret_cast<float*>(data_ + span.offset + k * segment_),
-            reinterpret_cast<const float*>(staging_[s % 2] + k * segment_), bytes / sizeof(float));
+    uint8_t* dst = data_ + span.offset + k * segment_;
+    const uint8_t* src = staging_[s % 2] + k * segment_;
+    if (reduction_.add != nullptr) {
+      reduction_.add(dst, src, bytes);
+    } else {
+      addInto(reinterpret_cast<float*>(dst), reinterpret_cast<const float*>(src),
+              bytes / sizeof(float));
+    }
   }
 
   Transport& transport_;
   uint8_t* data_;
   const std::vector<Step>& steps_;
   const uint64_t tag_;
+  const Reduction reduction_;
   const size_t segment_;
   const int right_;
   const int left_;
@@ -136,9 +145,9 @@ class Pipeline {
 }  // namespace
 
 void run(Transport& transport, uint8_t* data, const std::vector<Step>& steps,
-         const CollectiveOptions& options) {
+         const CollectiveOptions& options, const Reduction& reduction) {
   if (steps.empty()) return;
-  Pipeline(transport, data, steps, options).run();
+  Pipeline(transport, data, steps, options, reduction).run();
 }
 
 }  // namespace gradsync::ring

@@ -23,7 +23,14 @@ struct Span {
 struct Step {
   Span send;
   Span recv;
-  bool reduce = false;  // add the received floats into the buffer instead of storing them
+  bool reduce = false;  // add the received elements into the buffer instead of storing them
+};
+
+// How received elements are added into the buffer: dst[i] += src[i] for `bytes` bytes of
+// elements of `elementBytes` each. Segments are cut at element boundaries.
+struct Reduction {
+  size_t elementBytes = sizeof(float);
+  void (*add)(uint8_t* dst, const uint8_t* src, size_t bytes) = nullptr;  // null: float32 sum
 };
 
 // Byte spans of the blocks of a buffer cut into consecutive pieces of the given sizes.
@@ -36,6 +43,6 @@ void appendPass(std::vector<Step>& steps, const std::vector<Span>& blocks, int r
 
 // Runs `steps` on `data`. REQUIRES: steps[s+1].send == steps[s].recv.
 void run(Transport& transport, uint8_t* data, const std::vector<Step>& steps,
-         const CollectiveOptions& options);
+         const CollectiveOptions& options, const Reduction& reduction = {});
 
 }  // namespace gradsync::ring

@@ -1,0 +1,92 @@
+#include "compress/compressor.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "collectives/reduce.h"
+#include "common/half.h"
+#include "data/random.h"
+
+namespace gradsync {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double secondsSince(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+}  // namespace
+
+const char* aggregationName(Aggregation aggregation) {
+  switch (aggregation) {
+    case Aggregation::kAllreduce:
+      return "allreduce";
+    case Aggregation::kAllgather:
+      return "allgather";
+    case Aggregation::kTree:
+      return "tree";
+  }
+  return "?";
+}
+
+// Every rank sums the decoded encodings in rank order, so all ranks hold bitwise-identical
+// results (the optimizer steps must not drift apart).
+void CodecCompressor::exchange(ExchangeContext& context, std::span<float> grad,
+                               std::span<float> sent, ExchangeStats& stats) {
+  const int rank = context.transport.rank();
+  auto start = Clock::now();
+  std::vector<uint8_t> mine;
+  encode(grad, mine,
+         data::mixSeed(data::mixSeed(context.seed, context.step), static_cast<uint64_t>(rank)));
+  stats.encodeSeconds += secondsSince(start);
+  auto all = allgatherBytes(context.transport, mine, context.collective);
+  start = Clock::now();
+  std::fill(sent.begin(), sent.end(), 0.0f);
+  decodeAdd(all[rank], sent);
+  std::fill(grad.begin(), grad.end(), 0.0f);
+  for (int r = 0; r < context.transport.size(); ++r) {
+    if (r == rank) {
+      addInto(grad.data(), sent.data(), grad.size());
+    } else {
+      decodeAdd(all[r], grad);
+    }
+  }
+  scale(grad.data(), grad.size(), 1.0f / static_cast<float>(context.transport.size()));
+  stats.decodeSeconds += secondsSince(start);
+}
+
+size_t LinearCompressor::encodedBytes(size_t elements) const {
+  return codeLength(elements) * (halfOnWire() ? sizeof(uint16_t) : sizeof(float));
+}
+
+void LinearCompressor::exchange(ExchangeContext& context, std::span<float> grad,
+                                std::span<float> sent, ExchangeStats& stats) {
+  const uint64_t seed = data::mixSeed(context.seed, context.step);
+  const float ranks = static_cast<float>(context.transport.size());
+  auto start = Clock::now();
+  std::vector<float> code(codeLength(grad.size()));
+  encode(grad, code, seed);
+  std::vector<uint16_t> half;
+  if (halfOnWire()) {
+    half.resize(code.size());
+    halfFromFloat(code.data(), half.data(), code.size());
+    floatFromHalf(half.data(), code.data(), code.size());  // what the others will receive
+  }
+  stats.encodeSeconds += secondsSince(start);
+  start = Clock::now();
+  decode(code, sent, seed);
+  stats.decodeSeconds += secondsSince(start);
+  if (halfOnWire()) {
+    allreduceHalf(context.transport, half, context.collective);
+    floatFromHalf(half.data(), code.data(), code.size());
+  } else {
+    allreduce(context.transport, code, ReduceOp::kSum, context.collective);
+  }
+  start = Clock::now();
+  scale(code.data(), code.size(), 1.0f / ranks);
+  decode(code, grad, seed);
+  stats.decodeSeconds += secondsSince(start);
+}
+
+}  // namespace gradsync

@@ -1,0 +1,117 @@
+// Gradient compression: the interface every method implements (docs/algorithms.md,
+// "Compression"). A Compressor instance covers one communication unit (one tensor, or the
+// tensors of a fusion bucket laid out back to back) and owns that unit's state across steps
+// (PowerSGD's Q, GradiVeQ's basis, DGC's velocity...). Instances are not thread-safe: the
+// gradient engine's communication thread is the only caller.
+//
+// How encodings are combined across ranks follows from the method's nature:
+//   kAllreduce  linear encodings (fp16, powersgd, gradiveq, randomk with shared indices) are
+//               summed inside the ring all-reduce and decoded once;
+//   kAllgather  sparse and quantized encodings are all-gathered (allgatherv) and every rank
+//               decodes each rank's encoding and sums;
+//   kTree       gtopk: pairwise merges over log2 P rounds, then a broadcast of the result.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "gradsync/collectives.h"
+#include "gradsync/transport.h"
+
+namespace gradsync {
+
+enum class Aggregation { kAllreduce, kAllgather, kTree };
+const char* aggregationName(Aggregation aggregation);
+
+// One tensor of a unit; tensors are laid out back to back in the unit's buffer.
+struct TensorShape {
+  std::string name;
+  std::vector<int64_t> dims;  // as in the model (PowerSGD views dims[0] x the rest as a matrix)
+  size_t elements = 0;
+};
+
+// What one exchange may use. The same on every rank except `transport.rank()`.
+struct ExchangeContext {
+  Transport& transport;
+  CollectiveOptions collective;  // tag of the gradient stream
+  uint64_t step = 0;             // global training step (schedules, seeds)
+  uint64_t seed = 0;             // run seed, identical on all ranks
+};
+
+// Measurements of one exchange, summed by the gradient engine into its step statistics.
+struct ExchangeStats {
+  double encodeSeconds = 0;
+  double decodeSeconds = 0;
+};
+
+class Compressor {
+ public:
+  virtual ~Compressor() = default;
+
+  virtual Aggregation aggregation() const = 0;
+
+  // Bytes of this rank's encoding of `elements` values (for kAllreduce: the summed vector, all
+  // rounds together). Exact for fixed-size encodings, an upper bound otherwise. Used for buffer
+  // sizing, metrics and the simulator's cost model.
+  virtual size_t encodedBytes(size_t elements) const = 0;
+
+  // Combines this rank's gradient with every other rank's. On return `grad` holds the average
+  // over ranks of what each rank's encoding decodes to, and `sent` this rank's own contribution
+  // as decoded (what error feedback subtracts from the input). Both spans have the unit's size.
+  // Blocking and collective: every rank calls it for the same unit in the same order.
+  // Throws the transport's errors, and ProtocolError on a malformed encoding from a peer.
+  virtual void exchange(ExchangeContext& context, std::span<float> grad, std::span<float> sent,
+                        ExchangeStats& stats) = 0;
+};
+
+// A compressor whose encoding is a byte string that ranks all-gather (kAllgather). Subclasses
+// provide the codec; the exchange is shared.
+class CodecCompressor : public Compressor {
+ public:
+  Aggregation aggregation() const override { return Aggregation::kAllgather; }
+  void exchange(ExchangeContext& context, std::span<float> grad, std::span<float> sent,
+                ExchangeStats& stats) override;
+
+  // Replaces `out` with the encoding of `x`. `seed` differs per rank and step (stochastic
+  // methods draw from it; deterministic ones ignore it).
+  virtual void encode(std::span<const float> x, std::vector<uint8_t>& out, uint64_t seed) = 0;
+  // out += decode(in). `in` comes from the network: it is validated, and a malformed encoding
+  // throws ProtocolError instead of reading or writing out of bounds.
+  virtual void decodeAdd(std::span<const uint8_t> in, std::span<float> out) const = 0;
+};
+
+// A linear compressor (kAllreduce): encode(x) is a float vector with encode(a + b) =
+// encode(a) + encode(b), so ranks sum encodings inside the ring and decode once.
+class LinearCompressor : public Compressor {
+ public:
+  Aggregation aggregation() const override { return Aggregation::kAllreduce; }
+  size_t encodedBytes(size_t elements) const override;
+  void exchange(ExchangeContext& context, std::span<float> grad, std::span<float> sent,
+                ExchangeStats& stats) override;
+
+  // Length of the encoding of `elements` values.
+  virtual size_t codeLength(size_t elements) const = 0;
+  // Whether the summed vector travels as IEEE half precision (accumulated in float32).
+  virtual bool halfOnWire() const { return false; }
+  // code = encode(x); `seed` is the same on every rank (shared randomness).
+  virtual void encode(std::span<const float> x, std::span<float> code, uint64_t seed) = 0;
+  // out = decode(code), for a code of `x.size()` values encoded with the same seed.
+  virtual void decode(std::span<const float> code, std::span<float> out, uint64_t seed) const = 0;
+};
+
+// Parameters of a method, parsed from "name[:value][,key=value...]" (see CompressSpec).
+struct MethodArgs {
+  double value = 0;                                        // the ":value" (0 if absent)
+  bool hasValue = false;
+  std::vector<std::pair<std::string, std::string>> keys;  // the ",key=value" options
+  double momentum = 0;  // the optimizer's momentum (DGC's momentum correction uses it)
+
+  // The option `key` as a number, or `fallback` when absent. Marks the key as used.
+  double number(const std::string& key, double fallback) const;
+};
+
+}  // namespace gradsync

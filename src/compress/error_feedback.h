@@ -1,0 +1,30 @@
+// Error feedback (Seide et al. 2014; Karimireddy et al. 2019): what a compressor failed to send
+// is kept per unit and added to the next step's gradient, so no gradient is lost, only delayed.
+// Invariant after every exchange: residual + (sum of what was sent so far) == sum of inputs.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "compress/compressor.h"
+
+namespace gradsync {
+
+class ErrorFeedback : public Compressor {
+ public:
+  ErrorFeedback(std::unique_ptr<Compressor> inner, size_t elements);
+
+  Aggregation aggregation() const override { return inner_->aggregation(); }
+  size_t encodedBytes(size_t elements) const override { return inner_->encodedBytes(elements); }
+  void exchange(ExchangeContext& context, std::span<float> grad, std::span<float> sent,
+                ExchangeStats& stats) override;
+
+  std::span<const float> residual() const { return residual_; }
+  const Compressor& inner() const { return *inner_; }
+
+ private:
+  std::unique_ptr<Compressor> inner_;
+  std::vector<float> residual_;
+};
+
+}  // namespace gradsync

@@ -1,0 +1,35 @@
+// The table of compression methods: name -> factory, with each method's parameter, options and
+// defaults. One row per file in impl/. `gradsync train --compress` and `gradsync bench compress`
+// read it; docs/algorithms.md describes every row.
+#pragma once
+
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "compress/compressor.h"
+
+namespace gradsync {
+
+using CompressorFactory = std::unique_ptr<Compressor> (*)(const MethodArgs& args,
+                                                          std::span<const TensorShape> unit);
+
+struct MethodInfo {
+  const char* name;
+  const char* valueName;  // the ":value" parameter ("R", "L", "RANK", "D"), "" if none
+  double defaultValue;    // used when the value is omitted
+  std::vector<std::string> keys;  // accepted ",key=value" options
+  bool errorFeedback;             // wrapped in the error-feedback decorator unless ",ef=off"
+  bool absorbsMomentum;           // applies momentum itself: the optimizer must not (DGC)
+  const char* summary;
+  CompressorFactory make;  // throws ConfigError for out-of-range parameters
+};
+
+const std::vector<MethodInfo>& compressionMethods();
+// Throws ConfigError listing the valid names.
+const MethodInfo& findMethod(const std::string& name);
+// "none, fp16, topk:R, ..." for error messages and --help.
+std::string methodChoices();
+
+}  // namespace gradsync

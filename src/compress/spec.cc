@@ -1,0 +1,112 @@
+#include "compress/spec.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "common/units.h"
+#include "compress/error_feedback.h"
+#include "compress/registry.h"
+#include "gradsync/error.h"
+
+namespace gradsync {
+namespace {
+
+std::vector<std::string> split(const std::string& text, char separator) {
+  std::vector<std::string> parts;
+  size_t start = 0;
+  for (;;) {
+    size_t end = text.find(separator, start);
+    parts.push_back(text.substr(start, end == std::string::npos ? end : end - start));
+    if (end == std::string::npos) return parts;
+    start = end + 1;
+  }
+}
+
+bool parseOnOff(const std::string& text, const std::string& what) {
+  if (text == "on") return true;
+  if (text == "off") return false;
+  throw ConfigError(fmt::format("{}: ef must be on or off, not '{}'", what, text));
+}
+
+// Applies the ",key=value" options to `spec`, rejecting keys the method does not know.
+void applyKeys(CompressSpec& spec, const MethodInfo& method, const std::vector<std::string>& parts,
+               const std::string& what) {
+  for (size_t i = 1; i < parts.size(); ++i) {
+    size_t eq = parts[i].find('=');
+    if (eq == std::string::npos || eq == 0) {
+      throw ConfigError(fmt::format("{}: expected key=value, got '{}'", what, parts[i]));
+    }
+    std::string key = parts[i].substr(0, eq);
+    std::string value = parts[i].substr(eq + 1);
+    if (key == "ef") {
+      spec.errorFeedback = parseOnOff(value, what);
+      continue;
+    }
+    if (std::find(method.keys.begin(), method.keys.end(), key) == method.keys.end()) {
+      std::string known = "ef";
+      for (const auto& k : method.keys) known += ", " + k;
+      throw ConfigError(fmt::format("{}: {} has no option '{}'", what, method.name, key),
+                        {.hint = "its options are: " + known});
+    }
+    parseNumber(value, fmt::format("{} option {}", what, key));
+    spec.args.keys.emplace_back(key, value);
+  }
+}
+
+}  // namespace
+
+double MethodArgs::number(const std::string& key, double fallback) const {
+  for (const auto& [k, v] : keys) {
+    if (k == key) return parseNumber(v, key);
+  }
+  return fallback;
+}
+
+CompressSpec CompressSpec::parse(const std::string& text, const std::string& what) {
+  CompressSpec spec;
+  if (text == "none" || text.empty()) return spec;
+  std::vector<std::string> parts = split(text, ',');
+  size_t colon = parts[0].find(':');
+  spec.method = parts[0].substr(0, colon);
+  const MethodInfo& method = findMethod(spec.method);
+  spec.errorFeedback = method.errorFeedback;
+  spec.args.value = method.defaultValue;
+  if (colon != std::string::npos) {
+    if (*method.valueName == '\0') {
+      throw ConfigError(fmt::format("{}: {} takes no ':' value", what, method.name));
+    }
+    spec.args.value = parseNumber(parts[0].substr(colon + 1), what + " " + method.name);
+    spec.args.hasValue = true;
+  }
+  applyKeys(spec, method, parts, what);
+  TensorShape probe{"probe", {64, 64}, 4096};
+  try {
+    method.make(spec.args, {&probe, 1});
+  } catch (const ConfigError& e) {
+    throw ConfigError(fmt::format("{} {}: {}", what, text, e.detail()), e.context());
+  }
+  return spec;
+}
+
+std::string CompressSpec::toString() const {
+  if (dense()) return "none";
+  const MethodInfo& method = findMethod(this->method);
+  std::string text = this->method;
+  if (*method.valueName != '\0') text += fmt::format(":{}", args.value);
+  for (const auto& [k, v] : args.keys) text += fmt::format(",{}={}", k, v);
+  if (errorFeedback != method.errorFeedback) text += errorFeedback ? ",ef=on" : ",ef=off";
+  return text;
+}
+
+std::unique_ptr<Compressor> makeCompressor(const CompressSpec& spec,
+                                           std::span<const TensorShape> unit) {
+  if (spec.dense()) return nullptr;
+  auto compressor = findMethod(spec.method).make(spec.args, unit);
+  if (!spec.errorFeedback) return compressor;
+  size_t elements = 0;
+  for (const TensorShape& t : unit) elements += t.elements;
+  return std::make_unique<ErrorFeedback>(std::move(compressor), elements);
+}
+
+}  // namespace gradsync

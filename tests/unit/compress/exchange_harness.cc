@@ -1,0 +1,42 @@
+#include "exchange_harness.h"
+
+#include <random>
+
+#include "support/transports.h"
+
+namespace gradsync::testing {
+
+std::vector<RankExchange> runExchange(
+    int ranks, const std::function<std::unique_ptr<Compressor>()>& make,
+    const std::function<std::vector<float>(int step, int rank)>& inputs, int steps,
+    uint64_t seed) {
+  std::vector<RankExchange> out(ranks);
+  runWithTransports(TransportKind::kLoopback, ranks, [&](Transport& transport) {
+    int rank = transport.rank();
+    auto compressor = make();
+    ExchangeStats stats;
+    for (int s = 0; s < steps; ++s) {
+      std::vector<float> grad = inputs(s, rank);
+      std::vector<float> sent(grad.size());
+      ExchangeContext context{transport, {}, static_cast<uint64_t>(s), seed};
+      compressor->exchange(context, grad, sent, stats);
+      out[rank] = {std::move(grad), std::move(sent)};
+    }
+  });
+  return out;
+}
+
+TensorShape tensorShape(size_t elements, std::vector<int64_t> dims) {
+  if (dims.empty()) dims = {static_cast<int64_t>(elements)};
+  return {"t", std::move(dims), elements};
+}
+
+std::vector<float> gaussian(size_t count, uint64_t seed, float scale) {
+  std::mt19937_64 engine(seed);
+  std::normal_distribution<float> normal(0.0f, scale);
+  std::vector<float> values(count);
+  for (float& v : values) v = normal(engine);
+  return values;
+}
+
+}  // namespace gradsync::testing

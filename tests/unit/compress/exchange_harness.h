@@ -1,0 +1,31 @@
+// Runs one compressor per rank thread over loopback and returns what each rank ended with, so
+// method tests compare a real exchange with a naive reference.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "compress/compressor.h"
+
+namespace gradsync::testing {
+
+struct RankExchange {
+  std::vector<float> result;  // the average the exchange left in the gradient
+  std::vector<float> sent;    // this rank's decoded contribution
+};
+
+// Builds one compressor per rank with `make`, then runs `steps` exchanges: at step s rank r
+// feeds inputs(s, r). Returns the last step's outputs, indexed by rank.
+std::vector<RankExchange> runExchange(
+    int ranks, const std::function<std::unique_ptr<Compressor>()>& make,
+    const std::function<std::vector<float>(int step, int rank)>& inputs, int steps = 1,
+    uint64_t seed = 7);
+
+// One tensor of `elements` values (dims default to a vector).
+TensorShape tensorShape(size_t elements, std::vector<int64_t> dims = {});
+
+// Deterministic pseudo-random normal values (mean 0, standard deviation `scale`).
+std::vector<float> gaussian(size_t count, uint64_t seed, float scale = 1.0f);
+
+}  // namespace gradsync::testing
