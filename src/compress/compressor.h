@@ -105,7 +105,7 @@ class LinearCompressor : public Compressor {
 
 // Parameters of a method, parsed from "name[:value][,key=value...]" (see CompressSpec).
 struct MethodArgs {
-  double value = 0;                                        // the ":value" (0 if absent)
+  double value = 0;  // the ":value" (0 if absent)
   bool hasValue = false;
   std::vector<std::pair<std::string, std::string>> keys;  // the ",key=value" options
   double momentum = 0;  // the optimizer's momentum (DGC's momentum correction uses it)

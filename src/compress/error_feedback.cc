@@ -8,8 +8,8 @@ ErrorFeedback::ErrorFeedback(std::unique_ptr<Compressor> inner, size_t elements)
     : inner_(std::move(inner)), residual_(elements, 0.0f) {}
 
 // The residual buffer holds the corrected input during the exchange, then input - sent.
-void ErrorFeedback::exchange(ExchangeContext& context, std::span<float> grad,
-                             std::span<float> sent, ExchangeStats& stats) {
+void ErrorFeedback::exchange(ExchangeContext& context, std::span<float> grad, std::span<float> sent,
+                             ExchangeStats& stats) {
   GS_CHECK_EQ(grad.size(), residual_.size());
   for (size_t i = 0; i < grad.size(); ++i) {
     grad[i] += residual_[i];

@@ -17,8 +17,8 @@ using CompressorFactory = std::unique_ptr<Compressor> (*)(const MethodArgs& args
 
 struct MethodInfo {
   const char* name;
-  const char* valueName;  // the ":value" parameter ("R", "L", "RANK", "D"), "" if none
-  double defaultValue;    // used when the value is omitted
+  const char* valueName;          // the ":value" parameter ("R", "L", "RANK", "D"), "" if none
+  double defaultValue;            // used when the value is omitted
   std::vector<std::string> keys;  // accepted ",key=value" options
   bool errorFeedback;             // wrapped in the error-feedback decorator unless ",ef=off"
   bool absorbsMomentum;           // applies momentum itself: the optimizer must not (DGC)

@@ -12,13 +12,10 @@ std::unique_ptr<Compressor> makeGTopK(const MethodArgs& args, std::span<const Te
 std::unique_ptr<Compressor> makeRandomK(const MethodArgs& args, std::span<const TensorShape> unit);
 std::unique_ptr<Compressor> makeDgc(const MethodArgs& args, std::span<const TensorShape> unit);
 std::unique_ptr<Compressor> makeQsgd(const MethodArgs& args, std::span<const TensorShape> unit);
-std::unique_ptr<Compressor> makeTernGrad(const MethodArgs& args,
-                                         std::span<const TensorShape> unit);
+std::unique_ptr<Compressor> makeTernGrad(const MethodArgs& args, std::span<const TensorShape> unit);
 std::unique_ptr<Compressor> makeOneBit(const MethodArgs& args, std::span<const TensorShape> unit);
 std::unique_ptr<Compressor> makeSignSgd(const MethodArgs& args, std::span<const TensorShape> unit);
-std::unique_ptr<Compressor> makePowerSgd(const MethodArgs& args,
-                                         std::span<const TensorShape> unit);
-std::unique_ptr<Compressor> makeGradiVeQ(const MethodArgs& args,
-                                         std::span<const TensorShape> unit);
+std::unique_ptr<Compressor> makePowerSgd(const MethodArgs& args, std::span<const TensorShape> unit);
+std::unique_ptr<Compressor> makeGradiVeQ(const MethodArgs& args, std::span<const TensorShape> unit);
 
 }  // namespace gradsync::methods

@@ -8,8 +8,7 @@ namespace gradsync::testing {
 
 std::vector<RankExchange> runExchange(
     int ranks, const std::function<std::unique_ptr<Compressor>()>& make,
-    const std::function<std::vector<float>(int step, int rank)>& inputs, int steps,
-    uint64_t seed) {
+    const std::function<std::vector<float>(int step, int rank)>& inputs, int steps, uint64_t seed) {
   std::vector<RankExchange> out(ranks);
   runWithTransports(TransportKind::kLoopback, ranks, [&](Transport& transport) {
     int rank = transport.rank();

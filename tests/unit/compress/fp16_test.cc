@@ -42,9 +42,17 @@ TEST(Half, RoundTripsEveryHalfExactly) {
 }
 
 TEST(Half, RoundsToNearestEvenLikeExhaustiveSearch) {
-  std::vector<float> samples = {1.0f + 1.0f / 4096, 1.0f + 3.0f / 4096, 65504.0f, 65519.0f,
-                                5.9604645e-8f,      2.9802322e-8f,      8.940697e-8f, -0.1f,
-                                3.14159f,           1e-5f,              -6.1e-5f};
+  std::vector<float> samples = {1.0f + 1.0f / 4096,
+                                1.0f + 3.0f / 4096,
+                                65504.0f,
+                                65519.0f,
+                                5.9604645e-8f,
+                                2.9802322e-8f,
+                                8.940697e-8f,
+                                -0.1f,
+                                3.14159f,
+                                1e-5f,
+                                -6.1e-5f};
   for (float x : gaussian(2000, 1, 10.0f)) samples.push_back(x);
   for (float x : samples) EXPECT_EQ(halfFromFloat(x), nearestHalf(x)) << x;
   EXPECT_EQ(halfFromFloat(65520.0f), 0x7c00);  // rounds past the largest half: infinity
@@ -80,8 +88,8 @@ TEST(Fp16, AveragesAndReportsTheRoundedContribution) {
     std::vector<float> input = gaussian(n, 10 + r, 0.01f);
     for (size_t i = 0; i < n; ++i) {
       EXPECT_EQ(outputs[r].sent[i], floatFromHalf(halfFromFloat(input[i])));
-      float mean = (gaussian(n, 10, 0.01f)[i] + gaussian(n, 11, 0.01f)[i] +
-                    gaussian(n, 12, 0.01f)[i]) / 3;
+      float mean =
+          (gaussian(n, 10, 0.01f)[i] + gaussian(n, 11, 0.01f)[i] + gaussian(n, 12, 0.01f)[i]) / 3;
       ASSERT_NEAR(outputs[r].result[i], mean, 2e-5f) << i;
       EXPECT_EQ(outputs[r].result[i], outputs[0].result[i]) << "ranks disagree at " << i;
       if (i > 50) break;
