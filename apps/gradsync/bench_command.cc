@@ -1,7 +1,9 @@
-// gradsync bench allreduce|allgather|broadcast
+// gradsync bench allreduce|allgather|broadcast|compress
 #include "bench_collectives.h"
+#include "bench_compress.h"
 #include "commands.h"
 #include "common/units.h"
+#include "gradsync/error.h"
 
 namespace gradsync {
 namespace {
@@ -12,16 +14,33 @@ struct BenchFlags {
   std::string minBytes = "1M";
   std::string maxBytes = "64M";
   std::string segment = "1M";
+  std::vector<std::string> methods;  // bench compress
+  std::vector<std::string> sizes;    // bench compress, in elements ("1M" = 2^20)
 };
+
+void runCompress(const BenchFlags& flags) {
+  CompressBenchOptions options;
+  options.methods = flags.methods;
+  options.iters = flags.options.iters;
+  options.jsonPath = flags.options.jsonPath;
+  if (!flags.sizes.empty()) {
+    options.sizes.clear();
+    for (const std::string& s : flags.sizes) options.sizes.push_back(parseBytes(s, "--sizes"));
+  }
+  if (options.iters < 1) throw ConfigError("--iters must be at least 1");
+  runCompressBench(options);
+}
 
 }  // namespace
 
 void addBenchCommand(CLI::App& app, CommandContext& context) {
   auto flags = std::make_shared<BenchFlags>();
   CLI::App* bench = app.add_subcommand("bench", "measure collectives like nccl-tests");
-  bench->add_option("collective", flags->options.collective, "allreduce | allgather | broadcast")
+  bench
+      ->add_option("what", flags->options.collective,
+                   "allreduce | allgather | broadcast | compress")
       ->required()
-      ->check(CLI::IsMember({"allreduce", "allgather", "broadcast"}));
+      ->check(CLI::IsMember({"allreduce", "allgather", "broadcast", "compress"}));
   addRankFlags(bench, flags->ranks, 4);
   bench->add_option("--min-bytes", flags->minBytes, "smallest message")->capture_default_str();
   bench->add_option("--max-bytes", flags->maxBytes, "largest message")->capture_default_str();
@@ -31,7 +50,13 @@ void addBenchCommand(CLI::App& app, CommandContext& context) {
   bench->add_option("--warmup", flags->options.warmup, "untimed iterations")->capture_default_str();
   bench->add_option("--segment-bytes", flags->segment, "pipeline segment")->capture_default_str();
   bench->add_option("--json", flags->options.jsonPath, "write results as JSON");
+  bench->add_option("--methods", flags->methods, "compress: specs to measure (default: all)");
+  bench->add_option("--sizes", flags->sizes, "compress: gradient sizes in elements (1M = 2^20)");
   bench->callback([flags, &context] {
+    if (flags->options.collective == "compress") {
+      runCompress(*flags);
+      return;
+    }
     BenchOptions& options = flags->options;
     options.minBytes = parseBytes(flags->minBytes, "--min-bytes");
     options.maxBytes = parseBytes(flags->maxBytes, "--max-bytes");

@@ -5,6 +5,7 @@
 
 #include "collectives/reduce.h"
 #include "common/half.h"
+#include "common/units.h"
 #include "data/random.h"
 
 namespace gradsync {
@@ -17,6 +18,13 @@ double secondsSince(Clock::time_point start) {
 }
 
 }  // namespace
+
+double MethodArgs::number(const std::string& key, double fallback) const {
+  for (const auto& [k, v] : keys) {
+    if (k == key) return parseNumber(v, key);
+  }
+  return fallback;
+}
 
 const char* aggregationName(Aggregation aggregation) {
   switch (aggregation) {
@@ -36,7 +44,7 @@ void CodecCompressor::exchange(ExchangeContext& context, std::span<float> grad,
                                std::span<float> sent, ExchangeStats& stats) {
   const int rank = context.transport.rank();
   auto start = Clock::now();
-  std::vector<uint8_t> mine;
+  std::vector<uint8_t>& mine = encoding_;
   encode(grad, mine,
          data::mixSeed(data::mixSeed(context.seed, context.step), static_cast<uint64_t>(rank)));
   stats.encodeSeconds += secondsSince(start);
@@ -65,9 +73,10 @@ void LinearCompressor::exchange(ExchangeContext& context, std::span<float> grad,
   const uint64_t seed = data::mixSeed(context.seed, context.step);
   const float ranks = static_cast<float>(context.transport.size());
   auto start = Clock::now();
-  std::vector<float> code(codeLength(grad.size()));
+  std::vector<float>& code = code_;
+  std::vector<uint16_t>& half = half_;
+  code.resize(codeLength(grad.size()));
   encode(grad, code, seed);
-  std::vector<uint16_t> half;
   if (halfOnWire()) {
     half.resize(code.size());
     halfFromFloat(code.data(), half.data(), code.size());

@@ -1,8 +1,8 @@
 // Gradient compression: the interface every method implements (docs/algorithms.md,
 // "Compression"). A Compressor instance covers one communication unit (one tensor, or the
-// tensors of a fusion bucket laid out back to back) and owns that unit's state across steps
-// (PowerSGD's Q, GradiVeQ's basis, DGC's velocity...). Instances are not thread-safe: the
-// gradient engine's communication thread is the only caller.
+// tensors of a fusion bucket laid out back to back: the TensorShapes given to its factory) and owns
+// that unit's state across steps (PowerSGD's Q, GradiVeQ's basis, DGC's velocity...). Instances are
+// not thread-safe: the gradient engine's communication thread is the only caller.
 //
 // How encodings are combined across ranks follows from the method's nature:
 //   kAllreduce  linear encodings (fp16, powersgd, gradiveq, randomk with shared indices) are
@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "common/tensor_shape.h"
 #include "gradsync/collectives.h"
 #include "gradsync/transport.h"
 
@@ -26,13 +27,6 @@ namespace gradsync {
 
 enum class Aggregation { kAllreduce, kAllgather, kTree };
 const char* aggregationName(Aggregation aggregation);
-
-// One tensor of a unit; tensors are laid out back to back in the unit's buffer.
-struct TensorShape {
-  std::string name;
-  std::vector<int64_t> dims;  // as in the model (PowerSGD views dims[0] x the rest as a matrix)
-  size_t elements = 0;
-};
 
 // What one exchange may use. The same on every rank except `transport.rank()`.
 struct ExchangeContext {
@@ -82,6 +76,9 @@ class CodecCompressor : public Compressor {
   // out += decode(in). `in` comes from the network: it is validated, and a malformed encoding
   // throws ProtocolError instead of reading or writing out of bounds.
   virtual void decodeAdd(std::span<const uint8_t> in, std::span<float> out) const = 0;
+
+ private:
+  std::vector<uint8_t> encoding_;  // reused across exchanges
 };
 
 // A linear compressor (kAllreduce): encode(x) is a float vector with encode(a + b) =
@@ -101,16 +98,20 @@ class LinearCompressor : public Compressor {
   virtual void encode(std::span<const float> x, std::span<float> code, uint64_t seed) = 0;
   // out = decode(code), for a code of `x.size()` values encoded with the same seed.
   virtual void decode(std::span<const float> code, std::span<float> out, uint64_t seed) const = 0;
+
+ private:
+  std::vector<float> code_;  // reused across exchanges
+  std::vector<uint16_t> half_;
 };
 
 // Parameters of a method, parsed from "name[:value][,key=value...]" (see CompressSpec).
 struct MethodArgs {
-  double value = 0;  // the ":value" (0 if absent)
+  double value = 0;  // the ":value"; CompressSpec::parse puts the default there if absent
   bool hasValue = false;
   std::vector<std::pair<std::string, std::string>> keys;  // the ",key=value" options
   double momentum = 0;  // the optimizer's momentum (DGC's momentum correction uses it)
 
-  // The option `key` as a number, or `fallback` when absent. Marks the key as used.
+  // The option `key` as a number, or `fallback` when absent.
   double number(const std::string& key, double fallback) const;
 };
 

@@ -11,7 +11,9 @@
 namespace gradsync {
 
 // Bytes of an encoding of k pairs.
-inline size_t sparseBytes(size_t k) { return 4 + 8 * k; }
+inline size_t sparseBytes(size_t k) {
+  return 4 + 8 * k;
+}
 
 // Replaces `out` with the encoding of (indices[i], values[i]); both spans have the same size.
 void encodeSparse(std::span<const uint32_t> indices, std::span<const float> values,

@@ -56,13 +56,6 @@ void applyKeys(CompressSpec& spec, const MethodInfo& method, const std::vector<s
 
 }  // namespace
 
-double MethodArgs::number(const std::string& key, double fallback) const {
-  for (const auto& [k, v] : keys) {
-    if (k == key) return parseNumber(v, key);
-  }
-  return fallback;
-}
-
 CompressSpec CompressSpec::parse(const std::string& text, const std::string& what) {
   CompressSpec spec;
   if (text == "none" || text.empty()) return spec;

@@ -39,7 +39,8 @@ std::string ScheduleSpec::toString() const {
   return "?";
 }
 
-GradientLayout planLayout(const std::vector<size_t>& tensorElements, const ScheduleSpec& spec) {
+GradientLayout planLayout(const std::vector<size_t>& tensorElements, const ScheduleSpec& spec,
+                          const std::vector<int>& groups) {
   GradientLayout layout;
   int count = static_cast<int>(tensorElements.size());
   layout.offsetOf.resize(count);
@@ -51,7 +52,9 @@ GradientLayout planLayout(const std::vector<size_t>& tensorElements, const Sched
     layout.units.push_back(std::move(open));
     open = CommUnit{.offset = layout.totalElements};
   };
+  auto groupOf = [&](int t) { return groups.empty() ? 0 : groups[t]; };
   for (int t = count - 1; t >= 0; --t) {  // reverse registration: backward's order
+    if (!open.tensors.empty() && groupOf(open.tensors.back()) != groupOf(t)) close();
     layout.offsetOf[t] = layout.totalElements;
     layout.totalElements += tensorElements[t];
     open.elements += tensorElements[t];

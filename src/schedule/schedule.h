@@ -44,6 +44,9 @@ struct GradientLayout {
 };
 
 // Lays out tensors of the given element counts (registration order) and groups them into units.
-GradientLayout planLayout(const std::vector<size_t>& tensorElements, const ScheduleSpec& spec);
+// Tensors of different `groups` (by registration index; empty = all alike) never share a unit:
+// a unit is compressed as a whole, so its tensors must want the same compression.
+GradientLayout planLayout(const std::vector<size_t>& tensorElements, const ScheduleSpec& spec,
+                          const std::vector<int>& groups = {});
 
 }  // namespace gradsync

@@ -13,7 +13,7 @@
 namespace gradsync {
 namespace {
 
-std::vector<size_t> elementsOf(const std::vector<TensorInfo>& tensors) {
+std::vector<size_t> elementsOf(const std::vector<TensorShape>& tensors) {
   std::vector<size_t> elements;
   for (const auto& t : tensors) elements.push_back(t.elements);
   return elements;
@@ -23,17 +23,33 @@ double secondsSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
+// What a dense ring allreduce of `elements` floats makes one rank send: its share of the
+// reduce-scatter and of the allgather, (P-1)/P of the buffer each.
+uint64_t denseRingBytes(size_t elements, int ranks) {
+  return 2 * (static_cast<uint64_t>(ranks) - 1) * elements * sizeof(float) /
+         static_cast<uint64_t>(ranks);
+}
+
 }  // namespace
 
-GradientEngine::GradientEngine(Transport& transport, const std::vector<TensorInfo>& tensors,
-                               const ScheduleSpec& schedule)
+GradientEngine::GradientEngine(Transport& transport, const std::vector<TensorShape>& tensors,
+                               EngineOptions options)
     : transport_(transport),
       tensors_(tensors),
-      schedule_(schedule),
-      layout_(planLayout(elementsOf(tensors), schedule)),
+      options_(std::move(options)),
+      plan_(planCompression(options_.compression, tensors, options_.momentum)),
+      layout_(planLayout(elementsOf(tensors), options_.schedule, plan_.groups())),
       flat_(layout_.totalElements),
       ready_(tensors.size(), false),
       warnedUnused_(tensors.size(), false) {
+  size_t largest = 0;
+  for (const CommUnit& unit : layout_.units) {
+    std::vector<TensorShape> shapes;
+    for (int t : unit.tensors) shapes.push_back(tensors_[t]);
+    compressors_.push_back(makeCompressor(plan_.perTensor[unit.tensors[0]], shapes));
+    if (compressors_.back()) largest = std::max(largest, unit.elements);
+  }
+  sent_.resize(largest);
   resetStep();
   thread_ = std::thread([this, rank = transport.rank()] {
     setThreadLogRank(rank);
@@ -67,7 +83,22 @@ void GradientEngine::markReady(int t) {
 
 bool GradientEngine::unitStartable(size_t unit) const {
   return unit < layout_.units.size() && waitingIn_[unit] == 0 &&
-         (schedule_.overlapsBackward() || backwardDone_);
+         (options_.schedule.overlapsBackward() || backwardDone_);
+}
+
+// Runs on the communication thread without the lock: the unit's span is not touched by anyone
+// else until the unit is done. Returns whether the unit went compressed.
+bool GradientEngine::exchangeUnit(size_t unit, ExchangeStats& stats) {
+  const CommUnit& u = layout_.units[unit];
+  std::span<float> data{flat_.data() + u.offset, u.elements};
+  Compressor* compressor = compressors_[unit].get();
+  if (compressor == nullptr || step_ < static_cast<uint64_t>(plan_.warmupSteps)) {
+    allreduce(transport_, data, ReduceOp::kAverage);
+    return false;
+  }
+  ExchangeContext context{transport_, {}, step_, options_.seed};
+  compressor->exchange(context, data, {sent_.data(), u.elements}, stats);
+  return true;
 }
 
 void GradientEngine::communicate() {
@@ -75,24 +106,30 @@ void GradientEngine::communicate() {
   for (;;) {
     cv_.wait(lock, [&] { return stop_ || (!error_ && unitStartable(nextUnit_)); });
     if (stop_) return;
-    const CommUnit& unit = layout_.units[nextUnit_];
-    Nanos readyAt = readyAt_[nextUnit_];
+    const size_t unit = nextUnit_;
+    Nanos readyAt = readyAt_[unit];
     lock.unlock();
     auto start = std::chrono::steady_clock::now();
     Nanos traceStart = SteadyClock::instance().now();
     uint64_t bytesBefore = transport_.bytesSent();
+    ExchangeStats exchange;
+    bool compressed = false;
     std::exception_ptr error;
     try {
-      allreduce(transport_, {flat_.data() + unit.offset, unit.elements}, ReduceOp::kAverage);
+      compressed = exchangeUnit(unit, exchange);
     } catch (...) {
       error = std::current_exception();
     }
     double seconds = secondsSince(start);
     uint64_t bytes = transport_.bytesSent() - bytesBefore;
-    if (trace_ != nullptr && trace_->active()) traceUnit(unit, readyAt, traceStart, bytes);
+    if (trace_ != nullptr && trace_->active())
+      traceUnit(unit, readyAt, traceStart, bytes, compressed ? &exchange : nullptr);
     lock.lock();
-    commSeconds_ += seconds;
-    bytesSent_ += bytes;
+    stepStats_.commSeconds += seconds;
+    stepStats_.bytesSent += bytes;
+    stepStats_.denseBytes += denseRingBytes(layout_.units[unit].elements, transport_.size());
+    stepStats_.encodeSeconds += exchange.encodeSeconds;
+    stepStats_.decodeSeconds += exchange.decodeSeconds;
     error_ = error;
     ++nextUnit_;
     ++unitsDone_;
@@ -101,16 +138,28 @@ void GradientEngine::communicate() {
 }
 
 // Two events on the communication lane: waiting in the queue since the unit was ready, and its
-// allreduce (transfer and reduction overlap inside the pipelined ring, so they form one span).
-void GradientEngine::traceUnit(const CommUnit& unit, Nanos readyAt, Nanos start, uint64_t bytes) {
+// exchange (transfer and reduction overlap inside the pipelined ring, so they form one span;
+// a compressed exchange also carries its encode and decode times and its method).
+void GradientEngine::traceUnit(size_t index, Nanos readyAt, Nanos start, uint64_t bytes,
+                               const ExchangeStats* compressed) {
+  const CommUnit& unit = layout_.units[index];
   std::string name = tensors_[unit.tensors.front()].name;
   if (unit.tensors.size() > 1) name += fmt::format(" +{} tensors", unit.tensors.size() - 1);
   TraceArgs args;
   args.add("tensors", static_cast<int64_t>(unit.tensors.size()))
       .add("elements", static_cast<int64_t>(unit.elements))
-      .add("bytes_sent", static_cast<int64_t>(bytes));
+      .add("bytes_sent", static_cast<int64_t>(bytes))
+      .add("dense_bytes", static_cast<int64_t>(denseRingBytes(unit.elements, transport_.size())));
+  std::string category = "allreduce";
+  if (compressed != nullptr) {
+    const CompressSpec& spec = plan_.perTensor[unit.tensors.front()];
+    category = "compressed";
+    args.add("method", spec.toString())
+        .add("encode_ms", compressed->encodeSeconds * 1e3)
+        .add("decode_ms", compressed->decodeSeconds * 1e3);
+  }
   if (start > readyAt) trace_->complete(kCommLane, "queue", name, readyAt, start, args);
-  trace_->complete(kCommLane, "allreduce", name, start, SteadyClock::instance().now(), args);
+  trace_->complete(kCommLane, category, name, start, SteadyClock::instance().now(), args);
 }
 
 void GradientEngine::finishStep() {
@@ -139,9 +188,9 @@ void GradientEngine::finishStep() {
   if (error_) std::rethrow_exception(error_);
   if (!finished)
     throw InternalError("gradient communication did not finish", {.rank = transport_.rank()});
-  lastStep_.commSeconds = commSeconds_;
+  lastStep_ = stepStats_;
   lastStep_.exposedSeconds = secondsSince(start);
-  lastStep_.bytesSent = bytesSent_;
+  ++step_;
   resetStep();
 }
 
@@ -155,8 +204,7 @@ void GradientEngine::resetStep() {
   nextUnit_ = 0;
   unitsDone_ = 0;
   backwardDone_ = false;
-  commSeconds_ = 0;
-  bytesSent_ = 0;
+  stepStats_ = {};
 }
 
 }  // namespace gradsync

@@ -1,5 +1,7 @@
 // Averages gradients across ranks while backward is still running (torch-free: the torch layer
-// copies each gradient into its slot from an autograd hook and calls markReady).
+// copies each gradient into its slot from an autograd hook and calls markReady). Units the
+// compression plan compresses go through their Compressor's exchange instead of a dense
+// allreduce (after the plan's warm-up steps).
 //
 // One background communication thread per engine executes the schedule's units in index order
 // (identical on every rank, so the collectives match), each as soon as all its tensors are
@@ -12,21 +14,27 @@
 
 #include <condition_variable>
 #include <exception>
+#include <memory>
 #include <mutex>
 #include <span>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "common/tensor_shape.h"
+#include "compress/compressor.h"
+#include "compress/policy.h"
 #include "gradsync/transport.h"
 #include "schedule/schedule.h"
 #include "trace/trace_recorder.h"
 
 namespace gradsync {
 
-struct TensorInfo {
-  std::string name;
-  size_t elements = 0;
+struct EngineOptions {
+  ScheduleSpec schedule;
+  CompressionConfig compression;  // default: every tensor dense
+  double momentum = 0;            // the optimizer's, for compressors that absorb it (DGC)
+  uint64_t seed = 0;              // identical on all ranks; stochastic compressors draw from it
 };
 
 // What one step cost, measured by the engine.
@@ -34,12 +42,15 @@ struct StepStats {
   double commSeconds = 0;     // time the communication thread spent in collectives
   double exposedSeconds = 0;  // time finishStep blocked the training thread (not overlapped)
   uint64_t bytesSent = 0;     // bytes this rank put on the network for the step's gradients
+  uint64_t denseBytes = 0;    // bytes a dense ring allreduce of the same gradients would send
+  double encodeSeconds = 0;   // compressors' encoding time (part of commSeconds)
+  double decodeSeconds = 0;   // compressors' decoding time (part of commSeconds)
 };
 
 class GradientEngine {
  public:
-  GradientEngine(Transport& transport, const std::vector<TensorInfo>& tensors,
-                 const ScheduleSpec& schedule);
+  GradientEngine(Transport& transport, const std::vector<TensorShape>& tensors,
+                 EngineOptions options);
   ~GradientEngine();
   GradientEngine(const GradientEngine&) = delete;
   GradientEngine& operator=(const GradientEngine&) = delete;
@@ -57,18 +68,29 @@ class GradientEngine {
   // Set before the first step; the recorder must outlive the engine.
   void setTrace(TraceRecorder* trace) { trace_ = trace; }
   const GradientLayout& layout() const { return layout_; }
+  const CompressionPlan& compression() const { return plan_; }
+  // The global step the next finishStep completes (compression warm-up and seeds follow it);
+  // set it when resuming. Not while a step is in progress.
+  void setStep(uint64_t step) { step_ = step; }
 
  private:
   bool unitStartable(size_t unit) const;
   void communicate();
   void resetStep();
-  void traceUnit(const CommUnit& unit, Nanos readyAt, Nanos start, uint64_t bytes);
+  bool exchangeUnit(size_t unit, ExchangeStats& stats);
+  // `compressed`: the exchange's statistics, or null for a dense allreduce.
+  void traceUnit(size_t unit, Nanos readyAt, Nanos start, uint64_t bytes,
+                 const ExchangeStats* compressed);
 
   Transport& transport_;
-  const std::vector<TensorInfo> tensors_;
-  const ScheduleSpec schedule_;
+  const std::vector<TensorShape> tensors_;
+  const EngineOptions options_;
+  const CompressionPlan plan_;
   const GradientLayout layout_;
   std::vector<float> flat_;
+  std::vector<std::unique_ptr<Compressor>> compressors_;  // by unit; null: dense
+  std::vector<float> sent_;                               // scratch for exchanges
+  uint64_t step_ = 0;                                     // written between steps only
 
   std::mutex mutex_;
   std::condition_variable cv_;
@@ -80,8 +102,7 @@ class GradientEngine {
   bool backwardDone_ = false;
   bool stop_ = false;
   std::exception_ptr error_;
-  double commSeconds_ = 0;
-  uint64_t bytesSent_ = 0;  // by this step's collectives only
+  StepStats stepStats_;  // accumulated by the communication thread during the step
   std::vector<bool> warnedUnused_;
 
   StepStats lastStep_;

@@ -17,16 +17,16 @@ std::span<float> floats(torch::Tensor& tensor) {
 }  // namespace
 
 DistributedModel::DistributedModel(std::shared_ptr<Model> model, Transport& transport,
-                                   const ScheduleSpec& schedule)
+                                   EngineOptions options)
     : model_(std::move(model)), transport_(transport) {
-  std::vector<TensorInfo> tensors;
+  std::vector<TensorShape> tensors;
   for (const auto& item : model_->named_parameters()) {
     parameters_.push_back(item.value());
-    tensors.push_back({item.key(), static_cast<size_t>(item.value().numel())});
+    tensors.push_back(tensorShape(item.key(), item.value().sizes().vec()));
   }
   // Alone, the average of the gradients is the gradient: no hooks, no copies, no engine.
   if (transport.size() == 1) return;
-  engine_ = std::make_unique<GradientEngine>(transport, tensors, schedule);
+  engine_ = std::make_unique<GradientEngine>(transport, tensors, std::move(options));
   for (size_t i = 0; i < parameters_.size(); ++i) {
     GradientEngine* engine = engine_.get();
     int index = static_cast<int>(i);

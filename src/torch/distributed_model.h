@@ -15,9 +15,8 @@ namespace gradsync {
 
 class DistributedModel {
  public:
-  // Registers the hooks. Every rank must construct it with the same model and schedule.
-  DistributedModel(std::shared_ptr<Model> model, Transport& transport,
-                   const ScheduleSpec& schedule);
+  // Registers the hooks. Every rank must construct it with the same model and options.
+  DistributedModel(std::shared_ptr<Model> model, Transport& transport, EngineOptions options);
   // Removes the hooks: the model may outlive this object (it is shared), the engine may not.
   ~DistributedModel();
   DistributedModel(const DistributedModel&) = delete;
@@ -39,6 +38,14 @@ class DistributedModel {
   const StepStats& lastStep() const { return engine_ ? engine_->lastStep() : kAlone_; }
   void setTrace(TraceRecorder* trace) {
     if (engine_) engine_->setTrace(trace);
+  }
+  // Whether parameter i's compressor applies momentum itself (its optimizer group must not).
+  bool absorbsMomentum(size_t i) const {
+    return engine_ && engine_->compression().absorbsMomentum(i);
+  }
+  // The global step the next synchronizeGradients completes (after a resume).
+  void setStep(uint64_t step) {
+    if (engine_) engine_->setStep(step);
   }
 
  private:

@@ -24,7 +24,10 @@ void writeMetrics(const std::string& path, const TrainOptions& options, int work
                            {"seed", options.seed},
                            {"threads", options.threads},
                            {"sync", "ssgd"},
-                           {"compress", "none"},
+                           {"compress", options.compression.spec},
+                           {"compress_overrides", options.compression.overrides},
+                           {"compress_min_elements", options.compression.minElements},
+                           {"compress_warmup", options.compression.warmupSteps},
                            {"schedule", options.schedule}};
   nlohmann::json epochs = nlohmann::json::array();
   for (const EpochRecord& e : result.epochs) {
@@ -34,9 +37,15 @@ void writeMetrics(const std::string& path, const TrainOptions& options, int work
                       {"seconds", e.seconds},
                       {"samples_per_s", e.samplesPerSecond}});
   }
+  nlohmann::json evaluations = nlohmann::json::array();
+  for (const Evaluation& e : result.evaluations) {
+    evaluations.push_back(
+        {{"step", e.step}, {"seconds", e.seconds}, {"test_accuracy", e.testAccuracy}});
+  }
   const StepProfile& p = result.perStep;
   nlohmann::json doc = {{"config", config},
                         {"epochs", epochs},
+                        {"evaluations", evaluations},
                         {"summary",
                          {{"steps", result.steps},
                           {"seconds", result.seconds},
@@ -48,7 +57,11 @@ void writeMetrics(const std::string& path, const TrainOptions& options, int work
                           {"comm_ms", p.commMs},
                           {"exposed_comm_ms", p.exposedCommMs},
                           {"optimizer_ms", p.optimizerMs},
-                          {"bytes_sent", p.bytesSent}}}};
+                          {"bytes_sent", p.bytesSent},
+                          {"dense_bytes", p.denseBytes},
+                          {"compression_ratio", p.bytesSent > 0 ? p.denseBytes / p.bytesSent : 1.0},
+                          {"encode_ms", p.encodeMs},
+                          {"decode_ms", p.decodeMs}}}};
   std::string temporary = path + ".tmp";
   {
     std::ofstream out(temporary);

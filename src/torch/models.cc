@@ -190,10 +190,10 @@ std::shared_ptr<Model> makeModel(const std::string& name) {
                     {.hint = fmt::format("choose one of {}", fmt::join(modelNames(), ", "))});
 }
 
-std::vector<TensorInfo> describeModel(const std::string& model) {
-  std::vector<TensorInfo> tensors;
+std::vector<TensorShape> describeModel(const std::string& model) {
+  std::vector<TensorShape> tensors;
   for (const auto& item : makeModel(model)->named_parameters()) {
-    tensors.push_back({item.key(), static_cast<size_t>(item.value().numel())});
+    tensors.push_back(tensorShape(item.key(), item.value().sizes().vec()));
   }
   return tensors;
 }

@@ -41,9 +41,8 @@ class Trainer {
                              options.seed)),
         sampler_(data_->trainSize(), transport.rank(), transport.size(), options.batchSize,
                  options.seed),
-        model_(makeSeededModel(options), transport, ScheduleSpec::parse(options.schedule)),
-        optimizer_(model_.parameters(),
-                   torch::optim::SGDOptions(options.lr).momentum(options.momentum)),
+        model_(makeSeededModel(options), transport, engineOptions(options)),
+        optimizer_(parameterGroups(model_, options), torch::optim::SGDOptions(options.lr)),
         inputs_(options.batchSize * data_->sampleElements()),
         labels_(options.batchSize) {
     model_.broadcastState();
@@ -67,6 +66,31 @@ class Trainer {
     return model;
   }
 
+  static EngineOptions engineOptions(const TrainOptions& options) {
+    return {ScheduleSpec::parse(options.schedule), options.compression, options.momentum,
+            options.seed};
+  }
+
+  // One group with the optimizer's momentum, and one without for the parameters whose
+  // compressor applies momentum itself (DGC's momentum correction).
+  static std::vector<torch::optim::OptimizerParamGroup> parameterGroups(
+      const DistributedModel& model, const TrainOptions& options) {
+    std::vector<torch::Tensor> plain;
+    std::vector<torch::Tensor> absorbed;
+    std::vector<torch::Tensor> parameters = model.parameters();
+    for (size_t i = 0; i < parameters.size(); ++i) {
+      (model.absorbsMomentum(i) ? absorbed : plain).push_back(parameters[i]);
+    }
+    std::vector<torch::optim::OptimizerParamGroup> groups;
+    auto sgd = [&](double momentum) {
+      return std::make_unique<torch::optim::SGDOptions>(
+          torch::optim::SGDOptions(options.lr).momentum(momentum));
+    };
+    groups.emplace_back(plain, sgd(options.momentum));
+    if (!absorbed.empty()) groups.emplace_back(absorbed, sgd(0));
+    return groups;
+  }
+
   int64_t totalSteps() const {
     int64_t perEpoch = static_cast<int64_t>(sampler_.stepsPerEpoch());
     return options_.steps > 0 ? options_.steps : perEpoch * options_.epochs;
@@ -80,6 +104,7 @@ class Trainer {
   void maybeCheckpoint(const RunPosition& position, bool last);
   void writeTrace();
   EpochRecord finishEpoch(int epoch, double lossSum, int64_t steps, double seconds);
+  double evaluateBetweenSteps(int64_t step, double trainingSeconds, TrainResult& result);
 
   Transport& transport_;
   const TrainOptions options_;
@@ -130,6 +155,9 @@ float Trainer::trainStep(int64_t epoch, size_t step, int64_t globalStep) {
   sums_.optimizerMs += since(synchronized) * 1e3;
   sums_.commMs += stats.commSeconds * 1e3;
   sums_.bytesSent += static_cast<double>(stats.bytesSent);
+  sums_.denseBytes += static_cast<double>(stats.denseBytes);
+  sums_.encodeMs += stats.encodeSeconds * 1e3;
+  sums_.decodeMs += stats.decodeSeconds * 1e3;
   sums_.stepMs += since(start) * 1e3;
   return loss.item<float>();
 }
@@ -145,8 +173,9 @@ void Trainer::writeTrace() {
   std::vector<std::string> perRank;
   for (const auto& bytes : all) perRank.emplace_back(bytes.begin(), bytes.end());
   std::string metadata =
-      fmt::format(R"({{"model":"{}","schedule":"{}","workers":{},"steps":"{}"}})", options_.model,
-                  options_.schedule, transport_.size(), trace_->window().describe());
+      fmt::format(R"({{"model":"{}","schedule":"{}","compress":"{}","workers":{},"steps":"{}"}})",
+                  options_.model, options_.schedule, options_.compression.spec, transport_.size(),
+                  trace_->window().describe());
   writeTraceFile(options_.tracePath, mergeTraces(perRank, metadata));
 }
 
@@ -216,6 +245,14 @@ void Trainer::maybeCheckpoint(const RunPosition& position, bool last) {
   }
 }
 
+// --eval-every: records the accuracy at `step`; returns the seconds the evaluation took, which
+// the caller keeps out of the training time.
+double Trainer::evaluateBetweenSteps(int64_t step, double trainingSeconds, TrainResult& result) {
+  auto start = Clock::now();
+  result.evaluations.push_back({step, trainingSeconds, evaluate()});
+  return since(start);
+}
+
 EpochRecord Trainer::finishEpoch(int epoch, double lossSum, int64_t steps, double seconds) {
   EpochRecord record;
   record.epoch = epoch + 1;
@@ -232,6 +269,7 @@ TrainResult Trainer::run() {
   const auto perEpoch = static_cast<int64_t>(sampler_.stepsPerEpoch());
   const int epochs = static_cast<int>((total + perEpoch - 1) / perEpoch);
   RunPosition position = startingPosition();
+  model_.setStep(static_cast<uint64_t>(position.step));
   Progress progress(transport_.rank() == 0 && !options_.quiet, total, epochs);
   int64_t stepsRun = 0;
   while (position.step < total) {
@@ -239,6 +277,7 @@ TrainResult Trainer::run() {
     const int64_t epochEnd = std::min(total, (epoch + 1) * perEpoch);
     const int64_t epochFirst = position.step;
     auto epochStart = Clock::now();
+    double evalSeconds = 0;  // spent in --eval-every evaluations this epoch
     for (; position.step < epochEnd; ++stepsRun) {
       const int64_t inEpoch = position.step % perEpoch;
       float loss = trainStep(epoch, static_cast<size_t>(inEpoch), position.step);
@@ -248,11 +287,16 @@ TrainResult Trainer::run() {
       // When the epoch is complete the checkpoint waits for its record (below); a run stopping
       // mid-epoch (--steps) saves the partial epoch, so a resume continues it.
       if (position.step % perEpoch != 0) maybeCheckpoint(position, position.step == total);
-      double rate = static_cast<double>(sampler_.globalBatch() * (position.step - epochFirst)) /
-                    since(epochStart);
+      double trained = since(epochStart) - evalSeconds;
+      double rate =
+          static_cast<double>(sampler_.globalBatch() * (position.step - epochFirst)) / trained;
       progress.step(position.step, epoch + 1, inEpoch + 1, perEpoch, loss, rate);
+      if (options_.evalEvery > 0 && position.step % options_.evalEvery == 0 &&
+          position.step < epochEnd) {
+        evalSeconds += evaluateBetweenSteps(position.step, result.seconds + trained, result);
+      }
     }
-    double seconds = since(epochStart);
+    double seconds = since(epochStart) - evalSeconds;
     result.seconds += seconds;
     EpochRecord record =
         finishEpoch(epoch, position.epochLossSum, position.step - epoch * perEpoch, seconds);
@@ -263,6 +307,7 @@ TrainResult Trainer::run() {
         "epoch {}/{}: train loss {:.4f}, test accuracy {:.2f}%, {:.0f} samples/s", record.epoch,
         epochs, record.trainLoss, 100 * record.testAccuracy, record.samplesPerSecond));
     position.epochs.push_back(record);
+    result.evaluations.push_back({position.step, result.seconds, record.testAccuracy});
     position.epochLossSum = 0;
     if (position.step % perEpoch == 0) maybeCheckpoint(position, position.step == total);
   }
@@ -278,9 +323,10 @@ TrainResult Trainer::run() {
     const float* data = p.data_ptr<float>();
     result.parameters.insert(result.parameters.end(), data, data + p.numel());
   }
-  result.perStep = {sums_.computeMs / stepsHere,     sums_.commMs / stepsHere,
-                    sums_.exposedCommMs / stepsHere, sums_.optimizerMs / stepsHere,
-                    sums_.stepMs / stepsHere,        sums_.bytesSent / stepsHere};
+  result.perStep = {
+      sums_.computeMs / stepsHere,   sums_.commMs / stepsHere,   sums_.exposedCommMs / stepsHere,
+      sums_.optimizerMs / stepsHere, sums_.stepMs / stepsHere,   sums_.bytesSent / stepsHere,
+      sums_.denseBytes / stepsHere,  sums_.encodeMs / stepsHere, sums_.decodeMs / stepsHere};
   return result;
 }
 
@@ -289,6 +335,7 @@ TrainResult Trainer::run() {
 void validateTrainOptions(const TrainOptions& options) {
   makeModel(options.model);  // throws with the valid names
   ScheduleSpec::parse(options.schedule);
+  planCompression(options.compression, describeModel(options.model), options.momentum);
   if (options.dataset != "fashion-mnist" && options.dataset != "synthetic") {
     throw ConfigError(fmt::format("unknown dataset '{}'", options.dataset),
                       {.hint = "choose fashion-mnist or synthetic"});
@@ -296,6 +343,7 @@ void validateTrainOptions(const TrainOptions& options) {
   if (options.batchSize == 0) throw ConfigError("--batch-size must be at least 1");
   if (options.epochs < 1 && options.steps <= 0) throw ConfigError("--epochs must be at least 1");
   if (options.threads < 1) throw ConfigError("--threads must be at least 1");
+  if (options.evalEvery < 0) throw ConfigError("--eval-every must be >= 0");
   if (options.lr <= 0) throw ConfigError("--lr must be positive");
   if (options.momentum < 0 || options.momentum >= 1)
     throw ConfigError("--momentum must be in [0, 1)");

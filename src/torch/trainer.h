@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "compress/policy.h"
 #include "gradsync/transport.h"
 #include "sync/gradient_engine.h"
 
@@ -23,10 +24,12 @@ struct TrainOptions {
   uint64_t seed = 0;
   int threads = 1;                  // torch intra-op threads per rank
   std::string schedule = "wfbp";    // fifo | wfbp | fusion:MB
+  CompressionConfig compression;    // --compress and its companions (compress/policy.h)
   size_t syntheticSamples = 16384;  // size of the synthetic training set
   std::string metricsPath;          // JSON metrics (rank 0 writes)
   std::string checkpointDir;        // "" = no checkpoints
   int64_t checkpointEvery = 0;      // steps between checkpoints (0: only at the end)
+  int64_t evalEvery = 0;            // > 0: also evaluate every N steps (time-to-accuracy)
   bool resume = false;              // continue from the newest checkpoint, if any
   std::string tracePath;            // Chrome trace of every rank, merged (rank 0 writes)
   std::string traceSteps;           // "A:B" window of steps to trace ("" = default window)
@@ -48,11 +51,22 @@ struct StepProfile {
   double exposedCommMs = 0;  // time the training thread waited for communication
   double optimizerMs = 0;
   double stepMs = 0;
-  double bytesSent = 0;  // by this rank
+  double bytesSent = 0;   // by this rank
+  double denseBytes = 0;  // what a dense ring allreduce would have made this rank send
+  double encodeMs = 0;    // compressors' encoding time (part of commMs)
+  double decodeMs = 0;    // compressors' decoding time (part of commMs)
+};
+
+// A test-set evaluation during training (--eval-every, and every epoch's end).
+struct Evaluation {
+  int64_t step = 0;         // steps completed
+  double seconds = 0;       // training time so far (evaluations excluded)
+  double testAccuracy = 0;  // on the whole test set
 };
 
 struct TrainResult {
   std::vector<EpochRecord> epochs;
+  std::vector<Evaluation> evaluations;  // of this run (a resumed run starts a new list)
   std::vector<float> losses;      // this rank's loss at every step (for reproducibility checks)
   std::vector<float> parameters;  // the final parameters, flattened in registration order
   int64_t steps = 0;
@@ -64,7 +78,7 @@ struct TrainResult {
 
 // The parameters of a model (registration order): names as in PyTorch, element counts.
 // Throws ConfigError listing the valid names.
-std::vector<TensorInfo> describeModel(const std::string& model);
+std::vector<TensorShape> describeModel(const std::string& model);
 // The output of the model for a batch of `batch` zero images has this shape (checks the
 // forward pass end to end).
 std::vector<int64_t> modelOutputShape(const std::string& model, int64_t batch);

@@ -131,6 +131,24 @@ TEST_F(CliTrain, ShortRealRunOnFashionMnistLearnsAndWritesMetrics) {
   }
 }
 
+TEST_F(CliTrain, CompressedRunReportsItsBytesAndEvaluations) {
+  fs::path metrics = scratch() / "compressed.json";
+  Result r = gradsync({"train", "--model", "mlp", "--dataset", "synthetic", "--steps", "6",
+                       "--eval-every", "3", "--compress", "topk:0.01", "--compress-warmup", "1",
+                       "--quiet", "--metrics", metrics.string()});
+  ASSERT_TRUE(r.status.ok()) << r.status.describe() << "\n" << r.err;
+  EXPECT_NE(r.out.find("topk:0.01: "), std::string::npos) << r.out;
+  nlohmann::json doc = nlohmann::json::parse(slurp(metrics));
+  EXPECT_EQ(doc["config"]["compress"], "topk:0.01");
+  EXPECT_EQ(doc["config"]["compress_warmup"], 1);
+  // 5 of 6 steps send 1% of the large tensors (as pairs, all-gathered): far less than dense.
+  EXPECT_GT(doc["per_step"]["compression_ratio"].get<double>(), 3.0);
+  EXPECT_GT(doc["per_step"]["encode_ms"].get<double>(), 0.0);
+  ASSERT_EQ(doc["evaluations"].size(), 2u);  // after step 3, and at the end (step 6)
+  EXPECT_EQ(doc["evaluations"][0]["step"], 3);
+  EXPECT_EQ(doc["evaluations"][1]["step"], 6);
+}
+
 TEST_F(CliTrain, BadFlagsGiveAOneLineErrorWithTheChoices) {
   struct Case {
     std::vector<std::string> args;
@@ -141,7 +159,10 @@ TEST_F(CliTrain, BadFlagsGiveAOneLineErrorWithTheChoices) {
            {{"train", "--schedule", "p4"}, "fifo, wfbp or fusion:MB"},
            {{"train", "--dataset", "cifar"}, "fashion-mnist or synthetic"},
            {{"train", "--sync", "odsgd"}, "--sync ssgd"},
-           {{"train", "--compress", "topk:0.01"}, "--compress none"},
+           {{"train", "--compress", "zip"}, "topk:R, mstopk:R"},
+           {{"train", "--compress", "topk:2"}, "0 < R <= 1"},
+           {{"train", "--compress", "qsgd,levels=3"}, "options are: ef, bucket"},
+           {{"train", "--compress-override", "fc*"}, "GLOB=SPEC"},
            {{"train", "--resume"}, "--checkpoint-dir"},
            {{"train", "--data-dir", "/nonexistent", "--steps", "1"}, "dataset-fashion-mnist"}}) {
     Result r = gradsync(c.args);

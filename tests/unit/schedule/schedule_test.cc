@@ -52,6 +52,16 @@ TEST(Schedule, FusionFillsBucketsUpToTheThreshold) {
   EXPECT_EQ(layout.unitOf[3], 0);
 }
 
+TEST(Schedule, FusionNeverMixesGroups) {
+  // Tensors 3, 2 and 0 are compressed alike, tensor 1 is not: the bucket closes around it.
+  GradientLayout layout =
+      planLayout({10, 50, 100, 200}, ScheduleSpec::parse("fusion:1"), {0, 1, 0, 0});
+  ASSERT_EQ(layout.units.size(), 3u);
+  EXPECT_EQ(layout.units[0].tensors, (std::vector<int>{3, 2}));
+  EXPECT_EQ(layout.units[1].tensors, (std::vector<int>{1}));
+  EXPECT_EQ(layout.units[2].tensors, (std::vector<int>{0}));
+}
+
 TEST(Schedule, UnitsTileTheBufferExactly) {
   for (const char* spec : {"fifo", "wfbp", "fusion:0.001"}) {
     GradientLayout layout = planLayout({7, 0, 300, 1, 4096}, ScheduleSpec::parse(spec));

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <thread>
 
 #include "gradsync/error.h"
@@ -12,8 +13,9 @@
 namespace gradsync::testing {
 namespace {
 
-const std::vector<TensorInfo> kTensors = {
-    {"fc1.weight", 70000}, {"fc1.bias", 3}, {"fc2.weight", 1000}, {"fc2.bias", 5}};
+const std::vector<TensorShape> kTensors = {
+    tensorShape("fc1.weight", {70, 1000}), tensorShape("fc1.bias", {3}),
+    tensorShape("fc2.weight", {5, 200}), tensorShape("fc2.bias", {5})};
 
 float gradient(int rank, int tensor, size_t i, int step) {
   return static_cast<float>((i % 13) + 3 * tensor + 7 * rank + step);
@@ -28,7 +30,7 @@ class Engine : public ::testing::TestWithParam<std::tuple<std::string, Transport
 TEST_P(Engine, AveragesEveryTensorOverSteps) {
   constexpr int kSize = 3;
   runWithTransports(kind(), kSize, [&](Transport& t) {
-    GradientEngine engine(t, kTensors, schedule());
+    GradientEngine engine(t, kTensors, {.schedule = schedule()});
     for (int step = 0; step < 3; ++step) {
       // Backward produces gradients last layer first; rank 1 uses another order to show that
       // the communication order does not depend on it.
@@ -55,7 +57,7 @@ TEST_P(Engine, AveragesEveryTensorOverSteps) {
 
 TEST_P(Engine, UnusedParametersCountAsZero) {
   runWithTransports(kind(), 2, [&](Transport& t) {
-    GradientEngine engine(t, kTensors, schedule());
+    GradientEngine engine(t, kTensors, {.schedule = schedule()});
     for (int tensor : {3, 2, 0}) {  // fc1.bias never gets a gradient
       std::span<float> slot = engine.slot(tensor);
       std::fill(slot.begin(), slot.end(), 1.0f + t.rank());
@@ -78,6 +80,65 @@ INSTANTIATE_TEST_SUITE_P(
       return name;
     });
 
+// Fills every tensor with rank- and step-dependent values and completes the step.
+void runStep(GradientEngine& engine, int rank, int step) {
+  for (int tensor = 3; tensor >= 0; --tensor) {
+    std::span<float> slot = engine.slot(tensor);
+    for (size_t i = 0; i < slot.size(); ++i) slot[i] = gradient(rank, tensor, i, step) / 64;
+    engine.markReady(tensor);
+  }
+  engine.finishStep();
+}
+
+float average(int ranks, int tensor, size_t i, int step) {
+  float sum = 0;
+  for (int r = 0; r < ranks; ++r) sum += gradient(r, tensor, i, step) / 64;
+  return sum / ranks;
+}
+
+TEST(EngineCompression, CompressesLargeTensorsAfterTheWarmUp) {
+  constexpr int kSize = 3;
+  EngineOptions options{.schedule = ScheduleSpec::parse("fusion:1"),
+                        .compression = {.spec = "fp16", .minElements = 500, .warmupSteps = 1}};
+  runWithTransports(TransportKind::kLoopback, kSize, [&](Transport& t) {
+    GradientEngine engine(t, kTensors, options);
+    // fp16 weights and dense biases never share a fusion bucket.
+    EXPECT_EQ(engine.layout().units.size(), 4u);
+    for (int step = 0; step < 2; ++step) {
+      runStep(engine, t.rank(), step);
+      const StepStats& stats = engine.lastStep();
+      for (int tensor = 0; tensor < 4; ++tensor) {
+        bool compressed = step >= 1 && (tensor == 0 || tensor == 2);
+        std::span<float> slot = engine.slot(tensor);
+        for (size_t i = 0; i < slot.size(); ++i) {
+          float expected = average(kSize, tensor, i, step);
+          if (compressed) {
+            ASSERT_NEAR(slot[i], expected, 2e-3f * std::fabs(expected)) << tensor << " " << i;
+          } else {
+            ASSERT_FLOAT_EQ(slot[i], expected) << "step " << step << " tensor " << tensor;
+          }
+        }
+      }
+      // Dense: what the ring sent is what a dense ring sends (2(P-1)/P of the floats, plus
+      // per-block rounding); fp16 halves the weights' share.
+      double ratio = static_cast<double>(stats.bytesSent) / static_cast<double>(stats.denseBytes);
+      if (step == 0) {
+        EXPECT_NEAR(ratio, 1.0, 0.01);
+      } else {
+        EXPECT_NEAR(ratio, 0.5, 0.01);
+      }
+    }
+  });
+}
+
+TEST(EngineCompression, BadSpecsFailAtConstruction) {
+  runWithTransports(TransportKind::kLoopback, 1, [&](Transport& t) {
+    EXPECT_THROW(GradientEngine(t, kTensors, {.compression = {.spec = "zip"}}), ConfigError);
+    EXPECT_THROW(GradientEngine(t, kTensors, {.compression = {.overrides = {"fc1*"}}}),
+                 ConfigError);
+  });
+}
+
 TEST(EngineErrors, LostPeerIsRethrownOnTheTrainingThread) {
   TransportOptions options;
   options.timeout = std::chrono::milliseconds(5000);
@@ -85,7 +146,7 @@ TEST(EngineErrors, LostPeerIsRethrownOnTheTrainingThread) {
       TransportKind::kTcp, 2,
       [&](Transport& t) {
         if (t.rank() == 1) return;  // rank 1 leaves before the step
-        GradientEngine engine(t, kTensors, ScheduleSpec::parse("wfbp"));
+        GradientEngine engine(t, kTensors, {.schedule = ScheduleSpec::parse("wfbp")});
         for (int tensor = 3; tensor >= 0; --tensor) engine.markReady(tensor);
         try {
           engine.finishStep();

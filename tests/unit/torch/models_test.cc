@@ -9,9 +9,9 @@
 namespace gradsync {
 namespace {
 
-size_t total(const std::vector<TensorInfo>& tensors) {
+size_t total(const std::vector<TensorShape>& tensors) {
   return std::accumulate(tensors.begin(), tensors.end(), size_t{0},
-                         [](size_t sum, const TensorInfo& t) { return sum + t.elements; });
+                         [](size_t sum, const TensorShape& t) { return sum + t.elements; });
 }
 
 // Counts from PyTorch for the same definitions (docs/models.md).

@@ -11,8 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "gradsync/error.h"
-#include "support/transports.h"
-#include "torch/trainer.h"
+#include "train_on_threads.h"
 
 namespace gradsync::testing {
 namespace {
@@ -26,21 +25,6 @@ TrainOptions quickOptions() {
   o.lr = 0.05;
   o.quiet = true;
   return o;
-}
-
-// Runs training on `workers` rank threads; returns rank 0's result.
-TrainResult train(int workers, TrainOptions options,
-                  TransportKind kind = TransportKind::kLoopback) {
-  TrainResult rank0;
-  std::mutex mutex;
-  runWithTransports(kind, workers, [&](Transport& t) {
-    TrainResult result = runTraining(t, options);
-    if (t.rank() == 0) {
-      std::lock_guard<std::mutex> lock(mutex);
-      rank0 = std::move(result);
-    }
-  });
-  return rank0;
 }
 
 double maxRelativeDifference(const std::vector<float>& a, const std::vector<float>& b) {

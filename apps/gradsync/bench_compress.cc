@@ -1,0 +1,164 @@
+#include "bench_compress.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <functional>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "common/units.h"
+#include "compress/registry.h"
+#include "compress/select.h"
+#include "compress/spec.h"
+#include "data/random.h"
+#include "gradsync/error.h"
+#include "gradsync/loopback.h"
+
+namespace gradsync {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Row {
+  std::string method;
+  size_t elements = 0;
+  double encodeGBps = 0;  // of float32 input
+  double decodeGBps = 0;
+  double ratio = 0;  // input bytes / encoded bytes
+};
+
+// Gradient-like input: Gaussian values scaled by a per-block factor, so magnitudes vary across
+// the tensor as they do across a layer's gradient (a portable generator: same data everywhere).
+std::vector<float> gradientLike(size_t n) {
+  std::vector<float> x(n);
+  std::mt19937_64 engine(12345);
+  for (size_t i = 0; i < n; i += 2) {
+    double u1 = std::max(1e-12, static_cast<double>(data::unitFloat(engine())));
+    double u2 = data::unitFloat(engine());
+    double radius = std::sqrt(-2 * std::log(u1));
+    x[i] = static_cast<float>(radius * std::cos(2 * M_PI * u2));
+    if (i + 1 < n) x[i + 1] = static_cast<float>(radius * std::sin(2 * M_PI * u2));
+  }
+  for (size_t i = 0; i < n; ++i) x[i] *= 1.0f + static_cast<float>((i >> 12) % 7);
+  return x;
+}
+
+// A near-square matrix view for methods that need one (PowerSGD).
+TensorShape benchShape(size_t n) {
+  auto rows = static_cast<int64_t>(1) << static_cast<int>(std::log2(std::sqrt(double(n))));
+  if (static_cast<size_t>(rows) == 0 || n % static_cast<size_t>(rows) != 0) return {"x", {}, n};
+  return tensorShape("x", {rows, static_cast<int64_t>(n) / rows});
+}
+
+double gbps(size_t n, double seconds) {
+  return seconds > 0 ? static_cast<double>(n) * sizeof(float) / seconds / 1e9 : 0;
+}
+
+// Times `body` (best of iters after one warm-up).
+double bestSeconds(int iters, const std::function<void()>& body) {
+  body();
+  double best = 1e30;
+  for (int i = 0; i < iters; ++i) {
+    auto start = Clock::now();
+    body();
+    best = std::min(best, std::chrono::duration<double>(Clock::now() - start).count());
+  }
+  return best;
+}
+
+// One method through its real exchange on a world of one: all of the compression work, none of
+// the network. Each exchange is fed a fresh copy of the input (error feedback adds its residual).
+Row benchMethod(const std::string& text, const std::vector<float>& input, int iters) {
+  CompressSpec spec = CompressSpec::parse(text, "bench compress");
+  size_t n = input.size();
+  TensorShape shape = benchShape(n);
+  auto compressor = makeCompressor(spec, {&shape, 1});
+  LoopbackFabric fabric(1);
+  auto transport = fabric.connect(0);
+  std::vector<float> grad(n), sent(n);
+  ExchangeStats best{1e30, 1e30};
+  for (int i = 0; i <= iters; ++i) {
+    std::copy(input.begin(), input.end(), grad.begin());
+    ExchangeStats stats;
+    ExchangeContext context{*transport, {}, 1000 + static_cast<uint64_t>(i), 1};
+    compressor->exchange(context, grad, sent, stats);
+    if (i == 0) continue;  // warm-up: first-touch of buffers
+    best.encodeSeconds = std::min(best.encodeSeconds, stats.encodeSeconds);
+    best.decodeSeconds = std::min(best.decodeSeconds, stats.decodeSeconds);
+  }
+  return {spec.toString(), n, gbps(n, best.encodeSeconds), gbps(n, best.decodeSeconds),
+          static_cast<double>(n * sizeof(float)) /
+              static_cast<double>(compressor->encodedBytes(n))};
+}
+
+// The naive references and the selection kernels alone (encode column = the kernel's speed).
+std::vector<Row> benchKernels(const std::vector<float>& input, int iters) {
+  size_t n = input.size();
+  size_t k = std::max<size_t>(1, n / 100);
+  std::vector<float> copy(n);
+  std::vector<uint32_t> indices;
+  std::vector<Row> rows;
+  auto add = [&](const char* name, const std::function<void()>& body) {
+    rows.push_back({name, n, gbps(n, bestSeconds(iters, body)), 0, 0});
+  };
+  add("reference: copy (float32)",
+      [&] { std::memcpy(copy.data(), input.data(), n * sizeof(float)); });
+  add("reference: top-1% by nth_element", [&] { selectTopKBySort(input, k, indices); });
+  add("select: exact top-1%", [&] { selectTopK(input, k, indices); });
+  return rows;
+}
+
+void printRow(const Row& row) {
+  std::printf("%-34s %12zu %12.3f %12.3f %10.1f\n", row.method.c_str(), row.elements,
+              row.encodeGBps, row.decodeGBps, row.ratio);
+  std::fflush(stdout);
+}
+
+void writeJson(const std::string& path, const std::vector<Row>& rows) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const Row& r : rows) {
+    out.push_back({{"method", r.method},
+                   {"elements", r.elements},
+                   {"encode_gbps", r.encodeGBps},
+                   {"decode_gbps", r.decodeGBps},
+                   {"ratio", r.ratio}});
+  }
+  std::ofstream file(path);
+  if (!file) throw ConfigError(fmt::format("cannot write '{}'", path));
+  file << out.dump(2) << "\n";
+}
+
+}  // namespace
+
+int runCompressBench(const CompressBenchOptions& options) {
+  std::vector<std::string> methods = options.methods;
+  if (methods.empty()) {
+    for (const MethodInfo& m : compressionMethods()) methods.push_back(m.name);
+  }
+  for (const std::string& m : methods) CompressSpec::parse(m, "bench compress");  // fail early
+  std::printf("# one thread; GB/s of float32 input (best of %d); ratio = input / encoded bytes\n",
+              options.iters);
+  std::printf("%-34s %12s %12s %12s %10s\n", "method", "elements", "encode GB/s", "decode GB/s",
+              "ratio");
+  std::vector<Row> rows;
+  for (size_t n : options.sizes) {
+    std::vector<float> input = gradientLike(n);
+    for (Row& row : benchKernels(input, options.iters)) {
+      printRow(row);
+      rows.push_back(row);
+    }
+    for (const std::string& m : methods) {
+      rows.push_back(benchMethod(m, input, options.iters));
+      printRow(rows.back());
+    }
+  }
+  if (!options.jsonPath.empty()) writeJson(options.jsonPath, rows);
+  return 0;
+}
+
+}  // namespace gradsync

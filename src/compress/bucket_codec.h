@@ -1,0 +1,182 @@
+// The encoding shared by the quantized methods (qsgd, terngrad, onebit, signsgd): a unit is cut
+// into buckets, each bucket is described by a few float32 parameters (its scale, norm or
+// means), and each element by a code of 1..8 bits. Wire layout, little-endian:
+//
+//   [parameters of bucket 0][parameters of bucket 1]...   kParams float32 per bucket
+//   [codes of all elements, in unit order]                 bit_pack.h, bits() per element
+//
+// so an encoding of n elements in B buckets has exactly B * 4 * kParams + ceil(n * bits / 8)
+// bytes. Buckets never straddle two tensors of a unit (a fusion bucket holds tensors of very
+// different scales: a bias sharing a bucket with a weight matrix would be quantized with the
+// matrix's scale): each tensor is cut into buckets of `bucket` elements, the last one shorter.
+//
+// A method supplies a Quantizer (the per-bucket arithmetic); BucketCodec does the layout, the
+// packing and the validation of received bytes. Quantizer requirements:
+//   static constexpr size_t kParams;            float32 parameters per bucket
+//   static constexpr const char* kName;         the method, for error messages
+//   int bits() const; uint8_t maxCode() const;  code width; larger codes are malformed input
+//   void start(uint64_t seed);                  once per encode (stochastic methods seed here)
+//   void analyse(std::span<const float> bucket, float* params);
+//   void quantize(std::span<const float> x, uint8_t* codes, const float* params);
+//   void dequantizeAdd(std::span<const uint8_t> codes, float* out, const float* params) const;
+// quantize and dequantizeAdd see a bucket in pieces of at most kCodeChunk elements.
+#pragma once
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "common/check.h"
+#include "compress/bit_pack.h"
+#include "compress/compressor.h"
+#include "data/random.h"
+#include "gradsync/error.h"
+
+namespace gradsync {
+
+// Where the buckets of a unit lie. Built once per unit; no allocation per step.
+class BucketLayout {
+ public:
+  // bucket == 0: one bucket per tensor. An empty `unit` means the shapes are unknown: the
+  // buffer, whatever its size, is then one tensor.
+  BucketLayout(std::span<const TensorShape> unit, size_t bucket);
+
+  // Buckets of a buffer of `elements` values. Exact for the unit's size; for another size
+  // (a cost estimate), the count of a single tensor of that size.
+  size_t count(size_t elements) const;
+
+  // Calls fn(begin, size) for every bucket of the unit's buffer, in order. `elements` must be
+  // the unit's size (unless the shapes are unknown).
+  template <class Fn>
+  void forEach(size_t elements, Fn&& fn) const {
+    if (tensors_.empty()) return forEachInTensor(0, elements, fn);
+    GS_CHECK_EQ(elements, total_);
+    size_t begin = 0;
+    for (size_t size : tensors_) {
+      forEachInTensor(begin, size, fn);
+      begin += size;
+    }
+  }
+
+ private:
+  template <class Fn>
+  void forEachInTensor(size_t begin, size_t size, Fn& fn) const {
+    for (size_t offset = 0; offset < size; offset += bucket_) {
+      fn(begin + offset, std::min(bucket_, size - offset));
+    }
+  }
+
+  std::vector<size_t> tensors_;  // sizes of the non-empty tensors ({0} if all are empty)
+  size_t total_ = 0;             // elements of the unit
+  size_t buckets_ = 0;           // buckets of the unit
+  size_t bucket_;                // elements per bucket (SIZE_MAX: whole tensors)
+};
+
+// Reads the ",bucket=" option: an integer >= 1, or 0 for one bucket per tensor. Throws
+// ConfigError naming `method`.
+size_t bucketOption(const MethodArgs& args, const char* method, size_t fallback);
+
+// Sum of f(x[i]) in double precision. Eight interleaved partial sums let the compiler
+// vectorise the loop (a single running sum is a dependency chain it may not reorder).
+template <class F>
+double laneSum(std::span<const float> x, F f) {
+  constexpr size_t kLanes = 8;
+  double lanes[kLanes] = {};
+  size_t i = 0;
+  for (; i + kLanes <= x.size(); i += kLanes) {
+    for (size_t j = 0; j < kLanes; ++j) lanes[j] += f(x[i + j]);
+  }
+  double sum = 0;
+  for (; i < x.size(); ++i) sum += f(x[i]);
+  for (double lane : lanes) sum += lane;
+  return sum;
+}
+
+// Uniform floats in [0, 1) for stochastic rounding. SplitMix64 (data::splitMix64, which
+// passes BigCrush) run as a counter-based generator: draw k is splitMix64(seed + k * gamma),
+// and each 64-bit draw gives two 24-bit values (data::unitFloat of its high and middle bits).
+// About 5x faster than std::mt19937_64, whose generation dominated the stochastic encoders.
+class UniformStream {
+ public:
+  void seed(uint64_t seed) {
+    seed_ = seed;
+    draws_ = 0;
+  }
+  // Writes u[0, n + n % 2): the buffer needs one spare slot for odd n.
+  void fill(float* u, size_t n) {
+    constexpr uint64_t kGamma = 0x9E3779B97F4A7C15ull;  // SplitMix64's increment
+    for (size_t i = 0; i < n; i += 2) {
+      const uint64_t bits = data::splitMix64(seed_ + (draws_ + i / 2) * kGamma);
+      u[i] = data::unitFloat(bits);
+      u[i + 1] = data::unitFloat(bits << 24);
+    }
+    draws_ += (n + 1) / 2;
+  }
+
+ private:
+  uint64_t seed_ = 0;
+  uint64_t draws_ = 0;
+};
+
+template <class Quantizer>
+class BucketCodec final : public CodecCompressor {
+ public:
+  BucketCodec(const Quantizer& quantizer, std::span<const TensorShape> unit, size_t bucket)
+      : quantizer_(quantizer), layout_(unit, bucket) {}
+
+  size_t encodedBytes(size_t elements) const override {
+    return layout_.count(elements) * kParamBytes + packedBytes(elements, quantizer_.bits());
+  }
+
+  void encode(std::span<const float> x, std::vector<uint8_t>& out, uint64_t seed) override {
+    out.resize(encodedBytes(x.size()));
+    quantizer_.start(seed);
+    uint8_t* params = out.data();
+    PackedWriter writer(quantizer_.bits(), out.data() + layout_.count(x.size()) * kParamBytes);
+    layout_.forEach(x.size(), [&](size_t begin, size_t size) {
+      float p[Quantizer::kParams];
+      quantizer_.analyse(x.subspan(begin, size), p);
+      std::memcpy(params, p, kParamBytes);
+      params += kParamBytes;
+      for (size_t done = 0; done < size;) {
+        std::span<uint8_t> room = writer.room(size - done);
+        quantizer_.quantize(x.subspan(begin + done, room.size()), room.data(), p);
+        writer.commit(room.size());
+        done += room.size();
+      }
+    });
+    writer.finish();
+  }
+
+  void decodeAdd(std::span<const uint8_t> in, std::span<float> out) const override {
+    const size_t expected = encodedBytes(out.size());
+    if (in.size() != expected) {
+      throw ProtocolError(fmt::format("{} encoding of {} elements has {} bytes, expected {}",
+                                      Quantizer::kName, out.size(), in.size(), expected));
+    }
+    const uint8_t* params = in.data();
+    const size_t paramBytes = layout_.count(out.size()) * kParamBytes;
+    PackedReader reader(in.data() + paramBytes, out.size(), quantizer_.bits(),
+                        quantizer_.maxCode());
+    layout_.forEach(out.size(), [&](size_t begin, size_t size) {
+      float p[Quantizer::kParams];
+      std::memcpy(p, params, kParamBytes);
+      params += kParamBytes;
+      for (size_t done = 0; done < size;) {
+        std::span<const uint8_t> codes = reader.next(size - done);
+        quantizer_.dequantizeAdd(codes, out.data() + begin + done, p);
+        done += codes.size();
+      }
+    });
+  }
+
+ private:
+  static constexpr size_t kParamBytes = Quantizer::kParams * sizeof(float);
+
+  Quantizer quantizer_;
+  BucketLayout layout_;
+};
+
+}  // namespace gradsync

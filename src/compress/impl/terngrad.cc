@@ -1,0 +1,99 @@
+// terngrad (Wen et al. 2017): per tensor, clip at c * sigma (option `clip`, default 2.5; 0
+// disables clipping), take s = max |clipped g| = min(max |g|, c * sigma), and send each element
+// as s * sign(g_i) with probability |clip(g_i)| / s, else 0: unbiased with respect to the
+// clipped gradient. Wire: s as float32 per tensor, then 2 bits per element (0: 0, 1: +s, 2: -s;
+// 3 is malformed). sigma is the root mean square of the tensor (the deviation about 0, not
+// about the mean: the two agree for the near-zero-mean gradients the paper clips, but the
+// deviation about the mean is 0 for a constant or one-element tensor, which would then be
+// clipped to zero at every step). No error feedback by default: the quantizer is unbiased.
+#include <cmath>
+#include <limits>
+
+#include "compress/bucket_codec.h"
+#include "compress/impl/methods.h"
+
+namespace gradsync::methods {
+namespace {
+
+// max |x[i]| over eight interleaved lanes, so that the loop vectorises.
+float maxMagnitude(std::span<const float> x) {
+  constexpr size_t kLanes = 8;
+  float lanes[kLanes] = {};
+  size_t i = 0;
+  for (; i + kLanes <= x.size(); i += kLanes) {
+    for (size_t j = 0; j < kLanes; ++j) lanes[j] = std::max(lanes[j], std::fabs(x[i + j]));
+  }
+  float largest = 0;
+  for (; i < x.size(); ++i) largest = std::max(largest, std::fabs(x[i]));
+  for (float lane : lanes) largest = std::max(largest, lane);
+  return largest;
+}
+
+class TernGradQuantizer {
+ public:
+  static constexpr size_t kParams = 1;
+  static constexpr const char* kName = "terngrad";
+
+  explicit TernGradQuantizer(double clip) : clip_(clip) {}
+
+  int bits() const { return 2; }
+  uint8_t maxCode() const { return 2; }
+  void start(uint64_t seed) { random_.seed(seed); }
+
+  void analyse(std::span<const float> tensor, float* params) {
+    const double squares = laneSum(tensor, [](float v) { return double{v} * v; });
+    double scale = maxMagnitude(tensor);
+    if (clip_ > 0)
+      scale = std::min(scale, clip_ * std::sqrt(squares / static_cast<double>(tensor.size())));
+    // The sum of squares in double is finite exactly when every element is (float's largest
+    // square is far below double's range): an inf or NaN makes the whole tensor decode as NaN.
+    if (!std::isfinite(squares)) scale = std::numeric_limits<double>::quiet_NaN();
+    params[0] = static_cast<float>(scale);
+  }
+
+  void quantize(std::span<const float> x, uint8_t* codes, const float* params) {
+    const float s = params[0];
+    // Zero tensor: all 0. Non-finite s: all 0 too, decoded as 0 * s = NaN.
+    if (!(s > 0) || !std::isfinite(s)) {
+      std::fill(codes, codes + x.size(), uint8_t{0});
+      return;
+    }
+    random_.fill(uniform_, x.size());
+    // P(send) = min(|g_i|, s) / s: at or beyond the clip |g_i| / s >= 1 > u, so always sent.
+    // Branch-free (code = send + (send & negative)) so that the loop vectorises.
+    for (size_t i = 0; i < x.size(); ++i) {
+      const int32_t send = uniform_[i] < std::fabs(x[i]) / s ? 1 : 0;
+      const int32_t negative = x[i] < 0 ? 1 : 0;
+      codes[i] = static_cast<uint8_t>(send + (send & negative));
+    }
+  }
+
+  void dequantizeAdd(std::span<const uint8_t> codes, float* out, const float* params) const {
+    const float s = params[0];
+    for (size_t i = 0; i < codes.size(); ++i) {
+      // code 0, 1, 2 -> 0, +1, -1; a product rather than a select, so that a NaN s poisons
+      const int32_t ternary = (codes[i] & 1) - (codes[i] >> 1);
+      out[i] += s * static_cast<float>(ternary);
+    }
+  }
+
+ private:
+  double clip_;
+  UniformStream random_;
+  float uniform_[kCodeChunk + 1];  // one spare slot: fill writes pairs
+};
+
+}  // namespace
+
+std::unique_ptr<Compressor> makeTernGrad(const MethodArgs& args,
+                                         std::span<const TensorShape> unit) {
+  const double clip = args.number("clip", 2.5);
+  if (!(clip >= 0) || !std::isfinite(clip)) {
+    throw ConfigError(fmt::format(
+        "terngrad: clip={} must be >= 0 (in standard deviations; 0 disables it)", clip));
+  }
+  // One bucket per tensor: the paper's scalers are per layer.
+  return std::make_unique<BucketCodec<TernGradQuantizer>>(TernGradQuantizer(clip), unit, 0);
+}
+
+}  // namespace gradsync::methods

@@ -1,0 +1,81 @@
+#include "compress/policy.h"
+
+#include <fnmatch.h>
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "compress/registry.h"
+#include "gradsync/error.h"
+
+namespace gradsync {
+namespace {
+
+struct Override {
+  std::string pattern;
+  CompressSpec spec;
+};
+
+std::vector<Override> parseOverrides(const std::vector<std::string>& texts) {
+  std::vector<Override> overrides;
+  for (const std::string& text : texts) {
+    // The first '=' separates: a spec such as "topk:0.1,ef=off" has more of them.
+    size_t eq = text.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      throw ConfigError(fmt::format("--compress-override '{}' is not GLOB=SPEC", text),
+                        {.hint = "e.g. --compress-override 'classifier.*=none'"});
+    }
+    overrides.push_back(
+        {text.substr(0, eq), CompressSpec::parse(text.substr(eq + 1), "--compress-override")});
+  }
+  return overrides;
+}
+
+}  // namespace
+
+bool CompressionPlan::any() const {
+  for (const CompressSpec& spec : perTensor) {
+    if (!spec.dense()) return true;
+  }
+  return false;
+}
+
+bool CompressionPlan::absorbsMomentum(size_t t) const {
+  return !perTensor[t].dense() && findMethod(perTensor[t].method).absorbsMomentum;
+}
+
+std::vector<int> CompressionPlan::groups() const {
+  std::vector<std::string> seen;
+  std::vector<int> groups;
+  for (const CompressSpec& spec : perTensor) {
+    std::string key = spec.toString();
+    auto it = std::find(seen.begin(), seen.end(), key);
+    if (it == seen.end()) it = seen.insert(seen.end(), key);
+    groups.push_back(static_cast<int>(it - seen.begin()));
+  }
+  return groups;
+}
+
+CompressionPlan planCompression(const CompressionConfig& config,
+                                const std::vector<TensorShape>& tensors, double momentum) {
+  CompressSpec global = CompressSpec::parse(config.spec);
+  std::vector<Override> overrides = parseOverrides(config.overrides);
+  if (config.warmupSteps < 0) throw ConfigError("--compress-warmup must be >= 0");
+  CompressionPlan plan;
+  plan.warmupSteps = config.warmupSteps;
+  for (const TensorShape& tensor : tensors) {
+    CompressSpec spec = tensor.elements < config.minElements ? CompressSpec{} : global;
+    for (const Override& o : overrides) {
+      if (fnmatch(o.pattern.c_str(), tensor.name.c_str(), 0) == 0) {
+        spec = o.spec;
+        break;
+      }
+    }
+    spec.args.momentum = momentum;
+    plan.perTensor.push_back(std::move(spec));
+  }
+  return plan;
+}
+
+}  // namespace gradsync

@@ -1,0 +1,40 @@
+// Which compression each tensor gets (docs/algorithms.md, "Choosing what to compress"): the
+// --compress spec, except tensors below a minimum size (biases and norms: compressing them
+// saves little and costs accuracy) and tensors matched by a per-layer override; and dense
+// steps first (warm-up), as most compression papers do.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/tensor_shape.h"
+#include "compress/spec.h"
+
+namespace gradsync {
+
+struct CompressionConfig {
+  std::string spec = "none";           // --compress
+  std::vector<std::string> overrides;  // --compress-override GLOB=SPEC (first match wins)
+  size_t minElements = 1024;           // --compress-min-elements: smaller tensors go dense
+  int64_t warmupSteps = 0;             // --compress-warmup: dense steps before compressing
+};
+
+struct CompressionPlan {
+  std::vector<CompressSpec> perTensor;  // by registration index; dense() = not compressed
+  int64_t warmupSteps = 0;
+
+  bool any() const;
+  // Whether tensor t's method applies the optimizer's momentum itself (DGC), so the optimizer
+  // must update that tensor without momentum.
+  bool absorbsMomentum(size_t t) const;
+  // Equal for tensors compressed alike (the schedule never fuses different groups).
+  std::vector<int> groups() const;
+};
+
+// Throws ConfigError for a malformed spec or override, naming it. `momentum` is passed to
+// methods that absorb it.
+CompressionPlan planCompression(const CompressionConfig& config,
+                                const std::vector<TensorShape>& tensors, double momentum);
+
+}  // namespace gradsync

@@ -1,0 +1,46 @@
+// The sparse-selection codec (sparse_selection.h): k pairs out, k validated pairs in.
+#include "compress/sparse_selection.h"
+
+#include <fmt/format.h>
+
+#include "common/check.h"
+#include "compress/select.h"
+#include "compress/sparse.h"
+#include "gradsync/error.h"
+
+namespace gradsync {
+
+double checkedDensity(const MethodArgs& args, const char* method) {
+  if (!(args.value > 0 && args.value <= 1)) {
+    throw ConfigError(fmt::format("{}:R needs 0 < R <= 1, got {}", method, args.value));
+  }
+  return args.value;
+}
+
+size_t SparseSelectionCodec::encodedBytes(size_t elements) const {
+  return sparseBytes(selectionCount(elements, density_));
+}
+
+void SparseSelectionCodec::encode(std::span<const float> x, std::vector<uint8_t>& out, uint64_t) {
+  const size_t k = selectionCount(x.size(), density_);
+  select(x, k, indices_);
+  GS_CHECK_EQ(indices_.size(), k);
+  encodeSparseGather(x, indices_, out);
+}
+
+void SparseSelectionCodec::decodeAdd(std::span<const uint8_t> in, std::span<float> out) const {
+  const SparseView view = viewSparse(in, out.size());
+  const size_t k = selectionCount(out.size(), density_);
+  if (view.count != k) {
+    throw ProtocolError(fmt::format("sparse encoding carries {} pairs, expected {} for {} elements",
+                                    view.count, k, out.size()));
+  }
+  for (size_t i = 1; i < view.count; ++i) {
+    if (view.index(i) <= view.index(i - 1)) {
+      throw ProtocolError(fmt::format("sparse encoding's indices are not ascending at pair {}", i));
+    }
+  }
+  for (size_t i = 0; i < view.count; ++i) out[view.index(i)] += view.value(i);
+}
+
+}  // namespace gradsync
