@@ -91,9 +91,9 @@ Row benchMethod(const std::string& text, const std::vector<float>& input, int it
     best.encodeSeconds = std::min(best.encodeSeconds, stats.encodeSeconds);
     best.decodeSeconds = std::min(best.decodeSeconds, stats.decodeSeconds);
   }
-  return {spec.toString(), n, gbps(n, best.encodeSeconds), gbps(n, best.decodeSeconds),
-          static_cast<double>(n * sizeof(float)) /
-              static_cast<double>(compressor->encodedBytes(n))};
+  return {
+      spec.toString(), n, gbps(n, best.encodeSeconds), gbps(n, best.decodeSeconds),
+      static_cast<double>(n * sizeof(float)) / static_cast<double>(compressor->encodedBytes(n))};
 }
 
 // The naive references and the selection kernels alone (encode column = the kernel's speed).

@@ -77,6 +77,8 @@ void addTrainCommand(CLI::App& app, CommandContext& context) {
       ->capture_default_str();
   train->add_option("--metrics", o.metricsPath, "write metrics as JSON");
   train->add_option("--eval-every", o.evalEvery, "also evaluate every N steps (0: per epoch)");
+  train->add_option("--eval-samples", o.evalSamples,
+                    "--eval-every evaluations use the first N test samples (0: all)");
   train->add_option("--trace", o.tracePath, "write a Chrome trace of every rank (Perfetto)");
   train->add_option("--trace-steps", o.traceSteps, "steps to trace, A:B (default 10:19)");
   train->add_option("--checkpoint-dir", o.checkpointDir, "where to keep checkpoints");

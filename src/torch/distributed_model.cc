@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "common/logging.h"
 #include "gradsync/collectives.h"
 
 namespace gradsync {
@@ -25,7 +26,12 @@ DistributedModel::DistributedModel(std::shared_ptr<Model> model, Transport& tran
     tensors.push_back(tensorShape(item.key(), item.value().sizes().vec()));
   }
   // Alone, the average of the gradients is the gradient: no hooks, no copies, no engine.
-  if (transport.size() == 1) return;
+  if (transport.size() == 1) {
+    if (options.compression.spec != "none" || !options.compression.overrides.empty()) {
+      GS_LOG(kWarn, "one worker communicates nothing: --compress has no effect");
+    }
+    return;
+  }
   engine_ = std::make_unique<GradientEngine>(transport, tensors, std::move(options));
   for (size_t i = 0; i < parameters_.size(); ++i) {
     GradientEngine* engine = engine_.get();

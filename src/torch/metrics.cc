@@ -25,6 +25,8 @@ void writeMetrics(const std::string& path, const TrainOptions& options, int work
                            {"threads", options.threads},
                            {"sync", "ssgd"},
                            {"compress", options.compression.spec},
+                           {"eval_every", options.evalEvery},
+                           {"eval_samples", options.evalSamples},
                            {"compress_overrides", options.compression.overrides},
                            {"compress_min_elements", options.compression.minElements},
                            {"compress_warmup", options.compression.warmupSteps},

@@ -97,7 +97,8 @@ class Trainer {
   }
 
   float trainStep(int64_t epoch, size_t step, int64_t globalStep);
-  double evaluate();
+  // Accuracy on the first `samples` test samples (all of them by default).
+  double evaluate(size_t samples = SIZE_MAX);
   double globalMean(double localSum, double localCount);
   RunIdentity identity() const;
   RunPosition startingPosition();
@@ -186,7 +187,8 @@ double Trainer::globalMean(double localSum, double localCount) {
 }
 
 // Each rank evaluates every size()-th test sample; the counts are summed across ranks.
-double Trainer::evaluate() {
+double Trainer::evaluate(size_t samples) {
+  const size_t testSize = std::min(samples, data_->testSize());
   model_.averageBuffers();
   torch::NoGradGuard noGrad;
   model_.model().eval();
@@ -196,9 +198,9 @@ double Trainer::evaluate() {
   std::vector<size_t> indices;
   std::vector<float> inputs(kBatch * data_->sampleElements());
   std::vector<int64_t> labels(kBatch);
-  for (size_t i = transport_.rank(); i < data_->testSize(); i += transport_.size()) {
+  for (size_t i = transport_.rank(); i < testSize; i += transport_.size()) {
     indices.push_back(i);
-    if (indices.size() < kBatch && i + transport_.size() < data_->testSize()) continue;
+    if (indices.size() < kBatch && i + transport_.size() < testSize) continue;
     auto n = static_cast<int64_t>(indices.size());
     data_->batch(false, indices, std::span(inputs).first(indices.size() * data_->sampleElements()),
                  std::span(labels).first(indices.size()));
@@ -249,7 +251,8 @@ void Trainer::maybeCheckpoint(const RunPosition& position, bool last) {
 // the caller keeps out of the training time.
 double Trainer::evaluateBetweenSteps(int64_t step, double trainingSeconds, TrainResult& result) {
   auto start = Clock::now();
-  result.evaluations.push_back({step, trainingSeconds, evaluate()});
+  size_t samples = options_.evalSamples > 0 ? options_.evalSamples : SIZE_MAX;
+  result.evaluations.push_back({step, trainingSeconds, evaluate(samples)});
   return since(start);
 }
 

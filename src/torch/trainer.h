@@ -30,6 +30,7 @@ struct TrainOptions {
   std::string checkpointDir;        // "" = no checkpoints
   int64_t checkpointEvery = 0;      // steps between checkpoints (0: only at the end)
   int64_t evalEvery = 0;            // > 0: also evaluate every N steps (time-to-accuracy)
+  size_t evalSamples = 0;           // > 0: those evaluations use the first N test samples
   bool resume = false;              // continue from the newest checkpoint, if any
   std::string tracePath;            // Chrome trace of every rank, merged (rank 0 writes)
   std::string traceSteps;           // "A:B" window of steps to trace ("" = default window)

@@ -37,13 +37,9 @@ constexpr double kMinSampledAbove = 2;
 // Elements tested at once by the selection pass before it looks at them one by one.
 constexpr size_t kBlock = 16;
 
-size_t countAt(double density, size_t n) {
-  if (n == 0) return 0;
-  return std::min(n, std::max<size_t>(1, static_cast<size_t>(std::llround(density * n))));
-}
-
+// |value|'s float bits: non-negative floats order like these integers (as select.h's keys).
 inline uint32_t keyOf(float value) {
-  return magnitudeKey(std::bit_cast<uint32_t>(value));
+  return std::bit_cast<uint32_t>(value) & 0x7fffffffu;
 }
 
 }  // namespace
@@ -62,7 +58,7 @@ double Dgc::density(uint64_t step) const {
 size_t Dgc::encodedBytes(size_t elements) const {
   const double densest =
       options_.warmupSteps > 0 ? std::max(kWarmupDensities[0], options_.density) : options_.density;
-  return sparseBytes(std::min(elements, 2 * countAt(densest, elements)));
+  return sparseBytes(std::min(elements, 2 * selectionCount(elements, densest)));
 }
 
 void Dgc::exchange(ExchangeContext& context, std::span<float> grad, std::span<float> sent,
@@ -75,7 +71,7 @@ void Dgc::encode(std::span<const float> x, std::vector<uint8_t>& out, uint64_t s
   GS_CHECK_EQ(x.size(), velocity_.size());
   const size_t n = x.size();
   const double density = this->density(step_);
-  const size_t k = countAt(density, n);
+  const size_t k = selectionCount(n, density);
   accumulate(x, clipScale(x));
   if (k == n) {
     selected_.resize(n);
@@ -86,7 +82,7 @@ void Dgc::encode(std::span<const float> x, std::vector<uint8_t>& out, uint64_t s
       // The sample underestimated the threshold: exact top-k among the selected (DGC's code).
       selectedValues_.resize(selected_.size());
       for (size_t j = 0; j < selected_.size(); ++j) selectedValues_[j] = velocity_[selected_[j]];
-      topKByMagnitude(selectedValues_, k, chosen_, scratch_);
+      selector_.selectByMagnitude(selectedValues_, k, chosen_);
       for (size_t j = 0; j < k; ++j) selected_[j] = selected_[chosen_[j]];  // chosen_[j] >= j
       selected_.resize(k);
     }

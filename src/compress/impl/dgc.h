@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "compress/compressor.h"
-#include "compress/magnitude_topk.h"
+#include "compress/select.h"
 
 namespace gradsync::methods {
 
@@ -56,7 +56,7 @@ class Dgc final : public CodecCompressor {
   std::vector<uint32_t> selected_;
   std::vector<float> selectedValues_;
   std::vector<uint32_t> chosen_;
-  TopKScratch scratch_;
+  TopKSelector selector_;
 };
 
 }  // namespace gradsync::methods

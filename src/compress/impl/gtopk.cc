@@ -20,7 +20,7 @@
 #include "collectives/guard.h"
 #include "common/check.h"
 #include "compress/impl/methods.h"
-#include "compress/magnitude_topk.h"
+#include "compress/select.h"
 #include "compress/sparse.h"
 #include "gradsync/error.h"
 
@@ -54,10 +54,7 @@ class GTopK final : public Compressor {
                 ExchangeStats& stats) override;
 
  private:
-  size_t countFor(size_t n) const {
-    if (n == 0) return 0;
-    return std::min(n, std::max<size_t>(1, static_cast<size_t>(std::llround(density_ * n))));
-  }
+  size_t countFor(size_t n) const { return selectionCount(n, density_); }
   void reduceToRoot(Transport& transport, uint64_t tag, size_t n, size_t k, double& seconds);
   void broadcastFromRoot(Transport& transport, uint64_t tag, size_t n, size_t k);
   void receiveList(Transport& transport, int peer, uint64_t tag, size_t n, size_t k,
@@ -72,7 +69,7 @@ class GTopK final : public Compressor {
   SparseList union_;    // merged_ + partner_ before the top-k cut
   std::vector<uint32_t> chosen_;
   std::vector<uint8_t> sendBytes_, recvBytes_;
-  TopKScratch scratch_;
+  TopKSelector selector_;
 };
 
 void GTopK::exchange(ExchangeContext& context, std::span<float> grad, std::span<float> sent,
@@ -82,7 +79,7 @@ void GTopK::exchange(ExchangeContext& context, std::span<float> grad, std::span<
   const size_t k = countFor(n);
   if (k == 0) return;  // an empty unit: every rank knows it, nothing to exchange
   auto start = Clock::now();
-  topKByMagnitude(grad, k, chosen_, scratch_);
+  selector_.selectByMagnitude(grad, k, chosen_);
   local_.resize(k);
   for (size_t j = 0; j < k; ++j) {
     local_.indices[j] = chosen_[j];
@@ -200,7 +197,7 @@ void GTopK::mergeIn(const SparseList& partner, size_t k) {
     union_.indices[u] = partner.indices[j];
     union_.values[u] = partner.values[j];
   }
-  topKByMagnitude(std::span<const float>(union_.values.data(), u), k, chosen_, scratch_);
+  selector_.selectByMagnitude(std::span<const float>(union_.values.data(), u), k, chosen_);
   for (size_t c = 0; c < k; ++c) {
     merged_.indices[c] = union_.indices[chosen_[c]];
     merged_.values[c] = union_.values[chosen_[c]];

@@ -4,10 +4,10 @@
 //
 // Each tensor of the unit with at least two dims is viewed as a matrix M (dims[0] x the rest).
 // Round 1: P = M·Q, all-reduced (summed) together with the tensors that go uncompressed (one
-// dim, or RANK >= min(rows, cols)); P is orthonormalised. Round 2: Q = Mᵀ·P, all-reduced and
-// divided by the world size; the result is M̂ = P·Qᵀ and that Q is the next step's warm start.
-// `sent` is M̂ itself (the aggregated approximation, as in the authors' code and PyTorch's
-// powerSGD hook), so error feedback keeps M - M̂; uncompressed tensors are sent exactly.
+// dim, or where RANK·(rows + cols) > rows·cols / 2); P is orthonormalised. Round 2: Q = Mᵀ·P,
+// all-reduced and divided by the world size; the result is M̂ = P·Qᵀ and that Q is the next step's
+// warm start. `sent` is M̂ itself (the aggregated approximation, as in the authors' code and
+// PyTorch's powerSGD hook), so error feedback keeps M - M̂; uncompressed tensors are sent exactly.
 // Every rank computes the orthonormalisation and M̂ from the same summed vectors, so all ranks
 // end bitwise identical. Q starts from the run seed (identical on all ranks); a column of Q
 // that comes back exactly zero (a zero gradient, a dependent column of P) is redrawn from the
@@ -62,7 +62,10 @@ class PowerSgd final : public Compressor {
         s.rows = static_cast<size_t>(t.dims[0]);
         s.cols = s.rows == 0 ? 0 : t.elements / s.rows;
       }
-      s.compressed = t.dims.size() >= 2 && rank_ < std::min(s.rows, s.cols);
+      // Compressed only where it at least halves the bytes (PyTorch's hook, min rate 2): a
+      // low-rank pair for a near-square small matrix would cost accuracy for nothing.
+      s.compressed = t.dims.size() >= 2 && rank_ < std::min(s.rows, s.cols) &&
+                     2 * rank_ * (s.rows + s.cols) <= s.rows * s.cols;
       if (s.compressed) {
         s.round1 = pFloats;
         s.q = qFloats;

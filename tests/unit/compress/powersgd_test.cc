@@ -116,13 +116,14 @@ std::vector<float> input(size_t n, uint64_t step, int rank) {
 }
 
 // Every step of a mixed unit against the naive reference: conv-shaped [8,3,3,3] (8 x 27), a
-// bias [8] (exact), a matrix [10,20], a wide matrix that stays exact at this rank [3,50].
+// bias [8] (exact), a matrix [10,20], a wide matrix that stays exact at this rank [3,50]
+// (rank 2 < 3 rows, but 2·(3 + 50) floats would not halve its 150).
 TEST(PowerSgd, MatchesTheNaiveSubspaceIterationOnAMixedUnit) {
   const std::vector<TensorShape> unit = {shape({8, 3, 3, 3}), shape({8}), shape({10, 20}),
                                          shape({3, 50})};
-  const size_t n = unitSize(unit), rank = 4, steps = 4;
+  const size_t n = unitSize(unit), rank = 2, steps = 4;
   EXPECT_EQ(makePowerSgd(rank, unit)->encodedBytes(n),
-            4 * ((8 * 4 + 27 * 4) + 8 + (10 * 4 + 20 * 4) + 150));
+            4 * ((8 * 2 + 27 * 2) + 8 + (10 * 2 + 20 * 2) + 150));
   for (int ranks : {1, 2, 3}) {
     SCOPED_TRACE(ranks);
     std::vector<std::vector<float>> results(steps);
@@ -233,6 +234,13 @@ std::vector<float> share(const std::vector<float>& target, int rank, int ranks) 
   const float weight = 2.0f * static_cast<float>(rank + 1) / static_cast<float>(ranks + 1);
   for (float& x : out) x *= weight;
   return out;
+}
+
+// A matrix is compressed only where RANK·(rows + cols) at most halves rows·cols.
+TEST(PowerSgd, CompressesOnlyWhereItHalvesTheBytes) {
+  EXPECT_EQ(makePowerSgd(4, {shape({16, 16})})->encodedBytes(256), 4u * 4 * 32);  // 128 <= 128
+  EXPECT_EQ(makePowerSgd(4, {shape({15, 16})})->encodedBytes(240), 4u * 240);     // 124 > 120
+  EXPECT_EQ(makePowerSgd(4, {shape({6, 5})})->encodedBytes(30), 4u * 30);
 }
 
 TEST(PowerSgd, RepeatedExchangesOfALowRankMatrixReproduceIt) {

@@ -45,8 +45,8 @@ TEST(CompressSpec, EveryMethodParsesWithItsDefaults) {
 TEST(CompressSpec, BadInputIsAClearError) {
   EXPECT_NE(configErrorOf("zip").find("topk:R"), std::string::npos);  // lists the choices
   EXPECT_NE(configErrorOf("topk:abc").find("topk"), std::string::npos);
-  EXPECT_NE(configErrorOf("topk:0").find("topk"), std::string::npos);     // out of range
-  EXPECT_NE(configErrorOf("topk:1.5").find("topk"), std::string::npos);   // out of range
+  EXPECT_NE(configErrorOf("topk:0").find("topk"), std::string::npos);    // out of range
+  EXPECT_NE(configErrorOf("topk:1.5").find("topk"), std::string::npos);  // out of range
   EXPECT_NE(configErrorOf("qsgd:4,levels=3").find("bucket"), std::string::npos);
   EXPECT_NE(configErrorOf("fp16:3").find("no ':' value"), std::string::npos);
   EXPECT_NE(configErrorOf("topk,ef=maybe").find("on or off"), std::string::npos);
@@ -73,7 +73,7 @@ TEST(CompressionPolicy, SmallTensorsGoDenseAndOverridesWin) {
                            .minElements = 1024};
   CompressionPlan plan = planCompression(config, kModel, 0.9);
   ASSERT_EQ(plan.perTensor.size(), kModel.size());
-  EXPECT_TRUE(plan.perTensor[0].dense());  // 576 elements < 1024
+  EXPECT_TRUE(plan.perTensor[0].dense());           // 576 elements < 1024
   EXPECT_EQ(plan.perTensor[1].method, "powersgd");  // an override beats the size rule
   EXPECT_EQ(plan.perTensor[2].method, "topk");
   EXPECT_EQ(plan.perTensor[3].method, "powersgd");
