@@ -33,8 +33,7 @@ MethodArgs bucketArgs(double bucket) {
 using BucketReference = void (*)(const std::vector<float>& x, size_t first, size_t last,
                                  std::vector<float>& out);
 
-void oneBitBucket(const std::vector<float>& x, size_t first, size_t last,
-                  std::vector<float>& out) {
+void oneBitBucket(const std::vector<float>& x, size_t first, size_t last, std::vector<float>& out) {
   double positives = 0, negatives = 0, positiveCount = 0, negativeCount = 0;
   for (size_t i = first; i < last; ++i) {
     if (x[i] >= 0) {
