@@ -1,6 +1,9 @@
 #include "exchange_harness.h"
 
+#include <bit>
 #include <random>
+
+#include <fmt/format.h>
 
 #include "support/transports.h"
 
@@ -28,6 +31,26 @@ std::vector<RankExchange> runExchange(
 TensorShape tensorShape(size_t elements, std::vector<int64_t> dims) {
   if (dims.empty()) dims = {static_cast<int64_t>(elements)};
   return {"t", std::move(dims), elements};
+}
+
+MethodArgs withOption(const std::string& key, double value) {
+  MethodArgs args;
+  args.keys.emplace_back(key, fmt::format("{}", value));
+  return args;
+}
+
+::testing::AssertionResult sameBits(const std::vector<float>& got,
+                                    const std::vector<float>& expected) {
+  if (got.size() != expected.size()) {
+    return ::testing::AssertionFailure() << "size " << got.size() << " vs " << expected.size();
+  }
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (std::bit_cast<uint32_t>(got[i]) != std::bit_cast<uint32_t>(expected[i])) {
+      return ::testing::AssertionFailure()
+             << "element " << i << ": " << got[i] << " vs " << expected[i];
+    }
+  }
+  return ::testing::AssertionSuccess();
 }
 
 std::vector<float> gaussian(size_t count, uint64_t seed, float scale) {

@@ -4,7 +4,10 @@
 
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include "compress/compressor.h"
 
@@ -24,6 +27,13 @@ std::vector<RankExchange> runExchange(
 
 // One tensor of `elements` values (dims default to a vector).
 TensorShape tensorShape(size_t elements, std::vector<int64_t> dims = {});
+
+// Arguments with one ",key=value" option, as CompressSpec::parse would give them.
+MethodArgs withOption(const std::string& key, double value);
+
+// Bitwise equality with the first difference named (gtest would print a million elements).
+::testing::AssertionResult sameBits(const std::vector<float>& got,
+                                    const std::vector<float>& expected);
 
 // Deterministic pseudo-random normal values (mean 0, standard deviation `scale`).
 std::vector<float> gaussian(size_t count, uint64_t seed, float scale = 1.0f);

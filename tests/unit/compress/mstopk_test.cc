@@ -251,19 +251,7 @@ MethodArgs mstopkArgs(double r, std::vector<std::pair<std::string, std::string>>
   return args;
 }
 
-::testing::AssertionResult sameBits(const std::vector<float>& got,
-                                    const std::vector<float>& expected) {
-  if (got.size() != expected.size()) {
-    return ::testing::AssertionFailure() << "size " << got.size() << " vs " << expected.size();
-  }
-  for (size_t i = 0; i < got.size(); ++i) {
-    if (std::bit_cast<uint32_t>(got[i]) != std::bit_cast<uint32_t>(expected[i])) {
-      return ::testing::AssertionFailure()
-             << "element " << i << ": " << got[i] << " vs " << expected[i];
-    }
-  }
-  return ::testing::AssertionSuccess();
-}
+using testing::sameBits;
 
 TEST(MsTopK, ExchangeSendsTheBisectionsSelectionAveragedInRankOrder) {
   const double r = 0.01;

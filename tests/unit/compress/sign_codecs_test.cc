@@ -24,9 +24,7 @@ using testing::encodeOnce;
 using testing::gaussian;
 
 MethodArgs bucketArgs(double bucket) {
-  MethodArgs args;
-  args.keys.emplace_back("bucket", fmt::format("{}", bucket));
-  return args;
+  return testing::withOption("bucket", bucket);
 }
 
 // What the elements [first, last) of one bucket decode to.

@@ -20,9 +20,7 @@ using testing::encodeOnce;
 using testing::gaussian;
 
 MethodArgs clipArgs(double clip) {
-  MethodArgs args;
-  args.keys.emplace_back("clip", fmt::format("{}", clip));
-  return args;
+  return testing::withOption("clip", clip);
 }
 
 float refScale(const std::vector<float>& g, size_t begin, size_t size, double clip) {

@@ -174,20 +174,7 @@ TEST(TopKSelector, SelectsByAnyKeyWidthAndReturnsTheKthKey) {
   EXPECT_GT(streamed[1], 0u);
 }
 
-// Bitwise equality with the first difference named (gtest would print a million elements).
-::testing::AssertionResult sameBits(const std::vector<float>& got,
-                                    const std::vector<float>& expected) {
-  if (got.size() != expected.size()) {
-    return ::testing::AssertionFailure() << "size " << got.size() << " vs " << expected.size();
-  }
-  for (size_t i = 0; i < got.size(); ++i) {
-    if (std::bit_cast<uint32_t>(got[i]) != std::bit_cast<uint32_t>(expected[i])) {
-      return ::testing::AssertionFailure()
-             << "element " << i << ": " << got[i] << " vs " << expected[i];
-    }
-  }
-  return ::testing::AssertionSuccess();
-}
+using testing::sameBits;
 
 MethodArgs density(double r) {
   MethodArgs args;
