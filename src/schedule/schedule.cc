@@ -1,11 +1,39 @@
 #include "schedule/schedule.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "common/units.h"
 #include "gradsync/error.h"
 
 namespace gradsync {
+namespace {
+
+constexpr const char* kValidForms =
+    "choose fifo, wfbp, fusion:MB (e.g. fusion:25) or p3[:slice=N,window=W] (e.g. "
+    "p3:slice=40000,window=2)";
+
+// "slice=N,window=W" (either, in any order) into spec.
+void parseP3Options(const std::string& options, ScheduleSpec& spec) {
+  size_t start = 0;
+  while (start <= options.size()) {
+    size_t end = std::min(options.find(',', start), options.size());
+    std::string item = options.substr(start, end - start);
+    size_t equals = item.find('=');
+    std::string key = item.substr(0, equals);
+    if (equals == std::string::npos || (key != "slice" && key != "window")) {
+      throw ConfigError(fmt::format("unknown p3 option '{}'", item),
+                        {.hint = "p3 takes slice=N (elements) and window=W (slices)"});
+    }
+    int64_t value = parseInteger(item.substr(equals + 1), fmt::format("--schedule p3:{}", key));
+    if (value < 1) throw ConfigError(fmt::format("--schedule p3:{} must be at least 1", key));
+    (key == "slice" ? spec.sliceElements : spec.window) = static_cast<size_t>(value);
+    start = end + 1;
+  }
+}
+
+}  // namespace
 
 ScheduleSpec ScheduleSpec::parse(const std::string& text) {
   ScheduleSpec spec;
@@ -20,9 +48,11 @@ ScheduleSpec ScheduleSpec::parse(const std::string& text) {
       if (mb <= 0) throw ConfigError("--schedule fusion:MB needs a positive size in MiB");
       spec.fusionBytes = static_cast<size_t>(mb * 1024 * 1024);
     }
+  } else if (text == "p3" || text.starts_with("p3:")) {
+    spec.kind = Kind::kP3;
+    if (text != "p3") parseP3Options(text.substr(3), spec);
   } else {
-    throw ConfigError(fmt::format("unknown schedule '{}'", text),
-                      {.hint = "choose fifo, wfbp or fusion:MB (e.g. fusion:25)"});
+    throw ConfigError(fmt::format("unknown schedule '{}'", text), {.hint = kValidForms});
   }
   return spec;
 }
@@ -35,20 +65,58 @@ std::string ScheduleSpec::toString() const {
       return "wfbp";
     case Kind::kFusion:
       return fmt::format("fusion:{:g}", static_cast<double>(fusionBytes) / (1024 * 1024));
+    case Kind::kP3:
+      return fmt::format("p3:slice={},window={}", sliceElements, window);
   }
   return "?";
 }
 
-GradientLayout planLayout(const std::vector<size_t>& tensorElements, const ScheduleSpec& spec,
-                          const std::vector<int>& groups) {
+namespace {
+
+// p3: every tensor is a run of slices of whole rows, each its own unit.
+GradientLayout sliceLayout(const std::vector<size_t>& tensorElements, const ScheduleSpec& spec,
+                           const std::vector<size_t>& rowElements) {
   GradientLayout layout;
   int count = static_cast<int>(tensorElements.size());
   layout.offsetOf.resize(count);
   layout.unitOf.resize(count);
+  layout.unitCount.resize(count);
+  for (int t = count - 1; t >= 0; --t) {  // reverse registration: backward's order
+    layout.offsetOf[t] = layout.totalElements;
+    layout.unitOf[t] = static_cast<int>(layout.units.size());
+    size_t row = rowElements.empty() ? 1 : std::max<size_t>(rowElements[t], 1);
+    size_t sliceElements = std::max(spec.sliceElements / row, size_t{1}) * row;
+    size_t done = 0;
+    do {
+      size_t elements = std::min(sliceElements, tensorElements[t] - done);
+      layout.units.push_back({.offset = layout.totalElements + done,
+                              .elements = elements,
+                              .tensors = {t},
+                              .priority = t,
+                              .tensorOffset = done});
+      done += elements;
+    } while (done < tensorElements[t]);
+    layout.unitCount[t] = static_cast<int>(layout.units.size()) - layout.unitOf[t];
+    layout.totalElements += tensorElements[t];
+  }
+  return layout;
+}
+
+}  // namespace
+
+GradientLayout planLayout(const std::vector<size_t>& tensorElements, const ScheduleSpec& spec,
+                          const std::vector<int>& groups, const std::vector<size_t>& rowElements) {
+  if (spec.kind == ScheduleSpec::Kind::kP3) return sliceLayout(tensorElements, spec, rowElements);
+  GradientLayout layout;
+  int count = static_cast<int>(tensorElements.size());
+  layout.offsetOf.resize(count);
+  layout.unitOf.resize(count);
+  layout.unitCount.assign(count, 1);
   CommUnit open;
   auto close = [&] {
     if (open.tensors.empty()) return;
     for (int t : open.tensors) layout.unitOf[t] = static_cast<int>(layout.units.size());
+    open.priority = open.tensors.back();  // the unit's earliest tensor in forward order
     layout.units.push_back(std::move(open));
     open = CommUnit{.offset = layout.totalElements};
   };

@@ -4,11 +4,16 @@
 //   wfbp       one unit per tensor, started as soon as its gradient is ready (wait-free backprop)
 //   fusion:MB  tensors fused into buckets of at least MB mebibytes, each started when all of its
 //              tensors are ready (Horovod / PyTorch DDP style)
+//   p3         P3 (Jayarajan et al.): every tensor cut into slices of about `slice` elements,
+//              sent by priority (the input layer's slices first) from a queue that lets a
+//              later, more urgent slice overtake queued ones; at most `window` slices are
+//              committed to the wire ahead of completion (priority_scheduler.h)
 //
 // Units are contiguous spans of the flat gradient buffer. Tensors are laid out in reverse
 // registration order, the order in which backward produces their gradients, so units complete
-// roughly in index order; they are always communicated in index order, on every rank alike,
-// because collectives must be called in the same order everywhere.
+// roughly in index order. fifo, wfbp and fusion communicate units in index order, on every rank
+// alike, because collectives must be called in the same order everywhere; p3 communicates them
+// in the order its scheduler picks on rank 0, which every rank follows.
 #pragma once
 
 #include <cstddef>
@@ -18,35 +23,47 @@
 namespace gradsync {
 
 struct ScheduleSpec {
-  enum class Kind { kFifo, kWfbp, kFusion };
+  enum class Kind { kFifo, kWfbp, kFusion, kP3 };
   Kind kind = Kind::kWfbp;
   size_t fusionBytes = 25u << 20;  // for kFusion
+  size_t sliceElements = 40'000;   // for kP3: P3's default slice bound
+  size_t window = 2;               // for kP3: slices committed ahead of completion
 
-  // Parses "fifo", "wfbp", "fusion" (25 MB) or "fusion:MB"; throws ConfigError listing the
-  // valid forms.
+  // Parses "fifo", "wfbp", "fusion" (25 MB), "fusion:MB", "p3" or "p3:slice=N,window=W" (either
+  // key alone too); throws ConfigError listing the valid forms.
   static ScheduleSpec parse(const std::string& text);
   std::string toString() const;
   bool overlapsBackward() const { return kind != Kind::kFifo; }
+  bool prioritized() const { return kind == Kind::kP3; }
 };
 
-// A span of the flat gradient buffer holding whole tensors.
+// A span of the flat gradient buffer: whole tensors, or (p3) one slice of one tensor.
 struct CommUnit {
   size_t offset = 0;  // elements
   size_t elements = 0;
   std::vector<int> tensors;  // registration indices
+  // Lower is more urgent: the registration index of the unit's first tensor in forward order,
+  // so the input layer's units come first (P3's priority = -layer index).
+  int priority = 0;
+  size_t tensorOffset = 0;  // elements of tensors[0] before this unit (non-zero for slices only)
 };
 
 struct GradientLayout {
   std::vector<size_t> offsetOf;  // by registration index, in elements
   size_t totalElements = 0;
   std::vector<CommUnit> units;  // in communication order
-  std::vector<int> unitOf;      // by registration index
+  std::vector<int> unitOf;      // by registration index (p3: the tensor's first slice)
+  std::vector<int> unitCount;   // by registration index: 1, or (p3) the tensor's slice count
 };
 
 // Lays out tensors of the given element counts (registration order) and groups them into units.
 // Tensors of different `groups` (by registration index; empty = all alike) never share a unit:
-// a unit is compressed as a whole, so its tensors must want the same compression.
+// a unit is compressed as a whole, so its tensors must want the same compression. p3 cuts a
+// tensor only between rows of `rowElements[t]` elements (the product of its trailing
+// dimensions; empty = 1), so a slice of a matrix is a matrix (for PowerSGD and GradiVeQ): a
+// slice holds the most whole rows within `sliceElements`, and at least one row.
 GradientLayout planLayout(const std::vector<size_t>& tensorElements, const ScheduleSpec& spec,
-                          const std::vector<int>& groups = {});
+                          const std::vector<int>& groups = {},
+                          const std::vector<size_t>& rowElements = {});
 
 }  // namespace gradsync

@@ -22,10 +22,52 @@ TEST(Schedule, RefusesUnknownFormsListingValidOnes) {
     ScheduleSpec::parse("p4");
     FAIL();
   } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("fifo, wfbp or fusion:MB"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("fifo, wfbp, fusion:MB"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("p3[:slice=N,window=W]"), std::string::npos);
   }
   EXPECT_THROW(ScheduleSpec::parse("fusion:x"), ConfigError);
   EXPECT_THROW(ScheduleSpec::parse("fusion:-1"), ConfigError);
+  EXPECT_THROW(ScheduleSpec::parse("p3:slice=0"), ConfigError);
+  EXPECT_THROW(ScheduleSpec::parse("p3:window=0"), ConfigError);
+  EXPECT_THROW(ScheduleSpec::parse("p3:depth=3"), ConfigError);
+  EXPECT_THROW(ScheduleSpec::parse("p3:slice"), ConfigError);
+  EXPECT_THROW(ScheduleSpec::parse("p3:"), ConfigError);
+}
+
+TEST(Schedule, ParsesP3WithDefaultsAndOptions) {
+  ScheduleSpec p3 = ScheduleSpec::parse("p3");
+  EXPECT_EQ(p3.kind, ScheduleSpec::Kind::kP3);
+  EXPECT_EQ(p3.sliceElements, 40000u);  // P3's default slice bound
+  EXPECT_EQ(p3.window, 2u);
+  EXPECT_TRUE(p3.prioritized());
+  ScheduleSpec custom = ScheduleSpec::parse("p3:window=4,slice=1000");
+  EXPECT_EQ(custom.sliceElements, 1000u);
+  EXPECT_EQ(custom.window, 4u);
+  EXPECT_EQ(ScheduleSpec::parse(custom.toString()).sliceElements, 1000u);
+  EXPECT_EQ(ScheduleSpec::parse("p3:slice=7").window, 2u);
+}
+
+TEST(Schedule, P3SlicesWholeRowsWithForwardOrderPriority) {
+  // Tensor 0: 10 rows of 30 (300 elements); tensor 1: 25 elements of one row each; tensor 2:
+  // one row of 200, larger than the slice bound of 100.
+  GradientLayout layout =
+      planLayout({300, 25, 200}, ScheduleSpec::parse("p3:slice=100"), {}, {30, 1, 200});
+  std::vector<std::pair<size_t, size_t>> spans;  // (offset, elements)
+  std::vector<int> priorities;
+  for (const CommUnit& unit : layout.units) {
+    spans.emplace_back(unit.offset, unit.elements);
+    priorities.push_back(unit.priority);
+    EXPECT_EQ(unit.tensors.size(), 1u);
+  }
+  // Backward order: tensor 2 (one oversized row), tensor 1 (one slice), tensor 0 (3 rows = 90,
+  // then 90, 90, 30).
+  EXPECT_EQ(spans, (std::vector<std::pair<size_t, size_t>>{
+                       {0, 200}, {200, 25}, {225, 90}, {315, 90}, {405, 90}, {495, 30}}));
+  EXPECT_EQ(priorities, (std::vector<int>{2, 1, 0, 0, 0, 0}));
+  EXPECT_EQ(layout.unitOf, (std::vector<int>{2, 1, 0}));
+  EXPECT_EQ(layout.unitCount, (std::vector<int>{4, 1, 1}));
+  EXPECT_EQ(layout.units[4].tensorOffset, 180u);
+  EXPECT_EQ(layout.offsetOf[0], 225u);
 }
 
 TEST(Schedule, WfbpIsOneUnitPerTensorInBackwardOrder) {
@@ -63,7 +105,7 @@ TEST(Schedule, FusionNeverMixesGroups) {
 }
 
 TEST(Schedule, UnitsTileTheBufferExactly) {
-  for (const char* spec : {"fifo", "wfbp", "fusion:0.001"}) {
+  for (const char* spec : {"fifo", "wfbp", "fusion:0.001", "p3:slice=64"}) {
     GradientLayout layout = planLayout({7, 0, 300, 1, 4096}, ScheduleSpec::parse(spec));
     size_t offset = 0;
     for (const CommUnit& unit : layout.units) {
