@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 
 #include <fmt/format.h>
 
@@ -9,14 +10,29 @@
 #include "common/logging.h"
 #include "gradsync/collectives.h"
 #include "gradsync/error.h"
+#include "sync/sgd.h"
 
 namespace gradsync {
 namespace {
+
+// p3's picks travel from rank 0 on their own stream; checkpoints gather velocity on another.
+constexpr uint64_t kDecisionTag = 5;
+const CollectiveOptions kVelocityTag{.tag = 6};
 
 std::vector<size_t> elementsOf(const std::vector<TensorShape>& tensors) {
   std::vector<size_t> elements;
   for (const auto& t : tensors) elements.push_back(t.elements);
   return elements;
+}
+
+// Elements per row (the product of all dimensions but the first): p3 slices whole rows.
+std::vector<size_t> rowsOf(const std::vector<TensorShape>& tensors) {
+  std::vector<size_t> rows;
+  for (const auto& t : tensors) {
+    bool matrix = t.dims.size() > 1 && t.dims[0] > 0;
+    rows.push_back(matrix ? t.elements / static_cast<size_t>(t.dims[0]) : 1);
+  }
+  return rows;
 }
 
 double secondsSince(std::chrono::steady_clock::time_point start) {
@@ -30,26 +46,76 @@ uint64_t denseRingBytes(size_t elements, int ranks) {
          static_cast<uint64_t>(ranks);
 }
 
+void checkCombination(const EngineOptions& options, const CompressionPlan& plan) {
+  if (!options.sharded) return;
+  if (options.schedule.prioritized()) {
+    throw ConfigError("--sync sharded does not combine with --schedule p3",
+                      {.hint = "sharded orders its own traffic (reduce-scatter during backward, "
+                               "allgather in forward order); use fifo, wfbp or fusion:MB"});
+  }
+  for (const CompressSpec& spec : plan.perTensor) {
+    if (!spec.dense()) {
+      throw ConfigError(
+          "--sync sharded exchanges dense gradients: it does not combine with "
+          "--compress",
+          {.hint = "drop --compress, or use --sync ssgd"});
+    }
+  }
+}
+
 }  // namespace
 
 GradientEngine::GradientEngine(Transport& transport, const std::vector<TensorShape>& tensors,
-                               EngineOptions options)
+                               EngineOptions options, std::vector<std::span<float>> parameters)
     : transport_(transport),
       tensors_(tensors),
       options_(std::move(options)),
       plan_(planCompression(options_.compression, tensors, options_.momentum)),
-      layout_(planLayout(elementsOf(tensors), options_.schedule, plan_.groups())),
+      layout_(planLayout(elementsOf(tensors), options_.schedule, plan_.groups(), rowsOf(tensors))),
+      updates_(updatesParameters(options_)),
+      parameters_(std::move(parameters)),
       flat_(layout_.totalElements),
+      order_(fixedOrder()),
       ready_(tensors.size(), false),
+      opsLeftOf_(tensors.size(), 0),
+      updatedSteps_(tensors.size(), 0),
       warnedUnused_(tensors.size(), false) {
+  checkCombination(options_, plan_);
+  GS_CHECK(!updates_ || parameters_.size() == tensors_.size());
   size_t largest = 0;
   for (const CommUnit& unit : layout_.units) {
     std::vector<TensorShape> shapes;
     for (int t : unit.tensors) shapes.push_back(tensors_[t]);
+    if (layout_.unitCount[unit.tensors[0]] > 1) {  // a p3 slice: whole rows of one tensor
+      TensorShape& slice = shapes[0];
+      slice.name = fmt::format("{}[{}:{}]", slice.name, unit.tensorOffset,
+                               unit.tensorOffset + unit.elements);
+      if (slice.dims.size() > 1)
+        slice.dims[0] = static_cast<int64_t>(unit.elements / rowsOf({slice})[0]);
+      slice.elements = unit.elements;
+    }
     compressors_.push_back(makeCompressor(plan_.perTensor[unit.tensors[0]], shapes));
     if (compressors_.back()) largest = std::max(largest, unit.elements);
   }
   sent_.resize(largest);
+  if (updates_) {
+    for (const CommUnit& unit : layout_.units) {
+      velocityAt_.push_back(options_.sharded ? velocity_.size() : unit.offset);
+      size_t own = options_.sharded
+                       ? blockOf(unit.elements, transport.size(), transport.rank()).size()
+                       : unit.elements;
+      velocity_.resize(velocity_.size() + own, 0.0f);
+    }
+  }
+  opsPerStep_ = options_.schedule.prioritized() ? layout_.units.size() : order_.size();
+  if (options_.schedule.prioritized()) {
+    decisions_.assign(layout_.units.size(), 0);
+    if (transport.rank() == 0) {
+      std::vector<int> priorities;
+      for (const CommUnit& unit : layout_.units) priorities.push_back(unit.priority);
+      scheduler_ = std::make_unique<PriorityScheduler>(priorities, options_.schedule.window);
+    }
+  }
   resetStep();
   thread_ = std::thread([this, rank = transport.rank()] {
     setThreadLogRank(rank);
@@ -66,8 +132,29 @@ GradientEngine::~GradientEngine() {
   thread_.join();
 }
 
+// Allreduce per unit in unit order; sharded: reduce-scatter per unit in unit order (backward's),
+// then allgather per unit in reverse (forward's order: the next forward needs those first).
+// p3 has no fixed order.
+std::vector<GradientEngine::Op> GradientEngine::fixedOrder() const {
+  std::vector<Op> order;
+  if (options_.schedule.prioritized()) return order;
+  const size_t units = layout_.units.size();
+  for (size_t u = 0; u < units; ++u) {
+    order.push_back({options_.sharded ? Op::Kind::kReduceScatter : Op::Kind::kAllreduce, u});
+  }
+  if (options_.sharded) {
+    for (size_t u = units; u-- > 0;) order.push_back({Op::Kind::kAllgather, u});
+  }
+  return order;
+}
+
 std::span<float> GradientEngine::slot(int t) {
   return {flat_.data() + layout_.offsetOf[t], tensors_[t].elements};
+}
+
+void GradientEngine::markUnitReady(size_t unit) {
+  readyAt_[unit] = SteadyClock::instance().now();
+  if (scheduler_) scheduler_->ready(unit);
 }
 
 void GradientEngine::markReady(int t) {
@@ -75,19 +162,76 @@ void GradientEngine::markReady(int t) {
     std::lock_guard<std::mutex> lock(mutex_);
     GS_CHECK(!ready_[t]);
     ready_[t] = true;
-    int unit = layout_.unitOf[t];
-    if (--waitingIn_[unit] == 0) readyAt_[unit] = SteadyClock::instance().now();
+    stepStarted_ = true;
+    for (int u = layout_.unitOf[t]; u < layout_.unitOf[t] + layout_.unitCount[t]; ++u) {
+      if (--waitingIn_[u] == 0) markUnitReady(u);
+    }
   }
   cv_.notify_all();
 }
 
-bool GradientEngine::unitStartable(size_t unit) const {
-  return unit < layout_.units.size() && waitingIn_[unit] == 0 &&
-         (options_.schedule.overlapsBackward() || backwardDone_);
+bool GradientEngine::opStartable(const Op& op) const {
+  if (op.kind == Op::Kind::kAllgather) return true;  // every reduce-scatter came before
+  return waitingIn_[op.unit] == 0 && (options_.schedule.overlapsBackward() || backwardDone_);
 }
 
-// Runs on the communication thread without the lock: the unit's span is not touched by anyone
-// else until the unit is done. Returns whether the unit went compressed.
+std::optional<GradientEngine::Op> GradientEngine::nextOp(std::unique_lock<std::mutex>& lock) {
+  if (options_.schedule.prioritized()) return nextPrioritized(lock);
+  cv_.wait(lock, [&] {
+    return stop_ || (!error_ && opsStarted_ < order_.size() && opStartable(order_[opsStarted_]));
+  });
+  if (stop_) return std::nullopt;
+  return order_[opsStarted_++];
+}
+
+// Rank 0 picks (committing as many units as its window allows, and sending each pick to every
+// other rank as it is made); the others receive the picks in order and follow them, each pick
+// once the unit is ready here too.
+std::optional<GradientEngine::Op> GradientEngine::nextPrioritized(
+    std::unique_lock<std::mutex>& lock) {
+  if (scheduler_) {
+    cv_.wait(lock, [&] {
+      if (stop_) return true;
+      if (error_) return false;
+      while (auto pick = scheduler_->next()) {
+        size_t k = opsStarted_ + committed_.size();
+        decisions_[k] = pick->unit | (static_cast<uint64_t>(pick->overtook) << 32);
+        for (int peer = 1; peer < transport_.size(); ++peer) {
+          decisionWork_.push_back(
+              transport_.send(peer, kDecisionTag, &decisions_[k], sizeof(decisions_[k])));
+        }
+        committed_.push_back({Op::Kind::kAllreduce, pick->unit, pick->overtook});
+      }
+      return !committed_.empty();
+    });
+    if (stop_) return std::nullopt;
+    Op op = committed_.front();
+    committed_.pop_front();
+    ++opsStarted_;
+    return op;
+  }
+  cv_.wait(lock, [&] { return stop_ || (!error_ && stepStarted_ && opsStarted_ < opsPerStep_); });
+  if (stop_) return std::nullopt;
+  uint64_t& decision = decisions_[opsStarted_++];
+  lock.unlock();
+  std::exception_ptr failure;
+  try {
+    transport_.recv(0, kDecisionTag, &decision, sizeof(decision))->wait();
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  lock.lock();
+  if (failure) std::rethrow_exception(failure);
+  Op op{Op::Kind::kAllreduce, decision & 0xffffffffu, decision >> 32};
+  if (op.unit >= layout_.units.size()) {
+    throw ProtocolError(fmt::format("rank 0 picked unit {} of {}", op.unit, layout_.units.size()),
+                        {.rank = transport_.rank()});
+  }
+  cv_.wait(lock, [&] { return stop_ || waitingIn_[op.unit] == 0; });
+  if (stop_) return std::nullopt;
+  return op;
+}
+
 bool GradientEngine::exchangeUnit(size_t unit, ExchangeStats& stats) {
   const CommUnit& u = layout_.units[unit];
   std::span<float> data{flat_.data() + u.offset, u.elements};
@@ -101,13 +245,76 @@ bool GradientEngine::exchangeUnit(size_t unit, ExchangeStats& stats) {
   return true;
 }
 
+void GradientEngine::update(size_t unit, size_t begin, size_t end, size_t velocityAt) {
+  const CommUnit& u = layout_.units[unit];
+  const size_t first = u.offset + begin;
+  const size_t last = u.offset + end;
+  for (int t : u.tensors) {
+    size_t lo = std::max(first, layout_.offsetOf[t]);
+    size_t hi = std::min(last, layout_.offsetOf[t] + tensors_[t].elements);
+    if (lo >= hi) continue;
+    SgdOptions sgd{options_.lr, plan_.absorbsMomentum(t) ? 0.0 : options_.momentum};
+    sgdStep(parameters_[t].subspan(lo - layout_.offsetOf[t], hi - lo),
+            std::span<const float>(flat_).subspan(lo, hi - lo),
+            std::span(velocity_).subspan(velocityAt + (lo - first), hi - lo), sgd);
+  }
+}
+
+// The unit's flat span stages the parameters: this rank's block (just updated) goes in, the
+// allgather fills the rest, and every tensor of the unit takes its values back.
+void GradientEngine::allgatherParameters(size_t unit) {
+  const CommUnit& u = layout_.units[unit];
+  Block own = blockOf(u.elements, transport_.size(), transport_.rank());
+  auto copy = [&](size_t begin, size_t end, bool toParameters) {
+    for (int t : u.tensors) {
+      size_t lo = std::max(u.offset + begin, layout_.offsetOf[t]);
+      size_t hi = std::min(u.offset + end, layout_.offsetOf[t] + tensors_[t].elements);
+      if (lo >= hi) continue;
+      float* parameter = parameters_[t].data() + (lo - layout_.offsetOf[t]);
+      float* staged = flat_.data() + lo;
+      std::memcpy(toParameters ? parameter : staged, toParameters ? staged : parameter,
+                  (hi - lo) * sizeof(float));
+    }
+  };
+  copy(own.begin, own.end, false);
+  allgather(transport_, {flat_.data() + u.offset, u.elements});
+  copy(0, u.elements, true);
+}
+
+bool GradientEngine::execute(const Op& op, ExchangeStats& stats) {
+  const CommUnit& unit = layout_.units[op.unit];
+  switch (op.kind) {
+    case Op::Kind::kAllreduce: {
+      bool compressed = exchangeUnit(op.unit, stats);
+      if (updates_) update(op.unit, 0, unit.elements, velocityAt_[op.unit]);
+      return compressed;
+    }
+    case Op::Kind::kReduceScatter: {
+      reduceScatter(transport_, {flat_.data() + unit.offset, unit.elements}, ReduceOp::kAverage);
+      Block own = blockOf(unit.elements, transport_.size(), transport_.rank());
+      update(op.unit, own.begin, own.end, velocityAt_[op.unit]);
+      return false;
+    }
+    case Op::Kind::kAllgather:
+      allgatherParameters(op.unit);
+      return false;
+  }
+  return false;
+}
+
 void GradientEngine::communicate() {
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
-    cv_.wait(lock, [&] { return stop_ || (!error_ && unitStartable(nextUnit_)); });
-    if (stop_) return;
-    const size_t unit = nextUnit_;
-    Nanos readyAt = readyAt_[unit];
+    std::optional<Op> op;
+    try {
+      op = nextOp(lock);
+    } catch (...) {
+      error_ = std::current_exception();
+      cv_.notify_all();
+      continue;
+    }
+    if (!op) return;
+    Nanos readyAt = op->kind == Op::Kind::kAllgather ? Nanos{0} : readyAt_[op->unit];
     lock.unlock();
     auto start = std::chrono::steady_clock::now();
     Nanos traceStart = SteadyClock::instance().now();
@@ -116,55 +323,94 @@ void GradientEngine::communicate() {
     bool compressed = false;
     std::exception_ptr error;
     try {
-      compressed = exchangeUnit(unit, exchange);
+      compressed = execute(*op, exchange);
     } catch (...) {
       error = std::current_exception();
     }
     double seconds = secondsSince(start);
     uint64_t bytes = transport_.bytesSent() - bytesBefore;
     if (trace_ != nullptr && trace_->active())
-      traceUnit(unit, readyAt, traceStart, bytes, compressed ? &exchange : nullptr);
+      traceOp(*op, readyAt, traceStart, bytes, compressed ? &exchange : nullptr);
     lock.lock();
     stepStats_.commSeconds += seconds;
     stepStats_.bytesSent += bytes;
-    stepStats_.denseBytes += denseRingBytes(layout_.units[unit].elements, transport_.size());
+    if (op->kind != Op::Kind::kAllgather) {  // sharded: the pair moves what one allreduce does
+      stepStats_.denseBytes += denseRingBytes(layout_.units[op->unit].elements, transport_.size());
+    }
     stepStats_.encodeSeconds += exchange.encodeSeconds;
     stepStats_.decodeSeconds += exchange.decodeSeconds;
-    error_ = error;
-    ++nextUnit_;
-    ++unitsDone_;
+    if (error) {
+      error_ = error;
+    } else {
+      finishOp(*op);
+    }
     cv_.notify_all();
   }
 }
 
-// Two events on the communication lane: waiting in the queue since the unit was ready, and its
-// exchange (transfer and reduction overlap inside the pipelined ring, so they form one span;
-// a compressed exchange also carries its encode and decode times and its method).
-void GradientEngine::traceUnit(size_t index, Nanos readyAt, Nanos start, uint64_t bytes,
-                               const ExchangeStats* compressed) {
-  const CommUnit& unit = layout_.units[index];
-  std::string name = tensors_[unit.tensors.front()].name;
+void GradientEngine::finishOp(const Op& op) {
+  ++opsDone_;
+  if (scheduler_) scheduler_->completed(op.unit);
+  if (updates_ && op.kind != Op::Kind::kReduceScatter) {
+    for (int t : layout_.units[op.unit].tensors) {
+      if (--opsLeftOf_[t] == 0) ++updatedSteps_[t];
+    }
+  }
+  completeStepIfDone();
+}
+
+// A step is complete once every operation is done and backward is over (with few ranks, every
+// operation can be done before the training thread ends backward).
+void GradientEngine::completeStepIfDone() {
+  if (opsDone_ < opsPerStep_ || !backwardDone_) return;
+  for (const WorkPtr& work : decisionWork_) work->wait();  // long done: they preceded the ops
+  lastStep_ = stepStats_;
+  totals_.commSeconds += stepStats_.commSeconds;
+  totals_.bytesSent += stepStats_.bytesSent;
+  totals_.denseBytes += stepStats_.denseBytes;
+  totals_.encodeSeconds += stepStats_.encodeSeconds;
+  totals_.decodeSeconds += stepStats_.decodeSeconds;
+  ++stepsDone_;
+  ++step_;
+  resetStep();
+}
+
+// One or two events on the communication lane: waiting in the queue since the unit was ready,
+// and its collective (transfer and reduction overlap inside the pipelined ring, so they form
+// one span; a compressed exchange also carries its encode and decode times and its method).
+void GradientEngine::traceOp(const Op& op, Nanos readyAt, Nanos start, uint64_t bytes,
+                             const ExchangeStats* compressed) {
+  const CommUnit& unit = layout_.units[op.unit];
+  const int first = unit.tensors.front();
+  std::string name = tensors_[first].name;
   if (unit.tensors.size() > 1) name += fmt::format(" +{} tensors", unit.tensors.size() - 1);
+  if (layout_.unitCount[first] > 1) {
+    name += fmt::format("[{}:{}]", unit.tensorOffset, unit.tensorOffset + unit.elements);
+  }
   TraceArgs args;
   args.add("tensors", static_cast<int64_t>(unit.tensors.size()))
       .add("elements", static_cast<int64_t>(unit.elements))
+      .add("priority", static_cast<int64_t>(unit.priority))
+      .add("step", static_cast<int64_t>(step_))
       .add("bytes_sent", static_cast<int64_t>(bytes))
       .add("dense_bytes", static_cast<int64_t>(denseRingBytes(unit.elements, transport_.size())));
-  std::string category = "allreduce";
+  if (options_.schedule.prioritized()) args.add("overtook", static_cast<int64_t>(op.overtook));
+  std::string category = op.kind == Op::Kind::kReduceScatter ? "reduce_scatter"
+                         : op.kind == Op::Kind::kAllgather   ? "allgather"
+                                                             : "allreduce";
   if (compressed != nullptr) {
-    const CompressSpec& spec = plan_.perTensor[unit.tensors.front()];
+    const CompressSpec& spec = plan_.perTensor[first];
     category = "compressed";
     args.add("method", spec.toString())
         .add("encode_ms", compressed->encodeSeconds * 1e3)
         .add("decode_ms", compressed->decodeSeconds * 1e3);
   }
-  if (start > readyAt) trace_->complete(kCommLane, "queue", name, readyAt, start, args);
+  if (readyAt.count() > 0 && start > readyAt)
+    trace_->complete(kCommLane, "queue", name, readyAt, start, args);
   trace_->complete(kCommLane, category, name, start, SteadyClock::instance().now(), args);
 }
 
-void GradientEngine::finishStep() {
-  auto start = std::chrono::steady_clock::now();
-  std::unique_lock<std::mutex> lock(mutex_);
+void GradientEngine::zeroUnusedGradients() {
   for (size_t t = 0; t < tensors_.size(); ++t) {
     if (ready_[t]) continue;
     if (!warnedUnused_[t]) {
@@ -175,34 +421,129 @@ void GradientEngine::finishStep() {
     std::span<float> s = slot(static_cast<int>(t));
     std::fill(s.begin(), s.end(), 0.0f);
     ready_[t] = true;
-    int unit = layout_.unitOf[t];
-    if (--waitingIn_[unit] == 0) readyAt_[unit] = SteadyClock::instance().now();
+    for (int u = layout_.unitOf[t]; u < layout_.unitOf[t] + layout_.unitCount[t]; ++u) {
+      if (--waitingIn_[u] == 0) markUnitReady(u);
+    }
   }
-  backwardDone_ = true;
+}
+
+void GradientEngine::endBackward() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (error_) std::rethrow_exception(error_);
+    zeroUnusedGradients();
+    backwardDone_ = true;
+    stepStarted_ = true;
+    ++stepsEnded_;
+    completeStepIfDone();
+  }
   cv_.notify_all();
-  // Each collective is bounded by the transport timeout, so this bound is never the one to fire
-  // unless the engine itself is broken.
-  auto bound = transport_.options().timeout * static_cast<int>(layout_.units.size() + 1);
-  bool finished =
-      cv_.wait_for(lock, bound, [&] { return error_ || unitsDone_ == layout_.units.size(); });
+}
+
+// Each collective is bounded by the transport timeout, so this bound is never the one to fire
+// unless the engine itself is broken.
+void GradientEngine::waitSteps(std::unique_lock<std::mutex>& lock, uint64_t steps) {
+  auto bound = transport_.options().timeout * static_cast<int>(opsPerStep_ + 1);
+  bool finished = cv_.wait_for(lock, bound, [&] { return error_ || stepsDone_ >= steps; });
   if (error_) std::rethrow_exception(error_);
   if (!finished)
     throw InternalError("gradient communication did not finish", {.rank = transport_.rank()});
-  lastStep_ = stepStats_;
+}
+
+void GradientEngine::finishStep() {
+  GS_CHECK(!updates_);
+  auto start = std::chrono::steady_clock::now();
+  endBackward();
+  std::unique_lock<std::mutex> lock(mutex_);
+  waitSteps(lock, stepsEnded_);
   lastStep_.exposedSeconds = secondsSince(start);
-  ++step_;
-  resetStep();
+}
+
+void GradientEngine::waitParameters(int t) {
+  GS_CHECK(updates_);
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (updatedSteps_[t] >= stepsEnded_ && !error_) return;
+  auto bound = transport_.options().timeout * static_cast<int>(opsPerStep_ + 1);
+  bool done = cv_.wait_for(lock, bound, [&] { return error_ || updatedSteps_[t] >= stepsEnded_; });
+  if (error_) std::rethrow_exception(error_);
+  if (!done) {
+    throw InternalError(fmt::format("parameters of '{}' were never updated", tensors_[t].name),
+                        {.rank = transport_.rank()});
+  }
+}
+
+void GradientEngine::drain() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  waitSteps(lock, stepsEnded_);
+}
+
+StepStats GradientEngine::totals() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return totals_;
+}
+
+std::vector<float> GradientEngine::velocity() {
+  GS_CHECK(updates_);
+  drain();
+  std::vector<float> flat(layout_.totalElements);
+  if (options_.sharded) {
+    for (size_t u = 0; u < layout_.units.size(); ++u) {
+      const CommUnit& unit = layout_.units[u];
+      Block own = blockOf(unit.elements, transport_.size(), transport_.rank());
+      std::copy_n(velocity_.begin() + static_cast<std::ptrdiff_t>(velocityAt_[u]), own.size(),
+                  flat.begin() + static_cast<std::ptrdiff_t>(unit.offset + own.begin));
+      allgather(transport_, {flat.data() + unit.offset, unit.elements}, kVelocityTag);
+    }
+  } else {
+    flat = velocity_;
+  }
+  std::vector<float> byTensor;  // registration order
+  for (size_t t = 0; t < tensors_.size(); ++t) {
+    auto begin = flat.begin() + static_cast<std::ptrdiff_t>(layout_.offsetOf[t]);
+    byTensor.insert(byTensor.end(), begin,
+                    begin + static_cast<std::ptrdiff_t>(tensors_[t].elements));
+  }
+  return byTensor;
+}
+
+void GradientEngine::setVelocity(std::span<const float> byTensor) {
+  GS_CHECK(updates_ && byTensor.size() == layout_.totalElements);
+  drain();
+  std::vector<float> flat(layout_.totalElements);
+  size_t at = 0;
+  for (size_t t = 0; t < tensors_.size(); ++t) {
+    std::copy_n(byTensor.begin() + static_cast<std::ptrdiff_t>(at), tensors_[t].elements,
+                flat.begin() + static_cast<std::ptrdiff_t>(layout_.offsetOf[t]));
+    at += tensors_[t].elements;
+  }
+  if (!options_.sharded) {
+    velocity_ = std::move(flat);
+    return;
+  }
+  for (size_t u = 0; u < layout_.units.size(); ++u) {
+    const CommUnit& unit = layout_.units[u];
+    Block own = blockOf(unit.elements, transport_.size(), transport_.rank());
+    std::copy_n(flat.begin() + static_cast<std::ptrdiff_t>(unit.offset + own.begin), own.size(),
+                velocity_.begin() + static_cast<std::ptrdiff_t>(velocityAt_[u]));
+  }
 }
 
 void GradientEngine::resetStep() {
   std::fill(ready_.begin(), ready_.end(), false);
   waitingIn_.assign(layout_.units.size(), 0);
   readyAt_.assign(layout_.units.size(), Nanos{0});
-  for (const CommUnit& unit : layout_.units) {
-    waitingIn_[&unit - layout_.units.data()] = unit.tensors.size();
+  for (size_t u = 0; u < layout_.units.size(); ++u) {
+    waitingIn_[u] = layout_.units[u].tensors.size();
   }
-  nextUnit_ = 0;
-  unitsDone_ = 0;
+  for (size_t t = 0; t < tensors_.size() && updates_; ++t) {
+    opsLeftOf_[t] = options_.sharded ? 1 : layout_.unitCount[t];
+  }
+  if (scheduler_) scheduler_->reset();
+  committed_.clear();
+  decisionWork_.clear();
+  opsStarted_ = 0;
+  opsDone_ = 0;
+  stepStarted_ = false;
   backwardDone_ = false;
   stepStats_ = {};
 }

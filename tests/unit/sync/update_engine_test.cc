@@ -1,0 +1,191 @@
+// The engine's update mode (p3, sharded) against naive SGD on naively averaged gradients.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "gradsync/error.h"
+#include "support/transports.h"
+#include "sync/gradient_engine.h"
+
+namespace gradsync::testing {
+namespace {
+
+// Sizes 0, 1, a non-divisible matrix cut into row slices, and a larger tensor.
+const std::vector<TensorShape> kTensors = {
+    tensorShape("conv.weight", {7, 3, 3, 3}), tensorShape("conv.bias", {1}),
+    tensorShape("empty", {0}), tensorShape("fc.weight", {10, 1001}), tensorShape("fc.bias", {10})};
+constexpr double kLr = 0.1;
+constexpr double kMomentum = 0.9;
+
+float gradient(int rank, size_t tensor, size_t i, int step) {
+  return std::sin(static_cast<float>(i + 31 * tensor + 7 * rank + 13 * step)) / 4;
+}
+
+float initial(size_t tensor, size_t i) { return std::cos(static_cast<float>(i + 3 * tensor)); }
+
+struct Model {
+  std::vector<std::vector<float>> parameters;
+  std::vector<std::vector<float>> velocity;
+};
+
+Model initialModel() {
+  Model model;
+  for (size_t t = 0; t < kTensors.size(); ++t) {
+    model.parameters.emplace_back(kTensors[t].elements);
+    model.velocity.emplace_back(kTensors[t].elements, 0.0f);
+    for (size_t i = 0; i < kTensors[t].elements; ++i) model.parameters[t][i] = initial(t, i);
+  }
+  return model;
+}
+
+// SGD with momentum on the exact average, `steps` times.
+Model reference(int ranks, int steps) {
+  Model model = initialModel();
+  for (int step = 0; step < steps; ++step) {
+    for (size_t t = 0; t < kTensors.size(); ++t) {
+      for (size_t i = 0; i < kTensors[t].elements; ++i) {
+        double sum = 0;
+        for (int r = 0; r < ranks; ++r) sum += gradient(r, t, i, step);
+        float& v = model.velocity[t][i];
+        v = static_cast<float>(kMomentum * v + sum / ranks);
+        model.parameters[t][i] -= static_cast<float>(kLr * v);
+      }
+    }
+  }
+  return model;
+}
+
+void expectClose(const std::vector<float>& actual, const std::vector<float>& expected,
+                 const std::string& what) {
+  ASSERT_EQ(actual.size(), expected.size()) << what;
+  for (size_t i = 0; i < actual.size(); ++i) {
+    ASSERT_NEAR(actual[i], expected[i], 1e-5 + 1e-5 * std::fabs(expected[i])) << what << " " << i;
+  }
+}
+
+using Param = std::tuple<std::string, std::string, int, TransportKind>;  // schedule, sync, P
+
+class UpdateEngine : public ::testing::TestWithParam<Param> {
+ protected:
+  EngineOptions options() const {
+    return {.schedule = ScheduleSpec::parse(std::get<0>(GetParam())),
+            .momentum = kMomentum,
+            .sharded = std::get<1>(GetParam()) == "sharded",
+            .lr = kLr};
+  }
+  int ranks() const { return std::get<2>(GetParam()); }
+};
+
+// Three steps; each rank produces its gradients in its own order and the next step's "forward"
+// waits tensor by tensor, input layer first, as the trainer's pre-hooks do.
+TEST_P(UpdateEngine, AppliesSgdOnTheAverage) {
+  constexpr int kSteps = 3;
+  Model expected = reference(ranks(), kSteps);
+  runWithTransports(std::get<3>(GetParam()), ranks(), [&](Transport& t) {
+    Model model = initialModel();
+    std::vector<std::span<float>> spans(model.parameters.begin(), model.parameters.end());
+    GradientEngine engine(t, kTensors, options(), spans);
+    ASSERT_TRUE(GradientEngine::updatesParameters(options()));
+    std::vector<int> order = {4, 3, 2, 1, 0};
+    if (t.rank() == 1) order = {1, 4, 0, 3, 2};
+    for (int step = 0; step < kSteps; ++step) {
+      for (int tensor = 0; tensor < 5; ++tensor) engine.waitParameters(tensor);
+      for (int tensor : order) {
+        std::span<float> slot = engine.slot(tensor);
+        for (size_t i = 0; i < slot.size(); ++i) slot[i] = gradient(t.rank(), tensor, i, step);
+        engine.markReady(tensor);
+      }
+      engine.endBackward();
+    }
+    engine.drain();
+    for (size_t tensor = 0; tensor < kTensors.size(); ++tensor) {
+      expectClose(model.parameters[tensor], expected.parameters[tensor], kTensors[tensor].name);
+    }
+    std::vector<float> velocity = engine.velocity();
+    std::vector<float> expectedVelocity;
+    for (const auto& v : expected.velocity) expectedVelocity.insert(expectedVelocity.end(), v.begin(), v.end());
+    expectClose(velocity, expectedVelocity, "velocity");
+    if (t.size() > 1) EXPECT_GT(engine.totals().denseBytes, 0u);
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Modes, UpdateEngine,
+    ::testing::Values(Param{"p3:slice=1000,window=1", "ssgd", 3, TransportKind::kLoopback},
+                      Param{"p3:slice=1000,window=3", "ssgd", 2, TransportKind::kTcp},
+                      Param{"p3:slice=5", "ssgd", 1, TransportKind::kLoopback},
+                      Param{"p3", "ssgd", 3, TransportKind::kTcp},
+                      Param{"wfbp", "sharded", 3, TransportKind::kLoopback},
+                      Param{"wfbp", "sharded", 2, TransportKind::kTcp},
+                      Param{"fusion:0.01", "sharded", 3, TransportKind::kTcp},
+                      Param{"fifo", "sharded", 1, TransportKind::kLoopback}),
+    [](const auto& info) {
+      std::string name = std::get<0>(info.param) + "_" + std::get<1>(info.param) + "_" +
+                         std::to_string(std::get<2>(info.param)) + "_" +
+                         kindName(std::get<3>(info.param));
+      std::replace_if(
+          name.begin(), name.end(), [](char c) { return !std::isalnum(c); }, '_');
+      return name;
+    });
+
+TEST(UpdateEngine, VelocityRoundTripsThroughACheckpoint) {
+  runWithTransports(TransportKind::kLoopback, 3, [&](Transport& t) {
+    Model model = initialModel();
+    std::vector<std::span<float>> spans(model.parameters.begin(), model.parameters.end());
+    EngineOptions options{.sharded = true, .lr = kLr};
+    GradientEngine engine(t, kTensors, options, spans);
+    std::vector<float> saved(engine.layout().totalElements);
+    for (size_t i = 0; i < saved.size(); ++i) saved[i] = static_cast<float>(i);
+    engine.setVelocity(saved);
+    EXPECT_EQ(engine.velocity(), saved);
+  });
+}
+
+TEST(UpdateEngine, RefusesWhatShardedCannotRun) {
+  runWithTransports(TransportKind::kLoopback, 1, [&](Transport& t) {
+    Model model = initialModel();
+    std::vector<std::span<float>> spans(model.parameters.begin(), model.parameters.end());
+    EXPECT_THROW(
+        GradientEngine(t, kTensors, {.schedule = ScheduleSpec::parse("p3"), .sharded = true}, spans),
+        ConfigError);
+    EXPECT_THROW(GradientEngine(t, kTensors,
+                                {.compression = {.spec = "topk", .minElements = 1}, .sharded = true},
+                                spans),
+                 ConfigError);
+  });
+}
+
+// A rank that leaves surfaces on the others' next wait, naming it: rank 0 (which picks p3's
+// order) and a follower alike.
+TEST(UpdateEngine, LostPeerIsRethrownNamingIt) {
+  for (int leaver : {0, 1}) {
+    TransportOptions options;
+    options.timeout = std::chrono::milliseconds(5000);
+    runWithTransports(
+        TransportKind::kTcp, 2,
+        [&](Transport& t) {
+          if (t.rank() == leaver) return;
+          Model model = initialModel();
+          std::vector<std::span<float>> spans(model.parameters.begin(), model.parameters.end());
+          GradientEngine engine(t, kTensors, {.schedule = ScheduleSpec::parse("p3"), .lr = kLr},
+                                spans);
+          try {
+            for (int tensor = 4; tensor >= 0; --tensor) engine.markReady(tensor);
+            engine.endBackward();
+            engine.drain();
+            FAIL() << "expected the lost peer to surface";
+          } catch (const Error& e) {
+            EXPECT_NE(std::string(e.what()).find(fmt::format("rank {}", leaver)),
+                      std::string::npos)
+                << e.what();
+          }
+        },
+        options);
+  }
+}
+
+}  // namespace
+}  // namespace gradsync::testing
