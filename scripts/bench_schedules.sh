@@ -1,39 +1,65 @@
 #!/usr/bin/env bash
-# Exposed communication per schedule under an emulated link: `gradsync train` on synthetic data,
-# the same model and steps for every schedule, REPEAT runs each (interleaved), medians reported.
+# Throughput and exposed communication per strategy under an emulated link: `gradsync train` on
+# synthetic data, the same model and steps for every strategy, REPEAT runs each (interleaved),
+# medians reported, with each strategy's speed-up over fifo and wfbp, and the physical limit of
+# a step, max(compute, communication), both measured by fifo (which does not overlap them).
 #   scripts/bench_schedules.sh [--build build] [--model cnn] [--workers 2] [--bandwidth 100mbit]
-#                              [--steps 30] [--repeat 3] [--schedules "fifo wfbp fusion:1 fusion:25"]
+#       [--steps 30] [--repeat 3] [--json FILE]
+#       [--strategies "fifo wfbp fusion:25 p3 sharded"]
+# A strategy is a --schedule value, or "sharded" (--sync sharded, wfbp units).
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-build="$repo/build" model=cnn workers=2 bandwidth=100mbit steps=30 repeat=3
-schedules="fifo wfbp fusion:1 fusion:25"
+build="$repo/build" model=cnn workers=2 bandwidth=100mbit steps=30 repeat=3 json=""
+strategies="fifo wfbp fusion:25 p3 sharded"
 while [ $# -gt 0 ]; do
   case "$1" in
     --build) build="$2" ;; --model) model="$2" ;; --workers) workers="$2" ;;
     --bandwidth) bandwidth="$2" ;; --steps) steps="$2" ;; --repeat) repeat="$2" ;;
-    --schedules) schedules="$2" ;;
+    --strategies | --schedules) strategies="$2" ;; --json) json="$2" ;;
     *) echo "bench_schedules: unknown option $1" >&2; exit 2 ;;
   esac
   shift 2
 done
+case " $strategies " in *" fifo "*) ;; *) strategies="fifo $strategies" ;; esac  # the baseline
 out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT
 for i in $(seq "$repeat"); do
-  for s in $schedules; do
-    timeout 900 "$build/apps/gradsync/gradsync" train --model "$model" --workers "$workers" \
-      --dataset synthetic --steps "$steps" --bandwidth "$bandwidth" --schedule "$s" --quiet \
-      --metrics "$out/${s//:/_}-$i.json" > /dev/null
+  for s in $strategies; do
+    flags=(--schedule "$s")
+    [ "$s" = sharded ] && flags=(--sync sharded --schedule wfbp)
+    timeout 1800 "$build/apps/gradsync/gradsync" train --model "$model" --workers "$workers" \
+      --dataset synthetic --steps "$steps" --bandwidth "$bandwidth" "${flags[@]}" --quiet \
+      --metrics "$out/${s//[:,=]/_}-$i.json" > /dev/null
   done
 done
-/usr/bin/python3 - "$out" "$schedules" "$repeat" <<'PY'
+setup="$model, $workers workers on $(nproc) CPUs, --bandwidth $bandwidth, $steps steps, batch 64 per worker, synthetic data, median of $repeat interleaved runs; $(date -u '+%F %T UTC')"
+/usr/bin/python3 - "$out" "$strategies" "$repeat" "$bandwidth" "$json" "$setup" <<'PY'
 import json, statistics, sys
-out, schedules, repeat = sys.argv[1], sys.argv[2].split(), int(sys.argv[3])
-print("| schedule | step (ms) | compute (ms) | exposed communication (ms) | communication (ms) |")
-print("|---|---:|---:|---:|---:|")
-for s in schedules:
-    runs = [json.load(open(f"{out}/{s.replace(':', '_')}-{i}.json"))["per_step"] for i in range(1, repeat + 1)]
-    med = lambda k: statistics.median(r[k] for r in runs)
-    print(f"| {s} | {med('step_ms'):.1f} | {med('compute_ms'):.1f} | {med('exposed_comm_ms'):.1f} | {med('comm_ms'):.1f} |")
+out, strategies, repeat, bandwidth, json_path, setup = sys.argv[1:7]
+strategies, repeat = strategies.split(), int(repeat)
+rows = {}
+for s in strategies:
+    key = s.replace(":", "_").replace(",", "_").replace("=", "_")
+    runs = [json.load(open(f"{out}/{key}-{i}.json")) for i in range(1, int(repeat) + 1)]
+    med = lambda k: statistics.median(r["per_step"][k] for r in runs)
+    rows[s] = {"samples_per_s": statistics.median(r["samples_per_s"] for r in runs),
+               "step_ms": med("step_ms"), "compute_ms": med("compute_ms"),
+               "exposed_comm_ms": med("exposed_comm_ms"), "comm_ms": med("comm_ms")}
+fifo = rows["fifo"]
+limit = max(fifo["compute_ms"], fifo["comm_ms"])
+print(f"physical limit of a step: max(compute {fifo['compute_ms']:.0f} ms, communication "
+      f"{fifo['comm_ms']:.0f} ms) = {limit:.0f} ms (both measured by fifo)")
+print()
+print("| strategy | samples/s | × fifo | × wfbp | step (ms) | step / limit | compute (ms) | exposed communication (ms) | communication (ms) |")
+print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+for s, r in rows.items():
+    vs_wfbp = f"{r['samples_per_s'] / rows['wfbp']['samples_per_s']:.2f}" if "wfbp" in rows else "-"
+    print(f"| {s} | {r['samples_per_s']:.0f} | {r['samples_per_s'] / fifo['samples_per_s']:.2f} | {vs_wfbp} "
+          f"| {r['step_ms']:.0f} | {r['step_ms'] / limit:.2f} | {r['compute_ms']:.0f} "
+          f"| {r['exposed_comm_ms']:.0f} | {r['comm_ms']:.0f} |")
+if json_path:
+    json.dump({"bandwidth": bandwidth, "setup": setup, "limit_ms": limit, "strategies": rows},
+              open(json_path, "w"), indent=1)
 PY
 echo
-echo "setup: $model, $workers workers on $(nproc) CPUs, --bandwidth $bandwidth, $steps steps, batch 64 per worker, synthetic data, median of $repeat interleaved runs; $(date -u '+%F %T UTC')"
+echo "setup: $setup"

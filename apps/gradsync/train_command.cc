@@ -15,27 +15,31 @@ namespace {
 struct TrainFlags {
   TrainOptions options;
   RankFlags ranks;
-  std::string sync = "ssgd";
 };
 
 // Strategies of the CLI contract that later work will provide: refused at startup with the
 // reason, never silently ignored.
 void refuseUnavailable(const TrainFlags& flags) {
-  if (flags.sync != "ssgd") {
-    throw ConfigError(fmt::format("--sync {} is not available yet", flags.sync),
-                      {.hint = "this build supports --sync ssgd"});
+  const std::string& sync = flags.options.sync;
+  std::string name = sync.substr(0, sync.find(':'));
+  for (const char* later : {"asgd", "ssp", "odsgd", "ssdsgd", "cdsgd", "localsgd"}) {
+    if (name == later) {
+      throw ConfigError(fmt::format("--sync {} is not available yet", sync),
+                        {.hint = "this build supports --sync ssgd or sharded"});
+    }
   }
 }
 
 void printSummary(const TrainOptions& options, int workers, const TrainResult& result) {
   const StepProfile& p = result.perStep;
   std::printf(
-      "gradsync train: %s on %s, %d workers, %s, %lld steps in %.1f s: "
+      "gradsync train: %s on %s, %d workers, %s%s, %lld steps in %.1f s: "
       "test accuracy %.2f%%, %.0f samples/s, step %.1f ms (compute %.1f, exposed "
       "communication %.1f), %.2f MB sent per step",
       options.model.c_str(), options.dataset.c_str(), workers, options.schedule.c_str(),
-      static_cast<long long>(result.steps), result.seconds, 100 * result.finalTestAccuracy,
-      result.samplesPerSecond, p.stepMs, p.computeMs, p.exposedCommMs, p.bytesSent / 1e6);
+      options.sync == "sharded" ? " sharded" : "", static_cast<long long>(result.steps),
+      result.seconds, 100 * result.finalTestAccuracy, result.samplesPerSecond, p.stepMs,
+      p.computeMs, p.exposedCommMs, p.bytesSent / 1e6);
   if (options.compression.spec != "none" && p.bytesSent > 0) {
     std::printf(" (%s: %.1fx less than dense, encode %.1f ms, decode %.1f ms)",
                 options.compression.spec.c_str(), p.denseBytes / p.bytesSent, p.encodeMs,
@@ -62,8 +66,9 @@ void addTrainCommand(CLI::App& app, CommandContext& context) {
   train->add_option("--momentum", o.momentum, "SGD momentum")->capture_default_str();
   train->add_option("--seed", o.seed, "initialisation and data order")->capture_default_str();
   train->add_option("--threads", o.threads, "torch threads per rank")->capture_default_str();
-  train->add_option("--schedule", o.schedule, "fifo | wfbp | fusion:MB")->capture_default_str();
-  train->add_option("--sync", flags->sync, "synchronisation strategy")->capture_default_str();
+  train->add_option("--schedule", o.schedule, "fifo | wfbp | fusion:MB | p3[:slice=N,window=W]")
+      ->capture_default_str();
+  train->add_option("--sync", o.sync, "ssgd | sharded (Lee et al.)")->capture_default_str();
   train->add_option("--compress", o.compression.spec, "gradient compression: " + methodChoices())
       ->capture_default_str();
   train->add_option("--compress-override", o.compression.overrides,

@@ -18,7 +18,8 @@ void PriorityScheduler::ready(size_t unit) {
   GS_CHECK(unit < priorities_.size());
   readyOrder_[unit] = readyCount_++;
   queue_.push_back(unit);
-  std::push_heap(queue_.begin(), queue_.end(), [this](size_t a, size_t b) { return lessUrgent(a, b); });
+  std::push_heap(queue_.begin(), queue_.end(),
+                 [this](size_t a, size_t b) { return lessUrgent(a, b); });
 }
 
 // The heap keeps its "largest" element first: the most urgent must compare largest.
@@ -28,7 +29,8 @@ bool PriorityScheduler::lessUrgent(size_t a, size_t b) const {
 
 std::optional<PriorityScheduler::Pick> PriorityScheduler::next() {
   if (queue_.empty() || inFlight_ >= window_) return std::nullopt;
-  std::pop_heap(queue_.begin(), queue_.end(), [this](size_t a, size_t b) { return lessUrgent(a, b); });
+  std::pop_heap(queue_.begin(), queue_.end(),
+                [this](size_t a, size_t b) { return lessUrgent(a, b); });
   Pick pick{.unit = queue_.back()};
   queue_.pop_back();
   for (size_t other : queue_) pick.overtook += readyOrder_[other] < readyOrder_[pick.unit];
@@ -65,8 +67,8 @@ std::vector<size_t> simulatePriorityOrder(const std::vector<int>& priorities,
   double wireFreeAt = std::numeric_limits<double>::infinity();  // when the front finishes
   size_t nextReady = 0;
   while (order.size() < n || !committed.empty()) {
-    double readyTime = nextReady < n ? readyAt[byReadyTime[nextReady]]
-                                     : std::numeric_limits<double>::infinity();
+    double readyTime =
+        nextReady < n ? readyAt[byReadyTime[nextReady]] : std::numeric_limits<double>::infinity();
     double now = std::min(readyTime, wireFreeAt);
     if (wireFreeAt == now) {  // the wire finishes its unit (before a tie's readies are picked)
       scheduler.completed(committed.front());

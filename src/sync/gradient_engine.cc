@@ -65,6 +65,11 @@ void checkCombination(const EngineOptions& options, const CompressionPlan& plan)
 
 }  // namespace
 
+void GradientEngine::validate(const EngineOptions& options,
+                              const std::vector<TensorShape>& tensors) {
+  checkCombination(options, planCompression(options.compression, tensors, options.momentum));
+}
+
 GradientEngine::GradientEngine(Transport& transport, const std::vector<TensorShape>& tensors,
                                EngineOptions options, std::vector<std::span<float>> parameters)
     : transport_(transport),

@@ -82,6 +82,9 @@ class GradientEngine {
   // Not when updatesParameters().
   void finishStep();
 
+  // Throws ConfigError for options the engine cannot run on these tensors (a bad compression
+  // spec; sharded with p3 or with compression), before any work starts.
+  static void validate(const EngineOptions& options, const std::vector<TensorShape>& tensors);
   // Whether the engine applies SGD itself (p3, sharded) instead of returning averages.
   static bool updatesParameters(const EngineOptions& options) {
     return options.sharded || options.schedule.prioritized();

@@ -36,6 +36,7 @@ void saveCheckpoint(CheckpointDir& dir, torch::nn::Module& model,
                     const RunPosition& position, const std::vector<double>& lossSums);
 
 // Loads the newest checkpoint into model and optimizer; nullopt if the directory holds none.
+// Every parameter keeps its storage (its values are overwritten in place).
 // Throws DataError for a corrupt file (naming the previous intact one), ConfigError when the
 // checkpoint belongs to a run with other settings (naming the setting).
 std::optional<RunPosition> loadCheckpoint(const CheckpointDir& dir, torch::nn::Module& model,

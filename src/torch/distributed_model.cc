@@ -1,5 +1,6 @@
 #include "torch/distributed_model.h"
 
+#include <chrono>
 #include <cstring>
 
 #include "common/logging.h"
@@ -21,9 +22,11 @@ DistributedModel::DistributedModel(std::shared_ptr<Model> model, Transport& tran
                                    EngineOptions options)
     : model_(std::move(model)), transport_(transport) {
   std::vector<TensorShape> tensors;
-  for (const auto& item : model_->named_parameters()) {
+  std::vector<std::span<float>> storage;
+  for (auto& item : model_->named_parameters()) {
     parameters_.push_back(item.value());
     tensors.push_back(tensorShape(item.key(), item.value().sizes().vec()));
+    storage.push_back(floats(item.value()));
   }
   // Alone, the average of the gradients is the gradient: no hooks, no copies, no engine.
   if (transport.size() == 1) {
@@ -32,7 +35,9 @@ DistributedModel::DistributedModel(std::shared_ptr<Model> model, Transport& tran
     }
     return;
   }
-  engine_ = std::make_unique<GradientEngine>(transport, tensors, std::move(options));
+  updates_ = GradientEngine::updatesParameters(options);
+  engine_ = std::make_unique<GradientEngine>(transport, tensors, std::move(options),
+                                             updates_ ? storage : std::vector<std::span<float>>{});
   for (size_t i = 0; i < parameters_.size(); ++i) {
     GradientEngine* engine = engine_.get();
     int index = static_cast<int>(i);
@@ -45,10 +50,49 @@ DistributedModel::DistributedModel(std::shared_ptr<Model> model, Transport& tran
       engine->markReady(index);
     }));
   }
+  if (!updates_) return;
+  std::unordered_map<const void*, int> indexOf;
+  for (size_t i = 0; i < parameters_.size(); ++i) {
+    indexOf[parameters_[i].unsafeGetTensorImpl()] = static_cast<int>(i);
+  }
+  for (const auto& item : model_->named_modules("", /*include_self=*/false)) {
+    LayerWaits& layer = layers_[item.value().get()];
+    layer.name = item.key();
+    for (const auto& p : item.value()->parameters(/*recurse=*/true))
+      layer.parameters.push_back(indexOf.at(p.unsafeGetTensorImpl()));
+  }
+  model_->setPreForwardHook([this](const torch::nn::Module& layer) { waitForLayer(layer); });
 }
 
 DistributedModel::~DistributedModel() {
   for (size_t i = 0; i < hooks_.size(); ++i) parameters_[i].remove_hook(hooks_[i]);
+  if (updates_) model_->setPreForwardHook({});
+}
+
+void DistributedModel::setTrace(TraceRecorder* trace) {
+  trace_ = trace;
+  if (engine_) engine_->setTrace(trace);
+}
+
+void DistributedModel::waitForLayer(const torch::nn::Module& layer) {
+  auto found = layers_.find(&layer);
+  if (found == layers_.end() || found->second.parameters.empty()) return;
+  auto start = std::chrono::steady_clock::now();
+  Nanos traceStart = SteadyClock::instance().now();
+  for (int t : found->second.parameters) engine_->waitParameters(t);
+  double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  waitSeconds_ += waited;
+  // Only waits long enough to see: a layer whose parameters were ready costs ~1 us.
+  if (trace_ != nullptr && trace_->active() && waited > 50e-6) {
+    trace_->complete(kMainLane, "communication", "wait parameters", traceStart,
+                     SteadyClock::instance().now(), TraceArgs().add("layer", found->second.name));
+  }
+}
+
+double DistributedModel::takeWaitSeconds() {
+  double seconds = waitSeconds_;
+  waitSeconds_ = 0;
+  return seconds;
 }
 
 void DistributedModel::broadcastState() {
@@ -75,13 +119,56 @@ void DistributedModel::synchronizeGradients() {
   }
 }
 
+void DistributedModel::endBackward() {
+  engine_->endBackward();
+}
+
+void DistributedModel::waitForParameters() {
+  if (!updates_) return;
+  auto start = std::chrono::steady_clock::now();
+  engine_->drain();
+  waitSeconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
 void DistributedModel::averageBuffers() {
+  waitForParameters();
   torch::NoGradGuard noGrad;
   for (auto& buffer : model_->buffers()) {
     // running_mean/var are floats; num_batches_tracked (int64) is the same on every rank.
     if (buffer.scalar_type() == torch::kFloat)
       allreduce(transport_, floats(buffer), ReduceOp::kAverage, kStateTag);
   }
+}
+
+void DistributedModel::velocityToOptimizer(torch::optim::SGD& optimizer) {
+  if (!updates_) return;
+  std::vector<float> velocity = engine_->velocity();
+  size_t at = 0;
+  for (const torch::Tensor& p : parameters_) {
+    auto state = std::make_unique<torch::optim::SGDParamState>();
+    state->momentum_buffer(torch::from_blob(velocity.data() + at, p.sizes()).clone());
+    optimizer.state()[c10::guts::to_string(p.unsafeGetTensorImpl())] = std::move(state);
+    at += static_cast<size_t>(p.numel());
+  }
+}
+
+// A parameter without a momentum buffer (a checkpoint of a run without momentum) starts from
+// zero velocity, as torch's SGD would.
+void DistributedModel::velocityFromOptimizer(torch::optim::SGD& optimizer) {
+  if (!updates_) return;
+  std::vector<float> velocity;
+  for (const torch::Tensor& p : parameters_) {
+    auto found = optimizer.state().find(c10::guts::to_string(p.unsafeGetTensorImpl()));
+    torch::Tensor buffer;
+    if (found != optimizer.state().end()) {
+      buffer = static_cast<torch::optim::SGDParamState&>(*found->second).momentum_buffer();
+    }
+    if (!buffer.defined()) buffer = torch::zeros_like(p);
+    buffer = buffer.contiguous();
+    velocity.insert(velocity.end(), buffer.data_ptr<float>(),
+                    buffer.data_ptr<float>() + buffer.numel());
+  }
+  engine_->setVelocity(velocity);
 }
 
 }  // namespace gradsync

@@ -1,11 +1,19 @@
 // A model trained data-parallel: an autograd hook on every parameter copies its gradient into
 // the GradientEngine as soon as backward produces it, so communication overlaps the rest of
-// backward (per the schedule); synchronizeGradients() then writes the averages into .grad.
+// backward (per the schedule).
+//
+// Two ways a step ends, by schedule (GradientEngine::updatesParameters):
+//  - fifo, wfbp, fusion: synchronizeGradients() waits for the averages and writes them into
+//    each parameter's .grad; the caller's optimizer then steps.
+//  - p3, sharded: endBackward() returns at once; the engine applies SGD itself as each unit's
+//    average arrives, and the model's pre-forward hook makes the next forward wait, layer by
+//    layer, only for that layer's parameters.
 #pragma once
 
 #include <torch/torch.h>
 
 #include <memory>
+#include <unordered_map>
 
 #include "gradsync/transport.h"
 #include "sync/gradient_engine.h"
@@ -27,18 +35,35 @@ class DistributedModel {
 
   // Makes every rank's parameters and buffers equal to rank 0's (call once before training).
   void broadcastState();
+  // Whether the engine updates the parameters (p3, sharded): then the caller's optimizer must
+  // not step, and the step ends with endBackward().
+  bool updatesParameters() const { return updates_; }
   // Waits for this step's gradients to be averaged and writes them into each parameter's .grad.
-  // Rethrows communication errors.
+  // Rethrows communication errors. Not when updatesParameters().
   void synchronizeGradients();
+  // Ends this step's backward without waiting (updatesParameters() only).
+  void endBackward();
+  // Waits until every parameter holds every ended step's update (after a forward this costs
+  // nothing: its hooks waited already). Call before reading or saving parameters, and before
+  // backward (parameters no layer used were not waited for).
+  void waitForParameters();
+  // Seconds the pre-forward hooks spent waiting since the last call (exposed communication).
+  double takeWaitSeconds();
   // Averages BatchNorm running statistics across ranks, so evaluation and checkpoints see one
   // model (each rank normalises with its own batch statistics while training, as DDP does
   // without SyncBatchNorm).
   void averageBuffers();
 
+  // With updatesParameters(), the SGD velocity lives in the engine: these move it into the
+  // optimizer's momentum buffers before a checkpoint is saved (a collective for sharded), and
+  // back after one is loaded, so checkpoints have one format whatever the schedule.
+  void velocityToOptimizer(torch::optim::SGD& optimizer);
+  void velocityFromOptimizer(torch::optim::SGD& optimizer);
+
   const StepStats& lastStep() const { return engine_ ? engine_->lastStep() : kAlone_; }
-  void setTrace(TraceRecorder* trace) {
-    if (engine_) engine_->setTrace(trace);
-  }
+  // Sums over every completed step (none for a world of one).
+  StepStats totals() const { return engine_ ? engine_->totals() : StepStats{}; }
+  void setTrace(TraceRecorder* trace);
   // Whether parameter i's compressor applies momentum itself (its optimizer group must not).
   bool absorbsMomentum(size_t i) const {
     return engine_ && engine_->compression().absorbsMomentum(i);
@@ -49,11 +74,22 @@ class DistributedModel {
   }
 
  private:
+  void waitForLayer(const torch::nn::Module& layer);
+
   std::shared_ptr<Model> model_;
   Transport& transport_;
   std::vector<torch::Tensor> parameters_;
   std::unique_ptr<GradientEngine> engine_;  // null for a world of one
-  std::vector<unsigned> hooks_;             // by parameter, when engine_ is set
+  bool updates_ = false;
+  std::vector<unsigned> hooks_;  // by parameter, when engine_ is set
+  // By layer: its name and the parameters its pre-forward hook waits for (update mode).
+  struct LayerWaits {
+    std::string name;
+    std::vector<int> parameters;
+  };
+  std::unordered_map<const torch::nn::Module*, LayerWaits> layers_;
+  double waitSeconds_ = 0;
+  TraceRecorder* trace_ = nullptr;
   static inline const StepStats kAlone_{};
 };
 

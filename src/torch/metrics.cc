@@ -23,7 +23,7 @@ void writeMetrics(const std::string& path, const TrainOptions& options, int work
                            {"momentum", options.momentum},
                            {"seed", options.seed},
                            {"threads", options.threads},
-                           {"sync", "ssgd"},
+                           {"sync", options.sync},
                            {"compress", options.compression.spec},
                            {"eval_every", options.evalEvery},
                            {"eval_samples", options.evalSamples},

@@ -23,9 +23,9 @@ class Mlp final : public Model {
     fc3_ = register_module("fc3", nn::Linear(512, 10));
   }
   torch::Tensor forward(const torch::Tensor& x) override {
-    auto h = torch::relu(fc1_->forward(x.flatten(1)));
-    h = torch::relu(fc2_->forward(h));
-    return fc3_->forward(h);
+    auto h = torch::relu(run(fc1_, x.flatten(1)));
+    h = torch::relu(run(fc2_, h));
+    return run(fc3_, h);
   }
 
  private:
@@ -42,10 +42,10 @@ class Cnn final : public Model {
     fc2_ = register_module("fc2", nn::Linear(512, 10));
   }
   torch::Tensor forward(const torch::Tensor& x) override {
-    auto h = torch::max_pool2d(torch::relu(conv1_->forward(x)), 2);
-    h = torch::max_pool2d(torch::relu(conv2_->forward(h)), 2);
-    h = torch::relu(fc1_->forward(h.flatten(1)));
-    return fc2_->forward(h);
+    auto h = torch::max_pool2d(torch::relu(run(conv1_, x)), 2);
+    h = torch::max_pool2d(torch::relu(run(conv2_, h)), 2);
+    h = torch::relu(run(fc1_, h.flatten(1)));
+    return run(fc2_, h);
   }
 
  private:
@@ -105,10 +105,10 @@ class ResNet20 final : public Model {
     fc_ = register_module("fc", nn::Linear(64, 10));
   }
   torch::Tensor forward(const torch::Tensor& x) override {
-    auto h = torch::relu(bn_->forward(stem_->forward(x)));
-    for (auto& block : blocks_) h = block->forward(h);
+    auto h = torch::relu(run(bn_, run(stem_, x)));
+    for (auto& block : blocks_) h = run(block, h);
     h = torch::adaptive_avg_pool2d(h, {1, 1}).flatten(1);
-    return fc_->forward(h);
+    return run(fc_, h);
   }
 
  private:
@@ -143,8 +143,8 @@ class Vgg11 final : public Model {
     register_module("classifier", classifier_);
   }
   torch::Tensor forward(const torch::Tensor& x) override {
-    auto h = torch::adaptive_avg_pool2d(features_->forward(x), {1, 1}).flatten(1);
-    return classifier_->forward(h);
+    auto h = torch::adaptive_avg_pool2d(runSequential(features_, x), {1, 1}).flatten(1);
+    return runSequential(classifier_, h);
   }
 
  private:

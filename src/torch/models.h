@@ -5,6 +5,7 @@
 
 #include <torch/torch.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -13,7 +14,32 @@ namespace gradsync {
 
 class Model : public torch::nn::Module {
  public:
+  using PreForwardHook = std::function<void(const torch::nn::Module& layer)>;
+
   virtual torch::Tensor forward(const torch::Tensor& x) = 0;
+  // Called with each layer (or residual block) just before its forward runs, in forward order:
+  // DistributedModel waits there for that layer's parameters (p3, sharded), so the forward
+  // overlaps the previous step's communication. Empty: no hook.
+  void setPreForwardHook(PreForwardHook hook) { preForward_ = std::move(hook); }
+
+ protected:
+  // `layer`'s forward, after the hook.
+  template <typename Layer>
+  torch::Tensor run(Layer& layer, const torch::Tensor& x) {
+    if (preForward_) preForward_(*layer);
+    return layer->forward(x);
+  }
+  // Each module of `sequence` in turn, each after the hook.
+  torch::Tensor runSequential(torch::nn::Sequential& sequence, torch::Tensor x) {
+    for (auto& layer : *sequence) {
+      if (preForward_) preForward_(*layer.ptr());
+      x = layer.forward(x);
+    }
+    return x;
+  }
+
+ private:
+  PreForwardHook preForward_;
 };
 
 // Re-draws every Linear and Conv2d weight and bias from U(-1/sqrt(fan_in), 1/sqrt(fan_in)), the

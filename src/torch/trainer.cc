@@ -32,6 +32,15 @@ double since(Clock::time_point start) {
 // Collectives of the training thread (loss and accuracy sums) use their own tag.
 const CollectiveOptions kTrainerTag{.tag = 2};
 
+EngineOptions engineOptions(const TrainOptions& options) {
+  return {.schedule = ScheduleSpec::parse(options.schedule),
+          .compression = options.compression,
+          .momentum = options.momentum,
+          .seed = options.seed,
+          .sharded = options.sync == "sharded",
+          .lr = options.lr};
+}
+
 class Trainer {
  public:
   Trainer(Transport& transport, const TrainOptions& options)
@@ -66,11 +75,6 @@ class Trainer {
     return model;
   }
 
-  static EngineOptions engineOptions(const TrainOptions& options) {
-    return {ScheduleSpec::parse(options.schedule), options.compression, options.momentum,
-            options.seed};
-  }
-
   // One group with the optimizer's momentum, and one without for the parameters whose
   // compressor applies momentum itself (DGC's momentum correction).
   static std::vector<torch::optim::OptimizerParamGroup> parameterGroups(
@@ -97,6 +101,7 @@ class Trainer {
   }
 
   float trainStep(int64_t epoch, size_t step, int64_t globalStep);
+  void settle();
   // Accuracy on the first `samples` test samples (all of them by default).
   double evaluate(size_t samples = SIZE_MAX);
   double globalMean(double localSum, double localCount);
@@ -120,6 +125,13 @@ class Trainer {
   std::unique_ptr<TraceRecorder> trace_;        // null without --trace
 };
 
+// Waits for the last step's communication (p3, sharded), counted as exposed communication:
+// the training time must include it.
+void Trainer::settle() {
+  model_.waitForParameters();
+  sums_.exposedCommMs += model_.takeWaitSeconds() * 1e3;
+}
+
 float Trainer::trainStep(int64_t epoch, size_t step, int64_t globalStep) {
   if (trace_) trace_->setStep(globalStep);
   TraceRecorder* trace = trace_.get();
@@ -133,32 +145,39 @@ float Trainer::trainStep(int64_t epoch, size_t step, int64_t globalStep) {
   optimizer_.zero_grad();
   torch::Tensor loss;
   {
+    // With p3 and sharded, the previous step's communication may still run: each layer's
+    // pre-forward hook waits for that layer's parameters only.
     ScopedEvent event(trace, kMainLane, "compute", "forward");
     loss = torch::nn::functional::cross_entropy(model_.model().forward(x), y);
+    model_.waitForParameters();
   }
   {
     ScopedEvent event(trace, kMainLane, "compute", "backward");
     loss.backward();
   }
   auto computed = Clock::now();
-  {
-    ScopedEvent event(trace, kMainLane, "communication", "wait");
-    model_.synchronizeGradients();
+  const double forwardWait = model_.takeWaitSeconds();  // in the forward (p3, sharded)
+  double waited = forwardWait;
+  double optimizerSeconds = 0;
+  if (model_.updatesParameters()) {
+    model_.endBackward();  // the engine applies the update as the averages arrive
+  } else {
+    {
+      ScopedEvent event(trace, kMainLane, "communication", "wait");
+      model_.synchronizeGradients();
+    }
+    auto synchronized = Clock::now();
+    waited += std::chrono::duration<double>(synchronized - computed).count();
+    {
+      ScopedEvent event(trace, kMainLane, "compute", "optimizer");
+      optimizer_.step();
+    }
+    optimizerSeconds = since(synchronized);
   }
-  auto synchronized = Clock::now();
-  {
-    ScopedEvent event(trace, kMainLane, "compute", "optimizer");
-    optimizer_.step();
-  }
-  const StepStats& stats = model_.lastStep();
-  sums_.computeMs += std::chrono::duration<double, std::milli>(computed - start).count();
-  sums_.exposedCommMs += std::chrono::duration<double, std::milli>(synchronized - computed).count();
-  sums_.optimizerMs += since(synchronized) * 1e3;
-  sums_.commMs += stats.commSeconds * 1e3;
-  sums_.bytesSent += static_cast<double>(stats.bytesSent);
-  sums_.denseBytes += static_cast<double>(stats.denseBytes);
-  sums_.encodeMs += stats.encodeSeconds * 1e3;
-  sums_.decodeMs += stats.decodeSeconds * 1e3;
+  sums_.computeMs +=
+      std::chrono::duration<double, std::milli>(computed - start).count() - forwardWait * 1e3;
+  sums_.exposedCommMs += waited * 1e3;
+  sums_.optimizerMs += optimizerSeconds * 1e3;
   sums_.stepMs += since(start) * 1e3;
   return loss.item<float>();
 }
@@ -173,10 +192,10 @@ void Trainer::writeTrace() {
   if (transport_.rank() != 0) return;
   std::vector<std::string> perRank;
   for (const auto& bytes : all) perRank.emplace_back(bytes.begin(), bytes.end());
-  std::string metadata =
-      fmt::format(R"({{"model":"{}","schedule":"{}","compress":"{}","workers":{},"steps":"{}"}})",
-                  options_.model, options_.schedule, options_.compression.spec, transport_.size(),
-                  trace_->window().describe());
+  std::string metadata = fmt::format(
+      R"({{"model":"{}","schedule":"{}","sync":"{}","compress":"{}","workers":{},"steps":"{}"}})",
+      options_.model, options_.schedule, options_.sync, options_.compression.spec,
+      transport_.size(), trace_->window().describe());
   writeTraceFile(options_.tracePath, mergeTraces(perRank, metadata));
 }
 
@@ -224,6 +243,7 @@ RunPosition Trainer::startingPosition() {
   std::optional<RunPosition> position =
       loadCheckpoint(*checkpoints_, model_.model(), optimizer_, identity(), transport_.rank());
   if (!position) return {};
+  model_.velocityFromOptimizer(optimizer_);
   if (transport_.rank() == 0 && !options_.quiet) {
     std::printf("resuming from step %lld (%s)\n", static_cast<long long>(position->step),
                 checkpoints_->pathForStep(position->step).c_str());
@@ -242,6 +262,7 @@ void Trainer::maybeCheckpoint(const RunPosition& position, bool last) {
   std::vector<size_t> counts(transport_.size(), sizeof(double));
   allgatherv(transport_, {reinterpret_cast<uint8_t*>(sums.data()), sums.size() * sizeof(double)},
              counts, kTrainerTag);
+  model_.velocityToOptimizer(optimizer_);
   if (transport_.rank() == 0) {
     saveCheckpoint(*checkpoints_, model_.model(), optimizer_, identity(), position, sums);
   }
@@ -296,9 +317,12 @@ TrainResult Trainer::run() {
       progress.step(position.step, epoch + 1, inEpoch + 1, perEpoch, loss, rate);
       if (options_.evalEvery > 0 && position.step % options_.evalEvery == 0 &&
           position.step < epochEnd) {
+        settle();
+        trained = since(epochStart) - evalSeconds;
         evalSeconds += evaluateBetweenSteps(position.step, result.seconds + trained, result);
       }
     }
+    settle();
     double seconds = since(epochStart) - evalSeconds;
     result.seconds += seconds;
     EpochRecord record =
@@ -326,6 +350,12 @@ TrainResult Trainer::run() {
     const float* data = p.data_ptr<float>();
     result.parameters.insert(result.parameters.end(), data, data + p.numel());
   }
+  StepStats totals = model_.totals();
+  sums_.commMs = totals.commSeconds * 1e3;
+  sums_.bytesSent = static_cast<double>(totals.bytesSent);
+  sums_.denseBytes = static_cast<double>(totals.denseBytes);
+  sums_.encodeMs = totals.encodeSeconds * 1e3;
+  sums_.decodeMs = totals.decodeSeconds * 1e3;
   result.perStep = {
       sums_.computeMs / stepsHere,   sums_.commMs / stepsHere,   sums_.exposedCommMs / stepsHere,
       sums_.optimizerMs / stepsHere, sums_.stepMs / stepsHere,   sums_.bytesSent / stepsHere,
@@ -337,8 +367,11 @@ TrainResult Trainer::run() {
 
 void validateTrainOptions(const TrainOptions& options) {
   makeModel(options.model);  // throws with the valid names
-  ScheduleSpec::parse(options.schedule);
-  planCompression(options.compression, describeModel(options.model), options.momentum);
+  if (options.sync != "ssgd" && options.sync != "sharded") {
+    throw ConfigError(fmt::format("unknown --sync '{}'", options.sync),
+                      {.hint = "choose ssgd or sharded"});
+  }
+  GradientEngine::validate(engineOptions(options), describeModel(options.model));
   if (options.dataset != "fashion-mnist" && options.dataset != "synthetic") {
     throw ConfigError(fmt::format("unknown dataset '{}'", options.dataset),
                       {.hint = "choose fashion-mnist or synthetic"});

@@ -23,7 +23,8 @@ struct TrainOptions {
   double momentum = 0.9;
   uint64_t seed = 0;
   int threads = 1;                  // torch intra-op threads per rank
-  std::string schedule = "wfbp";    // fifo | wfbp | fusion:MB
+  std::string schedule = "wfbp";    // fifo | wfbp | fusion:MB | p3[:slice=N,window=W]
+  std::string sync = "ssgd";        // ssgd | sharded
   CompressionConfig compression;    // --compress and its companions (compress/policy.h)
   size_t syntheticSamples = 16384;  // size of the synthetic training set
   std::string metricsPath;          // JSON metrics (rank 0 writes)

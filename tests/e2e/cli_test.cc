@@ -156,9 +156,13 @@ TEST_F(CliTrain, BadFlagsGiveAOneLineErrorWithTheChoices) {
   };
   for (const Case& c : std::vector<Case>{
            {{"train", "--model", "alexnet"}, "mlp, cnn, resnet20, vgg11"},
-           {{"train", "--schedule", "p4"}, "fifo, wfbp or fusion:MB"},
+           {{"train", "--schedule", "p4"}, "fifo, wfbp, fusion:MB"},
+           {{"train", "--schedule", "p3:slice=0"}, "p3:slice must be at least 1"},
+           {{"train", "--sync", "sharded", "--schedule", "p3"}, "use fifo, wfbp or fusion:MB"},
+           {{"train", "--sync", "sharded", "--compress", "topk:0.01"}, "--sync ssgd"},
+           {{"train", "--sync", "gossip"}, "ssgd or sharded"},
            {{"train", "--dataset", "cifar"}, "fashion-mnist or synthetic"},
-           {{"train", "--sync", "odsgd"}, "--sync ssgd"},
+           {{"train", "--sync", "odsgd"}, "--sync ssgd or sharded"},
            {{"train", "--compress", "zip"}, "topk:R, mstopk:R"},
            {{"train", "--compress", "topk:2"}, "0 < R <= 1"},
            {{"train", "--compress", "qsgd,levels=3"}, "options are: ef, bucket"},

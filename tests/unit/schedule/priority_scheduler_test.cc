@@ -54,7 +54,8 @@ INSTANTIATE_TEST_SUITE_P(
                   2,
                   {0, 1, 2, 4, 3}},
         // A window as large as the unit count degenerates to ready order (FIFO).
-        OrderCase{"WideWindowIsFifo", {3, 2, 1, 0}, {0, 1, 2, 3}, {10, 10, 10, 10}, 4, {0, 1, 2, 3}},
+        OrderCase{
+            "WideWindowIsFifo", {3, 2, 1, 0}, {0, 1, 2, 3}, {10, 10, 10, 10}, 4, {0, 1, 2, 3}},
         OrderCase{"Empty", {}, {}, {}, 1, {}}),
     [](const ::testing::TestParamInfo<OrderCase>& info) { return info.param.name; });
 

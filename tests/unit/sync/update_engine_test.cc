@@ -24,7 +24,9 @@ float gradient(int rank, size_t tensor, size_t i, int step) {
   return std::sin(static_cast<float>(i + 31 * tensor + 7 * rank + 13 * step)) / 4;
 }
 
-float initial(size_t tensor, size_t i) { return std::cos(static_cast<float>(i + 3 * tensor)); }
+float initial(size_t tensor, size_t i) {
+  return std::cos(static_cast<float>(i + 3 * tensor));
+}
 
 struct Model {
   std::vector<std::vector<float>> parameters;
@@ -106,7 +108,8 @@ TEST_P(UpdateEngine, AppliesSgdOnTheAverage) {
     }
     std::vector<float> velocity = engine.velocity();
     std::vector<float> expectedVelocity;
-    for (const auto& v : expected.velocity) expectedVelocity.insert(expectedVelocity.end(), v.begin(), v.end());
+    for (const auto& v : expected.velocity)
+      expectedVelocity.insert(expectedVelocity.end(), v.begin(), v.end());
     expectClose(velocity, expectedVelocity, "velocity");
     if (t.size() > 1) EXPECT_GT(engine.totals().denseBytes, 0u);
   });
@@ -148,13 +151,13 @@ TEST(UpdateEngine, RefusesWhatShardedCannotRun) {
   runWithTransports(TransportKind::kLoopback, 1, [&](Transport& t) {
     Model model = initialModel();
     std::vector<std::span<float>> spans(model.parameters.begin(), model.parameters.end());
-    EXPECT_THROW(
-        GradientEngine(t, kTensors, {.schedule = ScheduleSpec::parse("p3"), .sharded = true}, spans),
-        ConfigError);
     EXPECT_THROW(GradientEngine(t, kTensors,
-                                {.compression = {.spec = "topk", .minElements = 1}, .sharded = true},
-                                spans),
+                                {.schedule = ScheduleSpec::parse("p3"), .sharded = true}, spans),
                  ConfigError);
+    EXPECT_THROW(
+        GradientEngine(t, kTensors,
+                       {.compression = {.spec = "topk", .minElements = 1}, .sharded = true}, spans),
+        ConfigError);
   });
 }
 
@@ -178,8 +181,7 @@ TEST(UpdateEngine, LostPeerIsRethrownNamingIt) {
             engine.drain();
             FAIL() << "expected the lost peer to surface";
           } catch (const Error& e) {
-            EXPECT_NE(std::string(e.what()).find(fmt::format("rank {}", leaver)),
-                      std::string::npos)
+            EXPECT_NE(std::string(e.what()).find(fmt::format("rank {}", leaver)), std::string::npos)
                 << e.what();
           }
         },

@@ -2,8 +2,9 @@
 // threads over loopback; identical data and initialisation) and ends close to dense SSGD. All
 // runs, dense included, start with the same 10% of dense warm-up steps, as the papers do.
 //
-// The target is 1.5 accuracy points. Three methods miss it (measured gaps in
-// docs/performance.md, "Convergence"): for them the bound only guards against regressions.
+// The target is 1.5 accuracy points (p3 and sharded, which do not change the math: 0.5). Three
+// methods miss it (measured gaps in docs/performance.md, "Convergence"): for them the bound only
+// guards against regressions.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -65,6 +66,22 @@ INSTANTIATE_TEST_SUITE_P(Methods, Convergence,
                            }
                            return name;
                          });
+
+// p3 and sharded change when and in what order the averages travel and who applies the update,
+// not the math: the same epoch ends where dense wfbp does, up to the drift float rounding causes
+// over 468 steps (well under half a point).
+TEST(ConvergenceSchedules, P3AndShardedEndWhereWfbpEnds) {
+  for (const auto& [schedule, sync] : {std::pair{"p3", "ssgd"}, std::pair{"wfbp", "sharded"}}) {
+    TrainOptions o = options("none");
+    o.schedule = schedule;
+    o.sync = sync;
+    TrainResult result = train(2, o);
+    double dense = denseAccuracy();
+    std::printf("%s %s accuracy %.2f%% (wfbp %.2f%%)\n", schedule, sync,
+                100 * result.finalTestAccuracy, 100 * dense);
+    EXPECT_NEAR(result.finalTestAccuracy, dense, 0.005) << schedule << " " << sync;
+  }
+}
 
 }  // namespace
 }  // namespace gradsync::testing

@@ -57,6 +57,34 @@ TEST(Trainer, MultiWorkerAverageEqualsSingleWorkerLargeBatch) {
   }
 }
 
+// p3 reorders and slices the allreduces and applies SGD per slice; sharded averages by
+// reduce-scatter and updates 1/P of the parameters per rank; both overlap the next forward with
+// communication. None of it may change the math: after N steps the parameters are wfbp's, up
+// to float rounding, on models with plain layers (mlp), convolutions (cnn), and residual blocks
+// with BatchNorm (resnet20), whose pre-forward hooks differ. resnet20 runs 2 steps: BatchNorm
+// over batches of 4 amplifies rounding so fast that even wfbp and fusion (both plain torch SGD,
+// sums grouped differently) differ by 1.2% after 3 steps.
+TEST(Trainer, P3AndShardedGiveWfbpParameters) {
+  for (const char* model : {"mlp", "cnn", "resnet20"}) {
+    TrainOptions o = quickOptions();
+    o.model = model;
+    o.batchSize = 4;
+    o.steps = o.model == "resnet20" ? 2 : 4;
+    TrainResult wfbp = train(3, o);
+    for (const auto& [schedule, sync] :
+         {std::pair{"p3:slice=20000,window=1", "ssgd"}, std::pair{"p3", "ssgd"},
+          std::pair{"wfbp", "sharded"}, std::pair{"fusion:1", "sharded"}}) {
+      o.schedule = schedule;
+      o.sync = sync;
+      TrainResult result = train(3, o);
+      EXPECT_LT(maxRelativeDifference(wfbp.parameters, result.parameters), 1e-4)
+          << model << ", " << schedule << ", " << sync;
+      EXPECT_EQ(result.losses.size(), static_cast<size_t>(o.steps));
+      EXPECT_NEAR(result.perStep.bytesSent, wfbp.perStep.bytesSent, 0.01 * wfbp.perStep.bytesSent);
+    }
+  }
+}
+
 TEST(Trainer, ProcessesOverTcpGiveTheSameParameters) {
   TrainOptions o = quickOptions();
   o.batchSize = 6;
@@ -93,8 +121,17 @@ TrainOptions resumableOptions() {
 }
 
 // Interrupted after the checkpoint at step 8 (mid-epoch), then resumed: the loss curve, the
-// epoch means and the final parameters are exactly those of the uninterrupted run.
-TEST(Trainer, ResumedRunRepeatsTheUninterruptedOne) {
+// epoch means and the final parameters are exactly those of the uninterrupted run. With p3
+// and sharded the velocity lives in the engine (sharded: 1/P per rank) and must travel too.
+class Resume : public ::testing::TestWithParam<std::pair<const char*, const char*>> {};
+
+TEST_P(Resume, ResumedRunRepeatsTheUninterruptedOne) {
+  auto resumableOptions = [this] {
+    TrainOptions o = gradsync::testing::resumableOptions();
+    o.schedule = GetParam().first;
+    o.sync = GetParam().second;
+    return o;
+  };
   TrainResult uninterrupted = train(2, resumableOptions());
   TrainOptions first = resumableOptions();
   first.checkpointDir = scratchDir("resume");
@@ -115,6 +152,15 @@ TEST(Trainer, ResumedRunRepeatsTheUninterruptedOne) {
     EXPECT_EQ(resumed.epochs[e].trainLoss, uninterrupted.epochs[e].trainLoss) << "epoch " << e;
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Modes, Resume,
+                         ::testing::Values(std::pair{"wfbp", "ssgd"}, std::pair{"p3", "ssgd"},
+                                           std::pair{"wfbp", "sharded"}),
+                         [](const auto& info) {
+                           return std::string(info.param.first == std::string("p3") ? "p3"
+                                                                                    : "wfbp") +
+                                  "_" + info.param.second;
+                         });
 
 // A checkpoint at an epoch's end holds that epoch's record: resuming from it loses nothing.
 TEST(Trainer, ResumeFromAnEpochBoundary) {
@@ -197,6 +243,34 @@ TEST(Trainer, TraceMergesEveryRankForTheStepWindow) {
   }
 }
 
+// p3's events carry what the timeline needs: each slice's priority, how many queued slices it
+// overtook, and its step (so the overlap of step t's slices with step t+1's forward shows).
+TEST(Trainer, P3TraceShowsSlicesByPriority) {
+  TrainOptions o = quickOptions();
+  o.batchSize = 4;
+  o.steps = 4;
+  o.schedule = "p3:slice=20000";
+  o.tracePath = scratchDir("trace-p3") + ".json";
+  o.traceSteps = "1:2";
+  train(2, o);
+  std::ifstream in(o.tracePath);
+  nlohmann::json trace = nlohmann::json::parse(in);
+  std::set<int64_t> priorities;
+  std::set<int64_t> steps;
+  size_t slices = 0;
+  for (const auto& event : trace.at("traceEvents")) {
+    if (event.value("cat", "") != "allreduce") continue;
+    const auto& args = event.at("args");
+    priorities.insert(args.at("priority").get<int64_t>());
+    steps.insert(args.at("step").get<int64_t>());
+    EXPECT_TRUE(args.contains("overtook"));
+    slices += event.at("name").get<std::string>().find('[') != std::string::npos;
+  }
+  EXPECT_EQ(priorities.size(), 6u);  // the mlp's six tensors
+  EXPECT_GT(slices, 0u);             // fc1.weight (401,408 elements) travels in slices
+  EXPECT_TRUE(steps.count(1)) << "the window's first step";
+}
+
 TEST(Trainer, InvalidOptionsAreRefusedUpFront) {
   TrainOptions o = quickOptions();
   o.model = "alexnet";
@@ -206,6 +280,13 @@ TEST(Trainer, InvalidOptionsAreRefusedUpFront) {
   EXPECT_THROW(validateTrainOptions(o), ConfigError);
   o = quickOptions();
   o.batchSize = 0;
+  EXPECT_THROW(validateTrainOptions(o), ConfigError);
+  o = quickOptions();
+  o.sync = "sharded";
+  o.schedule = "p3";
+  EXPECT_THROW(validateTrainOptions(o), ConfigError);
+  o.sync = "gossip";
+  o.schedule = "wfbp";
   EXPECT_THROW(validateTrainOptions(o), ConfigError);
 }
 
