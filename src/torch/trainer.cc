@@ -2,12 +2,18 @@
 #include "torch/trainer.h"
 
 #include <dlfcn.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 
 #include <fmt/format.h>
 
+#include "common/logging.h"
 #include "data/sampler.h"
 #include "gradsync/collectives.h"
 #include "gradsync/error.h"
@@ -389,6 +395,8 @@ void validateTrainOptions(const TrainOptions& options) {
 // pool but not OpenBLAS's own pthread pool (Debian's LibTorch calls BLAS through libblas.so.3,
 // OpenBLAS with libopenblas0-pthread), which would otherwise run (and spin) one thread per core
 // in every rank. Looked up at run time, so nothing depends on which BLAS is installed.
+constexpr int kComputeNice = 10;
+
 void limitComputeThreads(int threads) {
   torch::set_num_threads(threads);
   using SetThreads = void (*)(int);
@@ -398,10 +406,22 @@ void limitComputeThreads(int threads) {
   }
 }
 
+// Communication overlapping compute must not wait for a core: on a host where the ranks' compute
+// keeps every core busy (CPU training), a communication thread that wakes for its next segment
+// otherwise queues behind compute and the link idles. The training thread alone (Linux nice is
+// per thread) gives way; the engine's and the transport's threads, which sleep on I/O most of
+// the time, keep the default priority. Idle cores (GPU training) make this a no-op.
+void yieldToCommunication() {
+  if (setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), kComputeNice) != 0) {
+    GS_LOG(kDebug, "could not lower the training thread's priority: {}", std::strerror(errno));
+  }
+}
+
 TrainResult runTraining(Transport& transport, const TrainOptions& options) {
   validateTrainOptions(options);
   limitComputeThreads(options.threads);
   Trainer trainer(transport, options);
+  yieldToCommunication();
   TrainResult result = trainer.run();
   if (transport.rank() == 0 && !options.metricsPath.empty()) {
     writeMetrics(options.metricsPath, options, transport.size(), result);
