@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Throughput vs link bandwidth for every strategy (the analogue of the P3 paper's figures):
 # scripts/bench_schedules.sh at each bandwidth, one JSON per bandwidth under OUT, then
-# scripts/plot_sweep.py draws OUT/throughput_vs_bandwidth.svg and prints the table.
+# scripts/plot_sweep.py draws OUT/throughput_vs_bandwidth.svg and OUT/speedup_vs_bandwidth.svg
+# and prints the table.
 #   scripts/bench_schedule_sweep.sh [--build build] [--model vgg11] [--workers 4] [--steps 10]
 #       [--repeat 1] [--bandwidths "50mbit 100mbit 200mbit 500mbit 1gbit 2gbit"]
 #       [--strategies "fifo wfbp fusion:25 p3 sharded"] [--out results/sweep]
@@ -28,5 +29,6 @@ for b in $bandwidths; do
     --bandwidth "$b" --steps "$steps" --repeat "$repeat" --strategies "$strategies" --json "$json"
 done
 /usr/bin/python3 "$repo/scripts/plot_sweep.py" --svg "$out/throughput_vs_bandwidth.svg" \
+  --speedup-svg "$out/speedup_vs_bandwidth.svg" \
   --title "$model, $workers workers on $(nproc) CPUs, $steps steps per point" \
   $(for b in $bandwidths; do echo "$out/$model-$workers-$b.json"; done)

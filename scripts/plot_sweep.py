@@ -3,7 +3,7 @@
 
 Writes a self-contained SVG (no plotting library needed: Debian's python3 alone runs it) and
 prints the same figures as a Markdown table with each strategy's speed-up over fifo.
-  scripts/plot_sweep.py --svg OUT.svg [--title TEXT] SWEEP.json...
+  scripts/plot_sweep.py --svg OUT.svg [--speedup-svg OUT2.svg] [--title TEXT] SWEEP.json...
 """
 import argparse
 import json
@@ -21,14 +21,20 @@ def mbits(text):
     return float(m.group(1)) * {"k": 1e-3, "m": 1.0, "g": 1e3}[m.group(2)]
 
 
-def svg_chart(points, title, width=720, height=440):
-    """points: {strategy: [(mbit, samples_per_s), ...]} -> SVG text (log-scale x axis)."""
+def nice_ceiling(value):
+    """The smallest 1, 2 or 5 x 10^k that is at least value (for round axis ticks)."""
+    power = 10 ** math.floor(math.log10(value))
+    return next(m * power for m in (1, 2, 5, 10) if m * power >= value)
+
+
+def svg_chart(points, title, ylabel, width=720, height=440):
+    """points: {strategy: [(mbit, y), ...]} -> SVG text (log-scale x axis)."""
     left, right, top, bottom = 70, 150, 40, 60
     xs = [x for line in points.values() for x, _ in line]
     ys = [y for line in points.values() for _, y in line]
     x0, x1 = math.log10(min(xs)), math.log10(max(xs))
     x1 = x1 if x1 > x0 else x0 + 1
-    y1 = max(ys) * 1.1
+    y1 = 5 * nice_ceiling(max(ys) / 5)
     px = lambda x: left + (math.log10(x) - x0) / (x1 - x0) * (width - left - right)
     py = lambda y: height - bottom - y / y1 * (height - top - bottom)
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
@@ -42,11 +48,11 @@ def svg_chart(points, title, width=720, height=440):
     for i in range(6):
         y = y1 * i / 5
         out.append(f'<line x1="{left}" y1="{py(y):.1f}" x2="{width - right}" y2="{py(y):.1f}" stroke="#eee"/>')
-        out.append(f'<text x="{left - 6}" y="{py(y) + 4:.1f}" text-anchor="end">{y:.0f}</text>')
+        out.append(f'<text x="{left - 6}" y="{py(y) + 4:.1f}" text-anchor="end">{y:g}</text>')
     out.append(f'<text x="{(left + width - right) / 2}" y="{height - 20}" text-anchor="middle">'
                'link bandwidth per rank (log scale)</text>')
     out.append(f'<text transform="translate(18,{(top + height - bottom) / 2}) rotate(-90)" '
-               'text-anchor="middle">throughput (samples/s)</text>')
+               f'text-anchor="middle">{ylabel}</text>')
     for i, (name, line) in enumerate(points.items()):
         color = COLORS[i % len(COLORS)]
         path = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in sorted(line))
@@ -63,7 +69,8 @@ def svg_chart(points, title, width=720, height=440):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--svg", required=True)
+    parser.add_argument("--svg", required=True, help="throughput vs bandwidth")
+    parser.add_argument("--speedup-svg", help="also: each strategy's speed-up over fifo")
     parser.add_argument("--title", default="throughput vs bandwidth")
     parser.add_argument("files", nargs="+")
     args = parser.parse_args()
@@ -72,7 +79,12 @@ def main():
     points = {s: [(mbits(w["bandwidth"]), w["strategies"][s]["samples_per_s"])
                   for w in sweeps if s in w["strategies"]] for s in strategies}
     with open(args.svg, "w") as f:
-        f.write(svg_chart(points, args.title))
+        f.write(svg_chart(points, args.title, "throughput (samples/s)"))
+    if args.speedup_svg:
+        fifo = dict(points["fifo"])
+        speedups = {s: [(x, y / fifo[x]) for x, y in line] for s, line in points.items()}
+        with open(args.speedup_svg, "w") as f:
+            f.write(svg_chart(speedups, args.title, "speed-up over fifo (×)"))
     print("| bandwidth | " + " | ".join(f"{s} (samples/s)" for s in strategies) +
           " | " + " | ".join(f"{s} × fifo" for s in strategies if s != "fifo") + " |")
     print("|---|" + "---:|" * (2 * len(strategies) - 1))
@@ -82,7 +94,7 @@ def main():
         ratios = [f"{row[s]['samples_per_s'] / row['fifo']['samples_per_s']:.2f}"
                   for s in strategies if s != "fifo"]
         print(f"| {w['bandwidth']} | " + " | ".join(cells + ratios) + " |")
-    print(f"\nplot: {args.svg}")
+    print(f"\nplot: {args.svg}" + (f", {args.speedup_svg}" if args.speedup_svg else ""))
 
 
 if __name__ == "__main__":

@@ -368,7 +368,7 @@ void GradientEngine::finishOp(const Op& op) {
 // operation can be done before the training thread ends backward).
 void GradientEngine::completeStepIfDone() {
   if (opsDone_ < opsPerStep_ || !backwardDone_) return;
-  for (const WorkPtr& work : decisionWork_) work->wait();  // long done: they preceded the ops
+  // Rank 0's picks need no wait: a follower ran every op of the step, so it received every pick.
   lastStep_ = stepStats_;
   totals_.commSeconds += stepStats_.commSeconds;
   totals_.bytesSent += stepStats_.bytesSent;

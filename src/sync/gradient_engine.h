@@ -101,6 +101,8 @@ class GradientEngine {
   std::vector<float> velocity();
   void setVelocity(std::span<const float> velocity);
 
+  // The last completed step's statistics; read it after finishStep (not in update mode, where
+  // steps complete on the communication thread: use totals()).
   const StepStats& lastStep() const { return lastStep_; }
   // Sums over every completed step. Thread-safe.
   StepStats totals() const;

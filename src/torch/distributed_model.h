@@ -60,7 +60,6 @@ class DistributedModel {
   void velocityToOptimizer(torch::optim::SGD& optimizer);
   void velocityFromOptimizer(torch::optim::SGD& optimizer);
 
-  const StepStats& lastStep() const { return engine_ ? engine_->lastStep() : kAlone_; }
   // Sums over every completed step (none for a world of one).
   StepStats totals() const { return engine_ ? engine_->totals() : StepStats{}; }
   void setTrace(TraceRecorder* trace);
@@ -90,7 +89,6 @@ class DistributedModel {
   std::unordered_map<const torch::nn::Module*, LayerWaits> layers_;
   double waitSeconds_ = 0;
   TraceRecorder* trace_ = nullptr;
-  static inline const StepStats kAlone_{};
 };
 
 }  // namespace gradsync

@@ -107,6 +107,7 @@ class Trainer {
   }
 
   float trainStep(int64_t epoch, size_t step, int64_t globalStep);
+  double updateParameters(TraceRecorder* trace, double& optimizerSeconds);
   void settle();
   // Accuracy on the first `samples` test samples (all of them by default).
   double evaluate(size_t samples = SIZE_MAX);
@@ -131,11 +132,35 @@ class Trainer {
   std::unique_ptr<TraceRecorder> trace_;        // null without --trace
 };
 
-// Waits for the last step's communication (p3, sharded), counted as exposed communication:
-// the training time must include it.
+// After backward: either the engine applies the update as the averages arrive (p3, sharded),
+// or this waits for the averages and steps the optimizer. Returns the seconds spent waiting.
+double Trainer::updateParameters(TraceRecorder* trace, double& optimizerSeconds) {
+  if (model_.updatesParameters()) {
+    model_.endBackward();
+    return 0;
+  }
+  auto start = Clock::now();
+  {
+    ScopedEvent event(trace, kMainLane, "communication", "wait");
+    model_.synchronizeGradients();
+  }
+  double waited = since(start);
+  auto synchronized = Clock::now();
+  {
+    ScopedEvent event(trace, kMainLane, "compute", "optimizer");
+    optimizer_.step();
+  }
+  optimizerSeconds = since(synchronized);
+  return waited;
+}
+
+// Waits for the last step's communication (p3, sharded), counted as exposed communication and
+// as part of the step: the training time must include it.
 void Trainer::settle() {
   model_.waitForParameters();
-  sums_.exposedCommMs += model_.takeWaitSeconds() * 1e3;
+  double waited = model_.takeWaitSeconds() * 1e3;
+  sums_.exposedCommMs += waited;
+  sums_.stepMs += waited;  // the last step ends only now
 }
 
 float Trainer::trainStep(int64_t epoch, size_t step, int64_t globalStep) {
@@ -163,23 +188,8 @@ float Trainer::trainStep(int64_t epoch, size_t step, int64_t globalStep) {
   }
   auto computed = Clock::now();
   const double forwardWait = model_.takeWaitSeconds();  // in the forward (p3, sharded)
-  double waited = forwardWait;
   double optimizerSeconds = 0;
-  if (model_.updatesParameters()) {
-    model_.endBackward();  // the engine applies the update as the averages arrive
-  } else {
-    {
-      ScopedEvent event(trace, kMainLane, "communication", "wait");
-      model_.synchronizeGradients();
-    }
-    auto synchronized = Clock::now();
-    waited += std::chrono::duration<double>(synchronized - computed).count();
-    {
-      ScopedEvent event(trace, kMainLane, "compute", "optimizer");
-      optimizer_.step();
-    }
-    optimizerSeconds = since(synchronized);
-  }
+  double waited = forwardWait + updateParameters(trace, optimizerSeconds);
   sums_.computeMs +=
       std::chrono::duration<double, std::milli>(computed - start).count() - forwardWait * 1e3;
   sums_.exposedCommMs += waited * 1e3;
@@ -250,6 +260,7 @@ RunPosition Trainer::startingPosition() {
       loadCheckpoint(*checkpoints_, model_.model(), optimizer_, identity(), transport_.rank());
   if (!position) return {};
   model_.velocityFromOptimizer(optimizer_);
+  if (model_.updatesParameters()) optimizer_.state().clear();
   if (transport_.rank() == 0 && !options_.quiet) {
     std::printf("resuming from step %lld (%s)\n", static_cast<long long>(position->step),
                 checkpoints_->pathForStep(position->step).c_str());
@@ -272,6 +283,8 @@ void Trainer::maybeCheckpoint(const RunPosition& position, bool last) {
   if (transport_.rank() == 0) {
     saveCheckpoint(*checkpoints_, model_.model(), optimizer_, identity(), position, sums);
   }
+  // The engine keeps the velocity (sharded: 1/P of it); a full copy here would undo that.
+  if (model_.updatesParameters()) optimizer_.state().clear();
 }
 
 // --eval-every: records the accuracy at `step`; returns the seconds the evaluation took, which
@@ -395,8 +408,6 @@ void validateTrainOptions(const TrainOptions& options) {
 // pool but not OpenBLAS's own pthread pool (Debian's LibTorch calls BLAS through libblas.so.3,
 // OpenBLAS with libopenblas0-pthread), which would otherwise run (and spin) one thread per core
 // in every rank. Looked up at run time, so nothing depends on which BLAS is installed.
-constexpr int kComputeNice = 10;
-
 void limitComputeThreads(int threads) {
   torch::set_num_threads(threads);
   using SetThreads = void (*)(int);
@@ -412,6 +423,7 @@ void limitComputeThreads(int threads) {
 // per thread) gives way; the engine's and the transport's threads, which sleep on I/O most of
 // the time, keep the default priority. Idle cores (GPU training) make this a no-op.
 void yieldToCommunication() {
+  constexpr int kComputeNice = 10;
   if (setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), kComputeNice) != 0) {
     GS_LOG(kDebug, "could not lower the training thread's priority: {}", std::strerror(errno));
   }
