@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstring>
 
 #include <fmt/format.h>
 
@@ -10,14 +9,12 @@
 #include "common/logging.h"
 #include "gradsync/collectives.h"
 #include "gradsync/error.h"
-#include "sync/sgd.h"
 
 namespace gradsync {
 namespace {
 
-// p3's picks travel from rank 0 on their own stream; checkpoints gather velocity on another.
+// p3's picks travel from rank 0 on their own stream (checkpoints gather velocity on tag 6).
 constexpr uint64_t kDecisionTag = 5;
-const CollectiveOptions kVelocityTag{.tag = 6};
 
 std::vector<size_t> elementsOf(const std::vector<TensorShape>& tensors) {
   std::vector<size_t> elements;
@@ -250,42 +247,6 @@ bool GradientEngine::exchangeUnit(size_t unit, ExchangeStats& stats) {
   return true;
 }
 
-void GradientEngine::update(size_t unit, size_t begin, size_t end, size_t velocityAt) {
-  const CommUnit& u = layout_.units[unit];
-  const size_t first = u.offset + begin;
-  const size_t last = u.offset + end;
-  for (int t : u.tensors) {
-    size_t lo = std::max(first, layout_.offsetOf[t]);
-    size_t hi = std::min(last, layout_.offsetOf[t] + tensors_[t].elements);
-    if (lo >= hi) continue;
-    SgdOptions sgd{options_.lr, plan_.absorbsMomentum(t) ? 0.0 : options_.momentum};
-    sgdStep(parameters_[t].subspan(lo - layout_.offsetOf[t], hi - lo),
-            std::span<const float>(flat_).subspan(lo, hi - lo),
-            std::span(velocity_).subspan(velocityAt + (lo - first), hi - lo), sgd);
-  }
-}
-
-// The unit's flat span stages the parameters: this rank's block (just updated) goes in, the
-// allgather fills the rest, and every tensor of the unit takes its values back.
-void GradientEngine::allgatherParameters(size_t unit) {
-  const CommUnit& u = layout_.units[unit];
-  Block own = blockOf(u.elements, transport_.size(), transport_.rank());
-  auto copy = [&](size_t begin, size_t end, bool toParameters) {
-    for (int t : u.tensors) {
-      size_t lo = std::max(u.offset + begin, layout_.offsetOf[t]);
-      size_t hi = std::min(u.offset + end, layout_.offsetOf[t] + tensors_[t].elements);
-      if (lo >= hi) continue;
-      float* parameter = parameters_[t].data() + (lo - layout_.offsetOf[t]);
-      float* staged = flat_.data() + lo;
-      std::memcpy(toParameters ? parameter : staged, toParameters ? staged : parameter,
-                  (hi - lo) * sizeof(float));
-    }
-  };
-  copy(own.begin, own.end, false);
-  allgather(transport_, {flat_.data() + u.offset, u.elements});
-  copy(0, u.elements, true);
-}
-
 bool GradientEngine::execute(const Op& op, ExchangeStats& stats) {
   const CommUnit& unit = layout_.units[op.unit];
   switch (op.kind) {
@@ -485,52 +446,6 @@ void GradientEngine::drain() {
 StepStats GradientEngine::totals() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return totals_;
-}
-
-std::vector<float> GradientEngine::velocity() {
-  GS_CHECK(updates_);
-  drain();
-  std::vector<float> flat(layout_.totalElements);
-  if (options_.sharded) {
-    for (size_t u = 0; u < layout_.units.size(); ++u) {
-      const CommUnit& unit = layout_.units[u];
-      Block own = blockOf(unit.elements, transport_.size(), transport_.rank());
-      std::copy_n(velocity_.begin() + static_cast<std::ptrdiff_t>(velocityAt_[u]), own.size(),
-                  flat.begin() + static_cast<std::ptrdiff_t>(unit.offset + own.begin));
-      allgather(transport_, {flat.data() + unit.offset, unit.elements}, kVelocityTag);
-    }
-  } else {
-    flat = velocity_;
-  }
-  std::vector<float> byTensor;  // registration order
-  for (size_t t = 0; t < tensors_.size(); ++t) {
-    auto begin = flat.begin() + static_cast<std::ptrdiff_t>(layout_.offsetOf[t]);
-    byTensor.insert(byTensor.end(), begin,
-                    begin + static_cast<std::ptrdiff_t>(tensors_[t].elements));
-  }
-  return byTensor;
-}
-
-void GradientEngine::setVelocity(std::span<const float> byTensor) {
-  GS_CHECK(updates_ && byTensor.size() == layout_.totalElements);
-  drain();
-  std::vector<float> flat(layout_.totalElements);
-  size_t at = 0;
-  for (size_t t = 0; t < tensors_.size(); ++t) {
-    std::copy_n(byTensor.begin() + static_cast<std::ptrdiff_t>(at), tensors_[t].elements,
-                flat.begin() + static_cast<std::ptrdiff_t>(layout_.offsetOf[t]));
-    at += tensors_[t].elements;
-  }
-  if (!options_.sharded) {
-    velocity_ = std::move(flat);
-    return;
-  }
-  for (size_t u = 0; u < layout_.units.size(); ++u) {
-    const CommUnit& unit = layout_.units[u];
-    Block own = blockOf(unit.elements, transport_.size(), transport_.rank());
-    std::copy_n(flat.begin() + static_cast<std::ptrdiff_t>(unit.offset + own.begin), own.size(),
-                velocity_.begin() + static_cast<std::ptrdiff_t>(velocityAt_[u]));
-  }
 }
 
 void GradientEngine::resetStep() {

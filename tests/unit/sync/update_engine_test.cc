@@ -111,7 +111,9 @@ TEST_P(UpdateEngine, AppliesSgdOnTheAverage) {
     for (const auto& v : expected.velocity)
       expectedVelocity.insert(expectedVelocity.end(), v.begin(), v.end());
     expectClose(velocity, expectedVelocity, "velocity");
-    if (t.size() > 1) EXPECT_GT(engine.totals().denseBytes, 0u);
+    if (t.size() > 1) {
+      EXPECT_GT(engine.totals().denseBytes, 0u);
+    }
   });
 }
 
