@@ -23,12 +23,14 @@ std::vector<size_t> elementsOf(const std::vector<TensorShape>& tensors) {
 }
 
 // Elements per row (the product of all dimensions but the first): p3 slices whole rows.
+size_t rowElements(const TensorShape& t) {
+  bool matrix = t.dims.size() > 1 && t.dims[0] > 0;
+  return matrix ? t.elements / static_cast<size_t>(t.dims[0]) : 1;
+}
+
 std::vector<size_t> rowsOf(const std::vector<TensorShape>& tensors) {
   std::vector<size_t> rows;
-  for (const auto& t : tensors) {
-    bool matrix = t.dims.size() > 1 && t.dims[0] > 0;
-    rows.push_back(matrix ? t.elements / static_cast<size_t>(t.dims[0]) : 1);
-  }
+  for (const auto& t : tensors) rows.push_back(rowElements(t));
   return rows;
 }
 
@@ -90,10 +92,9 @@ GradientEngine::GradientEngine(Transport& transport, const std::vector<TensorSha
     for (int t : unit.tensors) shapes.push_back(tensors_[t]);
     if (layout_.unitCount[unit.tensors[0]] > 1) {  // a p3 slice: whole rows of one tensor
       TensorShape& slice = shapes[0];
-      slice.name = fmt::format("{}[{}:{}]", slice.name, unit.tensorOffset,
-                               unit.tensorOffset + unit.elements);
+      slice.name = unitName(static_cast<size_t>(&unit - layout_.units.data()));
       if (slice.dims.size() > 1)
-        slice.dims[0] = static_cast<int64_t>(unit.elements / rowsOf({slice})[0]);
+        slice.dims[0] = static_cast<int64_t>(unit.elements / rowElements(slice));
       slice.elements = unit.elements;
     }
     compressors_.push_back(makeCompressor(plan_.perTensor[unit.tensors[0]], shapes));
@@ -159,15 +160,19 @@ void GradientEngine::markUnitReady(size_t unit) {
   if (scheduler_) scheduler_->ready(unit);
 }
 
+void GradientEngine::markTensorReady(int t) {
+  ready_[t] = true;
+  stepStarted_ = true;
+  for (int u = layout_.unitOf[t]; u < layout_.unitOf[t] + layout_.unitCount[t]; ++u) {
+    if (--waitingIn_[u] == 0) markUnitReady(u);
+  }
+}
+
 void GradientEngine::markReady(int t) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     GS_CHECK(!ready_[t]);
-    ready_[t] = true;
-    stepStarted_ = true;
-    for (int u = layout_.unitOf[t]; u < layout_.unitOf[t] + layout_.unitCount[t]; ++u) {
-      if (--waitingIn_[u] == 0) markUnitReady(u);
-    }
+    markTensorReady(t);
   }
   cv_.notify_all();
 }
@@ -198,9 +203,10 @@ std::optional<GradientEngine::Op> GradientEngine::nextPrioritized(
       while (auto pick = scheduler_->next()) {
         size_t k = opsStarted_ + committed_.size();
         decisions_[k] = pick->unit | (static_cast<uint64_t>(pick->overtook) << 32);
+        // No wait needed: the transport keeps the send's Work, and decisions_[k] outlives the
+        // send, since a follower receives every pick of a step before the step can complete.
         for (int peer = 1; peer < transport_.size(); ++peer) {
-          decisionWork_.push_back(
-              transport_.send(peer, kDecisionTag, &decisions_[k], sizeof(decisions_[k])));
+          transport_.send(peer, kDecisionTag, &decisions_[k], sizeof(decisions_[k]));
         }
         committed_.push_back({Op::Kind::kAllreduce, pick->unit, pick->overtook});
       }
@@ -329,13 +335,8 @@ void GradientEngine::finishOp(const Op& op) {
 // operation can be done before the training thread ends backward).
 void GradientEngine::completeStepIfDone() {
   if (opsDone_ < opsPerStep_ || !backwardDone_) return;
-  // Rank 0's picks need no wait: a follower ran every op of the step, so it received every pick.
   lastStep_ = stepStats_;
-  totals_.commSeconds += stepStats_.commSeconds;
-  totals_.bytesSent += stepStats_.bytesSent;
-  totals_.denseBytes += stepStats_.denseBytes;
-  totals_.encodeSeconds += stepStats_.encodeSeconds;
-  totals_.decodeSeconds += stepStats_.decodeSeconds;
+  totals_ += stepStats_;
   ++stepsDone_;
   ++step_;
   resetStep();
@@ -348,11 +349,7 @@ void GradientEngine::traceOp(const Op& op, Nanos readyAt, Nanos start, uint64_t 
                              const ExchangeStats* compressed) {
   const CommUnit& unit = layout_.units[op.unit];
   const int first = unit.tensors.front();
-  std::string name = tensors_[first].name;
-  if (unit.tensors.size() > 1) name += fmt::format(" +{} tensors", unit.tensors.size() - 1);
-  if (layout_.unitCount[first] > 1) {
-    name += fmt::format("[{}:{}]", unit.tensorOffset, unit.tensorOffset + unit.elements);
-  }
+  const std::string name = unitName(op.unit);
   TraceArgs args;
   args.add("tensors", static_cast<int64_t>(unit.tensors.size()))
       .add("elements", static_cast<int64_t>(unit.elements))
@@ -376,6 +373,19 @@ void GradientEngine::traceOp(const Op& op, Nanos readyAt, Nanos start, uint64_t 
   trace_->complete(kCommLane, category, name, start, SteadyClock::instance().now(), args);
 }
 
+// The first tensor's name, with "+N tensors" for a fusion bucket and the element range of a p3
+// slice ("fc1.weight[40000:80000]").
+std::string GradientEngine::unitName(size_t index) const {
+  const CommUnit& unit = layout_.units[index];
+  const int first = unit.tensors.front();
+  std::string name = tensors_[first].name;
+  if (unit.tensors.size() > 1) name += fmt::format(" +{} tensors", unit.tensors.size() - 1);
+  if (layout_.unitCount[first] > 1) {
+    name += fmt::format("[{}:{}]", unit.tensorOffset, unit.tensorOffset + unit.elements);
+  }
+  return name;
+}
+
 void GradientEngine::zeroUnusedGradients() {
   for (size_t t = 0; t < tensors_.size(); ++t) {
     if (ready_[t]) continue;
@@ -386,10 +396,7 @@ void GradientEngine::zeroUnusedGradients() {
     }
     std::span<float> s = slot(static_cast<int>(t));
     std::fill(s.begin(), s.end(), 0.0f);
-    ready_[t] = true;
-    for (int u = layout_.unitOf[t]; u < layout_.unitOf[t] + layout_.unitCount[t]; ++u) {
-      if (--waitingIn_[u] == 0) markUnitReady(u);
-    }
+    markTensorReady(static_cast<int>(t));
   }
 }
 
@@ -406,11 +413,12 @@ void GradientEngine::endBackward() {
   cv_.notify_all();
 }
 
-// Each collective is bounded by the transport timeout, so this bound is never the one to fire
-// unless the engine itself is broken.
+std::chrono::milliseconds GradientEngine::waitBound() const {
+  return transport_.options().timeout * static_cast<int>(opsPerStep_ + 1);
+}
+
 void GradientEngine::waitSteps(std::unique_lock<std::mutex>& lock, uint64_t steps) {
-  auto bound = transport_.options().timeout * static_cast<int>(opsPerStep_ + 1);
-  bool finished = cv_.wait_for(lock, bound, [&] { return error_ || stepsDone_ >= steps; });
+  bool finished = cv_.wait_for(lock, waitBound(), [&] { return error_ || stepsDone_ >= steps; });
   if (error_) std::rethrow_exception(error_);
   if (!finished)
     throw InternalError("gradient communication did not finish", {.rank = transport_.rank()});
@@ -418,19 +426,17 @@ void GradientEngine::waitSteps(std::unique_lock<std::mutex>& lock, uint64_t step
 
 void GradientEngine::finishStep() {
   GS_CHECK(!updates_);
-  auto start = std::chrono::steady_clock::now();
   endBackward();
   std::unique_lock<std::mutex> lock(mutex_);
   waitSteps(lock, stepsEnded_);
-  lastStep_.exposedSeconds = secondsSince(start);
 }
 
 void GradientEngine::waitParameters(int t) {
   GS_CHECK(updates_);
   std::unique_lock<std::mutex> lock(mutex_);
   if (updatedSteps_[t] >= stepsEnded_ && !error_) return;
-  auto bound = transport_.options().timeout * static_cast<int>(opsPerStep_ + 1);
-  bool done = cv_.wait_for(lock, bound, [&] { return error_ || updatedSteps_[t] >= stepsEnded_; });
+  bool done =
+      cv_.wait_for(lock, waitBound(), [&] { return error_ || updatedSteps_[t] >= stepsEnded_; });
   if (error_) std::rethrow_exception(error_);
   if (!done) {
     throw InternalError(fmt::format("parameters of '{}' were never updated", tensors_[t].name),
@@ -460,7 +466,6 @@ void GradientEngine::resetStep() {
   }
   if (scheduler_) scheduler_->reset();
   committed_.clear();
-  decisionWork_.clear();
   opsStarted_ = 0;
   opsDone_ = 0;
   stepStarted_ = false;

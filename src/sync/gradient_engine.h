@@ -54,12 +54,20 @@ struct EngineOptions {
 
 // What one step cost, measured by the engine.
 struct StepStats {
-  double commSeconds = 0;     // time the communication thread spent in collectives
-  double exposedSeconds = 0;  // time finishStep blocked the training thread (not overlapped)
-  uint64_t bytesSent = 0;     // bytes this rank put on the network for the step's gradients
-  uint64_t denseBytes = 0;    // bytes a dense ring allreduce of the same gradients would send
-  double encodeSeconds = 0;   // compressors' encoding time (part of commSeconds)
-  double decodeSeconds = 0;   // compressors' decoding time (part of commSeconds)
+  double commSeconds = 0;    // time the communication thread spent in collectives
+  uint64_t bytesSent = 0;    // bytes this rank put on the network for the step's gradients
+  uint64_t denseBytes = 0;   // bytes a dense ring allreduce of the same gradients would send
+  double encodeSeconds = 0;  // compressors' encoding time (part of commSeconds)
+  double decodeSeconds = 0;  // compressors' decoding time (part of commSeconds)
+
+  StepStats& operator+=(const StepStats& other) {
+    commSeconds += other.commSeconds;
+    bytesSent += other.bytesSent;
+    denseBytes += other.denseBytes;
+    encodeSeconds += other.encodeSeconds;
+    decodeSeconds += other.decodeSeconds;
+    return *this;
+  }
 };
 
 class GradientEngine {
@@ -140,9 +148,14 @@ class GradientEngine {
   void allgatherParameters(size_t unit);
   void finishOp(const Op& op);  // with the lock held
   void completeStepIfDone();    // with the lock held
+  void markTensorReady(int t);  // with the lock held
   void markUnitReady(size_t unit);
+  std::string unitName(size_t unit) const;
   void zeroUnusedGradients();
   void waitSteps(std::unique_lock<std::mutex>& lock, uint64_t steps);
+  // Every wait's bound: each collective is bounded by the transport timeout, so this bound is
+  // never the one to fire unless the engine itself is broken.
+  std::chrono::milliseconds waitBound() const;
   void resetStep();
   // `compressed`: the exchange's statistics, or null for a dense collective.
   void traceOp(const Op& op, Nanos readyAt, Nanos start, uint64_t bytes,
@@ -163,7 +176,6 @@ class GradientEngine {
   const std::vector<Op> order_;     // fifo, wfbp, fusion, sharded: every step's operations
   std::unique_ptr<PriorityScheduler> scheduler_;  // p3 on rank 0
   std::vector<uint64_t> decisions_;               // p3: this step's picks (unit | overtook << 32)
-  std::vector<WorkPtr> decisionWork_;             // p3: sends (rank 0) of this step's picks
   std::deque<Op> committed_;                      // p3 on rank 0: picked, not yet started
   uint64_t step_ = 0;                             // the step in progress (or the next one)
 

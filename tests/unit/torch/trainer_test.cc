@@ -157,9 +157,7 @@ INSTANTIATE_TEST_SUITE_P(Modes, Resume,
                          ::testing::Values(std::pair{"wfbp", "ssgd"}, std::pair{"p3", "ssgd"},
                                            std::pair{"wfbp", "sharded"}),
                          [](const auto& info) {
-                           return std::string(info.param.first == std::string("p3") ? "p3"
-                                                                                    : "wfbp") +
-                                  "_" + info.param.second;
+                           return std::string(info.param.first) + "_" + info.param.second;
                          });
 
 // A checkpoint at an epoch's end holds that epoch's record: resuming from it loses nothing.
