@@ -17,17 +17,15 @@ struct TrainFlags {
   RankFlags ranks;
 };
 
-// Strategies of the CLI contract that later work will provide: refused at startup with the
-// reason, never silently ignored.
-void refuseUnavailable(const TrainFlags& flags) {
-  const std::string& sync = flags.options.sync;
-  std::string name = sync.substr(0, sync.find(':'));
-  for (const char* later : {"asgd", "ssp", "odsgd", "ssdsgd", "cdsgd", "localsgd"}) {
-    if (name == later) {
-      throw ConfigError(fmt::format("--sync {} is not available yet", sync),
-                        {.hint = "this build supports --sync ssgd or sharded"});
-    }
+// " asgd", " ssgd over 2 servers", ...; nothing for ring ssgd (the default).
+std::string syncLabel(const TrainOptions& options) {
+  const StrategyKnobs& knobs = options.strategy;
+  std::string label = options.sync == "ssgd" ? "" : " " + options.sync;
+  if (knobs.servers > 0) return label + fmt::format(" over {} parameter servers", knobs.servers);
+  if (knobs.ps || SyncStrategy::parse(options.sync).needsServers()) {
+    return label + " over co-located parameter servers";
   }
+  return label;
 }
 
 void printSummary(const TrainOptions& options, int workers, const TrainResult& result) {
@@ -37,9 +35,9 @@ void printSummary(const TrainOptions& options, int workers, const TrainResult& r
       "test accuracy %.2f%%, %.0f samples/s, step %.1f ms (compute %.1f, exposed "
       "communication %.1f), %.2f MB sent per step",
       options.model.c_str(), options.dataset.c_str(), workers, options.schedule.c_str(),
-      options.sync == "sharded" ? " sharded" : "", static_cast<long long>(result.steps),
-      result.seconds, 100 * result.finalTestAccuracy, result.samplesPerSecond, p.stepMs,
-      p.computeMs, p.exposedCommMs, p.bytesSent / 1e6);
+      syncLabel(options).c_str(), static_cast<long long>(result.steps), result.seconds,
+      100 * result.finalTestAccuracy, result.samplesPerSecond, p.stepMs, p.computeMs,
+      p.exposedCommMs, p.bytesSent / 1e6);
   if (options.compression.spec != "none" && p.bytesSent > 0) {
     std::printf(" (%s: %.1fx less than dense, encode %.1f ms, decode %.1f ms)",
                 options.compression.spec.c_str(), p.denseBytes / p.bytesSent, p.encodeMs,
@@ -68,7 +66,21 @@ void addTrainCommand(CLI::App& app, CommandContext& context) {
   train->add_option("--threads", o.threads, "torch threads per rank")->capture_default_str();
   train->add_option("--schedule", o.schedule, "fifo | wfbp | fusion:MB | p3[:slice=N,window=W]")
       ->capture_default_str();
-  train->add_option("--sync", o.sync, "ssgd | sharded (Lee et al.)")->capture_default_str();
+  train
+      ->add_option("--sync", o.sync,
+                   "ssgd | sharded | asgd | ssp:S | odsgd | ssdsgd:K | cdsgd:K | localsgd:H")
+      ->capture_default_str();
+  StrategyKnobs& k = o.strategy;
+  train->add_flag("--ps", k.ps, "ssgd through parameter servers co-located with the workers");
+  train->add_option("--servers", k.servers, "run K parameter servers as processes of their own")
+      ->capture_default_str();
+  train->add_option("--delay-warmup", k.warmup,
+                    "odsgd/ssdsgd/cdsgd: plain ssgd steps first (default: 200/500/1000)");
+  train->add_option("--local-lr", k.localLr, "delayed strategies' local step (default: --lr)");
+  train->add_option("--glu", k.glu, "ssdsgd: weight of the global direction")
+      ->capture_default_str();
+  train->add_option("--cd-threshold", k.threshold, "cdsgd: 2-bit quantization threshold")
+      ->capture_default_str();
   train->add_option("--compress", o.compression.spec, "gradient compression: " + methodChoices())
       ->capture_default_str();
   train->add_option("--compress-override", o.compression.overrides,
@@ -92,14 +104,16 @@ void addTrainCommand(CLI::App& app, CommandContext& context) {
   train->add_flag("--quiet", o.quiet, "no progress display");
   train->callback([flags, &context] {
     keepFreedMemoryInHeap();  // this process and the ranks it launches (they run this callback)
-    refuseUnavailable(*flags);
     if (flags->options.resume && flags->options.checkpointDir.empty()) {
       throw ConfigError("--resume needs --checkpoint-dir");
     }
     validateTrainOptions(flags->options);
-    context.exitCode = runRanks(flags->ranks, context.env, context.argv, [&](Transport& t) {
+    RankFlags ranks = flags->ranks;
+    ranks.workers += flags->options.strategy.servers;  // separate servers are ranks too
+    context.exitCode = runRanks(ranks, context.env, context.argv, [&](Transport& t) {
       TrainResult result = runTraining(t, flags->options);
-      if (t.rank() == 0) printSummary(flags->options, t.size(), result);
+      int workers = t.size() - flags->options.strategy.servers;
+      if (t.rank() == 0) printSummary(flags->options, workers, result);
       return 0;
     });
   });

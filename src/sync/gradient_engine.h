@@ -39,6 +39,7 @@
 #include "gradsync/transport.h"
 #include "schedule/priority_scheduler.h"
 #include "schedule/schedule.h"
+#include "sync/sync_engine.h"
 #include "trace/trace_recorder.h"
 
 namespace gradsync {
@@ -52,43 +53,25 @@ struct EngineOptions {
   double lr = 0;         // the optimizer's, when the engine updates parameters
 };
 
-// What one step cost, measured by the engine.
-struct StepStats {
-  double commSeconds = 0;    // time the communication thread spent in collectives
-  uint64_t bytesSent = 0;    // bytes this rank put on the network for the step's gradients
-  uint64_t denseBytes = 0;   // bytes a dense ring allreduce of the same gradients would send
-  double encodeSeconds = 0;  // compressors' encoding time (part of commSeconds)
-  double decodeSeconds = 0;  // compressors' decoding time (part of commSeconds)
-
-  StepStats& operator+=(const StepStats& other) {
-    commSeconds += other.commSeconds;
-    bytesSent += other.bytesSent;
-    denseBytes += other.denseBytes;
-    encodeSeconds += other.encodeSeconds;
-    decodeSeconds += other.decodeSeconds;
-    return *this;
-  }
-};
-
-class GradientEngine {
+class GradientEngine final : public SyncEngine {
  public:
   // `parameters` (by tensor; the model's storage) are needed, and only used, when
   // updatesParameters(options): the engine then writes the updated values into them.
   // Throws ConfigError for a combination it cannot run.
   GradientEngine(Transport& transport, const std::vector<TensorShape>& tensors,
                  EngineOptions options, std::vector<std::span<float>> parameters = {});
-  ~GradientEngine();
+  ~GradientEngine() override;
   GradientEngine(const GradientEngine&) = delete;
   GradientEngine& operator=(const GradientEngine&) = delete;
 
   // Where tensor `t`'s gradient goes; after finishStep it holds the average over ranks.
-  std::span<float> slot(int t);
+  std::span<float> slot(int t) override;
   // Tensor `t`'s gradient is in its slot. Thread-safe.
-  void markReady(int t);
+  void markReady(int t) override;
   // Ends the step: tensors never marked ready (unused parameters) count as zero gradients (with
   // a warning naming them, once); waits for every unit; rethrows a communication error.
   // Not when updatesParameters().
-  void finishStep();
+  void finishStep() override;
 
   // Throws ConfigError for options the engine cannot run on these tensors (a bad compression
   // spec; sharded with p3 or with compression), before any work starts.
@@ -98,30 +81,32 @@ class GradientEngine {
     return options.sharded || options.schedule.prioritized();
   }
   // Update mode: ends the step's backward (as finishStep, without waiting).
-  void endBackward();
+  void endBackward() override;
   // Update mode: blocks until tensor t's parameters include every ended step's update.
-  void waitParameters(int t);
+  void waitParameters(int t) override;
   // Waits until every ended step is complete; rethrows a communication error.
-  void drain();
+  void drain() override;
   // Update mode: the SGD velocity of every tensor, flattened in registration order (sharded:
   // gathered from the ranks that own it, a collective every rank must call), and back. Only
   // between steps (after drain()); for checkpoints.
-  std::vector<float> velocity();
-  void setVelocity(std::span<const float> velocity);
+  std::vector<float> velocity() override;
+  void setVelocity(std::span<const float> velocity) override;
 
   // The last completed step's statistics; read it after finishStep (not in update mode, where
   // steps complete on the communication thread: use totals()).
   const StepStats& lastStep() const { return lastStep_; }
   // Sums over every completed step. Thread-safe.
-  StepStats totals() const;
+  StepStats totals() const override;
   // Records each unit's queueing and allreduce on the communication lane (null: no tracing).
   // Set before the first step; the recorder must outlive the engine.
-  void setTrace(TraceRecorder* trace) { trace_ = trace; }
+  void setTrace(TraceRecorder* trace) override { trace_ = trace; }
   const GradientLayout& layout() const { return layout_; }
   const CompressionPlan& compression() const { return plan_; }
+  bool absorbsMomentum(size_t t) const override { return plan_.absorbsMomentum(t); }
+  bool updatesParameters() const override { return updates_; }
   // The global step the next finishStep completes (compression warm-up and seeds follow it);
   // set it when resuming. Not while a step is in progress.
-  void setStep(uint64_t step) { step_ = step; }
+  void setStep(uint64_t step) override { step_ = step; }
 
  private:
   // One collective of a step on one unit.

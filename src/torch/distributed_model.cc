@@ -19,7 +19,7 @@ std::span<float> floats(torch::Tensor& tensor) {
 }  // namespace
 
 DistributedModel::DistributedModel(std::shared_ptr<Model> model, Transport& transport,
-                                   EngineOptions options)
+                                   SyncSetup setup)
     : model_(std::move(model)), transport_(transport) {
   std::vector<TensorShape> tensors;
   std::vector<std::span<float>> storage;
@@ -28,18 +28,27 @@ DistributedModel::DistributedModel(std::shared_ptr<Model> model, Transport& tran
     tensors.push_back(tensorShape(item.key(), item.value().sizes().vec()));
     storage.push_back(floats(item.value()));
   }
-  // Alone, the average of the gradients is the gradient: no hooks, no copies, no engine.
-  if (transport.size() == 1) {
+  EngineOptions& options = setup.engine;
+  if (setup.local) return;
+  if (setup.ps) {
+    Transport& all = setup.psTransport ? *setup.psTransport : transport;
+    engine_ =
+        std::make_unique<PsEngine>(all, tensors, options.schedule, options.lr, *setup.ps, storage);
+    servers_ = true;
+  } else if (transport.size() == 1) {
+    // Alone, the average of the gradients is the gradient: no hooks, no copies, no engine.
     if (options.compression.spec != "none" || !options.compression.overrides.empty()) {
       GS_LOG(kWarn, "one worker communicates nothing: --compress has no effect");
     }
     return;
+  } else {
+    bool updates = GradientEngine::updatesParameters(options);
+    engine_ = std::make_unique<GradientEngine>(transport, tensors, std::move(options),
+                                               updates ? storage : std::vector<std::span<float>>{});
   }
-  updates_ = GradientEngine::updatesParameters(options);
-  engine_ = std::make_unique<GradientEngine>(transport, tensors, std::move(options),
-                                             updates_ ? storage : std::vector<std::span<float>>{});
+  updates_ = engine_->updatesParameters();
   for (size_t i = 0; i < parameters_.size(); ++i) {
-    GradientEngine* engine = engine_.get();
+    SyncEngine* engine = engine_.get();
     int index = static_cast<int>(i);
     // Fires once per backward, as soon as this parameter's gradient is computed (before it is
     // accumulated into .grad); the hook returns nothing, leaving the gradient unchanged.
@@ -140,8 +149,29 @@ void DistributedModel::averageBuffers() {
   }
 }
 
+void DistributedModel::averageParameters() {
+  torch::NoGradGuard noGrad;
+  for (auto& parameter : model_->parameters())
+    allreduce(transport_, floats(parameter), ReduceOp::kAverage, kStateTag);
+}
+
+void DistributedModel::pullGlobalModel() {
+  if (servers_) engine_->velocity();
+}
+
+void DistributedModel::keepLocalModel(const std::function<void()>& fn) {
+  if (!servers_) return fn();
+  torch::NoGradGuard noGrad;
+  std::vector<torch::Tensor> local;
+  for (const auto& p : parameters_) local.push_back(p.clone());
+  fn();
+  for (size_t i = 0; i < parameters_.size(); ++i) parameters_[i].copy_(local[i]);
+}
+
 void DistributedModel::velocityToOptimizer(torch::optim::SGD& optimizer) {
   if (!updates_) return;
+  waitForParameters();
+  if (servers_) barrier(transport_, kStateTag);  // every worker's pushes are in
   std::vector<float> velocity = engine_->velocity();
   size_t at = 0;
   for (const torch::Tensor& p : parameters_) {

@@ -2,29 +2,45 @@
 // the GradientEngine as soon as backward produces it, so communication overlaps the rest of
 // backward (per the schedule).
 //
-// Two ways a step ends, by schedule (GradientEngine::updatesParameters):
+// Two ways a step ends, by engine (SyncEngine::updatesParameters):
 //  - fifo, wfbp, fusion: synchronizeGradients() waits for the averages and writes them into
 //    each parameter's .grad; the caller's optimizer then steps.
-//  - p3, sharded: endBackward() returns at once; the engine applies SGD itself as each unit's
-//    average arrives, and the model's pre-forward hook makes the next forward wait, layer by
-//    layer, only for that layer's parameters.
+//  - p3, sharded, and every parameter-server strategy: endBackward() returns at once; the
+//    engine (or the servers) apply the update as each unit's gradients arrive, and the model's
+//    pre-forward hook makes the next forward wait, layer by layer, only for that layer's
+//    parameters.
+// With localsgd nothing is communicated per step: averageParameters() every H steps.
 #pragma once
 
 #include <torch/torch.h>
 
+#include <functional>
 #include <memory>
+#include <optional>
 #include <unordered_map>
 
 #include "gradsync/transport.h"
 #include "sync/gradient_engine.h"
+#include "sync/ps_engine.h"
 #include "torch/models.h"
 
 namespace gradsync {
 
+// How a DistributedModel synchronizes; the trainer builds it from --sync and its companions.
+struct SyncSetup {
+  EngineOptions engine;              // collectives among the workers (schedule, compression, ...)
+  std::optional<PsOptions> ps;       // through parameter servers instead
+  Transport* psTransport = nullptr;  // workers and separate servers (null: the workers')
+  bool local = false;                // localsgd: no communication per step
+};
+
 class DistributedModel {
  public:
-  // Registers the hooks. Every rank must construct it with the same model and options.
-  DistributedModel(std::shared_ptr<Model> model, Transport& transport, EngineOptions options);
+  // Registers the hooks. Every rank must construct it with the same model and options;
+  // `transport` holds the workers only.
+  DistributedModel(std::shared_ptr<Model> model, Transport& transport, SyncSetup setup);
+  DistributedModel(std::shared_ptr<Model> model, Transport& transport, EngineOptions options)
+      : DistributedModel(std::move(model), transport, SyncSetup{.engine = std::move(options)}) {}
   // Removes the hooks: the model may outlive this object (it is shared), the engine may not.
   ~DistributedModel();
   DistributedModel(const DistributedModel&) = delete;
@@ -53,6 +69,15 @@ class DistributedModel {
   // model (each rank normalises with its own batch statistics while training, as DDP does
   // without SyncBatchNorm).
   void averageBuffers();
+  // Averages the parameters across ranks (localsgd's periodic model averaging).
+  void averageParameters();
+  // With parameter servers each worker trains its own copy (asgd, ssp and the delayed
+  // strategies let them differ): pullGlobalModel() makes the parameters the servers', and
+  // keepLocalModel(fn) puts this worker's own back after fn, so that evaluating or saving the
+  // global model leaves training undisturbed. Both no-ops without servers; after
+  // waitForParameters() on every rank.
+  void pullGlobalModel();
+  void keepLocalModel(const std::function<void()>& fn);
 
   // With updatesParameters(), the SGD velocity lives in the engine: these move it into the
   // optimizer's momentum buffers before a checkpoint is saved (a collective for sharded), and
@@ -64,9 +89,7 @@ class DistributedModel {
   StepStats totals() const { return engine_ ? engine_->totals() : StepStats{}; }
   void setTrace(TraceRecorder* trace);
   // Whether parameter i's compressor applies momentum itself (its optimizer group must not).
-  bool absorbsMomentum(size_t i) const {
-    return engine_ && engine_->compression().absorbsMomentum(i);
-  }
+  bool absorbsMomentum(size_t i) const { return engine_ && engine_->absorbsMomentum(i); }
   // The global step the next synchronizeGradients completes (after a resume).
   void setStep(uint64_t step) {
     if (engine_) engine_->setStep(step);
@@ -78,8 +101,9 @@ class DistributedModel {
   std::shared_ptr<Model> model_;
   Transport& transport_;
   std::vector<torch::Tensor> parameters_;
-  std::unique_ptr<GradientEngine> engine_;  // null for a world of one
+  std::unique_ptr<SyncEngine> engine_;  // null for a world of one, and for localsgd
   bool updates_ = false;
+  bool servers_ = false;         // engine_ is a PsEngine
   std::vector<unsigned> hooks_;  // by parameter, when engine_ is set
   // By layer: its name and the parameters its pre-forward hook waits for (update mode).
   struct LayerWaits {

@@ -25,6 +25,7 @@
 #include "torch/progress.h"
 #include "trace/trace_merge.h"
 #include "trace/trace_recorder.h"
+#include "transport/prefix_transport.h"
 
 namespace gradsync {
 namespace {
@@ -43,20 +44,32 @@ EngineOptions engineOptions(const TrainOptions& options) {
           .compression = options.compression,
           .momentum = options.momentum,
           .seed = options.seed,
-          .sharded = options.sync == "sharded",
+          .sharded = SyncStrategy::parse(options.sync).kind == SyncStrategy::Kind::kSharded,
           .lr = options.lr};
+}
+
+// `workers` are the training ranks; `all` adds the separate parameter servers, if any.
+SyncSetup syncSetup(const TrainOptions& options, Transport& workers, Transport& all) {
+  SyncStrategy strategy = SyncStrategy::parse(options.sync);
+  return {
+      .engine = engineOptions(options),
+      .ps = psOptionsFor(strategy, options.strategy, workers.size(), options.lr, options.momentum),
+      .psTransport = &all,
+      .local = strategy.kind == SyncStrategy::Kind::kLocalSgd};
 }
 
 class Trainer {
  public:
-  Trainer(Transport& transport, const TrainOptions& options)
+  // `transport`: the workers; `all`: with the separate parameter servers, if any.
+  Trainer(Transport& transport, Transport& all, const TrainOptions& options)
       : transport_(transport),
+        strategy_(SyncStrategy::parse(options.sync)),
         options_(options),
         data_(openDataSource(options.dataset, options.dataDir, options.syntheticSamples,
                              options.seed)),
         sampler_(data_->trainSize(), transport.rank(), transport.size(), options.batchSize,
                  options.seed),
-        model_(makeSeededModel(options), transport, engineOptions(options)),
+        model_(makeSeededModel(options), transport, syncSetup(options, transport, all)),
         optimizer_(parameterGroups(model_, options), torch::optim::SGDOptions(options.lr)),
         inputs_(options.batchSize * data_->sampleElements()),
         labels_(options.batchSize) {
@@ -107,7 +120,7 @@ class Trainer {
   }
 
   float trainStep(int64_t epoch, size_t step, int64_t globalStep);
-  double updateParameters(TraceRecorder* trace, double& optimizerSeconds);
+  double updateParameters(int64_t globalStep, TraceRecorder* trace, double& optimizerSeconds);
   void settle();
   // Accuracy on the first `samples` test samples (all of them by default).
   double evaluate(size_t samples = SIZE_MAX);
@@ -120,6 +133,7 @@ class Trainer {
   double evaluateBetweenSteps(int64_t step, double trainingSeconds, TrainResult& result);
 
   Transport& transport_;
+  const SyncStrategy strategy_;
   const TrainOptions options_;
   std::unique_ptr<DataSource> data_;
   DistributedSampler sampler_;
@@ -134,7 +148,8 @@ class Trainer {
 
 // After backward: either the engine applies the update as the averages arrive (p3, sharded),
 // or this waits for the averages and steps the optimizer. Returns the seconds spent waiting.
-double Trainer::updateParameters(TraceRecorder* trace, double& optimizerSeconds) {
+double Trainer::updateParameters(int64_t globalStep, TraceRecorder* trace,
+                                 double& optimizerSeconds) {
   if (model_.updatesParameters()) {
     model_.endBackward();
     return 0;
@@ -145,6 +160,17 @@ double Trainer::updateParameters(TraceRecorder* trace, double& optimizerSeconds)
     model_.synchronizeGradients();
   }
   double waited = since(start);
+  if (strategy_.kind == SyncStrategy::Kind::kLocalSgd) {
+    optimizer_.step();  // on this worker's gradient alone
+    if ((globalStep + 1) % strategy_.parameter == 0) {
+      start = Clock::now();
+      ScopedEvent event(trace, kMainLane, "communication", "average models");
+      model_.averageParameters();
+      waited += since(start);
+    }
+    optimizerSeconds = 0;
+    return waited;
+  }
   auto synchronized = Clock::now();
   {
     ScopedEvent event(trace, kMainLane, "compute", "optimizer");
@@ -189,7 +215,7 @@ float Trainer::trainStep(int64_t epoch, size_t step, int64_t globalStep) {
   auto computed = Clock::now();
   const double forwardWait = model_.takeWaitSeconds();  // in the forward (p3, sharded)
   double optimizerSeconds = 0;
-  double waited = forwardWait + updateParameters(trace, optimizerSeconds);
+  double waited = forwardWait + updateParameters(globalStep, trace, optimizerSeconds);
   sums_.computeMs +=
       std::chrono::duration<double, std::milli>(computed - start).count() - forwardWait * 1e3;
   sums_.exposedCommMs += waited * 1e3;
@@ -225,26 +251,31 @@ double Trainer::globalMean(double localSum, double localCount) {
 double Trainer::evaluate(size_t samples) {
   const size_t testSize = std::min(samples, data_->testSize());
   model_.averageBuffers();
-  torch::NoGradGuard noGrad;
-  model_.model().eval();
-  constexpr size_t kBatch = 500;
   size_t correct = 0;
   size_t seen = 0;
-  std::vector<size_t> indices;
-  std::vector<float> inputs(kBatch * data_->sampleElements());
-  std::vector<int64_t> labels(kBatch);
-  for (size_t i = transport_.rank(); i < testSize; i += transport_.size()) {
-    indices.push_back(i);
-    if (indices.size() < kBatch && i + transport_.size() < testSize) continue;
-    auto n = static_cast<int64_t>(indices.size());
-    data_->batch(false, indices, std::span(inputs).first(indices.size() * data_->sampleElements()),
-                 std::span(labels).first(indices.size()));
-    torch::Tensor logits = model_.model().forward(torch::from_blob(inputs.data(), {n, 1, 28, 28}));
-    torch::Tensor truth = torch::from_blob(labels.data(), {n}, torch::kLong);
-    correct += static_cast<size_t>(logits.argmax(1).eq(truth).sum().item<int64_t>());
-    seen += indices.size();
-    indices.clear();
-  }
+  model_.keepLocalModel([&] {
+    model_.pullGlobalModel();
+    torch::NoGradGuard noGrad;
+    model_.model().eval();
+    constexpr size_t kBatch = 500;
+    std::vector<size_t> indices;
+    std::vector<float> inputs(kBatch * data_->sampleElements());
+    std::vector<int64_t> labels(kBatch);
+    for (size_t i = transport_.rank(); i < testSize; i += transport_.size()) {
+      indices.push_back(i);
+      if (indices.size() < kBatch && i + transport_.size() < testSize) continue;
+      auto n = static_cast<int64_t>(indices.size());
+      data_->batch(false, indices,
+                   std::span(inputs).first(indices.size() * data_->sampleElements()),
+                   std::span(labels).first(indices.size()));
+      torch::Tensor logits =
+          model_.model().forward(torch::from_blob(inputs.data(), {n, 1, 28, 28}));
+      torch::Tensor truth = torch::from_blob(labels.data(), {n}, torch::kLong);
+      correct += static_cast<size_t>(logits.argmax(1).eq(truth).sum().item<int64_t>());
+      seen += indices.size();
+      indices.clear();
+    }
+  });
   return globalMean(static_cast<double>(correct), static_cast<double>(seen));
 }
 
@@ -279,10 +310,12 @@ void Trainer::maybeCheckpoint(const RunPosition& position, bool last) {
   std::vector<size_t> counts(transport_.size(), sizeof(double));
   allgatherv(transport_, {reinterpret_cast<uint8_t*>(sums.data()), sums.size() * sizeof(double)},
              counts, kTrainerTag);
-  model_.velocityToOptimizer(optimizer_);
-  if (transport_.rank() == 0) {
-    saveCheckpoint(*checkpoints_, model_.model(), optimizer_, identity(), position, sums);
-  }
+  model_.keepLocalModel([&] {
+    model_.velocityToOptimizer(optimizer_);  // with servers, the parameters become theirs
+    if (transport_.rank() == 0) {
+      saveCheckpoint(*checkpoints_, model_.model(), optimizer_, identity(), position, sums);
+    }
+  });
   // The engine keeps the velocity (sharded: 1/P of it); a full copy here would undo that.
   if (model_.updatesParameters()) optimizer_.state().clear();
 }
@@ -386,11 +419,19 @@ TrainResult Trainer::run() {
 
 void validateTrainOptions(const TrainOptions& options) {
   makeModel(options.model);  // throws with the valid names
-  if (options.sync != "ssgd" && options.sync != "sharded") {
-    throw ConfigError(fmt::format("unknown --sync '{}'", options.sync),
-                      {.hint = "choose ssgd or sharded"});
+  SyncStrategy strategy = SyncStrategy::parse(options.sync);
+  std::optional<PsOptions> ps = psOptionsFor(strategy, options.strategy, 1, options.lr, 0);
+  bool compressed = options.compression.spec != "none" || !options.compression.overrides.empty();
+  if (compressed && (ps || strategy.kind == SyncStrategy::Kind::kLocalSgd)) {
+    throw ConfigError(fmt::format("--compress does not apply to --sync {}{}", options.sync,
+                                  ps ? " through parameter servers" : ""),
+                      {.hint = "compress with ring ssgd; cdsgd:K pushes 2-bit gradients itself"});
   }
-  GradientEngine::validate(engineOptions(options), describeModel(options.model));
+  if (ps) {
+    ScheduleSpec::parse(options.schedule);
+  } else {
+    GradientEngine::validate(engineOptions(options), describeModel(options.model));
+  }
   if (options.dataset != "fashion-mnist" && options.dataset != "synthetic") {
     throw ConfigError(fmt::format("unknown dataset '{}'", options.dataset),
                       {.hint = "choose fashion-mnist or synthetic"});
@@ -429,14 +470,39 @@ void yieldToCommunication() {
   }
 }
 
+// A separate parameter server's life: serve the model's units until every worker stopped.
+void serveParameters(Transport& transport, const TrainOptions& options) {
+  const int servers = options.strategy.servers;
+  const int workers = transport.size() - servers;
+  std::optional<PsOptions> ps = psOptionsFor(SyncStrategy::parse(options.sync), options.strategy,
+                                             workers, options.lr, options.momentum);
+  std::vector<size_t> units =
+      PsEngine::unitElements(describeModel(options.model), ScheduleSpec::parse(options.schedule));
+  const int index = transport.rank() - workers;
+  GS_LOG(kInfo, "parameter server {} (rank {}) serves {} of {} units for {} workers", index,
+         transport.rank(), (units.size() + servers - 1 - index) / servers, units.size(), workers);
+  ParameterServer server(transport, ps->placement, index, std::move(units), ps->server);
+  server.wait();
+}
+
 TrainResult runTraining(Transport& transport, const TrainOptions& options) {
   validateTrainOptions(options);
+  const int workers = transport.size() - options.strategy.servers;
+  if (workers < 1) {
+    throw ConfigError(fmt::format("{} ranks cannot hold {} parameter servers and a worker",
+                                  transport.size(), options.strategy.servers));
+  }
+  if (isServerRank(options, transport.rank(), transport.size())) {
+    serveParameters(transport, options);
+    return {};
+  }
   limitComputeThreads(options.threads);
-  Trainer trainer(transport, options);
+  PrefixTransport workerRanks(transport, workers);
+  Trainer trainer(workerRanks, transport, options);
   yieldToCommunication();
   TrainResult result = trainer.run();
   if (transport.rank() == 0 && !options.metricsPath.empty()) {
-    writeMetrics(options.metricsPath, options, transport.size(), result);
+    writeMetrics(options.metricsPath, options, workers, result);
   }
   return result;
 }

@@ -9,6 +9,7 @@
 #include "compress/policy.h"
 #include "gradsync/transport.h"
 #include "sync/gradient_engine.h"
+#include "sync/strategy.h"
 
 namespace gradsync {
 
@@ -24,7 +25,8 @@ struct TrainOptions {
   uint64_t seed = 0;
   int threads = 1;                  // torch intra-op threads per rank
   std::string schedule = "wfbp";    // fifo | wfbp | fusion:MB | p3[:slice=N,window=W]
-  std::string sync = "ssgd";        // ssgd | sharded
+  std::string sync = "ssgd";        // sync/strategy.h: ssgd | sharded | asgd | ssp:S | odsgd | ...
+  StrategyKnobs strategy;           // --ps, --servers and the delayed strategies' knobs
   CompressionConfig compression;    // --compress and its companions (compress/policy.h)
   size_t syntheticSamples = 16384;  // size of the synthetic training set
   std::string metricsPath;          // JSON metrics (rank 0 writes)
@@ -89,7 +91,14 @@ std::vector<int64_t> modelOutputShape(const std::string& model, int64_t batch);
 void validateTrainOptions(const TrainOptions& options);
 
 // Trains on this rank; every rank of `transport` must call it with the same options. Rank 0
-// shows progress (unless quiet) and writes the metrics file. Throws on any failure.
+// shows progress (unless quiet) and writes the metrics file. With --servers K the last K ranks
+// are parameter servers: they serve until the workers stop and return an empty result.
+// Throws on any failure.
 TrainResult runTraining(Transport& transport, const TrainOptions& options);
+
+// Whether `rank` of a job of `worldSize` ranks is a separate parameter server.
+inline bool isServerRank(const TrainOptions& options, int rank, int worldSize) {
+  return options.strategy.servers > 0 && rank >= worldSize - options.strategy.servers;
+}
 
 }  // namespace gradsync

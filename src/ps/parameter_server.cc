@@ -1,0 +1,278 @@
+#include "ps/parameter_server.h"
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "common/check.h"
+#include "common/logging.h"
+#include "compress/two_bit.h"
+#include "gradsync/error.h"
+#include "sync/sgd.h"
+
+namespace gradsync {
+
+struct ParameterServer::Unit {
+  size_t index = 0;
+  std::vector<float> parameters, velocity, sum;
+  bool initialized = false;           // a worker set its state (kSetState)
+  std::condition_variable roundOpen;  // pushes wait for the state, and (kSync) for their round
+  int arrived = 0;                    // kSync: pushes in the current round
+  std::vector<bool> inRound;          // kSync, by worker: pushed in the current round
+  std::vector<bool> wantsReply;       // kSync, by worker
+  std::vector<uint64_t> pushes;       // kStale, by worker: pushes applied
+  std::vector<PendingReply> pending;  // kStale: answers held back
+};
+
+namespace {
+
+// Waits for a request from a worker that may be busy elsewhere for a while (evaluating, saving a
+// checkpoint): up to this many transport timeouts before giving up on it.
+constexpr int kIdleTimeouts = 10;
+
+void waitPatiently(Work& work) {
+  for (int i = 1;; ++i) {
+    try {
+      work.wait();
+      return;
+    } catch (const TimeoutError&) {
+      if (i == kIdleTimeouts) throw;
+    }
+  }
+}
+
+}  // namespace
+
+ParameterServer::ParameterServer(Transport& transport, PsPlacement placement, int index,
+                                 std::vector<size_t> unitElements, ServerOptions options)
+    : transport_(transport),
+      placement_(placement),
+      index_(index),
+      options_(options),
+      stopped_(placement.workers, false) {
+  GS_CHECK(transport.size() == placement.worldSize());
+  units_.resize(unitElements.size());
+  for (size_t u = 0; u < unitElements.size(); ++u) {
+    if (placement.serverOf(u) != index) continue;
+    auto unit = std::make_unique<Unit>();
+    unit->index = u;
+    unit->parameters.assign(unitElements[u], 0.0f);
+    unit->velocity.assign(unitElements[u], 0.0f);
+    unit->sum.assign(unitElements[u], 0.0f);
+    unit->inRound.assign(placement.workers, false);
+    unit->wantsReply.assign(placement.workers, false);
+    unit->pushes.assign(placement.workers, 0);
+    units_[u] = std::move(unit);
+  }
+  for (int w = 0; w < placement.workers; ++w) threads_.emplace_back([this, w] { serveWorker(w); });
+}
+
+ParameterServer::~ParameterServer() {
+  for (auto& thread : threads_) thread.join();
+  for (auto& send : sends_) {
+    try {
+      send.work->wait();
+    } catch (const Error&) {  // the transport failed: it no longer touches the buffer
+    }
+  }
+}
+
+void ParameterServer::wait() {
+  for (auto& thread : threads_) thread.join();
+  threads_.clear();
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (error_) std::rethrow_exception(error_);
+  for (auto& send : sends_) send.work->wait();
+  sends_.clear();
+}
+
+void ParameterServer::serveWorker(int worker) {
+  try {
+    PsHeader header;
+    std::vector<uint8_t> payload;
+    do {
+      waitPatiently(*transport_.recv(worker, kPsRequestTag, &header, sizeof header));
+      size_t expected = expectedPayload(header);
+      if (header.payloadBytes != expected) {
+        throw ProtocolError(fmt::format("request {} for unit {} carries {} bytes, expected {}",
+                                        static_cast<uint32_t>(header.request), header.unit,
+                                        header.payloadBytes, expected),
+                            {.rank = transport_.rank(), .peer = worker});
+      }
+      payload.resize(expected);
+      if (expected > 0) transport_.recv(worker, kPsPayloadTag, payload.data(), expected)->wait();
+    } while (handle(worker, header, payload));
+  } catch (...) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!error_) error_ = std::current_exception();
+    stopped_[worker] = true;
+    for (auto& unit : units_) {
+      if (unit) unit->roundOpen.notify_all();
+    }
+  }
+}
+
+size_t ParameterServer::expectedPayload(const PsHeader& header) const {
+  if (header.request == PsRequest::kStop) return 0;
+  if (header.unit >= units_.size() || !units_[header.unit]) {
+    throw ProtocolError(
+        fmt::format("unit {} is not placed on parameter server {}", header.unit, index_),
+        {.rank = transport_.rank()});
+  }
+  size_t elements = units_[header.unit]->parameters.size();
+  switch (header.request) {
+    case PsRequest::kPush:
+      return header.flags & kQuantized ? twoBitBytes(elements) : elements * sizeof(float);
+    case PsRequest::kSetState:
+      return 2 * elements * sizeof(float);
+    case PsRequest::kGetState:
+      return 0;
+    default:
+      throw ProtocolError(
+          fmt::format("unknown parameter-server request {}", static_cast<uint32_t>(header.request)),
+          {.rank = transport_.rank()});
+  }
+}
+
+bool ParameterServer::handle(int worker, const PsHeader& header, std::vector<uint8_t>& payload) {
+  switch (header.request) {
+    case PsRequest::kPush:
+      push(worker, header, payload);
+      return true;
+    case PsRequest::kSetState: {
+      std::lock_guard<std::mutex> lock(mutex_);
+      Unit& unit = *units_[header.unit];
+      size_t n = unit.parameters.size();
+      std::memcpy(unit.parameters.data(), payload.data(), n * sizeof(float));
+      std::memcpy(unit.velocity.data(), payload.data() + n * sizeof(float), n * sizeof(float));
+      unit.initialized = true;
+      unit.roundOpen.notify_all();
+      return true;
+    }
+    case PsRequest::kGetState: {
+      std::unique_lock<std::mutex> lock(mutex_);
+      Unit& unit = *units_[header.unit];
+      // A consistent state: no round half-applied (the other workers' last pushes may still be
+      // on their way).
+      waitFor(lock, unit, [&] { return unit.arrived == 0; });
+      std::vector<float> state = unit.parameters;
+      state.insert(state.end(), unit.velocity.begin(), unit.velocity.end());
+      reply(worker, state, kPsStateTag);
+      return true;
+    }
+    case PsRequest::kStop: {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stopped_[worker] = true;
+      for (auto& unit : units_) {
+        if (!unit) continue;
+        releaseStale(*unit);  // a stopped worker holds nobody back
+        unit->roundOpen.notify_all();
+      }
+      return false;
+    }
+  }
+  return false;
+}
+
+// Waits until `ready()`; throws once it can no longer become true: the state was never set and
+// worker 0 (which sets it) stopped, or a round misses a stopped worker's push.
+template <typename Ready>
+void ParameterServer::waitFor(std::unique_lock<std::mutex>& lock, Unit& unit, Ready ready) {
+  unit.roundOpen.wait(lock, [&] { return ready() || error_ || stuck(unit); });
+  if (ready()) return;
+  if (error_) std::rethrow_exception(error_);
+  throw ProtocolError(
+      fmt::format("unit {} waits for a worker that has stopped", unit.index),
+      {.rank = transport_.rank(), .hint = "a worker stopped before its last step; see its error"});
+}
+
+bool ParameterServer::stuck(const Unit& unit) const {
+  if (!unit.initialized && stopped_[0]) return true;
+  if (options_.consistency != ServerOptions::Consistency::kSync || unit.arrived == 0) return false;
+  for (int w = 0; w < placement_.workers; ++w) {
+    if (stopped_[w] && !unit.inRound[w]) return true;
+  }
+  return false;
+}
+
+void ParameterServer::push(int worker, const PsHeader& header, std::span<const uint8_t> payload) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  Unit& unit = *units_[header.unit];
+  const size_t n = unit.parameters.size();
+  const bool sync = options_.consistency == ServerOptions::Consistency::kSync;
+  // A worker that needs no answer may push the next step before the others pushed this one.
+  waitFor(lock, unit, [&] { return unit.initialized && !(sync && unit.inRound[worker]); });
+  std::vector<float> gradient;
+  std::span<float> into = unit.sum;
+  if (!sync) {
+    gradient.assign(n, 0.0f);
+    into = gradient;
+  }
+  if (header.flags & kQuantized) {
+    twoBitAccumulate(payload, header.threshold, into);
+  } else {
+    const auto* values = reinterpret_cast<const float*>(payload.data());
+    for (size_t i = 0; i < n; ++i) into[i] += values[i];
+  }
+  if (sync) {
+    unit.inRound[worker] = true;
+    unit.wantsReply[worker] = header.flags & kWantReply;
+    if (++unit.arrived == placement_.workers) applySync(unit, header);
+    return;
+  }
+  const double lr = header.lr / placement_.workers;
+  sgdStep(unit.parameters, gradient, unit.velocity, {.lr = lr, .momentum = options_.momentum});
+  ++unit.pushes[worker];
+  if (header.flags & kWantReply) unit.pending.push_back({worker, unit.pushes[worker]});
+  releaseStale(unit);
+}
+
+void ParameterServer::applySync(Unit& unit, const PsHeader& header) {
+  const float scale = 1.0f / static_cast<float>(placement_.workers);
+  for (float& g : unit.sum) g *= scale;
+  sgdStep(unit.parameters, unit.sum, unit.velocity,
+          {.lr = header.lr, .momentum = options_.momentum});
+  std::fill(unit.sum.begin(), unit.sum.end(), 0.0f);
+  unit.arrived = 0;
+  for (int w = 0; w < placement_.workers; ++w) {
+    if (unit.wantsReply[w]) reply(w, unit.parameters, psReplyTag(unit.index));
+    unit.inRound[w] = false;
+  }
+  unit.roundOpen.notify_all();
+}
+
+// Answers the held-back pushes that no longer run ahead of the slowest worker by more than the
+// staleness bound (kAsync: the bound is infinite).
+void ParameterServer::releaseStale(Unit& unit) {
+  const bool bounded = options_.consistency == ServerOptions::Consistency::kStale;
+  uint64_t slowest = UINT64_MAX;
+  for (int w = 0; w < placement_.workers; ++w) {
+    if (!stopped_[w]) slowest = std::min(slowest, unit.pushes[w]);
+  }
+  auto held = unit.pending.begin();
+  while (held != unit.pending.end()) {
+    bool release = !bounded || slowest == UINT64_MAX ||
+                   held->pushes <= slowest + static_cast<uint64_t>(options_.staleness);
+    if (!release) {
+      ++held;
+      continue;
+    }
+    reply(held->worker, unit.parameters, psReplyTag(unit.index));
+    held = unit.pending.erase(held);
+  }
+}
+
+void ParameterServer::reply(int worker, std::span<const float> values, uint64_t tag) {
+  reapSends();
+  auto snapshot = std::make_shared<std::vector<float>>(values.begin(), values.end());
+  sends_.push_back(
+      {transport_.send(worker, tag, snapshot->data(), snapshot->size() * sizeof(float)), snapshot});
+}
+
+void ParameterServer::reapSends() {
+  std::erase_if(sends_, [](const InFlight& send) { return send.work->done(); });
+}
+
+}  // namespace gradsync

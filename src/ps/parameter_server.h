@@ -1,0 +1,92 @@
+// A parameter server: holds the parameters and SGD velocity of the units placement assigns it,
+// applies SGD as workers push gradients, and answers each push with the updated parameters
+// (P3's fused push-pull). protocol.h has the wire format; docs/algorithms.md, "Parameter server",
+// the consistency modes:
+//   kSync   BSP: a unit's update is applied once every worker pushed it for the step, with the
+//           mean gradient; then every worker that asked gets the new parameters.
+//   kAsync  each push is applied at once (with lr / workers, so that a round of pushes moves the
+//           parameters as far as one synchronous step) and answered at once.
+//   kStale  as kAsync, but the answer to a worker's c-th push of a unit is held back until every
+//           worker has pushed that unit at least c - staleness times. A worker waits for its
+//           answers before the next forward, so no worker runs more than `staleness` steps
+//           ahead of the slowest: bounded staleness (SSP), enforced by the server.
+//
+// One thread per worker receives that worker's requests; they share the state under one lock
+// (a unit's SGD takes microseconds). Threading: construct, then wait() (blocking) or destroy.
+#pragma once
+
+#include <cstddef>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <thread>
+#include <vector>
+
+#include "gradsync/transport.h"
+#include "ps/protocol.h"
+
+namespace gradsync {
+
+struct ServerOptions {
+  enum class Consistency { kSync, kAsync, kStale };
+  Consistency consistency = Consistency::kSync;
+  int staleness = 0;  // kStale
+  double momentum = 0;
+};
+
+class ParameterServer {
+ public:
+  // Serves, as server `index` of `placement`, the units of `unitElements` (every unit of the
+  // model, by index) placed on it. Starts receiving at once; parameters are zero until a
+  // worker sets them (kSetState).
+  ParameterServer(Transport& transport, PsPlacement placement, int index,
+                  std::vector<size_t> unitElements, ServerOptions options);
+  // Stops receiving (aborting nothing: call after wait(), or after the transport failed).
+  ~ParameterServer();
+  ParameterServer(const ParameterServer&) = delete;
+  ParameterServer& operator=(const ParameterServer&) = delete;
+
+  // Blocks until every worker has sent kStop; rethrows the first failure (a lost worker, a
+  // malformed request).
+  void wait();
+
+ private:
+  struct Unit;
+  struct PendingReply {
+    int worker;
+    uint64_t pushes;  // the worker's push count the reply answers
+  };
+
+  void serveWorker(int worker);
+  // Handles one request; returns false for kStop.
+  bool handle(int worker, const PsHeader& header, std::vector<uint8_t>& payload);
+  void push(int worker, const PsHeader& header, std::span<const uint8_t> payload);
+  void applySync(Unit& unit, const PsHeader& header);
+  template <typename Ready>
+  void waitFor(std::unique_lock<std::mutex>& lock, Unit& unit, Ready ready);
+  bool stuck(const Unit& unit) const;  // with the lock held
+  void releaseStale(Unit& unit);
+  // Sends a copy of `values` (kept until the send completes); with the lock held.
+  void reply(int worker, std::span<const float> values, uint64_t tag);
+  void reapSends();  // with the lock held
+  size_t expectedPayload(const PsHeader& header) const;
+
+  Transport& transport_;
+  const PsPlacement placement_;
+  const int index_;
+  const ServerOptions options_;
+
+  std::mutex mutex_;
+  std::vector<std::unique_ptr<Unit>> units_;  // by unit index; null: not placed here
+  struct InFlight {
+    WorkPtr work;
+    std::shared_ptr<std::vector<float>> buffer;
+  };
+  std::vector<InFlight> sends_;  // replies on the wire, with the snapshots they send
+  std::vector<bool> stopped_;    // by worker
+  std::exception_ptr error_;
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace gradsync

@@ -1,0 +1,59 @@
+// The parameter server's wire protocol and placement (docs/algorithms.md, "Parameter server").
+//
+// Workers are ranks [0, workers) of the transport. Servers are either threads inside the first
+// `servers` worker processes (co-located: server s is rank s) or ranks [workers,
+// workers + servers) of their own (separate `gradsync train --servers K` processes). A model's
+// communication units (schedule/: tensors, fusion buckets or P3 slices) are spread over the
+// servers round-robin by unit index, as P3 spreads its slices.
+//
+// Every request a worker sends a server is a PsHeader on kPsRequestTag followed, when
+// payloadBytes > 0, by its payload on kPsPayloadTag; one worker's requests are handled in the order
+// it sent them. A push that wants a reply is answered with the unit's updated parameters on
+// psReplyTag(unit): push and pull fused, as in P3. kGetState is answered on kPsStateTag.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace gradsync {
+
+struct PsPlacement {
+  int workers = 1;
+  int servers = 1;
+  bool colocated = true;  // servers <= workers then
+
+  int serverRank(int server) const { return colocated ? server : workers + server; }
+  int serverOf(size_t unit) const { return static_cast<int>(unit % static_cast<size_t>(servers)); }
+  int worldSize() const { return colocated ? workers : workers + servers; }
+};
+
+enum class PsRequest : uint32_t {
+  kPush = 1,      // payload: the unit's gradient (dense floats, or 2-bit codes with kQuantized)
+  kSetState = 2,  // payload: the unit's parameters, then its velocity (2 x elements floats)
+  kGetState = 3,  // answered with the unit's parameters, then its velocity, on kPsStateTag
+  kStop = 4,      // this worker sends nothing more
+};
+
+enum PsFlags : uint32_t {
+  kWantReply = 1,  // kPush: answer with the updated parameters
+  kQuantized = 2,  // kPush: payload is 2-bit codes of {0, +threshold, -threshold}
+};
+
+struct PsHeader {
+  PsRequest request = PsRequest::kPush;
+  uint32_t unit = 0;
+  uint64_t step = 0;    // the worker's step (kPush)
+  float lr = 0;         // the learning rate of this step (kPush)
+  float threshold = 0;  // kQuantized
+  uint32_t flags = 0;   // PsFlags
+  uint32_t payloadBytes = 0;
+};
+
+inline constexpr uint64_t kPsRequestTag = 10;
+inline constexpr uint64_t kPsPayloadTag = 11;
+inline constexpr uint64_t kPsStateTag = 12;
+inline uint64_t psReplyTag(size_t unit) {
+  return (uint64_t{1} << 32) + unit;
+}
+
+}  // namespace gradsync

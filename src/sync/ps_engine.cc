@@ -1,0 +1,550 @@
+#include "sync/ps_engine.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "common/check.h"
+#include "common/logging.h"
+#include "compress/two_bit.h"
+#include "gradsync/error.h"
+
+namespace gradsync {
+namespace {
+
+std::vector<size_t> elementsOf(const std::vector<TensorShape>& tensors) {
+  std::vector<size_t> elements;
+  for (const auto& t : tensors) elements.push_back(t.elements);
+  return elements;
+}
+
+std::vector<size_t> rowsOf(const std::vector<TensorShape>& tensors) {
+  std::vector<size_t> rows;
+  for (const auto& t : tensors) {
+    size_t row = 1;
+    for (size_t d = 1; d < t.dims.size(); ++d) row *= static_cast<size_t>(t.dims[d]);
+    rows.push_back(row);
+  }
+  return rows;
+}
+
+std::vector<int> prioritiesOf(const GradientLayout& layout) {
+  std::vector<int> priorities;
+  for (const auto& unit : layout.units) priorities.push_back(unit.priority);
+  return priorities;
+}
+
+double secondsSince(Nanos start) {
+  return std::chrono::duration<double>(SteadyClock::instance().now() - start).count();
+}
+
+}  // namespace
+
+std::vector<size_t> PsEngine::unitElements(const std::vector<TensorShape>& tensors,
+                                           const ScheduleSpec& schedule) {
+  GradientLayout layout = planLayout(elementsOf(tensors), schedule, {}, rowsOf(tensors));
+  std::vector<size_t> elements;
+  for (const auto& unit : layout.units) elements.push_back(unit.elements);
+  return elements;
+}
+
+PsEngine::PsEngine(Transport& transport, const std::vector<TensorShape>& tensors,
+                   ScheduleSpec schedule, double lr, PsOptions options,
+                   std::vector<std::span<float>> parameters)
+    : transport_(transport),
+      tensors_(tensors),
+      schedule_(schedule),
+      options_(options),
+      layout_(planLayout(elementsOf(tensors), schedule, {}, rowsOf(tensors))),
+      parameters_(std::move(parameters)),
+      lr_(lr) {
+  const PsPlacement& placement = options_.placement;
+  if (placement.servers < 1 || (placement.colocated && placement.servers > placement.workers)) {
+    throw ConfigError(fmt::format("{} co-located parameter servers for {} workers",
+                                  placement.servers, placement.workers),
+                      {.hint = "co-locate at most one server per worker, or run them apart "
+                               "(--servers K)"});
+  }
+  GS_CHECK(transport.size() == placement.worldSize() && transport.rank() < placement.workers);
+  GS_CHECK(parameters_.size() == tensors_.size());
+  const size_t total = layout_.totalElements;
+  for (auto* buffer : {&gradients_, &staged_, &global_, &previous_, &replies_, &residual_})
+    buffer->assign(total, 0.0f);
+  ready_.assign(tensors_.size(), false);
+  waitingIn_.resize(layout_.units.size());
+  for (size_t u = 0; u < layout_.units.size(); ++u) waitingIn_[u] = layout_.units[u].tensors.size();
+  stepOf_.assign(layout_.units.size(), 0);
+  pushed_.assign(layout_.units.size(), 0);
+  applied_.assign(layout_.units.size(), 0);
+  pendingPull_.assign(layout_.units.size(), 0);
+  freshPull_.assign(layout_.units.size(), false);
+  expected_.resize(placement.servers);
+  if (schedule_.prioritized()) {
+    scheduler_ = std::make_unique<PriorityScheduler>(prioritiesOf(layout_), schedule_.window);
+  }
+  bytesAtStart_ = transport_.bytesSent();
+  if (placement.colocated && transport.rank() < placement.servers) {
+    server_ = std::make_unique<ParameterServer>(transport, placement, transport.rank(),
+                                                unitElements(tensors_, schedule_), options_.server);
+  }
+  thread_ = std::thread([this] { communicate(); });
+  for (int s = 0; s < placement.servers; ++s) receivers_.emplace_back([this, s] { receive(s); });
+}
+
+PsEngine::~PsEngine() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+  for (auto& receiver : receivers_) receiver.join();
+  // Every reachable server learns that this worker is done, even after a failure, so that no
+  // server waits for it.
+  for (int s = 0; s < options_.placement.servers; ++s) {
+    try {
+      sendRequest(s, {.request = PsRequest::kStop}, nullptr);
+    } catch (const Error& e) {
+      if (!error_) GS_LOG(kWarn, "could not stop {}: {}", serverName(s), e.what());
+    }
+  }
+  if (!server_) return;
+  try {
+    server_->wait();  // the other workers' kStop
+  } catch (const Error& e) {
+    if (!error_) GS_LOG(kWarn, "{} failed: {}", serverName(transport_.rank()), e.what());
+  }
+}
+
+std::string PsEngine::serverName(int server) const {
+  return fmt::format("parameter server {} (rank {})", server,
+                     options_.placement.serverRank(server));
+}
+
+std::span<float> PsEngine::slot(int t) {
+  return {gradients_.data() + layout_.offsetOf[t], tensors_[t].elements};
+}
+
+void PsEngine::markUnitReady(size_t unit) {
+  stepOf_[unit] = step_;
+  if (scheduler_) {
+    scheduler_->ready(unit);
+  } else {
+    queue_.push_back(unit);
+  }
+}
+
+void PsEngine::markReady(int t) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    GS_CHECK(!ready_[t]);
+    ready_[t] = true;
+    if (schedule_.overlapsBackward()) {
+      for (int u = layout_.unitOf[t]; u < layout_.unitOf[t] + layout_.unitCount[t]; ++u) {
+        if (--waitingIn_[u] == 0) markUnitReady(u);
+      }
+    }
+  }
+  cv_.notify_all();
+}
+
+void PsEngine::finishStep() {
+  throw InternalError("PsEngine updates the parameters: end steps with endBackward()");
+}
+
+void PsEngine::endBackward() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    rethrowIfFailed();
+    for (size_t t = 0; t < tensors_.size(); ++t) {
+      if (ready_[t]) continue;
+      std::span<float> s = slot(static_cast<int>(t));
+      std::fill(s.begin(), s.end(), 0.0f);  // an unused parameter: a zero gradient
+      if (!schedule_.overlapsBackward()) continue;
+      for (int u = layout_.unitOf[t]; u < layout_.unitOf[t] + layout_.unitCount[t]; ++u) {
+        if (--waitingIn_[u] == 0) markUnitReady(u);
+      }
+    }
+    if (!schedule_.overlapsBackward()) {
+      for (size_t u = 0; u < layout_.units.size(); ++u) markUnitReady(u);
+    }
+    std::fill(ready_.begin(), ready_.end(), false);
+    for (size_t u = 0; u < layout_.units.size(); ++u)
+      waitingIn_[u] = layout_.units[u].tensors.size();
+    ++step_;
+  }
+  cv_.notify_all();
+}
+
+bool PsEngine::delayed(uint64_t step) const {
+  return options_.delay != PsOptions::Delay::kNone &&
+         step >= static_cast<uint64_t>(options_.warmupSteps);
+}
+
+void PsEngine::communicate() {
+  try {
+    while (true) {
+      size_t unit = 0;
+      uint64_t step = 0;
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        std::optional<PriorityScheduler::Pick> pick;
+        cv_.wait(lock, [&] {
+          if (stop_ || error_) return true;
+          if (scheduler_) return (pick = scheduler_->next()).has_value();
+          return !queue_.empty();
+        });
+        if (stop_ || error_) return;
+        if (scheduler_) {
+          unit = pick->unit;
+        } else {
+          unit = queue_.front();
+          queue_.pop_front();
+        }
+        step = stepOf_[unit];
+      }
+      pushUnit(unit, step);
+    }
+  } catch (...) {
+    fail(std::current_exception());
+  }
+}
+
+template <typename Fn>
+void PsEngine::forEachSegment(size_t unit, Fn&& fn) const {
+  const CommUnit& u = layout_.units[unit];
+  for (int t : u.tensors) {
+    size_t lo = std::max(u.offset, layout_.offsetOf[t]);
+    size_t hi = std::min(u.offset + u.elements, layout_.offsetOf[t] + tensors_[t].elements);
+    if (lo < hi) fn(parameters_[t].subspan(lo - layout_.offsetOf[t], hi - lo), lo);
+  }
+}
+
+void PsEngine::copyToParameters(size_t unit, const std::vector<float>& flat) {
+  forEachSegment(unit, [&](std::span<float> parameter, size_t at) {
+    std::memcpy(parameter.data(), flat.data() + at, parameter.size_bytes());
+  });
+}
+
+void PsEngine::copyFromParameters(size_t unit, std::vector<float>& flat) const {
+  forEachSegment(unit, [&](std::span<float> parameter, size_t at) {
+    std::memcpy(flat.data() + at, parameter.data(), parameter.size_bytes());
+  });
+}
+
+// The local step of the delayed strategies, on this worker's parameters only.
+void PsEngine::localUpdate(size_t unit, bool freshPull) {
+  const auto lr = static_cast<float>(options_.localLr);
+  const auto glu = static_cast<float>(options_.glu);
+  const bool several = options_.delay == PsOptions::Delay::kSeveralSteps;
+  forEachSegment(unit, [&](std::span<float> parameter, size_t at) {
+    const float* g = gradients_.data() + at;
+    const float* global = global_.data() + at;
+    const float* previous = previous_.data() + at;
+    for (size_t i = 0; i < parameter.size(); ++i) {
+      if (!several) {
+        parameter[i] = global[i] - lr * g[i];
+        continue;
+      }
+      float base = freshPull ? global[i] : parameter[i];
+      parameter[i] = base - lr * (g[i] + glu * (previous[i] - global[i]));
+    }
+  });
+}
+
+void PsEngine::pushUnit(size_t unit, uint64_t step) {
+  if (!published_) publishState();
+  const CommUnit& u = layout_.units[unit];
+  const bool isDelayed = delayed(step);
+  const auto delay = options_.delay;
+  const uint64_t sinceWarmup =
+      step - static_cast<uint64_t>(std::max<int64_t>(0, options_.warmupSteps));
+  const auto k = static_cast<uint64_t>(options_.delaySteps);
+  bool freshPull = false;
+  if (isDelayed) {  // the last pull must be in: it is the base of the local step
+    std::unique_lock<std::mutex> lock(mutex_);
+    bool in = cv_.wait_for(lock, waitBound(), [&] { return error_ || pendingPull_[unit] == 0; });
+    rethrowIfFailed();
+    if (!in)
+      throw InternalError("a parameter-server reply never came", {.rank = transport_.rank()});
+    freshPull = freshPull_[unit];
+    freshPull_[unit] = false;
+  }
+  const bool quantized = isDelayed && delay == PsOptions::Delay::kCompressed && step % k != 0;
+  std::vector<uint8_t> codes;
+  const float* gradient = gradients_.data() + u.offset;
+  if (quantized) {
+    codes = twoBitEncode({gradient, u.elements}, {residual_.data() + u.offset, u.elements},
+                         options_.threshold);
+  } else {
+    std::memcpy(staged_.data() + u.offset, gradient, u.elements * sizeof(float));
+  }
+  if (isDelayed) localUpdate(unit, freshPull);
+  const bool wantReply =
+      !isDelayed || delay != PsOptions::Delay::kSeveralSteps || sinceWarmup % k == k - 1;
+  const int server = options_.placement.serverOf(unit);
+  Nanos start = SteadyClock::instance().now();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (isDelayed) applied_[unit] = step + 1;
+    if (wantReply) {
+      expected_[server].push_back({unit, step, !isDelayed, start});
+      if (isDelayed) ++pendingPull_[unit];
+      ++awaiting_;
+      busy(+1);
+    }
+    busy(+1);  // the send
+    const size_t ring = 2 * (options_.placement.workers - 1) * u.elements * sizeof(float);
+    totals_.denseBytes += ring / options_.placement.workers;
+  }
+  cv_.notify_all();
+  PsHeader header{
+      .request = PsRequest::kPush,
+      .unit = static_cast<uint32_t>(unit),
+      .step = step,
+      .lr = static_cast<float>(lr_),
+      .threshold = options_.threshold,
+      .flags = (wantReply ? kWantReply : 0u) | (quantized ? kQuantized : 0u),
+      .payloadBytes = static_cast<uint32_t>(quantized ? codes.size() : u.elements * sizeof(float))};
+  sendRequest(server, header,
+              quantized ? static_cast<const void*>(codes.data()) : staged_.data() + u.offset);
+  std::lock_guard<std::mutex> lock(mutex_);
+  busy(-1);
+  // p3's credit counts pushes on the wire, not replies: a synchronous server answers only once
+  // every worker pushed, and workers pick in different orders, so waiting for replies could
+  // leave each worker waiting for units the others have not committed.
+  if (scheduler_) scheduler_->completed(unit);
+  if (!wantReply) traceUnit(unit, step, server, start);
+}
+
+void PsEngine::sendRequest(int server, PsHeader header, const void* payload) {
+  const int rank = options_.placement.serverRank(server);
+  try {
+    std::lock_guard<std::mutex> lock(sendMutex_);  // a header and its payload go together
+    WorkPtr head = transport_.send(rank, kPsRequestTag, &header, sizeof header);
+    WorkPtr body;
+    if (header.payloadBytes > 0)
+      body = transport_.send(rank, kPsPayloadTag, payload, header.payloadBytes);
+    head->wait();
+    if (body) body->wait();
+  } catch (const Error& e) {
+    rethrowNamingServer(server, e);
+  }
+}
+
+void PsEngine::rethrowNamingServer(int server, const Error& e) const {
+  std::string what = fmt::format("{}: {}", serverName(server), e.detail());
+  ErrorContext context{.rank = transport_.rank(),
+                       .peer = options_.placement.serverRank(server),
+                       .operation = "parameter-server push/pull",
+                       .hint = e.context().hint};
+  if (dynamic_cast<const PeerLostError*>(&e)) throw PeerLostError(what, context);
+  if (dynamic_cast<const TimeoutError*>(&e)) throw TimeoutError(what, context);
+  throw;
+}
+
+void PsEngine::receive(int server) {
+  try {
+    while (true) {
+      Expected e;
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        cv_.wait(lock, [&] { return stop_ || error_ || !expected_[server].empty(); });
+        if (error_ || expected_[server].empty()) return;
+        e = expected_[server].front();
+        expected_[server].pop_front();
+      }
+      const CommUnit& u = layout_.units[e.unit];
+      try {
+        transport_
+            .recv(options_.placement.serverRank(server), psReplyTag(e.unit),
+                  replies_.data() + u.offset, u.elements * sizeof(float))
+            ->wait();
+      } catch (const Error& error) {
+        rethrowNamingServer(server, error);
+      }
+      arrived(e, server);
+    }
+  } catch (...) {
+    fail(std::current_exception());
+  }
+}
+
+// A reply is in replies_: warm-up and plain strategies take it as their parameters; the delayed
+// ones keep it aside as the next local step's base.
+void PsEngine::arrived(const Expected& e, int server) {
+  const CommUnit& u = layout_.units[e.unit];
+  auto at = static_cast<std::ptrdiff_t>(u.offset);
+  auto n = static_cast<std::ptrdiff_t>(u.elements);
+  if (e.toParameters) {
+    copyToParameters(e.unit, replies_);
+    std::copy_n(replies_.begin() + at, n, global_.begin() + at);
+    std::copy_n(replies_.begin() + at, n, previous_.begin() + at);
+  } else {
+    std::copy_n(global_.begin() + at, n, previous_.begin() + at);
+    std::copy_n(replies_.begin() + at, n, global_.begin() + at);
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (e.toParameters) {
+      applied_[e.unit] = e.step + 1;
+    } else {
+      --pendingPull_[e.unit];
+    }
+    freshPull_[e.unit] = true;
+    --awaiting_;
+    busy(-1);
+    traceUnit(e.unit, e.step, server, e.sentAt);
+  }
+  cv_.notify_all();
+}
+
+// Rank 0 gives every server its units' parameters (and velocity, after a resume) before its
+// first push; the servers hold every push back until then.
+void PsEngine::publishState() {
+  for (size_t unit = 0; unit < layout_.units.size(); ++unit) {
+    copyFromParameters(unit, global_);
+  }
+  previous_ = global_;
+  published_ = true;
+  if (transport_.rank() != 0) return;
+  std::vector<float> velocity(layout_.totalElements, 0.0f);
+  if (!velocity_.empty()) {
+    size_t at = 0;
+    for (size_t t = 0; t < tensors_.size(); ++t) {
+      std::copy_n(velocity_.begin() + static_cast<std::ptrdiff_t>(at), tensors_[t].elements,
+                  velocity.begin() + static_cast<std::ptrdiff_t>(layout_.offsetOf[t]));
+      at += tensors_[t].elements;
+    }
+  }
+  std::vector<float> state;
+  for (size_t unit = 0; unit < layout_.units.size(); ++unit) {
+    const CommUnit& u = layout_.units[unit];
+    auto begin = static_cast<std::ptrdiff_t>(u.offset);
+    auto end = begin + static_cast<std::ptrdiff_t>(u.elements);
+    state.assign(global_.begin() + begin, global_.begin() + end);
+    state.insert(state.end(), velocity.begin() + begin, velocity.begin() + end);
+    sendRequest(options_.placement.serverOf(unit),
+                {.request = PsRequest::kSetState,
+                 .unit = static_cast<uint32_t>(unit),
+                 .payloadBytes = static_cast<uint32_t>(state.size() * sizeof(float))},
+                state.data());
+  }
+}
+
+void PsEngine::waitParameters(int t) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  for (int u = layout_.unitOf[t]; u < layout_.unitOf[t] + layout_.unitCount[t]; ++u) {
+    bool done = cv_.wait_for(lock, waitBound(), [&] { return error_ || applied_[u] >= step_; });
+    rethrowIfFailed();
+    if (!done) {
+      throw InternalError(fmt::format("parameters of '{}' were never updated", tensors_[t].name),
+                          {.rank = transport_.rank()});
+    }
+  }
+}
+
+void PsEngine::drain() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  bool done = cv_.wait_for(lock, waitBound(), [&] {
+    if (error_) return true;
+    if (awaiting_ > 0) return false;
+    return std::all_of(applied_.begin(), applied_.end(), [&](uint64_t s) { return s >= step_; });
+  });
+  rethrowIfFailed();
+  if (!done)
+    throw InternalError("parameter-server steps never completed", {.rank = transport_.rank()});
+}
+
+std::vector<float> PsEngine::velocity() {
+  drain();
+  std::vector<float> parameters(layout_.totalElements), velocity(layout_.totalElements);
+  std::vector<float> state;
+  for (size_t unit = 0; unit < layout_.units.size(); ++unit) {
+    const CommUnit& u = layout_.units[unit];
+    const int server = options_.placement.serverOf(unit);
+    state.resize(2 * u.elements);
+    WorkPtr answer = transport_.recv(options_.placement.serverRank(server), kPsStateTag,
+                                     state.data(), state.size() * sizeof(float));
+    sendRequest(server, {.request = PsRequest::kGetState, .unit = static_cast<uint32_t>(unit)},
+                nullptr);
+    try {
+      answer->wait();
+    } catch (const Error& e) {
+      rethrowNamingServer(server, e);
+    }
+    auto at = static_cast<std::ptrdiff_t>(u.offset);
+    auto n = static_cast<std::ptrdiff_t>(u.elements);
+    std::copy_n(state.begin(), n, parameters.begin() + at);
+    std::copy_n(state.begin() + n, n, velocity.begin() + at);
+    copyToParameters(unit, parameters);
+  }
+  std::vector<float> byTensor;
+  for (size_t t = 0; t < tensors_.size(); ++t) {
+    auto begin = velocity.begin() + static_cast<std::ptrdiff_t>(layout_.offsetOf[t]);
+    byTensor.insert(byTensor.end(), begin,
+                    begin + static_cast<std::ptrdiff_t>(tensors_[t].elements));
+  }
+  return byTensor;
+}
+
+void PsEngine::setVelocity(std::span<const float> velocity) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  GS_CHECK(!published_ && velocity.size() == layout_.totalElements);
+  velocity_.assign(velocity.begin(), velocity.end());
+}
+
+void PsEngine::setStep(uint64_t step) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  step_ = step;
+  std::fill(applied_.begin(), applied_.end(), step);
+}
+
+StepStats PsEngine::totals() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  StepStats totals = totals_;
+  totals.bytesSent = transport_.bytesSent() - bytesAtStart_;
+  return totals;
+}
+
+// Communication time is the time during which a push or a reply is outstanding.
+void PsEngine::busy(int delta) {
+  if (active_ == 0 && delta > 0) busySince_ = SteadyClock::instance().now();
+  active_ += delta;
+  if (delta < 0 && active_ == 0) totals_.commSeconds += secondsSince(busySince_);
+}
+
+void PsEngine::traceUnit(size_t unit, uint64_t step, int server, Nanos start) {
+  if (trace_ == nullptr || !trace_->active()) return;
+  const CommUnit& u = layout_.units[unit];
+  std::string name = tensors_[u.tensors.front()].name;
+  if (u.tensors.size() > 1) name += fmt::format(" +{} tensors", u.tensors.size() - 1);
+  if (layout_.unitCount[u.tensors.front()] > 1) {
+    name += fmt::format("[{}:{}]", u.tensorOffset, u.tensorOffset + u.elements);
+  }
+  trace_->complete(kCommLane, "communication", name, start, SteadyClock::instance().now(),
+                   TraceArgs()
+                       .add("op", "push_pull")
+                       .add("step", step)
+                       .add("server", server)
+                       .add("priority", u.priority));
+}
+
+void PsEngine::fail(std::exception_ptr error) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!error_) error_ = std::move(error);
+  }
+  cv_.notify_all();
+}
+
+void PsEngine::rethrowIfFailed() {
+  if (error_) std::rethrow_exception(error_);
+}
+
+std::chrono::milliseconds PsEngine::waitBound() const {
+  return transport_.options().timeout * static_cast<int>(layout_.units.size() + 1);
+}
+
+}  // namespace gradsync

@@ -1,0 +1,115 @@
+#include "sync/strategy.h"
+
+#include <algorithm>
+#include <charconv>
+
+#include <fmt/format.h>
+
+#include "gradsync/error.h"
+
+namespace gradsync {
+namespace {
+
+constexpr const char* kForms =
+    "choose ssgd, sharded, asgd, ssp:S, odsgd, ssdsgd:K, cdsgd:K or localsgd:H";
+
+int parseCount(const std::string& text, const std::string& whole, int minimum) {
+  int value = 0;
+  auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (error != std::errc() || end != text.data() + text.size() || value < minimum) {
+    throw ConfigError(fmt::format("--sync {}: '{}' is not an integer >= {}", whole, text, minimum),
+                      {.hint = kForms});
+  }
+  return value;
+}
+
+}  // namespace
+
+SyncStrategy SyncStrategy::parse(const std::string& text) {
+  using K = Kind;
+  struct Form {
+    const char* name;
+    Kind kind;
+    int defaultParameter;  // -1: none taken; 0: required
+    int minimum;
+  };
+  static const Form kTable[] = {{"ssgd", K::kSsgd, -1, 0},         {"sharded", K::kSharded, -1, 0},
+                                {"asgd", K::kAsgd, -1, 0},         {"ssp", K::kSsp, 0, 0},
+                                {"odsgd", K::kOdsgd, -1, 0},       {"ssdsgd", K::kSsdsgd, 5, 1},
+                                {"cdsgd", K::kCdsgd, 5, 1},        {"localsgd", K::kLocalSgd, 0, 1}};
+  const size_t colon = text.find(':');
+  const std::string name = text.substr(0, colon);
+  for (const Form& form : kTable) {
+    if (name != form.name) continue;
+    SyncStrategy strategy{form.kind, std::max(form.defaultParameter, 0)};
+    if (colon == std::string::npos) {
+      if (form.defaultParameter == 0) {
+        throw ConfigError(fmt::format("--sync {} needs a parameter ({}:N)", text, name),
+                          {.hint = kForms});
+      }
+      return strategy;
+    }
+    if (form.defaultParameter == -1) {
+      throw ConfigError(fmt::format("--sync {} takes no parameter", name), {.hint = kForms});
+    }
+    strategy.parameter = parseCount(text.substr(colon + 1), text, form.minimum);
+    return strategy;
+  }
+  throw ConfigError(fmt::format("unknown --sync '{}'", text), {.hint = kForms});
+}
+
+int64_t paperWarmup(SyncStrategy::Kind kind) {
+  switch (kind) {
+    case SyncStrategy::Kind::kOdsgd:
+      return 200;
+    case SyncStrategy::Kind::kSsdsgd:
+      return 500;
+    case SyncStrategy::Kind::kCdsgd:
+      return 1000;
+    default:
+      return 0;
+  }
+}
+
+std::optional<PsOptions> psOptionsFor(const SyncStrategy& strategy, const StrategyKnobs& knobs,
+                                      int workers, double lr, double momentum) {
+  using K = SyncStrategy::Kind;
+  const bool servers = knobs.ps || knobs.servers > 0;
+  if (knobs.servers < 0) throw ConfigError("--servers must be >= 0");
+  if (!strategy.needsServers() && strategy.kind != K::kSsgd) {
+    if (servers) {
+      throw ConfigError("--ps and --servers apply to ssgd, asgd, ssp, odsgd, ssdsgd and cdsgd",
+                        {.hint = "sharded and localsgd run among the workers, without servers"});
+    }
+    return std::nullopt;
+  }
+  if (!strategy.needsServers() && !servers) return std::nullopt;
+  if (knobs.warmup < -1) throw ConfigError("--delay-warmup must be >= 0");
+  if (knobs.localLr < 0 || knobs.glu < 0 || knobs.threshold <= 0) {
+    throw ConfigError("--local-lr and --glu must be >= 0, --cd-threshold > 0");
+  }
+  PsOptions options;
+  options.placement = {.workers = workers,
+                       .servers = knobs.servers > 0 ? knobs.servers : workers,
+                       .colocated = knobs.servers == 0};
+  options.server.momentum = momentum;
+  if (strategy.kind == K::kAsgd) options.server.consistency = ServerOptions::Consistency::kAsync;
+  if (strategy.kind == K::kSsp) {
+    options.server.consistency = ServerOptions::Consistency::kStale;
+    options.server.staleness = strategy.parameter;
+  }
+  static const PsOptions::Delay kDelays[] = {PsOptions::Delay::kOneStep,
+                                             PsOptions::Delay::kSeveralSteps,
+                                             PsOptions::Delay::kCompressed};
+  if (strategy.delayed()) {
+    options.delay = kDelays[static_cast<int>(strategy.kind) - static_cast<int>(K::kOdsgd)];
+    options.delaySteps = std::max(strategy.parameter, 1);
+    options.warmupSteps = knobs.warmup >= 0 ? knobs.warmup : paperWarmup(strategy.kind);
+    options.localLr = knobs.localLr > 0 ? knobs.localLr : lr;
+    options.glu = knobs.glu;
+    options.threshold = static_cast<float>(knobs.threshold);
+  }
+  return options;
+}
+
+}  // namespace gradsync

@@ -1,0 +1,51 @@
+// --sync: how the workers' gradients become their next parameters (docs/cli.md, "--sync").
+//   ssgd        synchronous SGD: ring allreduce among the workers, or through parameter servers
+//               (--ps: co-located with the workers; --servers K: K processes of their own)
+//   sharded     Lee et al.: reduce-scatter, SGD on the owned block, allgather (no servers)
+//   asgd        asynchronous SGD through parameter servers
+//   ssp:S       stale-synchronous: no worker more than S steps ahead of the slowest
+//   odsgd       OD-SGD; ssdsgd:K  SSD-SGD (pull every K steps); cdsgd:K  CD-SGD (2-bit pushes,
+//               full precision every K-th step) — all through parameter servers
+//   localsgd:H  local SGD, averaging the models every H steps (no servers)
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "sync/ps_engine.h"
+
+namespace gradsync {
+
+struct SyncStrategy {
+  enum class Kind { kSsgd, kSharded, kAsgd, kSsp, kOdsgd, kSsdsgd, kCdsgd, kLocalSgd };
+  Kind kind = Kind::kSsgd;
+  int parameter = 0;  // ssp's S, ssdsgd's and cdsgd's K, localsgd's H
+
+  // Throws ConfigError listing the valid forms.
+  static SyncStrategy parse(const std::string& text);
+  // asgd, ssp, odsgd, ssdsgd, cdsgd: only parameter servers can run them.
+  bool needsServers() const { return kind >= Kind::kAsgd && kind <= Kind::kCdsgd; }
+  bool delayed() const { return kind >= Kind::kOdsgd && kind <= Kind::kCdsgd; }
+};
+
+// The companions of --sync (each a flag of `gradsync train`).
+struct StrategyKnobs {
+  bool ps = false;          // --ps: ssgd through parameter servers co-located with the workers
+  int servers = 0;          // --servers K: K separate server processes (ranks after the workers)
+  int64_t warmup = -1;      // --delay-warmup: plain ssgd steps first (-1: the paper's)
+  double localLr = 0;       // --local-lr: the delayed strategies' local step (0: --lr)
+  double glu = 0.5;         // --glu: ssdsgd's weight of the global direction
+  double threshold = 0.5;   // --cd-threshold: cdsgd's 2-bit quantization threshold
+};
+
+// The papers' warm-up lengths: OD-SGD 200, SSD-SGD 500, CD-SGD 1000 steps of plain SSGD.
+int64_t paperWarmup(SyncStrategy::Kind kind);
+
+// The parameter-server options for `workers` workers, or none when the strategy runs without
+// servers. Throws ConfigError for a combination that cannot run (servers for localsgd or
+// sharded, a negative knob).
+std::optional<PsOptions> psOptionsFor(const SyncStrategy& strategy, const StrategyKnobs& knobs,
+                                      int workers, double lr, double momentum);
+
+}  // namespace gradsync

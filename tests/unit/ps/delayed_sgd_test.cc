@@ -1,0 +1,126 @@
+// OD-SGD, SSD-SGD and CD-SGD against a naive replay of their rules (docs/algorithms.md, "Delayed
+// SGD"): the servers' global model, and each worker's local model after its local steps.
+#include <gtest/gtest.h>
+
+#include <fmt/format.h>
+
+#include "compress/two_bit.h"
+#include "ps_fixture.h"
+
+namespace gradsync::testing {
+namespace {
+
+using Delay = PsOptions::Delay;
+constexpr double kMomentum = 0.9;
+
+struct Outcome {
+  std::vector<Parameters> local;  // by worker
+  Parameters global, velocity;
+};
+
+// Replays `steps` steps of the strategy on plain vectors, one element at a time.
+Outcome replay(const PsOptions& o, int steps) {
+  const int workers = o.placement.workers;
+  const auto k = static_cast<int64_t>(o.delaySteps);
+  Parameters global = initialParameters();
+  Parameters velocity = global, pulled = global, previous = global;
+  for (auto& t : velocity) std::fill(t.begin(), t.end(), 0.0f);
+  std::vector<Parameters> local(workers, global), residual(workers, velocity);
+  bool fresh = false;
+  for (int s = 0; s < steps; ++s) {
+    const bool delayed = s >= o.warmupSteps;
+    const int64_t since = s - o.warmupSteps;
+    const bool quantized = delayed && o.delay == Delay::kCompressed && s % k != 0;
+    for (size_t t = 0; t < kTensors.size(); ++t) {
+      for (size_t i = 0; i < kTensors[t].elements; ++i) {
+        float sum = 0;
+        for (int r = 0; r < workers; ++r) {
+          float g = gradient(r, t, i, s);
+          float pushed = g;
+          if (quantized) {
+            float x = residual[r][t][i] + g;
+            pushed = x >= o.threshold ? o.threshold : x <= -o.threshold ? -o.threshold : 0.0f;
+            residual[r][t][i] = x - pushed;
+          }
+          sum += pushed;
+          if (!delayed) continue;
+          auto lr = static_cast<float>(o.localLr);
+          float& w = local[r][t][i];
+          if (o.delay == Delay::kSeveralSteps) {
+            float base = fresh ? pulled[t][i] : w;
+            w = base - lr * (g + static_cast<float>(o.glu) * (previous[t][i] - pulled[t][i]));
+          } else {
+            w = pulled[t][i] - lr * g;
+          }
+        }
+        float& v = velocity[t][i];
+        v = static_cast<float>(kMomentum) * v + sum * (1.0f / static_cast<float>(workers));
+        global[t][i] -= static_cast<float>(kLr) * v;
+      }
+    }
+    fresh = false;
+    const bool pull = !delayed || o.delay != Delay::kSeveralSteps || since % k == k - 1;
+    if (!pull) continue;
+    fresh = true;
+    previous = delayed ? pulled : global;
+    pulled = global;
+    if (!delayed) std::fill(local.begin(), local.end(), global);
+  }
+  return {local, global, velocity};
+}
+
+struct Case {
+  std::string name;
+  Delay delay;
+  int64_t warmup;
+  std::string schedule = "wfbp";
+  int servers = 2;
+  bool colocated = true;
+};
+
+class DelayedSgd : public ::testing::TestWithParam<Case> {};
+
+TEST_P(DelayedSgd, MatchesTheNaiveReplay) {
+  const Case& c = GetParam();
+  constexpr int kSteps = 8;
+  Job job{.workers = 2,
+          .servers = c.servers,
+          .colocated = c.colocated,
+          .server = {.momentum = kMomentum},
+          .schedule = c.schedule};
+  PsOptions options = job.options();
+  options.delay = c.delay;
+  options.warmupSteps = c.warmup;
+  options.delaySteps = 3;
+  options.localLr = 0.05;
+  options.glu = 0.5;
+  options.threshold = 0.2f;
+  Outcome expected = replay(options, kSteps);
+  runJob(job, [&](Transport& t) {
+    Parameters p = initialParameters();
+    PsEngine engine(t, kTensors, ScheduleSpec::parse(c.schedule), kLr, options, spansOf(p));
+    for (int s = 0; s < kSteps; ++s) step(engine, t.rank(), s, backwardOrder(t.rank()));
+    engine.drain();
+    expectClose(p, expected.local[t.rank()], fmt::format("worker {}'s local model", t.rank()));
+    std::vector<float> velocity = engine.velocity();
+    expectClose(p, expected.global, "the servers' model");
+    size_t at = 0;
+    for (const auto& v : expected.velocity) {
+      for (float x : v) ASSERT_NEAR(velocity[at++], x, 1e-5);
+    }
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Strategies, DelayedSgd,
+    ::testing::Values(Case{"odsgd", Delay::kOneStep, 2},
+                      Case{"odsgd_no_warmup", Delay::kOneStep, 0},
+                      Case{"odsgd_p3_apart", Delay::kOneStep, 1, "p3:slice=1000", 1, false},
+                      Case{"ssdsgd", Delay::kSeveralSteps, 2},
+                      Case{"ssdsgd_fusion", Delay::kSeveralSteps, 1, "fusion:0.01", 1},
+                      Case{"cdsgd", Delay::kCompressed, 2},
+                      Case{"cdsgd_p3", Delay::kCompressed, 1, "p3:slice=5", 2, false}),
+    [](const auto& info) { return info.param.name; });
+
+}  // namespace
+}  // namespace gradsync::testing

@@ -1,0 +1,194 @@
+// The parameter server's consistency modes against naive references.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "gradsync/collectives.h"
+#include "gradsync/error.h"
+#include "ps_fixture.h"
+
+namespace gradsync::testing {
+namespace {
+
+constexpr double kMomentum = 0.9;
+
+// SGD with momentum on the exact average, `steps` times; also returns the velocity.
+Parameters syncReference(int workers, int steps, Parameters* velocityOut = nullptr) {
+  Parameters p = initialParameters();
+  Parameters v = p;
+  for (auto& t : v) std::fill(t.begin(), t.end(), 0.0f);
+  for (int s = 0; s < steps; ++s) {
+    for (size_t t = 0; t < kTensors.size(); ++t) {
+      for (size_t i = 0; i < kTensors[t].elements; ++i) {
+        double sum = 0;
+        for (int r = 0; r < workers; ++r) sum += gradient(r, t, i, s);
+        v[t][i] = static_cast<float>(kMomentum * v[t][i] + sum / workers);
+        p[t][i] -= static_cast<float>(kLr * v[t][i]);
+      }
+    }
+  }
+  if (velocityOut) *velocityOut = v;
+  return p;
+}
+
+using SyncParam = std::tuple<int, int, bool, std::string, TransportKind>;
+
+class PsSync : public ::testing::TestWithParam<SyncParam> {};
+
+// PS ssgd gives ring-allreduce ssgd's parameters (the same naive reference the ring engine is
+// tested against), with 1, 2 and 3 servers, co-located or apart, whole tensors or p3 slices.
+TEST_P(PsSync, MatchesSgdOnTheAverage) {
+  auto [workers, servers, colocated, schedule, kind] = GetParam();
+  Job job{.workers = workers,
+          .servers = servers,
+          .colocated = colocated,
+          .kind = kind,
+          .server = {.momentum = kMomentum},
+          .schedule = schedule};
+  constexpr int kSteps = 4;
+  Parameters expectedVelocity;
+  Parameters expected = syncReference(workers, kSteps, &expectedVelocity);
+  runJob(job, [&](Transport& t) {
+    Parameters p = initialParameters();
+    PsEngine engine(t, kTensors, ScheduleSpec::parse(schedule), kLr, job.options(), spansOf(p));
+    for (int s = 0; s < kSteps; ++s) step(engine, t.rank(), s, backwardOrder(t.rank()));
+    engine.drain();
+    expectClose(p, expected, "parameters");
+    std::vector<float> velocity = engine.velocity();
+    std::vector<float> flat;
+    for (const auto& v : expectedVelocity) flat.insert(flat.end(), v.begin(), v.end());
+    ASSERT_EQ(velocity.size(), flat.size());
+    for (size_t i = 0; i < flat.size(); ++i) ASSERT_NEAR(velocity[i], flat[i], 1e-5) << i;
+    expectClose(p, expected, "parameters after velocity()");
+    EXPECT_GT(engine.totals().bytesSent + (t.rank() == 0 && workers == 1), 0u);
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Placements, PsSync,
+    ::testing::Values(SyncParam{1, 1, true, "wfbp", TransportKind::kLoopback},
+                      SyncParam{2, 2, true, "wfbp", TransportKind::kTcp},
+                      SyncParam{3, 3, true, "fusion:0.01", TransportKind::kLoopback},
+                      SyncParam{3, 1, false, "fifo", TransportKind::kTcp},
+                      SyncParam{2, 2, false, "p3:slice=1000,window=1", TransportKind::kLoopback},
+                      SyncParam{3, 3, false, "p3:slice=5", TransportKind::kTcp},
+                      SyncParam{4, 2, true, "p3", TransportKind::kLoopback}),
+    [](const auto& info) {
+      const SyncParam& p = info.param;
+      std::string name = fmt::format("{}w_{}s_{}_{}_{}", std::get<0>(p), std::get<1>(p),
+                                     std::get<2>(p) ? "colocated" : "apart", std::get<3>(p),
+                                     kindName(std::get<4>(p)));
+      std::replace_if(
+          name.begin(), name.end(), [](char c) { return !std::isalnum(c); }, '_');
+      return name;
+    });
+
+// Without momentum and with gradients that do not depend on the parameters, asynchronous SGD
+// ends where synchronous SGD does whatever the order the server applied the pushes in.
+TEST(PsAsync, AppliesEveryPushOnce) {
+  Job job{
+      .workers = 3, .servers = 2, .server = {.consistency = ServerOptions::Consistency::kAsync}};
+  constexpr int kSteps = 3;
+  Parameters expected = initialParameters();
+  for (int s = 0; s < kSteps; ++s) {
+    for (size_t t = 0; t < kTensors.size(); ++t) {
+      for (size_t i = 0; i < kTensors[t].elements; ++i) {
+        for (int r = 0; r < job.workers; ++r) {
+          expected[t][i] -= static_cast<float>(kLr / job.workers * gradient(r, t, i, s));
+        }
+      }
+    }
+  }
+  runJob(job, [&](Transport& t) {
+    Parameters p = initialParameters();
+    PsEngine engine(t, kTensors, ScheduleSpec::parse("wfbp"), kLr, job.options(), spansOf(p));
+    for (int s = 0; s < kSteps; ++s) step(engine, t.rank(), s, backwardOrder(t.rank()));
+    engine.drain();
+    barrier(t);         // every worker's pushes are in
+    engine.velocity();  // the servers' final parameters
+    expectClose(p, expected, "parameters", 1e-4);
+  });
+}
+
+// ssp:S, with one worker slowed down: whenever a worker starts a step, the slowest has ended
+// at least (that step - S) steps; and the fast ones do run ahead (the bound is what stops them).
+TEST(PsStale, NoWorkerRunsMoreThanSStepsAhead) {
+  for (int staleness : {0, 2}) {
+    Job job{.workers = 3,
+            .servers = 2,
+            .server = {.consistency = ServerOptions::Consistency::kStale, .staleness = staleness}};
+    constexpr int kSteps = 12;
+    std::atomic<int> slowEnded{0};
+    std::atomic<int> largestLead{0};
+    runJob(job, [&](Transport& t) {
+      Parameters p = initialParameters();
+      PsEngine engine(t, kTensors, ScheduleSpec::parse("wfbp"), kLr, job.options(), spansOf(p));
+      const bool slow = t.rank() == job.workers - 1;
+      for (int s = 0; s < kSteps; ++s) {
+        for (size_t i = 0; i < kTensors.size(); ++i) engine.waitParameters(static_cast<int>(i));
+        if (slow) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(20));
+          ++slowEnded;  // before its first push of the step can reach a server
+        } else {
+          int lead = s - slowEnded.load();
+          EXPECT_LE(lead, staleness) << "worker " << t.rank() << " at step " << s;
+          int seen = largestLead.load();
+          while (lead > seen && !largestLead.compare_exchange_weak(seen, lead)) {
+          }
+        }
+        step(engine, t.rank(), s, backwardOrder(t.rank()));
+      }
+      engine.drain();
+    });
+    EXPECT_EQ(largestLead.load(), staleness) << "the fast workers never ran ahead";
+  }
+}
+
+// A separate server process that disappears fails every worker with an error naming it.
+TEST(PsFailure, LostServerIsNamed) {
+  Job job{.workers = 2, .servers = 2, .colocated = false, .kind = TransportKind::kTcp};
+  TransportOptions transport;
+  transport.timeout = std::chrono::milliseconds(5000);
+  runWithTransports(
+      job.kind, job.placement().worldSize(),
+      [&](Transport& t) {
+        if (t.rank() == 3) return;  // server 1 leaves at once
+        if (t.rank() == 2) {
+          ParameterServer server(t, job.placement(), 0,
+                                 PsEngine::unitElements(kTensors, ScheduleSpec::parse("wfbp")),
+                                 job.server);
+          try {
+            server.wait();  // the workers stop it, or it sees them leave
+          } catch (const Error&) {
+          }
+          return;
+        }
+        Parameters p = initialParameters();
+        PsEngine engine(t, kTensors, ScheduleSpec::parse("wfbp"), kLr, job.options(), spansOf(p));
+        try {
+          for (int s = 0; s < 3; ++s) step(engine, t.rank(), s, backwardOrder(t.rank()));
+          engine.drain();
+          FAIL() << "expected the lost server to surface";
+        } catch (const Error& e) {
+          EXPECT_NE(std::string(e.what()).find("parameter server 1 (rank 3)"), std::string::npos)
+              << e.what();
+        }
+      },
+      transport);
+}
+
+TEST(PsEngine, RefusesMoreColocatedServersThanWorkers) {
+  runWithTransports(TransportKind::kLoopback, 2, [&](Transport& t) {
+    Parameters p = initialParameters();
+    PsOptions options{.placement = {.workers = 2, .servers = 3}};
+    EXPECT_THROW(PsEngine(t, kTensors, ScheduleSpec::parse("wfbp"), kLr, options, spansOf(p)),
+                 ConfigError);
+  });
+}
+
+}  // namespace
+}  // namespace gradsync::testing
