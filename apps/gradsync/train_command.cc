@@ -77,6 +77,8 @@ void addTrainCommand(CLI::App& app, CommandContext& context) {
   train->add_option("--delay-warmup", k.warmup,
                     "odsgd/ssdsgd/cdsgd: plain ssgd steps first (default: 200/500/1000)");
   train->add_option("--local-lr", k.localLr, "delayed strategies' local step (default: --lr)");
+  train->add_option("--local-momentum", k.localMomentum,
+                    "delayed strategies' local momentum (default: --momentum)");
   train->add_option("--glu", k.glu, "ssdsgd: weight of the global direction")
       ->capture_default_str();
   train->add_option("--cd-threshold", k.threshold, "cdsgd: 2-bit quantization threshold")

@@ -1,6 +1,7 @@
 #include "ps/parameter_server.h"
 
 #include <algorithm>
+#include <cmath>
 #include <condition_variable>
 #include <cstring>
 
@@ -104,13 +105,21 @@ void ParameterServer::serveWorker(int worker) {
       payload.resize(expected);
       if (expected > 0) transport_.recv(worker, kPsPayloadTag, payload.data(), expected)->wait();
     } while (handle(worker, header, payload));
+  } catch (const TimeoutError&) {
+    // The timed-out receive still holds its buffer: only an abort releases it (transport.h).
+    transport_.abort(std::current_exception());
+    recordFailure(worker);
   } catch (...) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (!error_) error_ = std::current_exception();
-    stopped_[worker] = true;
-    for (auto& unit : units_) {
-      if (unit) unit->roundOpen.notify_all();
-    }
+    recordFailure(worker);
+  }
+}
+
+void ParameterServer::recordFailure(int worker) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!error_) error_ = std::current_exception();
+  stopped_[worker] = true;
+  for (auto& unit : units_) {
+    if (unit) unit->roundOpen.notify_all();
   }
 }
 
@@ -222,11 +231,20 @@ void ParameterServer::push(int worker, const PsHeader& header, std::span<const u
     if (++unit.arrived == placement_.workers) applySync(unit, header);
     return;
   }
-  const double lr = header.lr / placement_.workers;
-  sgdStep(unit.parameters, gradient, unit.velocity, {.lr = lr, .momentum = options_.momentum});
+  sgdStep(unit.parameters, gradient, unit.velocity, asyncSgd(header.lr));
   ++unit.pushes[worker];
   if (header.flags & kWantReply) unit.pending.push_back({worker, unit.pushes[worker]});
   releaseStale(unit);
+}
+
+// One push of W per step: momentum m^(1/W) per push keeps the velocity's horizon at m per step,
+// and lr (1 - m_push) / (W (1 - m)) per push makes W pushes of a steady gradient move the
+// parameters as far as one synchronous step does (m = 0: lr / W).
+SgdOptions ParameterServer::asyncSgd(double lr) const {
+  const double workers = placement_.workers;
+  const double m = options_.momentum;
+  const double perPush = std::pow(m, 1.0 / workers);
+  return {.lr = lr * (1 - perPush) / (workers * (1 - m)), .momentum = perPush};
 }
 
 void ParameterServer::applySync(Unit& unit, const PsHeader& header) {

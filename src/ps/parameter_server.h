@@ -4,8 +4,9 @@
 // the consistency modes:
 //   kSync   BSP: a unit's update is applied once every worker pushed it for the step, with the
 //           mean gradient; then every worker that asked gets the new parameters.
-//   kAsync  each push is applied at once (with lr / workers, so that a round of pushes moves the
-//           parameters as far as one synchronous step) and answered at once.
+//   kAsync  each push is applied at once and answered at once. Per push, the momentum is
+//           m^(1/workers) and the learning rate scaled so that a round of pushes of a steady
+//           gradient moves the parameters as far as one synchronous step (asyncSgd).
 //   kStale  as kAsync, but the answer to a worker's c-th push of a unit is held back until every
 //           worker has pushed that unit at least c - staleness times. A worker waits for its
 //           answers before the next forward, so no worker runs more than `staleness` steps
@@ -25,6 +26,7 @@
 
 #include "gradsync/transport.h"
 #include "ps/protocol.h"
+#include "sync/sgd.h"
 
 namespace gradsync {
 
@@ -59,10 +61,12 @@ class ParameterServer {
   };
 
   void serveWorker(int worker);
+  void recordFailure(int worker);  // in a catch block: keeps the first error, stops `worker`
   // Handles one request; returns false for kStop.
   bool handle(int worker, const PsHeader& header, std::vector<uint8_t>& payload);
   void push(int worker, const PsHeader& header, std::span<const uint8_t> payload);
   void applySync(Unit& unit, const PsHeader& header);
+  SgdOptions asyncSgd(double lr) const;
   template <typename Ready>
   void waitFor(std::unique_lock<std::mutex>& lock, Unit& unit, Ready ready);
   bool stuck(const Unit& unit) const;  // with the lock held

@@ -69,8 +69,10 @@ PsEngine::PsEngine(Transport& transport, const std::vector<TensorShape>& tensors
   GS_CHECK(transport.size() == placement.worldSize() && transport.rank() < placement.workers);
   GS_CHECK(parameters_.size() == tensors_.size());
   const size_t total = layout_.totalElements;
-  for (auto* buffer : {&gradients_, &staged_, &global_, &previous_, &replies_, &residual_})
+  for (auto* buffer :
+       {&gradients_, &staged_, &global_, &previous_, &replies_, &residual_, &localVelocity_})
     buffer->assign(total, 0.0f);
+  span_.assign(layout_.units.size(), 1);
   ready_.assign(tensors_.size(), false);
   waitingIn_.resize(layout_.units.size());
   for (size_t u = 0; u < layout_.units.size(); ++u) waitingIn_[u] = layout_.units[u].tensors.size();
@@ -233,22 +235,26 @@ void PsEngine::copyFromParameters(size_t unit, std::vector<float>& flat) const {
   });
 }
 
-// The local step of the delayed strategies, on this worker's parameters only.
+// The local step of the delayed strategies, on this worker's parameters only: SGD with momentum
+// whose velocity restarts, at each pull, from the global models' last displacement per step, so
+// that the local model follows the global trajectory with the worker's own gradients.
 void PsEngine::localUpdate(size_t unit, bool freshPull) {
   const auto lr = static_cast<float>(options_.localLr);
+  const auto momentum = static_cast<float>(options_.localMomentum);
   const auto glu = static_cast<float>(options_.glu);
   const bool several = options_.delay == PsOptions::Delay::kSeveralSteps;
+  const float seed = 1.0f / (lr * static_cast<float>(span_[unit]));
   forEachSegment(unit, [&](std::span<float> parameter, size_t at) {
     const float* g = gradients_.data() + at;
     const float* global = global_.data() + at;
     const float* previous = previous_.data() + at;
+    float* velocity = localVelocity_.data() + at;
     for (size_t i = 0; i < parameter.size(); ++i) {
-      if (!several) {
-        parameter[i] = global[i] - lr * g[i];
-        continue;
-      }
-      float base = freshPull ? global[i] : parameter[i];
-      parameter[i] = base - lr * (g[i] + glu * (previous[i] - global[i]));
+      if (freshPull) velocity[i] = (previous[i] - global[i]) * seed;
+      float base = freshPull || !several ? global[i] : parameter[i];
+      float direction = several ? glu * (previous[i] - global[i]) : 0.0f;  // SSD-SGD's GLU
+      velocity[i] = momentum * velocity[i] + g[i] + direction;
+      parameter[i] = base - lr * velocity[i];
     }
   });
 }
@@ -334,6 +340,8 @@ void PsEngine::sendRequest(int server, PsHeader header, const void* payload) {
 }
 
 void PsEngine::rethrowNamingServer(int server, const Error& e) const {
+  // A timed-out receive or send still holds its buffer: only an abort releases it (transport.h).
+  if (dynamic_cast<const TimeoutError*>(&e)) transport_.abort(std::current_exception());
   std::string what = fmt::format("{}: {}", serverName(server), e.detail());
   ErrorContext context{.rank = transport_.rank(),
                        .peer = options_.placement.serverRank(server),
@@ -377,14 +385,12 @@ void PsEngine::arrived(const Expected& e, int server) {
   const CommUnit& u = layout_.units[e.unit];
   auto at = static_cast<std::ptrdiff_t>(u.offset);
   auto n = static_cast<std::ptrdiff_t>(u.elements);
-  if (e.toParameters) {
-    copyToParameters(e.unit, replies_);
-    std::copy_n(replies_.begin() + at, n, global_.begin() + at);
-    std::copy_n(replies_.begin() + at, n, previous_.begin() + at);
-  } else {
-    std::copy_n(global_.begin() + at, n, previous_.begin() + at);
-    std::copy_n(replies_.begin() + at, n, global_.begin() + at);
-  }
+  if (e.toParameters) copyToParameters(e.unit, replies_);
+  std::copy_n(global_.begin() + at, n, previous_.begin() + at);
+  std::copy_n(replies_.begin() + at, n, global_.begin() + at);
+  // Steps between the two global models: SSD-SGD pulls every K steps after the warm-up.
+  const bool several = options_.delay == PsOptions::Delay::kSeveralSteps;
+  span_[e.unit] = !e.toParameters && several ? options_.delaySteps : 1;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (e.toParameters) {

@@ -8,13 +8,15 @@
 //                      answers; the worker writes each reply into its parameters, and the next
 //                      forward waits, layer by layer, for them.
 //   odsgd              OD-SGD: after `warmupSteps` ssgd steps, each unit's reply (the global
-//                      weights W) is kept aside; the worker's parameters become W - localLr·g,
-//                      a local step from the last global weights with its own gradient, so the
-//                      next step starts at once while the global update is in flight.
+//                      weights W) is kept aside as the base of a local step with the worker's
+//                      own gradient, and the next step starts at once while the global update
+//                      is in flight. The local step is SGD with momentum whose velocity starts,
+//                      at each pull, from the global models' last displacement per step (so the
+//                      local model is the global optimizer's step with the local gradient).
 //   ssdsgd:K           SSD-SGD: after the warm-up, pushes every step but pulls every K-th; in
-//                      between, local steps w -= localLr·(g + glu·(W_prev - W)), where W_prev
-//                      and W are the last two pulled global weights (GLU: the global direction).
-//                      A pull's weights replace the local ones at the next step (one-step delay).
+//                      between, local steps add GLU's global direction glu·(W_prev - W), where
+//                      W_prev and W are the last two pulled global weights. A pull's weights
+//                      replace the local ones at the next step (one-step delay).
 //   cdsgd:K            CD-SGD: odsgd's pipeline pushing 2-bit quantized gradients with error
 //                      feedback, and a full-precision gradient every K-th step (k-step
 //                      correction).
@@ -52,11 +54,12 @@ struct PsOptions {
   PsPlacement placement;
   ServerOptions server;  // consistency and momentum
   Delay delay = Delay::kNone;
-  int delaySteps = 5;       // ssdsgd: pull every K steps; cdsgd: full precision every K steps
-  int64_t warmupSteps = 0;  // plain ssgd steps before the delay starts
-  double localLr = 0;       // the local step's learning rate
-  double glu = 0.5;         // ssdsgd: weight of the global direction
-  float threshold = 0.5f;   // cdsgd: the 2-bit quantizer's threshold
+  int delaySteps = 5;        // ssdsgd: pull every K steps; cdsgd: full precision every K steps
+  int64_t warmupSteps = 0;   // plain ssgd steps before the delay starts
+  double localLr = 0;        // the local step's learning rate
+  double localMomentum = 0;  // the local step's momentum
+  double glu = 0.5;          // ssdsgd: weight of the global direction
+  float threshold = 0.5f;    // cdsgd: the 2-bit quantizer's threshold
 };
 
 class PsEngine final : public SyncEngine {
@@ -134,13 +137,15 @@ class PsEngine final : public SyncEngine {
   const std::vector<std::span<float>> parameters_;
   std::unique_ptr<ParameterServer> server_;  // co-located
 
-  std::vector<float> gradients_;  // flat, by layout: the slots
-  std::vector<float> staged_;     // flat: what a push sends (dense)
-  std::vector<float> global_;     // flat: the last pulled global weights (delayed modes)
-  std::vector<float> previous_;   // flat: the pulled weights before those (ssdsgd's GLU)
-  std::vector<float> replies_;    // flat: replies land here
-  std::vector<float> residual_;   // flat: cdsgd's error feedback
-  std::vector<float> velocity_;   // by tensor, set by setVelocity, sent with the first push
+  std::vector<float> gradients_;      // flat, by layout: the slots
+  std::vector<float> staged_;         // flat: what a push sends (dense)
+  std::vector<float> global_;         // flat: the last pulled global weights (delayed modes)
+  std::vector<float> previous_;       // flat: the pulled weights before those (ssdsgd's GLU)
+  std::vector<float> replies_;        // flat: replies land here
+  std::vector<float> residual_;       // flat: cdsgd's error feedback
+  std::vector<float> localVelocity_;  // flat: the delayed strategies' local momentum
+  std::vector<int> span_;             // by unit: steps between previous_ and global_
+  std::vector<float> velocity_;       // by tensor, set by setVelocity, sent with the first push
 
   mutable std::mutex mutex_;
   std::condition_variable cv_;

@@ -33,10 +33,10 @@ SyncStrategy SyncStrategy::parse(const std::string& text) {
     int defaultParameter;  // -1: none taken; 0: required
     int minimum;
   };
-  static const Form kTable[] = {{"ssgd", K::kSsgd, -1, 0},         {"sharded", K::kSharded, -1, 0},
-                                {"asgd", K::kAsgd, -1, 0},         {"ssp", K::kSsp, 0, 0},
-                                {"odsgd", K::kOdsgd, -1, 0},       {"ssdsgd", K::kSsdsgd, 5, 1},
-                                {"cdsgd", K::kCdsgd, 5, 1},        {"localsgd", K::kLocalSgd, 0, 1}};
+  static const Form kTable[] = {{"ssgd", K::kSsgd, -1, 0},   {"sharded", K::kSharded, -1, 0},
+                                {"asgd", K::kAsgd, -1, 0},   {"ssp", K::kSsp, 0, 0},
+                                {"odsgd", K::kOdsgd, -1, 0}, {"ssdsgd", K::kSsdsgd, 5, 1},
+                                {"cdsgd", K::kCdsgd, 5, 1},  {"localsgd", K::kLocalSgd, 0, 1}};
   const size_t colon = text.find(':');
   const std::string name = text.substr(0, colon);
   for (const Form& form : kTable) {
@@ -85,8 +85,9 @@ std::optional<PsOptions> psOptionsFor(const SyncStrategy& strategy, const Strate
   }
   if (!strategy.needsServers() && !servers) return std::nullopt;
   if (knobs.warmup < -1) throw ConfigError("--delay-warmup must be >= 0");
-  if (knobs.localLr < 0 || knobs.glu < 0 || knobs.threshold <= 0) {
-    throw ConfigError("--local-lr and --glu must be >= 0, --cd-threshold > 0");
+  if (knobs.localLr < 0 || knobs.glu < 0 || knobs.threshold <= 0 || knobs.localMomentum >= 1) {
+    throw ConfigError(
+        "--local-lr and --glu must be >= 0, --local-momentum < 1, --cd-threshold > 0");
   }
   PsOptions options;
   options.placement = {.workers = workers,
@@ -98,14 +99,14 @@ std::optional<PsOptions> psOptionsFor(const SyncStrategy& strategy, const Strate
     options.server.consistency = ServerOptions::Consistency::kStale;
     options.server.staleness = strategy.parameter;
   }
-  static const PsOptions::Delay kDelays[] = {PsOptions::Delay::kOneStep,
-                                             PsOptions::Delay::kSeveralSteps,
-                                             PsOptions::Delay::kCompressed};
+  static const PsOptions::Delay kDelays[] = {
+      PsOptions::Delay::kOneStep, PsOptions::Delay::kSeveralSteps, PsOptions::Delay::kCompressed};
   if (strategy.delayed()) {
     options.delay = kDelays[static_cast<int>(strategy.kind) - static_cast<int>(K::kOdsgd)];
     options.delaySteps = std::max(strategy.parameter, 1);
     options.warmupSteps = knobs.warmup >= 0 ? knobs.warmup : paperWarmup(strategy.kind);
     options.localLr = knobs.localLr > 0 ? knobs.localLr : lr;
+    options.localMomentum = knobs.localMomentum >= 0 ? knobs.localMomentum : momentum;
     options.glu = knobs.glu;
     options.threshold = static_cast<float>(knobs.threshold);
   }

@@ -31,12 +31,13 @@ struct SyncStrategy {
 
 // The companions of --sync (each a flag of `gradsync train`).
 struct StrategyKnobs {
-  bool ps = false;          // --ps: ssgd through parameter servers co-located with the workers
-  int servers = 0;          // --servers K: K separate server processes (ranks after the workers)
-  int64_t warmup = -1;      // --delay-warmup: plain ssgd steps first (-1: the paper's)
-  double localLr = 0;       // --local-lr: the delayed strategies' local step (0: --lr)
-  double glu = 0.5;         // --glu: ssdsgd's weight of the global direction
-  double threshold = 0.5;   // --cd-threshold: cdsgd's 2-bit quantization threshold
+  bool ps = false;            // --ps: ssgd through parameter servers co-located with the workers
+  int servers = 0;            // --servers K: K separate server processes (ranks after the workers)
+  int64_t warmup = -1;        // --delay-warmup: plain ssgd steps first (-1: the paper's)
+  double localLr = 0;         // --local-lr: the delayed strategies' local step (0: --lr)
+  double localMomentum = -1;  // --local-momentum: their local momentum (-1: --momentum)
+  double glu = 0.5;           // --glu: ssdsgd's weight of the global direction
+  double threshold = 0.5;     // --cd-threshold: cdsgd's 2-bit quantization threshold
 };
 
 // The papers' warm-up lengths: OD-SGD 200, SSD-SGD 500, CD-SGD 1000 steps of plain SSGD.

@@ -151,8 +151,13 @@ void DistributedModel::averageBuffers() {
 
 void DistributedModel::averageParameters() {
   torch::NoGradGuard noGrad;
+  auto start = std::chrono::steady_clock::now();
+  uint64_t before = transport_.bytesSent();
   for (auto& parameter : model_->parameters())
     allreduce(transport_, floats(parameter), ReduceOp::kAverage, kStateTag);
+  averaging_.bytesSent += transport_.bytesSent() - before;
+  averaging_.commSeconds +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 void DistributedModel::pullGlobalModel() {
@@ -161,6 +166,7 @@ void DistributedModel::pullGlobalModel() {
 
 void DistributedModel::keepLocalModel(const std::function<void()>& fn) {
   if (!servers_) return fn();
+  waitForParameters();  // this worker's model is complete: no reply still on its way
   torch::NoGradGuard noGrad;
   std::vector<torch::Tensor> local;
   for (const auto& p : parameters_) local.push_back(p.clone());

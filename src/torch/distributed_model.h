@@ -74,8 +74,8 @@ class DistributedModel {
   // With parameter servers each worker trains its own copy (asgd, ssp and the delayed
   // strategies let them differ): pullGlobalModel() makes the parameters the servers', and
   // keepLocalModel(fn) puts this worker's own back after fn, so that evaluating or saving the
-  // global model leaves training undisturbed. Both no-ops without servers; after
-  // waitForParameters() on every rank.
+  // global model leaves training undisturbed. Both no-ops without servers; every rank calls
+  // them together.
   void pullGlobalModel();
   void keepLocalModel(const std::function<void()>& fn);
 
@@ -86,7 +86,7 @@ class DistributedModel {
   void velocityFromOptimizer(torch::optim::SGD& optimizer);
 
   // Sums over every completed step (none for a world of one).
-  StepStats totals() const { return engine_ ? engine_->totals() : StepStats{}; }
+  StepStats totals() const { return engine_ ? engine_->totals() : averaging_; }
   void setTrace(TraceRecorder* trace);
   // Whether parameter i's compressor applies momentum itself (its optimizer group must not).
   bool absorbsMomentum(size_t i) const { return engine_ && engine_->absorbsMomentum(i); }
@@ -104,6 +104,7 @@ class DistributedModel {
   std::unique_ptr<SyncEngine> engine_;  // null for a world of one, and for localsgd
   bool updates_ = false;
   bool servers_ = false;         // engine_ is a PsEngine
+  StepStats averaging_;          // localsgd: what averageParameters() cost
   std::vector<unsigned> hooks_;  // by parameter, when engine_ is set
   // By layer: its name and the parameters its pre-forward hook waits for (update mode).
   struct LayerWaits {

@@ -1,14 +1,17 @@
 // The gradsync command line as users run it: real processes, real output.
 #include <gtest/gtest.h>
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
+#include "common/socket.h"
 #include "common/subprocess.h"
 
 namespace gradsync {
@@ -114,6 +117,43 @@ class CliTrain : public ::testing::Test {
   }
 };
 
+// A separate parameter-server process killed mid-training: both workers fail promptly (not at
+// their 30 s timeout) with an error naming the server, never hang.
+TEST_F(CliTrain, KilledServerIsNamedByTheWorkers) {
+  fs::path dir = scratch() / "killed-server";
+  fs::create_directories(dir);
+  Fd probe = listenTcp("127.0.0.1", 0);
+  std::string port = std::to_string(boundPort(probe.get()));
+  probe.reset();
+  std::vector<pid_t> pids;
+  for (int rank = 0; rank < 3; ++rank) {  // workers 0 and 1, server rank 2
+    SpawnOptions spawn;
+    spawn.argv = {GRADSYNC_BIN, "train",     "--model", "mlp",       "--dataset",
+                  "synthetic",  "--steps",   "100000",  "--servers", "1",
+                  "--quiet",    "--timeout", "30s"};
+    spawn.env = {{"RANK", std::to_string(rank)},
+                 {"WORLD_SIZE", "3"},
+                 {"MASTER_ADDR", "127.0.0.1"},
+                 {"MASTER_PORT", port},
+                 {"GRADSYNC_JOB_TOKEN", "cli"}};
+    spawn.stderrPath = (dir / ("rank" + std::to_string(rank) + ".err")).string();
+    pids.push_back(spawnProcess(spawn));
+  }
+  std::this_thread::sleep_for(5s);  // startup, then training
+  ASSERT_FALSE(waitAny(pids, 0ms).has_value()) << slurp(dir / "rank0.err");
+  ::kill(pids[2], SIGKILL);
+  auto killed = std::chrono::steady_clock::now();
+  for (int rank : {0, 1}) {
+    auto ended = waitAny({pids[rank]}, 60s);
+    ASSERT_TRUE(ended.has_value()) << "worker " << rank << " hung";
+    EXPECT_EQ(ended->second.code, 1) << ended->second.describe();
+    std::string err = slurp(dir / ("rank" + std::to_string(rank) + ".err"));
+    EXPECT_NE(err.find("parameter server 0 (rank 2)"), std::string::npos) << err;
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - killed, 10s) << "workers took too long to notice";
+  waitAny({pids[2]}, 5s);
+}
+
 TEST_F(CliTrain, ShortRealRunOnFashionMnistLearnsAndWritesMetrics) {
   fs::path metrics = scratch() / "train.json";
   Result r = gradsync({"train", "--steps", "150", "--quiet", "--metrics", metrics.string()});
@@ -160,9 +200,13 @@ TEST_F(CliTrain, BadFlagsGiveAOneLineErrorWithTheChoices) {
            {{"train", "--schedule", "p3:slice=0"}, "p3:slice must be at least 1"},
            {{"train", "--sync", "sharded", "--schedule", "p3"}, "use fifo, wfbp or fusion:MB"},
            {{"train", "--sync", "sharded", "--compress", "topk:0.01"}, "--sync ssgd"},
-           {{"train", "--sync", "gossip"}, "ssgd or sharded"},
+           {{"train", "--sync", "gossip"}, "ssgd, sharded, asgd, ssp:S"},
+           {{"train", "--sync", "ssp"}, "needs a parameter (ssp:N)"},
+           {{"train", "--sync", "asgd:3"}, "takes no parameter"},
+           {{"train", "--sync", "ssdsgd:0"}, "not an integer >= 1"},
+           {{"train", "--sync", "localsgd:4", "--servers", "2"}, "without servers"},
+           {{"train", "--sync", "odsgd", "--compress", "topk:0.01"}, "cdsgd:K pushes 2-bit"},
            {{"train", "--dataset", "cifar"}, "fashion-mnist or synthetic"},
-           {{"train", "--sync", "odsgd"}, "--sync ssgd or sharded"},
            {{"train", "--compress", "zip"}, "topk:R, mstopk:R"},
            {{"train", "--compress", "topk:2"}, "0 < R <= 1"},
            {{"train", "--compress", "qsgd,levels=3"}, "options are: ef, bucket"},

@@ -1,5 +1,6 @@
 // OD-SGD, SSD-SGD and CD-SGD against a naive replay of their rules (docs/algorithms.md, "Delayed
-// SGD"): the servers' global model, and each worker's local model after its local steps.
+// SGD"): the servers' global model, and each worker's local model after its local steps (with
+// local momentum seeded from the global models' last displacement at each pull).
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
@@ -26,7 +27,9 @@ Outcome replay(const PsOptions& o, int steps) {
   Parameters velocity = global, pulled = global, previous = global;
   for (auto& t : velocity) std::fill(t.begin(), t.end(), 0.0f);
   std::vector<Parameters> local(workers, global), residual(workers, velocity);
+  std::vector<Parameters> localVelocity = residual;
   bool fresh = false;
+  int span = 1;
   for (int s = 0; s < steps; ++s) {
     const bool delayed = s >= o.warmupSteps;
     const int64_t since = s - o.warmupSteps;
@@ -44,14 +47,15 @@ Outcome replay(const PsOptions& o, int steps) {
           }
           sum += pushed;
           if (!delayed) continue;
-          auto lr = static_cast<float>(o.localLr);
+          const auto lr = static_cast<float>(o.localLr);
+          const bool several = o.delay == Delay::kSeveralSteps;
           float& w = local[r][t][i];
-          if (o.delay == Delay::kSeveralSteps) {
-            float base = fresh ? pulled[t][i] : w;
-            w = base - lr * (g + static_cast<float>(o.glu) * (previous[t][i] - pulled[t][i]));
-          } else {
-            w = pulled[t][i] - lr * g;
-          }
+          float& u = localVelocity[r][t][i];
+          if (fresh) u = (previous[t][i] - pulled[t][i]) * (1.0f / (lr * static_cast<float>(span)));
+          float base = fresh || !several ? pulled[t][i] : w;
+          float glu = several ? static_cast<float>(o.glu) * (previous[t][i] - pulled[t][i]) : 0;
+          u = static_cast<float>(o.localMomentum) * u + g + glu;
+          w = base - lr * u;
         }
         float& v = velocity[t][i];
         v = static_cast<float>(kMomentum) * v + sum * (1.0f / static_cast<float>(workers));
@@ -62,7 +66,8 @@ Outcome replay(const PsOptions& o, int steps) {
     const bool pull = !delayed || o.delay != Delay::kSeveralSteps || since % k == k - 1;
     if (!pull) continue;
     fresh = true;
-    previous = delayed ? pulled : global;
+    span = delayed && o.delay == Delay::kSeveralSteps ? static_cast<int>(k) : 1;
+    previous = pulled;
     pulled = global;
     if (!delayed) std::fill(local.begin(), local.end(), global);
   }
@@ -93,6 +98,7 @@ TEST_P(DelayedSgd, MatchesTheNaiveReplay) {
   options.warmupSteps = c.warmup;
   options.delaySteps = 3;
   options.localLr = 0.05;
+  options.localMomentum = 0.9;
   options.glu = 0.5;
   options.threshold = 0.2f;
   Outcome expected = replay(options, kSteps);
