@@ -6,7 +6,9 @@
 #   scripts/bench_schedules.sh [--build build] [--model cnn] [--workers 2] [--bandwidth 100mbit]
 #       [--steps 30] [--repeat 3] [--json FILE]
 #       [--strategies "fifo wfbp fusion:25 p3 sharded"]
-# A strategy is a --schedule value, or "sharded" (--sync sharded, wfbp units).
+# A strategy is a --schedule value, "sharded" (--sync sharded, wfbp units), "ps-ssgd" (ssgd
+# through co-located parameter servers), or a --sync value run on wfbp units: asgd, ssp:S,
+# odsgd, ssdsgd:K, cdsgd:K (each after a 2-step warm-up), localsgd:H.
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="$repo/build" model=cnn workers=2 bandwidth=100mbit steps=30 repeat=3 json=""
@@ -25,8 +27,12 @@ out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT
 for i in $(seq "$repeat"); do
   for s in $strategies; do
-    flags=(--schedule "$s")
-    [ "$s" = sharded ] && flags=(--sync sharded --schedule wfbp)
+    case "$s" in
+      sharded | asgd | ssp:* | localsgd:*) flags=(--sync "$s" --schedule wfbp) ;;
+      ps-ssgd) flags=(--sync ssgd --ps --schedule wfbp) ;;
+      odsgd | ssdsgd:* | cdsgd:*) flags=(--sync "$s" --delay-warmup 2 --schedule wfbp) ;;
+      *) flags=(--schedule "$s") ;;
+    esac
     timeout 1800 "$build/apps/gradsync/gradsync" train --model "$model" --workers "$workers" \
       --dataset synthetic --steps "$steps" --bandwidth "$bandwidth" "${flags[@]}" --quiet \
       --metrics "$out/${s//[:,=]/_}-$i.json" > /dev/null

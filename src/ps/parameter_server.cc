@@ -219,6 +219,11 @@ void ParameterServer::push(int worker, const PsHeader& header, std::span<const u
     gradient.assign(n, 0.0f);
     into = gradient;
   }
+  if ((header.flags & kQuantized) && !(header.threshold > 0 && std::isfinite(header.threshold))) {
+    throw ProtocolError(
+        fmt::format("2-bit push of unit {} with threshold {}", unit.index, header.threshold),
+        {.rank = transport_.rank(), .peer = worker});
+  }
   if (header.flags & kQuantized) {
     twoBitAccumulate(payload, header.threshold, into);
   } else {

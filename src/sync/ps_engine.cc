@@ -252,9 +252,11 @@ void PsEngine::localUpdate(size_t unit, bool freshPull) {
     for (size_t i = 0; i < parameter.size(); ++i) {
       if (freshPull) velocity[i] = (previous[i] - global[i]) * seed;
       float base = freshPull || !several ? global[i] : parameter[i];
-      float direction = several ? glu * (previous[i] - global[i]) : 0.0f;  // SSD-SGD's GLU
-      velocity[i] = momentum * velocity[i] + g[i] + direction;
-      parameter[i] = base - lr * velocity[i];
+      // SSD-SGD's GLU term stays outside the momentum, as in the reference rule (whose local
+      // step has none): inside, the momentum would amplify it tenfold.
+      float direction = several ? glu * (previous[i] - global[i]) : 0.0f;
+      velocity[i] = momentum * velocity[i] + g[i];
+      parameter[i] = base - lr * (velocity[i] + direction);
     }
   });
 }
@@ -280,9 +282,11 @@ void PsEngine::pushUnit(size_t unit, uint64_t step) {
   const bool quantized = isDelayed && delay == PsOptions::Delay::kCompressed && step % k != 0;
   std::vector<uint8_t> codes;
   const float* gradient = gradients_.data() + u.offset;
+  float threshold = options_.threshold;
   if (quantized) {
-    codes = twoBitEncode({gradient, u.elements}, {residual_.data() + u.offset, u.elements},
-                         options_.threshold);
+    std::span<float> residual{residual_.data() + u.offset, u.elements};
+    if (threshold <= 0) threshold = twoBitAutoThreshold({gradient, u.elements}, residual);
+    codes = twoBitEncode({gradient, u.elements}, residual, threshold);
   } else {
     std::memcpy(staged_.data() + u.offset, gradient, u.elements * sizeof(float));
   }
@@ -310,7 +314,7 @@ void PsEngine::pushUnit(size_t unit, uint64_t step) {
       .unit = static_cast<uint32_t>(unit),
       .step = step,
       .lr = static_cast<float>(lr_),
-      .threshold = options_.threshold,
+      .threshold = threshold,
       .flags = (wantReply ? kWantReply : 0u) | (quantized ? kQuantized : 0u),
       .payloadBytes = static_cast<uint32_t>(quantized ? codes.size() : u.elements * sizeof(float))};
   sendRequest(server, header,

@@ -35,6 +35,12 @@ Outcome replay(const PsOptions& o, int steps) {
     const int64_t since = s - o.warmupSteps;
     const bool quantized = delayed && o.delay == Delay::kCompressed && s % k != 0;
     for (size_t t = 0; t < kTensors.size(); ++t) {
+      std::vector<float> threshold(workers, o.threshold);  // 0: each unit's mean magnitude
+      for (int r = 0; r < workers && o.threshold <= 0; ++r) {
+        std::vector<float> g(kTensors[t].elements);
+        for (size_t i = 0; i < g.size(); ++i) g[i] = gradient(r, t, i, s);
+        threshold[r] = twoBitAutoThreshold(g, residual[r][t]);
+      }
       for (size_t i = 0; i < kTensors[t].elements; ++i) {
         float sum = 0;
         for (int r = 0; r < workers; ++r) {
@@ -42,7 +48,8 @@ Outcome replay(const PsOptions& o, int steps) {
           float pushed = g;
           if (quantized) {
             float x = residual[r][t][i] + g;
-            pushed = x >= o.threshold ? o.threshold : x <= -o.threshold ? -o.threshold : 0.0f;
+            const float th = threshold[r];
+            pushed = x >= th ? th : x <= -th ? -th : 0.0f;
             residual[r][t][i] = x - pushed;
           }
           sum += pushed;
@@ -54,8 +61,8 @@ Outcome replay(const PsOptions& o, int steps) {
           if (fresh) u = (previous[t][i] - pulled[t][i]) * (1.0f / (lr * static_cast<float>(span)));
           float base = fresh || !several ? pulled[t][i] : w;
           float glu = several ? static_cast<float>(o.glu) * (previous[t][i] - pulled[t][i]) : 0;
-          u = static_cast<float>(o.localMomentum) * u + g + glu;
-          w = base - lr * u;
+          u = static_cast<float>(o.localMomentum) * u + g;
+          w = base - lr * (u + glu);
         }
         float& v = velocity[t][i];
         v = static_cast<float>(kMomentum) * v + sum * (1.0f / static_cast<float>(workers));
@@ -81,6 +88,7 @@ struct Case {
   std::string schedule = "wfbp";
   int servers = 2;
   bool colocated = true;
+  float threshold = 0.2f;  // cdsgd (0: adaptive)
 };
 
 class DelayedSgd : public ::testing::TestWithParam<Case> {};
@@ -100,7 +108,7 @@ TEST_P(DelayedSgd, MatchesTheNaiveReplay) {
   options.localLr = 0.05;
   options.localMomentum = 0.9;
   options.glu = 0.5;
-  options.threshold = 0.2f;
+  options.threshold = c.threshold;
   Outcome expected = replay(options, kSteps);
   runJob(job, [&](Transport& t) {
     Parameters p = initialParameters();
@@ -125,6 +133,7 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"ssdsgd", Delay::kSeveralSteps, 2},
                       Case{"ssdsgd_fusion", Delay::kSeveralSteps, 1, "fusion:0.01", 1},
                       Case{"cdsgd", Delay::kCompressed, 2},
+                      Case{"cdsgd_adaptive", Delay::kCompressed, 1, "wfbp", 2, true, 0.0f},
                       Case{"cdsgd_p3", Delay::kCompressed, 1, "p3:slice=5", 2, false}),
     [](const auto& info) { return info.param.name; });
 
