@@ -8,7 +8,7 @@
 #       [--strategies "fifo wfbp fusion:25 p3 sharded"]
 # A strategy is a --schedule value, "sharded" (--sync sharded, wfbp units), "ps-ssgd" (ssgd
 # through co-located parameter servers), or a --sync value run on wfbp units: asgd, ssp:S,
-# odsgd, ssdsgd:K, cdsgd:K (each after a 2-step warm-up), localsgd:H.
+# odsgd, ssdsgd:K, cdsgd:K (each after a 1-step warm-up), localsgd:H.
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="$repo/build" model=cnn workers=2 bandwidth=100mbit steps=30 repeat=3 json=""
@@ -30,7 +30,7 @@ for i in $(seq "$repeat"); do
     case "$s" in
       sharded | asgd | ssp:* | localsgd:*) flags=(--sync "$s" --schedule wfbp) ;;
       ps-ssgd) flags=(--sync ssgd --ps --schedule wfbp) ;;
-      odsgd | ssdsgd:* | cdsgd:*) flags=(--sync "$s" --delay-warmup 2 --schedule wfbp) ;;
+      odsgd | ssdsgd:* | cdsgd:*) flags=(--sync "$s" --delay-warmup 1 --schedule wfbp) ;;
       *) flags=(--schedule "$s") ;;
     esac
     timeout 1800 "$build/apps/gradsync/gradsync" train --model "$model" --workers "$workers" \

@@ -81,9 +81,8 @@ void addTrainCommand(CLI::App& app, CommandContext& context) {
                     "delayed strategies' local momentum (default: --momentum)");
   train->add_option("--glu", k.glu, "ssdsgd: weight of the global direction")
       ->capture_default_str();
-  train->add_option(
-      "--cd-threshold", k.threshold,
-      "cdsgd: 2-bit quantization threshold (default 0: per push, the mean magnitude)");
+  train->add_option("--cd-threshold", k.threshold, "cdsgd: 2-bit quantization threshold")
+      ->capture_default_str();
   train->add_option("--compress", o.compression.spec, "gradient compression: " + methodChoices())
       ->capture_default_str();
   train->add_option("--compress-override", o.compression.overrides,

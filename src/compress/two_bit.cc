@@ -1,20 +1,10 @@
 #include "compress/two_bit.h"
 
-#include <cmath>
-
 #include "common/check.h"
 #include "compress/bit_pack.h"
 #include "gradsync/error.h"
 
 namespace gradsync {
-
-float twoBitAutoThreshold(std::span<const float> gradient, std::span<const float> residual) {
-  GS_CHECK(gradient.size() == residual.size());
-  double sum = 0;
-  for (size_t i = 0; i < gradient.size(); ++i) sum += std::fabs(residual[i] + gradient[i]);
-  double mean = gradient.empty() ? 0 : sum / static_cast<double>(gradient.size());
-  return mean > 0 ? static_cast<float>(mean) : 1.0f;
-}
 
 std::vector<uint8_t> twoBitEncode(std::span<const float> gradient, std::span<float> residual,
                                   float threshold) {

@@ -15,10 +15,6 @@ inline size_t twoBitBytes(size_t elements) {
   return (elements * 2 + 7) / 8;
 }
 
-// A threshold that adapts to the values' scale: the mean magnitude of residual + gradient (so
-// about half of the elements are sent), or 1 when they are all zero.
-float twoBitAutoThreshold(std::span<const float> gradient, std::span<const float> residual);
-
 // Adds `gradient` to `residual`, quantizes it against `threshold` (> 0) and returns the codes
 // (twoBitBytes(residual.size()) bytes); the residual keeps what was not sent.
 std::vector<uint8_t> twoBitEncode(std::span<const float> gradient, std::span<float> residual,

@@ -71,22 +71,37 @@ ParameterServer::ParameterServer(Transport& transport, PsPlacement placement, in
 }
 
 ParameterServer::~ParameterServer() {
-  for (auto& thread : threads_) thread.join();
-  for (auto& send : sends_) {
-    try {
-      send.work->wait();
-    } catch (const Error&) {  // the transport failed: it no longer touches the buffer
-    }
+  try {
+    finish();
+  } catch (const Error&) {  // wait() reports failures; the buffers are released either way
   }
 }
 
 void ParameterServer::wait() {
-  for (auto& thread : threads_) thread.join();
-  threads_.clear();
+  finish();
   std::lock_guard<std::mutex> lock(mutex_);
   if (error_) std::rethrow_exception(error_);
-  for (auto& send : sends_) send.work->wait();
-  sends_.clear();
+}
+
+// Joins the receiving threads, then waits for the replies still on the wire; a reply that times
+// out keeps its buffer until the transport is aborted (transport.h), so abort before freeing.
+void ParameterServer::finish() {
+  for (auto& thread : threads_) thread.join();
+  threads_.clear();
+  std::vector<InFlight> sends;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    sends.swap(sends_);
+  }
+  for (auto& send : sends) {
+    try {
+      send.work->wait();
+    } catch (const TimeoutError&) {
+      transport_.abort(std::current_exception());
+      throw;
+    } catch (const Error&) {  // the transport failed: it no longer touches the buffer
+    }
+  }
 }
 
 void ParameterServer::serveWorker(int worker) {
@@ -105,22 +120,25 @@ void ParameterServer::serveWorker(int worker) {
       payload.resize(expected);
       if (expected > 0) transport_.recv(worker, kPsPayloadTag, payload.data(), expected)->wait();
     } while (handle(worker, header, payload));
-  } catch (const TimeoutError&) {
-    // The timed-out receive still holds its buffer: only an abort releases it (transport.h).
-    transport_.abort(std::current_exception());
-    recordFailure(worker);
   } catch (...) {
     recordFailure(worker);
   }
 }
 
+// A failed server fails the job at once: aborting the transport fails every worker's pending
+// request (they name this server) instead of leaving them to their timeouts, and releases the
+// buffers of timed-out receives (transport.h).
 void ParameterServer::recordFailure(int worker) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (!error_) error_ = std::current_exception();
-  stopped_[worker] = true;
-  for (auto& unit : units_) {
-    if (unit) unit->roundOpen.notify_all();
+  std::exception_ptr error = std::current_exception();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!error_) error_ = error;
+    stopped_[worker] = true;
+    for (auto& unit : units_) {
+      if (unit) unit->roundOpen.notify_all();
+    }
   }
+  transport_.abort(error);
 }
 
 size_t ParameterServer::expectedPayload(const PsHeader& header) const {
@@ -163,9 +181,11 @@ bool ParameterServer::handle(int worker, const PsHeader& header, std::vector<uin
     case PsRequest::kGetState: {
       std::unique_lock<std::mutex> lock(mutex_);
       Unit& unit = *units_[header.unit];
-      // A consistent state: no round half-applied (the other workers' last pushes may still be
-      // on their way).
-      waitFor(lock, unit, [&] { return unit.arrived == 0; });
+      // A consistent state: every push this worker made is applied (a synchronous round it
+      // joined may still miss the others' pushes). Rounds it has not joined are later steps of
+      // workers that went on: waiting for them would wait for this worker's own push.
+      waitFor(lock, unit,
+              [&] { return unit.initialized && (unit.arrived == 0 || !unit.inRound[worker]); });
       std::vector<float> state = unit.parameters;
       state.insert(state.end(), unit.velocity.begin(), unit.velocity.end());
       reply(worker, state, kPsStateTag);

@@ -44,7 +44,7 @@ class ParameterServer {
   // worker sets them (kSetState).
   ParameterServer(Transport& transport, PsPlacement placement, int index,
                   std::vector<size_t> unitElements, ServerOptions options);
-  // Stops receiving (aborting nothing: call after wait(), or after the transport failed).
+  // Waits as wait() does, without rethrowing (call wait() first to see failures).
   ~ParameterServer();
   ParameterServer(const ParameterServer&) = delete;
   ParameterServer& operator=(const ParameterServer&) = delete;
@@ -61,6 +61,7 @@ class ParameterServer {
   };
 
   void serveWorker(int worker);
+  void finish();
   void recordFailure(int worker);  // in a catch block: keeps the first error, stops `worker`
   // Handles one request; returns false for kStop.
   bool handle(int worker, const PsHeader& header, std::vector<uint8_t>& payload);

@@ -67,6 +67,13 @@ PsEngine::PsEngine(Transport& transport, const std::vector<TensorShape>& tensors
                                "(--servers K)"});
   }
   GS_CHECK(transport.size() == placement.worldSize() && transport.rank() < placement.workers);
+  for (const CommUnit& unit : layout_.units) {
+    if (2 * unit.elements * sizeof(float) > UINT32_MAX) {  // kSetState carries 2 x the unit
+      throw ConfigError(
+          fmt::format("a unit of {} elements is too large for a parameter server", unit.elements),
+          {.hint = "slice the tensors (--schedule p3) or use smaller fusion buckets"});
+    }
+  }
   GS_CHECK(parameters_.size() == tensors_.size());
   const size_t total = layout_.totalElements;
   for (auto* buffer :
@@ -77,7 +84,6 @@ PsEngine::PsEngine(Transport& transport, const std::vector<TensorShape>& tensors
   waitingIn_.resize(layout_.units.size());
   for (size_t u = 0; u < layout_.units.size(); ++u) waitingIn_[u] = layout_.units[u].tensors.size();
   stepOf_.assign(layout_.units.size(), 0);
-  pushed_.assign(layout_.units.size(), 0);
   applied_.assign(layout_.units.size(), 0);
   pendingPull_.assign(layout_.units.size(), 0);
   freshPull_.assign(layout_.units.size(), false);
@@ -130,6 +136,7 @@ std::span<float> PsEngine::slot(int t) {
 
 void PsEngine::markUnitReady(size_t unit) {
   stepOf_[unit] = step_;
+  ++pending_;
   if (scheduler_) {
     scheduler_->ready(unit);
   } else {
@@ -213,119 +220,88 @@ void PsEngine::communicate() {
   }
 }
 
-template <typename Fn>
-void PsEngine::forEachSegment(size_t unit, Fn&& fn) const {
-  const CommUnit& u = layout_.units[unit];
-  for (int t : u.tensors) {
-    size_t lo = std::max(u.offset, layout_.offsetOf[t]);
-    size_t hi = std::min(u.offset + u.elements, layout_.offsetOf[t] + tensors_[t].elements);
-    if (lo < hi) fn(parameters_[t].subspan(lo - layout_.offsetOf[t], hi - lo), lo);
-  }
+PsEngine::Push PsEngine::planPush(uint64_t step) const {
+  Push push;
+  push.step = step;
+  push.delayed = delayed(step);
+  const auto k = static_cast<uint64_t>(options_.delaySteps);
+  const auto sinceWarmup = step - static_cast<uint64_t>(std::max<int64_t>(0, options_.warmupSteps));
+  // CD-SGD's k-step correction counts global steps, as its reference code does.
+  push.quantized = push.delayed && options_.delay == PsOptions::Delay::kCompressed && step % k != 0;
+  push.wantReply = !push.delayed || options_.delay != PsOptions::Delay::kSeveralSteps ||
+                   sinceWarmup % k == k - 1;
+  return push;
 }
 
-void PsEngine::copyToParameters(size_t unit, const std::vector<float>& flat) {
-  forEachSegment(unit, [&](std::span<float> parameter, size_t at) {
-    std::memcpy(parameter.data(), flat.data() + at, parameter.size_bytes());
-  });
-}
-
-void PsEngine::copyFromParameters(size_t unit, std::vector<float>& flat) const {
-  forEachSegment(unit, [&](std::span<float> parameter, size_t at) {
-    std::memcpy(flat.data() + at, parameter.data(), parameter.size_bytes());
-  });
-}
-
-// The local step of the delayed strategies, on this worker's parameters only: SGD with momentum
-// whose velocity restarts, at each pull, from the global models' last displacement per step, so
-// that the local model follows the global trajectory with the worker's own gradients.
-void PsEngine::localUpdate(size_t unit, bool freshPull) {
-  const auto lr = static_cast<float>(options_.localLr);
-  const auto momentum = static_cast<float>(options_.localMomentum);
-  const auto glu = static_cast<float>(options_.glu);
-  const bool several = options_.delay == PsOptions::Delay::kSeveralSteps;
-  const float seed = 1.0f / (lr * static_cast<float>(span_[unit]));
-  forEachSegment(unit, [&](std::span<float> parameter, size_t at) {
-    const float* g = gradients_.data() + at;
-    const float* global = global_.data() + at;
-    const float* previous = previous_.data() + at;
-    float* velocity = localVelocity_.data() + at;
-    for (size_t i = 0; i < parameter.size(); ++i) {
-      if (freshPull) velocity[i] = (previous[i] - global[i]) * seed;
-      float base = freshPull || !several ? global[i] : parameter[i];
-      // SSD-SGD's GLU term stays outside the momentum, as in the reference rule (whose local
-      // step has none): inside, the momentum would amplify it tenfold.
-      float direction = several ? glu * (previous[i] - global[i]) : 0.0f;
-      velocity[i] = momentum * velocity[i] + g[i];
-      parameter[i] = base - lr * (velocity[i] + direction);
-    }
-  });
+// The last pull must be in before a delayed local step: it is the step's base. Returns whether
+// a reply arrived since the unit's last local step.
+bool PsEngine::waitForPull(size_t unit) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  bool in =
+      cv_.wait_for(lock, waitBound(), [&] { return error_ || stop_ || pendingPull_[unit] == 0; });
+  rethrowIfFailed();
+  if (!in) throw InternalError("a parameter-server reply never came", {.rank = transport_.rank()});
+  bool fresh = freshPull_[unit];
+  freshPull_[unit] = false;
+  return fresh;
 }
 
 void PsEngine::pushUnit(size_t unit, uint64_t step) {
   if (!published_) publishState();
   const CommUnit& u = layout_.units[unit];
-  const bool isDelayed = delayed(step);
-  const auto delay = options_.delay;
-  const uint64_t sinceWarmup =
-      step - static_cast<uint64_t>(std::max<int64_t>(0, options_.warmupSteps));
-  const auto k = static_cast<uint64_t>(options_.delaySteps);
-  bool freshPull = false;
-  if (isDelayed) {  // the last pull must be in: it is the base of the local step
-    std::unique_lock<std::mutex> lock(mutex_);
-    bool in = cv_.wait_for(lock, waitBound(), [&] { return error_ || pendingPull_[unit] == 0; });
-    rethrowIfFailed();
-    if (!in)
-      throw InternalError("a parameter-server reply never came", {.rank = transport_.rank()});
-    freshPull = freshPull_[unit];
-    freshPull_[unit] = false;
-  }
-  const bool quantized = isDelayed && delay == PsOptions::Delay::kCompressed && step % k != 0;
+  const Push push = planPush(step);
+  const bool freshPull = push.delayed && waitForPull(unit);
   std::vector<uint8_t> codes;
   const float* gradient = gradients_.data() + u.offset;
-  float threshold = options_.threshold;
-  if (quantized) {
-    std::span<float> residual{residual_.data() + u.offset, u.elements};
-    if (threshold <= 0) threshold = twoBitAutoThreshold({gradient, u.elements}, residual);
-    codes = twoBitEncode({gradient, u.elements}, residual, threshold);
-  } else {
+  if (push.quantized) {
+    codes = twoBitEncode({gradient, u.elements}, {residual_.data() + u.offset, u.elements},
+                         options_.threshold);
+  } else {  // the slot is refilled by the next backward once the unit counts as applied
     std::memcpy(staged_.data() + u.offset, gradient, u.elements * sizeof(float));
   }
-  if (isDelayed) localUpdate(unit, freshPull);
-  const bool wantReply =
-      !isDelayed || delay != PsOptions::Delay::kSeveralSteps || sinceWarmup % k == k - 1;
+  if (push.delayed) localUpdate(unit, freshPull);
   const int server = options_.placement.serverOf(unit);
-  Nanos start = SteadyClock::instance().now();
+  const Nanos start = SteadyClock::instance().now();
+  recordPush(unit, push, server, start);
+  PsHeader header{.request = PsRequest::kPush,
+                  .unit = static_cast<uint32_t>(unit),
+                  .step = step,
+                  .lr = static_cast<float>(lr_),
+                  .threshold = options_.threshold,
+                  .flags = (push.wantReply ? kWantReply : 0u) | (push.quantized ? kQuantized : 0u),
+                  .payloadBytes = static_cast<uint32_t>(
+                      push.quantized ? codes.size() : u.elements * sizeof(float))};
+  sendRequest(server, header,
+              push.quantized ? static_cast<const void*>(codes.data()) : staged_.data() + u.offset);
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (isDelayed) applied_[unit] = step + 1;
-    if (wantReply) {
-      expected_[server].push_back({unit, step, !isDelayed, start});
-      if (isDelayed) ++pendingPull_[unit];
+    busy(-1);
+    --pending_;
+    // p3's credit counts pushes on the wire, not replies: a synchronous server answers only once
+    // every worker pushed, and workers pick in different orders, so waiting for replies could
+    // leave each worker waiting for units the others have not committed.
+    if (scheduler_) scheduler_->completed(unit);
+    if (!push.wantReply) traceUnit(unit, step, server, start);
+  }
+  cv_.notify_all();
+}
+
+void PsEngine::recordPush(size_t unit, const Push& push, int server, Nanos start) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (push.delayed) applied_[unit] = push.step + 1;
+    if (push.wantReply) {
+      expected_[server].push_back({unit, push.step, !push.delayed, start});
+      if (push.delayed) ++pendingPull_[unit];
       ++awaiting_;
       busy(+1);
     }
     busy(+1);  // the send
-    const size_t ring = 2 * (options_.placement.workers - 1) * u.elements * sizeof(float);
+    const size_t elements = layout_.units[unit].elements;
+    const size_t ring = 2 * (options_.placement.workers - 1) * elements * sizeof(float);
     totals_.denseBytes += ring / options_.placement.workers;
   }
   cv_.notify_all();
-  PsHeader header{
-      .request = PsRequest::kPush,
-      .unit = static_cast<uint32_t>(unit),
-      .step = step,
-      .lr = static_cast<float>(lr_),
-      .threshold = threshold,
-      .flags = (wantReply ? kWantReply : 0u) | (quantized ? kQuantized : 0u),
-      .payloadBytes = static_cast<uint32_t>(quantized ? codes.size() : u.elements * sizeof(float))};
-  sendRequest(server, header,
-              quantized ? static_cast<const void*>(codes.data()) : staged_.data() + u.offset);
-  std::lock_guard<std::mutex> lock(mutex_);
-  busy(-1);
-  // p3's credit counts pushes on the wire, not replies: a synchronous server answers only once
-  // every worker pushed, and workers pick in different orders, so waiting for replies could
-  // leave each worker waiting for units the others have not committed.
-  if (scheduler_) scheduler_->completed(unit);
-  if (!wantReply) traceUnit(unit, step, server, start);
 }
 
 void PsEngine::sendRequest(int server, PsHeader header, const void* payload) {
@@ -344,13 +320,21 @@ void PsEngine::sendRequest(int server, PsHeader header, const void* payload) {
 }
 
 void PsEngine::rethrowNamingServer(int server, const Error& e) const {
-  // A timed-out receive or send still holds its buffer: only an abort releases it (transport.h).
-  if (dynamic_cast<const TimeoutError*>(&e)) transport_.abort(std::current_exception());
-  std::string what = fmt::format("{}: {}", serverName(server), e.detail());
+  // A failed exchange fails the run; and a send or receive that did not complete still holds its
+  // buffer (a header on the stack, say) until the transport is aborted (transport.h).
+  transport_.abort(std::current_exception());
+  // The failure may have started elsewhere (another server, a worker): say who is who.
+  const PsPlacement& p = options_.placement;
+  std::string roles = p.servers == 1
+                          ? fmt::format("rank {} is the parameter server", p.serverRank(0))
+                          : fmt::format("ranks {}..{} are parameter servers 0..{}", p.serverRank(0),
+                                        p.serverRank(p.servers - 1), p.servers - 1);
+  std::string hint = e.context().hint.empty() ? roles : e.context().hint + " (" + roles + ")";
   ErrorContext context{.rank = transport_.rank(),
-                       .peer = options_.placement.serverRank(server),
+                       .peer = p.serverRank(server),
                        .operation = "parameter-server push/pull",
-                       .hint = e.context().hint};
+                       .hint = hint};
+  std::string what = fmt::format("{}: {}", serverName(server), e.detail());
   if (dynamic_cast<const PeerLostError*>(&e)) throw PeerLostError(what, context);
   if (dynamic_cast<const TimeoutError*>(&e)) throw TimeoutError(what, context);
   throw;
@@ -410,39 +394,6 @@ void PsEngine::arrived(const Expected& e, int server) {
   cv_.notify_all();
 }
 
-// Rank 0 gives every server its units' parameters (and velocity, after a resume) before its
-// first push; the servers hold every push back until then.
-void PsEngine::publishState() {
-  for (size_t unit = 0; unit < layout_.units.size(); ++unit) {
-    copyFromParameters(unit, global_);
-  }
-  previous_ = global_;
-  published_ = true;
-  if (transport_.rank() != 0) return;
-  std::vector<float> velocity(layout_.totalElements, 0.0f);
-  if (!velocity_.empty()) {
-    size_t at = 0;
-    for (size_t t = 0; t < tensors_.size(); ++t) {
-      std::copy_n(velocity_.begin() + static_cast<std::ptrdiff_t>(at), tensors_[t].elements,
-                  velocity.begin() + static_cast<std::ptrdiff_t>(layout_.offsetOf[t]));
-      at += tensors_[t].elements;
-    }
-  }
-  std::vector<float> state;
-  for (size_t unit = 0; unit < layout_.units.size(); ++unit) {
-    const CommUnit& u = layout_.units[unit];
-    auto begin = static_cast<std::ptrdiff_t>(u.offset);
-    auto end = begin + static_cast<std::ptrdiff_t>(u.elements);
-    state.assign(global_.begin() + begin, global_.begin() + end);
-    state.insert(state.end(), velocity.begin() + begin, velocity.begin() + end);
-    sendRequest(options_.placement.serverOf(unit),
-                {.request = PsRequest::kSetState,
-                 .unit = static_cast<uint32_t>(unit),
-                 .payloadBytes = static_cast<uint32_t>(state.size() * sizeof(float))},
-                state.data());
-  }
-}
-
 void PsEngine::waitParameters(int t) {
   std::unique_lock<std::mutex> lock(mutex_);
   for (int u = layout_.unitOf[t]; u < layout_.unitOf[t] + layout_.unitCount[t]; ++u) {
@@ -459,50 +410,12 @@ void PsEngine::drain() {
   std::unique_lock<std::mutex> lock(mutex_);
   bool done = cv_.wait_for(lock, waitBound(), [&] {
     if (error_) return true;
-    if (awaiting_ > 0) return false;
+    if (awaiting_ > 0 || pending_ > 0) return false;
     return std::all_of(applied_.begin(), applied_.end(), [&](uint64_t s) { return s >= step_; });
   });
   rethrowIfFailed();
   if (!done)
     throw InternalError("parameter-server steps never completed", {.rank = transport_.rank()});
-}
-
-std::vector<float> PsEngine::velocity() {
-  drain();
-  std::vector<float> parameters(layout_.totalElements), velocity(layout_.totalElements);
-  std::vector<float> state;
-  for (size_t unit = 0; unit < layout_.units.size(); ++unit) {
-    const CommUnit& u = layout_.units[unit];
-    const int server = options_.placement.serverOf(unit);
-    state.resize(2 * u.elements);
-    WorkPtr answer = transport_.recv(options_.placement.serverRank(server), kPsStateTag,
-                                     state.data(), state.size() * sizeof(float));
-    sendRequest(server, {.request = PsRequest::kGetState, .unit = static_cast<uint32_t>(unit)},
-                nullptr);
-    try {
-      answer->wait();
-    } catch (const Error& e) {
-      rethrowNamingServer(server, e);
-    }
-    auto at = static_cast<std::ptrdiff_t>(u.offset);
-    auto n = static_cast<std::ptrdiff_t>(u.elements);
-    std::copy_n(state.begin(), n, parameters.begin() + at);
-    std::copy_n(state.begin() + n, n, velocity.begin() + at);
-    copyToParameters(unit, parameters);
-  }
-  std::vector<float> byTensor;
-  for (size_t t = 0; t < tensors_.size(); ++t) {
-    auto begin = velocity.begin() + static_cast<std::ptrdiff_t>(layout_.offsetOf[t]);
-    byTensor.insert(byTensor.end(), begin,
-                    begin + static_cast<std::ptrdiff_t>(tensors_[t].elements));
-  }
-  return byTensor;
-}
-
-void PsEngine::setVelocity(std::span<const float> velocity) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  GS_CHECK(!published_ && velocity.size() == layout_.totalElements);
-  velocity_.assign(velocity.begin(), velocity.end());
 }
 
 void PsEngine::setStep(uint64_t step) {

@@ -27,6 +27,7 @@
 // training thread.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <exception>
@@ -104,8 +105,18 @@ class PsEngine final : public SyncEngine {
     Nanos sentAt;
   };
 
+  struct Push {  // what a unit's push of one step does
+    uint64_t step = 0;
+    bool delayed = false;    // after a delayed strategy's warm-up: a local step, no waiting
+    bool quantized = false;  // cdsgd's 2-bit codes
+    bool wantReply = false;  // a pull (every step but ssdsgd's between its pulls)
+  };
+
   void communicate();
+  Push planPush(uint64_t step) const;
+  bool waitForPull(size_t unit);
   void pushUnit(size_t unit, uint64_t step);
+  void recordPush(size_t unit, const Push& push, int server, Nanos start);
   // The delayed strategies' local step; `freshPull`: a pull arrived since the last one.
   void localUpdate(size_t unit, bool freshPull);
   void receive(int server);
@@ -156,13 +167,13 @@ class PsEngine final : public SyncEngine {
   std::deque<size_t> queue_;                      // ready units, FIFO (not p3)
   std::unique_ptr<PriorityScheduler> scheduler_;  // p3
   std::vector<uint64_t> stepOf_;       // by unit: the step its queued gradient belongs to
-  std::vector<uint64_t> pushed_;       // by unit: steps pushed
   std::vector<uint64_t> applied_;      // by unit: steps whose update the parameters hold
   std::vector<uint64_t> pendingPull_;  // by unit: steps with a reply still to come (into global_)
   std::vector<bool> freshPull_;        // by unit: a reply arrived since the last local step
   std::vector<std::deque<Expected>> expected_;  // by server
+  size_t pending_ = 0;                          // units queued or being sent
   size_t awaiting_ = 0;                         // replies outstanding
-  bool published_ = false;
+  std::atomic<bool> published_ = false;         // rank 0 sent the servers their state
   bool stop_ = false;
   std::exception_ptr error_;
   StepStats totals_;

@@ -85,9 +85,9 @@ std::optional<PsOptions> psOptionsFor(const SyncStrategy& strategy, const Strate
   }
   if (!strategy.needsServers() && !servers) return std::nullopt;
   if (knobs.warmup < -1) throw ConfigError("--delay-warmup must be >= 0");
-  if (knobs.localLr < 0 || knobs.glu < 0 || knobs.threshold < 0 || knobs.localMomentum >= 1) {
+  if (knobs.localLr < 0 || knobs.glu < 0 || knobs.threshold <= 0 || knobs.localMomentum >= 1) {
     throw ConfigError(
-        "--local-lr and --glu must be >= 0, --local-momentum < 1, --cd-threshold >= 0");
+        "--local-lr and --glu must be >= 0, --local-momentum < 1, --cd-threshold > 0");
   }
   PsOptions options;
   options.placement = {.workers = workers,

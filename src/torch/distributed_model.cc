@@ -161,7 +161,10 @@ void DistributedModel::averageParameters() {
 }
 
 void DistributedModel::pullGlobalModel() {
-  if (servers_) engine_->velocity();
+  if (!servers_) return;
+  waitForParameters();
+  barrier(transport_, kStateTag);  // every worker's pushes are applied: one model for all
+  engine_->velocity();
 }
 
 void DistributedModel::keepLocalModel(const std::function<void()>& fn) {

@@ -23,6 +23,7 @@
 #include "torch/distributed_model.h"
 #include "torch/metrics.h"
 #include "torch/progress.h"
+#include "torch/sync_setup.h"
 #include "trace/trace_merge.h"
 #include "trace/trace_recorder.h"
 #include "transport/prefix_transport.h"
@@ -38,25 +39,6 @@ double since(Clock::time_point start) {
 
 // Collectives of the training thread (loss and accuracy sums) use their own tag.
 const CollectiveOptions kTrainerTag{.tag = 2};
-
-EngineOptions engineOptions(const TrainOptions& options) {
-  return {.schedule = ScheduleSpec::parse(options.schedule),
-          .compression = options.compression,
-          .momentum = options.momentum,
-          .seed = options.seed,
-          .sharded = SyncStrategy::parse(options.sync).kind == SyncStrategy::Kind::kSharded,
-          .lr = options.lr};
-}
-
-// `workers` are the training ranks; `all` adds the separate parameter servers, if any.
-SyncSetup syncSetup(const TrainOptions& options, Transport& workers, Transport& all) {
-  SyncStrategy strategy = SyncStrategy::parse(options.sync);
-  return {
-      .engine = engineOptions(options),
-      .ps = psOptionsFor(strategy, options.strategy, workers.size(), options.lr, options.momentum),
-      .psTransport = &all,
-      .local = strategy.kind == SyncStrategy::Kind::kLocalSgd};
-}
 
 class Trainer {
  public:
@@ -419,19 +401,7 @@ TrainResult Trainer::run() {
 
 void validateTrainOptions(const TrainOptions& options) {
   makeModel(options.model);  // throws with the valid names
-  SyncStrategy strategy = SyncStrategy::parse(options.sync);
-  std::optional<PsOptions> ps = psOptionsFor(strategy, options.strategy, 1, options.lr, 0);
-  bool compressed = options.compression.spec != "none" || !options.compression.overrides.empty();
-  if (compressed && (ps || strategy.kind == SyncStrategy::Kind::kLocalSgd)) {
-    throw ConfigError(fmt::format("--compress does not apply to --sync {}{}", options.sync,
-                                  ps ? " through parameter servers" : ""),
-                      {.hint = "compress with ring ssgd; cdsgd:K pushes 2-bit gradients itself"});
-  }
-  if (ps) {
-    ScheduleSpec::parse(options.schedule);
-  } else {
-    GradientEngine::validate(engineOptions(options), describeModel(options.model));
-  }
+  validateSyncOptions(options);
   if (options.dataset != "fashion-mnist" && options.dataset != "synthetic") {
     throw ConfigError(fmt::format("unknown dataset '{}'", options.dataset),
                       {.hint = "choose fashion-mnist or synthetic"});
@@ -468,21 +438,6 @@ void yieldToCommunication() {
   if (setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), kComputeNice) != 0) {
     GS_LOG(kDebug, "could not lower the training thread's priority: {}", std::strerror(errno));
   }
-}
-
-// A separate parameter server's life: serve the model's units until every worker stopped.
-void serveParameters(Transport& transport, const TrainOptions& options) {
-  const int servers = options.strategy.servers;
-  const int workers = transport.size() - servers;
-  std::optional<PsOptions> ps = psOptionsFor(SyncStrategy::parse(options.sync), options.strategy,
-                                             workers, options.lr, options.momentum);
-  std::vector<size_t> units =
-      PsEngine::unitElements(describeModel(options.model), ScheduleSpec::parse(options.schedule));
-  const int index = transport.rank() - workers;
-  GS_LOG(kInfo, "parameter server {} (rank {}) serves {} of {} units for {} workers", index,
-         transport.rank(), (units.size() + servers - 1 - index) / servers, units.size(), workers);
-  ParameterServer server(transport, ps->placement, index, std::move(units), ps->server);
-  server.wait();
 }
 
 TrainResult runTraining(Transport& transport, const TrainOptions& options) {

@@ -35,12 +35,6 @@ Outcome replay(const PsOptions& o, int steps) {
     const int64_t since = s - o.warmupSteps;
     const bool quantized = delayed && o.delay == Delay::kCompressed && s % k != 0;
     for (size_t t = 0; t < kTensors.size(); ++t) {
-      std::vector<float> threshold(workers, o.threshold);  // 0: each unit's mean magnitude
-      for (int r = 0; r < workers && o.threshold <= 0; ++r) {
-        std::vector<float> g(kTensors[t].elements);
-        for (size_t i = 0; i < g.size(); ++i) g[i] = gradient(r, t, i, s);
-        threshold[r] = twoBitAutoThreshold(g, residual[r][t]);
-      }
       for (size_t i = 0; i < kTensors[t].elements; ++i) {
         float sum = 0;
         for (int r = 0; r < workers; ++r) {
@@ -48,8 +42,7 @@ Outcome replay(const PsOptions& o, int steps) {
           float pushed = g;
           if (quantized) {
             float x = residual[r][t][i] + g;
-            const float th = threshold[r];
-            pushed = x >= th ? th : x <= -th ? -th : 0.0f;
+            pushed = x >= o.threshold ? o.threshold : x <= -o.threshold ? -o.threshold : 0.0f;
             residual[r][t][i] = x - pushed;
           }
           sum += pushed;
@@ -88,7 +81,7 @@ struct Case {
   std::string schedule = "wfbp";
   int servers = 2;
   bool colocated = true;
-  float threshold = 0.2f;  // cdsgd (0: adaptive)
+  float threshold = 0.2f;  // cdsgd
 };
 
 class DelayedSgd : public ::testing::TestWithParam<Case> {};
@@ -133,7 +126,6 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"ssdsgd", Delay::kSeveralSteps, 2},
                       Case{"ssdsgd_fusion", Delay::kSeveralSteps, 1, "fusion:0.01", 1},
                       Case{"cdsgd", Delay::kCompressed, 2},
-                      Case{"cdsgd_adaptive", Delay::kCompressed, 1, "wfbp", 2, true, 0.0f},
                       Case{"cdsgd_p3", Delay::kCompressed, 1, "p3:slice=5", 2, false}),
     [](const auto& info) { return info.param.name; });
 

@@ -30,14 +30,6 @@ TEST(TwoBit, MatchesTheRuleWithErrorFeedback) {
   }
 }
 
-TEST(TwoBit, AutoThresholdIsTheMeanMagnitude) {
-  std::vector<float> gradient = {1, -2, 0.5f, 0}, residual = {0, -1, -0.5f, 2};
-  EXPECT_FLOAT_EQ(twoBitAutoThreshold(gradient, residual), (1 + 3 + 0 + 2) / 4.0f);
-  std::vector<float> zeros(3, 0.0f);
-  EXPECT_FLOAT_EQ(twoBitAutoThreshold(zeros, zeros), 1.0f);
-  EXPECT_FLOAT_EQ(twoBitAutoThreshold({}, {}), 1.0f);
-}
-
 TEST(TwoBit, RefusesAMalformedCode) {
   std::vector<uint8_t> codes = {0b11};
   std::vector<float> sum(1);

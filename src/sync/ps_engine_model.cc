@@ -1,0 +1,132 @@
+// The worker's side of PsEngine's model (ps_engine.h): copies between the flat buffers and the
+// model's tensors, the delayed strategies' local step, and the servers' state in and out
+// (publishing it before the first push, pulling it for checkpoints and evaluations).
+#include <algorithm>
+#include <cstring>
+
+#include "common/check.h"
+#include "gradsync/error.h"
+#include "sync/ps_engine.h"
+
+namespace gradsync {
+
+template <typename Fn>
+void PsEngine::forEachSegment(size_t unit, Fn&& fn) const {
+  const CommUnit& u = layout_.units[unit];
+  for (int t : u.tensors) {
+    size_t lo = std::max(u.offset, layout_.offsetOf[t]);
+    size_t hi = std::min(u.offset + u.elements, layout_.offsetOf[t] + tensors_[t].elements);
+    if (lo < hi) fn(parameters_[t].subspan(lo - layout_.offsetOf[t], hi - lo), lo);
+  }
+}
+
+void PsEngine::copyToParameters(size_t unit, const std::vector<float>& flat) {
+  forEachSegment(unit, [&](std::span<float> parameter, size_t at) {
+    std::memcpy(parameter.data(), flat.data() + at, parameter.size_bytes());
+  });
+}
+
+void PsEngine::copyFromParameters(size_t unit, std::vector<float>& flat) const {
+  forEachSegment(unit, [&](std::span<float> parameter, size_t at) {
+    std::memcpy(flat.data() + at, parameter.data(), parameter.size_bytes());
+  });
+}
+
+// The local step of the delayed strategies, on this worker's parameters only: SGD with momentum
+// whose velocity restarts, at each pull, from the global models' last displacement per step, so
+// that the local model follows the global trajectory with the worker's own gradients.
+void PsEngine::localUpdate(size_t unit, bool freshPull) {
+  const auto lr = static_cast<float>(options_.localLr);
+  const auto momentum = static_cast<float>(options_.localMomentum);
+  const auto glu = static_cast<float>(options_.glu);
+  const bool several = options_.delay == PsOptions::Delay::kSeveralSteps;
+  const float seed = 1.0f / (lr * static_cast<float>(span_[unit]));
+  forEachSegment(unit, [&](std::span<float> parameter, size_t at) {
+    const float* g = gradients_.data() + at;
+    const float* global = global_.data() + at;
+    const float* previous = previous_.data() + at;
+    float* velocity = localVelocity_.data() + at;
+    for (size_t i = 0; i < parameter.size(); ++i) {
+      if (freshPull) velocity[i] = (previous[i] - global[i]) * seed;
+      float base = freshPull || !several ? global[i] : parameter[i];
+      // SSD-SGD's GLU term stays outside the momentum, as in the reference rule (whose local
+      // step has none): inside, the momentum would amplify it tenfold.
+      float direction = several ? glu * (previous[i] - global[i]) : 0.0f;
+      velocity[i] = momentum * velocity[i] + g[i];
+      parameter[i] = base - lr * (velocity[i] + direction);
+    }
+  });
+}
+
+// Rank 0 gives every server its units' parameters (and velocity, after a resume) before its
+// first push; the servers hold every push back until then.
+void PsEngine::publishState() {
+  for (size_t unit = 0; unit < layout_.units.size(); ++unit) {
+    copyFromParameters(unit, global_);
+  }
+  previous_ = global_;
+  published_ = true;
+  if (transport_.rank() != 0) return;
+  std::vector<float> velocity(layout_.totalElements, 0.0f);
+  if (!velocity_.empty()) {
+    size_t at = 0;
+    for (size_t t = 0; t < tensors_.size(); ++t) {
+      std::copy_n(velocity_.begin() + static_cast<std::ptrdiff_t>(at), tensors_[t].elements,
+                  velocity.begin() + static_cast<std::ptrdiff_t>(layout_.offsetOf[t]));
+      at += tensors_[t].elements;
+    }
+  }
+  std::vector<float> state;
+  for (size_t unit = 0; unit < layout_.units.size(); ++unit) {
+    const CommUnit& u = layout_.units[unit];
+    auto begin = static_cast<std::ptrdiff_t>(u.offset);
+    auto end = begin + static_cast<std::ptrdiff_t>(u.elements);
+    state.assign(global_.begin() + begin, global_.begin() + end);
+    state.insert(state.end(), velocity.begin() + begin, velocity.begin() + end);
+    sendRequest(options_.placement.serverOf(unit),
+                {.request = PsRequest::kSetState,
+                 .unit = static_cast<uint32_t>(unit),
+                 .payloadBytes = static_cast<uint32_t>(state.size() * sizeof(float))},
+                state.data());
+  }
+}
+
+std::vector<float> PsEngine::velocity() {
+  drain();
+  std::vector<float> parameters(layout_.totalElements), velocity(layout_.totalElements);
+  std::vector<float> state;
+  for (size_t unit = 0; unit < layout_.units.size(); ++unit) {
+    const CommUnit& u = layout_.units[unit];
+    const int server = options_.placement.serverOf(unit);
+    state.resize(2 * u.elements);
+    WorkPtr answer = transport_.recv(options_.placement.serverRank(server), kPsStateTag,
+                                     state.data(), state.size() * sizeof(float));
+    sendRequest(server, {.request = PsRequest::kGetState, .unit = static_cast<uint32_t>(unit)},
+                nullptr);
+    try {
+      answer->wait();
+    } catch (const Error& e) {
+      rethrowNamingServer(server, e);
+    }
+    auto at = static_cast<std::ptrdiff_t>(u.offset);
+    auto n = static_cast<std::ptrdiff_t>(u.elements);
+    std::copy_n(state.begin(), n, parameters.begin() + at);
+    std::copy_n(state.begin() + n, n, velocity.begin() + at);
+    copyToParameters(unit, parameters);
+  }
+  std::vector<float> byTensor;
+  for (size_t t = 0; t < tensors_.size(); ++t) {
+    auto begin = velocity.begin() + static_cast<std::ptrdiff_t>(layout_.offsetOf[t]);
+    byTensor.insert(byTensor.end(), begin,
+                    begin + static_cast<std::ptrdiff_t>(tensors_[t].elements));
+  }
+  return byTensor;
+}
+
+void PsEngine::setVelocity(std::span<const float> velocity) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  GS_CHECK(!published_ && velocity.size() == layout_.totalElements);
+  velocity_.assign(velocity.begin(), velocity.end());
+}
+
+}  // namespace gradsync
