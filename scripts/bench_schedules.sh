@@ -5,19 +5,21 @@
 # a step, max(compute, communication), both measured by fifo (which does not overlap them).
 #   scripts/bench_schedules.sh [--build build] [--model cnn] [--workers 2] [--bandwidth 100mbit]
 #       [--steps 30] [--repeat 3] [--json FILE]
-#       [--strategies "fifo wfbp fusion:25 p3 sharded"]
-# A strategy is a --schedule value, "sharded" (--sync sharded, wfbp units), "ps-ssgd" (ssgd
-# through co-located parameter servers), or a --sync value run on wfbp units: asgd, ssp:S,
-# odsgd, ssdsgd:K, cdsgd:K (each after a 1-step warm-up), localsgd:H.
+#       [--strategies "fifo wfbp fusion:25 p3 sharded"] [--ps-schedule p3:slice=160000]
+# A strategy is a --schedule value, "sharded" (--sync sharded, wfbp units), localsgd:H, or a
+# parameter-server strategy on --ps-schedule units (P3's slices by default, which spread every
+# layer over the servers): "ps-ssgd" (ssgd through co-located servers), asgd, ssp:S, and odsgd,
+# ssdsgd:K, cdsgd:K (each after a 1-step warm-up).
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="$repo/build" model=cnn workers=2 bandwidth=100mbit steps=30 repeat=3 json=""
-strategies="fifo wfbp fusion:25 p3 sharded"
+strategies="fifo wfbp fusion:25 p3 sharded" ps_schedule="p3:slice=160000"
 while [ $# -gt 0 ]; do
   case "$1" in
     --build) build="$2" ;; --model) model="$2" ;; --workers) workers="$2" ;;
     --bandwidth) bandwidth="$2" ;; --steps) steps="$2" ;; --repeat) repeat="$2" ;;
     --strategies | --schedules) strategies="$2" ;; --json) json="$2" ;;
+    --ps-schedule) ps_schedule="$2" ;;
     *) echo "bench_schedules: unknown option $1" >&2; exit 2 ;;
   esac
   shift 2
@@ -28,9 +30,10 @@ trap 'rm -rf "$out"' EXIT
 for i in $(seq "$repeat"); do
   for s in $strategies; do
     case "$s" in
-      sharded | asgd | ssp:* | localsgd:*) flags=(--sync "$s" --schedule wfbp) ;;
-      ps-ssgd) flags=(--sync ssgd --ps --schedule wfbp) ;;
-      odsgd | ssdsgd:* | cdsgd:*) flags=(--sync "$s" --delay-warmup 1 --schedule wfbp) ;;
+      sharded | localsgd:*) flags=(--sync "$s" --schedule wfbp) ;;
+      ps-ssgd) flags=(--sync ssgd --ps --schedule "$ps_schedule") ;;
+      asgd | ssp:*) flags=(--sync "$s" --schedule "$ps_schedule") ;;
+      odsgd | ssdsgd:* | cdsgd:*) flags=(--sync "$s" --delay-warmup 1 --schedule "$ps_schedule") ;;
       *) flags=(--schedule "$s") ;;
     esac
     timeout 1800 "$build/apps/gradsync/gradsync" train --model "$model" --workers "$workers" \

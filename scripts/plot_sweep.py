@@ -2,7 +2,9 @@
 """Throughput vs bandwidth: one line per strategy, from bench_schedules.sh --json files.
 
 Writes a self-contained SVG (no plotting library needed: Debian's python3 alone runs it) and
-prints the same figures as a Markdown table with each strategy's speed-up over fifo.
+prints the same figures as a Markdown table with each strategy's speed-up over fifo. Files of
+the same bandwidth are merged (a strategy measured in several keeps the first file's figures,
+and its speed-up is over that file's fifo), so separate sweeps add lines to one plot.
   scripts/plot_sweep.py --svg OUT.svg [--speedup-svg OUT2.svg] [--title TEXT] SWEEP.json...
 """
 import argparse
@@ -10,7 +12,8 @@ import json
 import math
 import re
 
-COLORS = ["#1b9e77", "#d95f02", "#7570b3", "#e7298a", "#66a61e", "#e6ab02", "#a6761d", "#666666"]
+COLORS = ["#1b9e77", "#d95f02", "#7570b3", "#e7298a", "#66a61e", "#e6ab02", "#a6761d", "#666666",
+          "#1f78b4", "#b2df8a", "#fb9a99", "#cab2d6", "#ff7f00", "#6a3d9a", "#b15928"]
 
 
 def mbits(text):
@@ -67,6 +70,20 @@ def svg_chart(points, title, ylabel, width=720, height=440):
     return "\n".join(out)
 
 
+def merge(files):
+    """One sweep per bandwidth, ascending; w["fifo"][s] is the fifo of the file s came from."""
+    by_bandwidth = {}
+    for doc in files:
+        w = by_bandwidth.setdefault(mbits(doc["bandwidth"]),
+                                    {"bandwidth": doc["bandwidth"], "strategies": {}, "fifo": {}})
+        fifo = doc["strategies"]["fifo"]["samples_per_s"]
+        for name, row in doc["strategies"].items():
+            if name not in w["strategies"]:
+                w["strategies"][name] = row
+                w["fifo"][name] = fifo
+    return [by_bandwidth[b] for b in sorted(by_bandwidth)]
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--svg", required=True, help="throughput vs bandwidth")
@@ -74,15 +91,15 @@ def main():
     parser.add_argument("--title", default="throughput vs bandwidth")
     parser.add_argument("files", nargs="+")
     args = parser.parse_args()
-    sweeps = sorted((json.load(open(f)) for f in args.files), key=lambda s: mbits(s["bandwidth"]))
-    strategies = list(sweeps[0]["strategies"])
+    sweeps = merge([json.load(open(f)) for f in args.files])
+    strategies = list(dict.fromkeys(s for w in sweeps for s in w["strategies"]))
     points = {s: [(mbits(w["bandwidth"]), w["strategies"][s]["samples_per_s"])
                   for w in sweeps if s in w["strategies"]] for s in strategies}
     with open(args.svg, "w") as f:
         f.write(svg_chart(points, args.title, "throughput (samples/s)"))
     if args.speedup_svg:
-        fifo = dict(points["fifo"])
-        speedups = {s: [(x, y / fifo[x]) for x, y in line] for s, line in points.items()}
+        speedups = {s: [(mbits(w["bandwidth"]), w["strategies"][s]["samples_per_s"] / w["fifo"][s])
+                        for w in sweeps if s in w["strategies"]] for s in strategies}
         with open(args.speedup_svg, "w") as f:
             f.write(svg_chart(speedups, args.title, "speed-up over fifo (×)"))
     print("| bandwidth | " + " | ".join(f"{s} (samples/s)" for s in strategies) +
@@ -90,8 +107,8 @@ def main():
     print("|---|" + "---:|" * (2 * len(strategies) - 1))
     for w in sweeps:
         row = w["strategies"]
-        cells = [f"{row[s]['samples_per_s']:.0f}" for s in strategies]
-        ratios = [f"{row[s]['samples_per_s'] / row['fifo']['samples_per_s']:.2f}"
+        cells = [f"{row[s]['samples_per_s']:.0f}" if s in row else "-" for s in strategies]
+        ratios = [f"{row[s]['samples_per_s'] / w['fifo'][s]:.2f}" if s in row else "-"
                   for s in strategies if s != "fifo"]
         print(f"| {w['bandwidth']} | " + " | ".join(cells + ratios) + " |")
     print(f"\nplot: {args.svg}" + (f", {args.speedup_svg}" if args.speedup_svg else ""))

@@ -13,33 +13,20 @@
 namespace gradsync::testing {
 namespace {
 
-TrainOptions quickOptions() {
-  TrainOptions o;
-  o.model = "mlp";
-  o.dataset = "synthetic";
-  o.syntheticSamples = 1024;
-  o.steps = 4;
-  o.batchSize = 4;
-  o.quiet = true;
-  return o;
-}
-
-double maxRelativeDifference(const std::vector<float>& a, const std::vector<float>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double worst = 0;
-  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
-    double scale = std::max({std::fabs(a[i]), std::fabs(b[i]), 1e-2f});
-    worst = std::max(worst, std::fabs(a[i] - b[i]) / scale);
-  }
-  return worst;
-}
-
 // PS ssgd: the servers average and apply torch's SGD per unit, so after N steps the workers hold
 // ring ssgd's parameters (up to float rounding), with 1, 2 and 3 separate servers or co-located
 // ones, whole tensors or p3 slices, on the mlp and the cnn.
+// Four steps of batch 4 per worker.
+TrainOptions smallSteps() {
+  TrainOptions o = quickOptions();
+  o.steps = 4;
+  o.batchSize = 4;
+  return o;
+}
+
 TEST(Strategies, ParameterServerSsgdGivesRingSsgdParameters) {
   for (const char* model : {"mlp", "cnn"}) {
-    TrainOptions o = quickOptions();
+    TrainOptions o = smallSteps();
     o.model = model;
     TrainResult ring = train(3, o);
     struct Case {
@@ -64,7 +51,7 @@ TEST(Strategies, ParameterServerSsgdGivesRingSsgdParameters) {
 // Local SGD averaging every step, without momentum, is synchronous SGD: the mean of the
 // workers' local steps from one model is one step along the mean gradient.
 TEST(Strategies, LocalSgdAveragingEveryStepIsSsgd) {
-  TrainOptions o = quickOptions();
+  TrainOptions o = smallSteps();
   o.momentum = 0;
   TrainResult ssgd = train(2, o);
   o.sync = "localsgd:1";
@@ -80,7 +67,7 @@ TEST(Strategies, LocalSgdAveragingEveryStepIsSsgd) {
 // Every strategy trains (finite losses, every step run), co-located and with separate servers;
 // a delayed strategy with a warm-up longer than the run is exactly PS ssgd.
 TEST(Strategies, EveryStrategyTrains) {
-  TrainOptions o = quickOptions();
+  TrainOptions o = smallSteps();
   o.steps = 6;
   o.strategy.warmup = 2;
   for (const char* sync : {"asgd", "ssp:1", "odsgd", "ssdsgd:2", "cdsgd:2", "localsgd:2"}) {
@@ -113,7 +100,7 @@ std::string scratchDir(const std::string& name) {
 // resumed from step 8 repeats the uninterrupted run bitwise, with separate servers too.
 TEST(Strategies, ParameterServerStateResumesExactly) {
   for (int servers : {0, 2}) {
-    TrainOptions o = quickOptions();
+    TrainOptions o = smallSteps();
     o.syntheticSamples = 60;
     o.batchSize = 6;
     o.steps = 12;
@@ -136,7 +123,7 @@ TEST(Strategies, ParameterServerStateResumesExactly) {
 }
 
 TEST(Strategies, InvalidCombinationsAreRefusedUpFront) {
-  TrainOptions o = quickOptions();
+  TrainOptions o = smallSteps();
   for (const char* sync : {"ssp", "asgd:2", "ssdsgd:0", "localsgd", "gossip"}) {
     o.sync = sync;
     EXPECT_THROW(validateTrainOptions(o), ConfigError) << sync;
@@ -144,11 +131,11 @@ TEST(Strategies, InvalidCombinationsAreRefusedUpFront) {
   o.sync = "sharded";
   o.strategy.ps = true;
   EXPECT_THROW(validateTrainOptions(o), ConfigError);
-  o = quickOptions();
+  o = smallSteps();
   o.sync = "odsgd";
   o.compression.spec = "topk:0.01";
   EXPECT_THROW(validateTrainOptions(o), ConfigError);
-  o = quickOptions();
+  o = smallSteps();
   o.strategy.servers = 2;
   EXPECT_THROW(train(2, o), ConfigError);  // no rank left to train
 }

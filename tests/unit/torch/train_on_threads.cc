@@ -1,5 +1,9 @@
 #include "train_on_threads.h"
 
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
 #include <mutex>
 
 namespace gradsync::testing {
@@ -15,6 +19,27 @@ TrainResult train(int workers, TrainOptions options, TransportKind kind) {
     }
   });
   return rank0;
+}
+
+TrainOptions quickOptions() {
+  TrainOptions o;
+  o.model = "mlp";
+  o.dataset = "synthetic";
+  o.syntheticSamples = 1024;
+  o.steps = 6;
+  o.lr = 0.05;
+  o.quiet = true;
+  return o;
+}
+
+double maxRelativeDifference(const std::vector<float>& a, const std::vector<float>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double worst = 0;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
+    double scale = std::max({std::fabs(a[i]), std::fabs(b[i]), 1e-2f});
+    worst = std::max(worst, std::fabs(a[i] - b[i]) / scale);
+  }
+  return worst;
 }
 
 }  // namespace gradsync::testing

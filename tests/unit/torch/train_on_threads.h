@@ -9,4 +9,10 @@ namespace gradsync::testing {
 // Trains on `workers` rank threads; returns rank 0's result. Rethrows any rank's failure.
 TrainResult train(int workers, TrainOptions options, TransportKind kind = TransportKind::kLoopback);
 
+// A few steps of the mlp on a small synthetic set: the trainer tests' starting point.
+TrainOptions quickOptions();
+
+// The largest |a - b| / max(|a|, |b|, 0.01) over the elements (the sizes must match).
+double maxRelativeDifference(const std::vector<float>& a, const std::vector<float>& b);
+
 }  // namespace gradsync::testing

@@ -16,27 +16,6 @@
 namespace gradsync::testing {
 namespace {
 
-TrainOptions quickOptions() {
-  TrainOptions o;
-  o.model = "mlp";
-  o.dataset = "synthetic";
-  o.syntheticSamples = 1024;
-  o.steps = 6;
-  o.lr = 0.05;
-  o.quiet = true;
-  return o;
-}
-
-double maxRelativeDifference(const std::vector<float>& a, const std::vector<float>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double worst = 0;
-  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
-    double scale = std::max({std::fabs(a[i]), std::fabs(b[i]), 1e-2f});
-    worst = std::max(worst, std::fabs(a[i] - b[i]) / scale);
-  }
-  return worst;
-}
-
 // Dense SSGD on W workers of batch B/W computes the average of W mean gradients, which is the
 // mean gradient of the W*B batch one worker would see: the same parameters, up to float
 // rounding, whatever the world size and schedule.
