@@ -262,13 +262,16 @@ void ParameterServer::push(int worker, const PsHeader& header, std::span<const u
   releaseStale(unit);
 }
 
-// One push of W per step: momentum m^(1/W) per push keeps the velocity's horizon at m per step,
-// and lr (1 - m_push) / (W (1 - m)) per push makes W pushes of a steady gradient move the
-// parameters as far as one synchronous step does (m = 0: lr / W).
+// One push of W per step. Asynchrony itself acts as momentum of about 1 - 1/W (Mitliagkas et
+// al., "Asynchrony begets momentum"), so the explicit momentum per step is reduced by that much,
+// m_e = max(0, m - (1 - 1/W)), and spread over the pushes: m_push = m_e^(1/W). The learning rate
+// per push, lr (1 - m_push) / (W (1 - m)), makes W pushes of a steady gradient move the
+// parameters as far as one synchronous step with momentum m does (m = 0: lr / W).
 SgdOptions ParameterServer::asyncSgd(double lr) const {
   const double workers = placement_.workers;
   const double m = options_.momentum;
-  const double perPush = std::pow(m, 1.0 / workers);
+  const double explicitMomentum = std::max(0.0, m - (1 - 1 / workers));
+  const double perPush = std::pow(explicitMomentum, 1.0 / workers);
   return {.lr = lr * (1 - perPush) / (workers * (1 - m)), .momentum = perPush};
 }
 
