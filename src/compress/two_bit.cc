@@ -6,37 +6,32 @@
 
 namespace gradsync {
 
+// Both directions stream the codes through bit_pack's staging buffers: no code array the size
+// of the unit on the push path.
 std::vector<uint8_t> twoBitEncode(std::span<const float> gradient, std::span<float> residual,
                                   float threshold) {
   GS_CHECK(gradient.size() == residual.size() && threshold > 0);
-  std::vector<uint8_t> codes(residual.size());
-  for (size_t i = 0; i < residual.size(); ++i) {
-    float r = residual[i] + gradient[i];
-    if (r >= threshold) {
-      codes[i] = 1;
-      r -= threshold;
-    } else if (r <= -threshold) {
-      codes[i] = 2;
-      r += threshold;
+  std::vector<uint8_t> packed(twoBitBytes(residual.size()));
+  PackedWriter writer(2, packed.data());
+  for (size_t i = 0; i < residual.size();) {
+    std::span<uint8_t> codes = writer.room(residual.size() - i);
+    for (uint8_t& code : codes) {
+      float r = residual[i] + gradient[i];
+      code = r >= threshold ? 1 : r <= -threshold ? 2 : 0;
+      residual[i++] = code == 1 ? r - threshold : code == 2 ? r + threshold : r;
     }
-    residual[i] = r;
+    writer.commit(codes.size());
   }
-  std::vector<uint8_t> packed(twoBitBytes(codes.size()));
-  packBits(codes, 2, packed.data());
+  writer.finish();
   return packed;
 }
 
 void twoBitAccumulate(std::span<const uint8_t> packed, float threshold, std::span<float> sum) {
   GS_CHECK(packed.size() == twoBitBytes(sum.size()));
-  std::vector<uint8_t> codes(sum.size());
-  unpackBits(packed.data(), 2, codes);
-  for (size_t i = 0; i < sum.size(); ++i) {
-    if (codes[i] == 1) {
-      sum[i] += threshold;
-    } else if (codes[i] == 2) {
-      sum[i] -= threshold;
-    } else if (codes[i] != 0) {
-      throw ProtocolError("malformed 2-bit gradient code 3");
+  PackedReader reader(packed.data(), sum.size(), 2, /*maxCode=*/2);  // 3 is malformed
+  for (size_t i = 0; i < sum.size();) {
+    for (uint8_t code : reader.next(sum.size() - i)) {
+      sum[i++] += code == 1 ? threshold : code == 2 ? -threshold : 0.0f;
     }
   }
 }

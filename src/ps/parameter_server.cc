@@ -186,9 +186,9 @@ bool ParameterServer::handle(int worker, const PsHeader& header, std::vector<uin
       // workers that went on: waiting for them would wait for this worker's own push.
       waitFor(lock, unit,
               [&] { return unit.initialized && (unit.arrived == 0 || !unit.inRound[worker]); });
-      std::vector<float> state = unit.parameters;
-      state.insert(state.end(), unit.velocity.begin(), unit.velocity.end());
-      reply(worker, state, kPsStateTag);
+      auto state = std::make_shared<std::vector<float>>(unit.parameters);
+      state->insert(state->end(), unit.velocity.begin(), unit.velocity.end());
+      reply(worker, std::move(state), kPsStateTag);
       return true;
     }
     case PsRequest::kStop: {
@@ -233,22 +233,17 @@ void ParameterServer::push(int worker, const PsHeader& header, std::span<const u
   const bool sync = options_.consistency == ServerOptions::Consistency::kSync;
   // A worker that needs no answer may push the next step before the others pushed this one.
   waitFor(lock, unit, [&] { return unit.initialized && !(sync && unit.inRound[worker]); });
-  std::vector<float> gradient;
-  std::span<float> into = unit.sum;
-  if (!sync) {
-    gradient.assign(n, 0.0f);
-    into = gradient;
-  }
+  // The push accumulates into unit.sum: the round's sum (kSync), or this push alone.
   if ((header.flags & kQuantized) && !(header.threshold > 0 && std::isfinite(header.threshold))) {
     throw ProtocolError(
         fmt::format("2-bit push of unit {} with threshold {}", unit.index, header.threshold),
         {.rank = transport_.rank(), .peer = worker});
   }
   if (header.flags & kQuantized) {
-    twoBitAccumulate(payload, header.threshold, into);
+    twoBitAccumulate(payload, header.threshold, unit.sum);
   } else {
     const auto* values = reinterpret_cast<const float*>(payload.data());
-    for (size_t i = 0; i < n; ++i) into[i] += values[i];
+    for (size_t i = 0; i < n; ++i) unit.sum[i] += values[i];
   }
   if (sync) {
     unit.inRound[worker] = true;
@@ -256,7 +251,8 @@ void ParameterServer::push(int worker, const PsHeader& header, std::span<const u
     if (++unit.arrived == placement_.workers) applySync(unit, header);
     return;
   }
-  sgdStep(unit.parameters, gradient, unit.velocity, asyncSgd(header.lr));
+  sgdStep(unit.parameters, unit.sum, unit.velocity, asyncSgd(header.lr));
+  std::fill(unit.sum.begin(), unit.sum.end(), 0.0f);
   ++unit.pushes[worker];
   if (header.flags & kWantReply) unit.pending.push_back({worker, unit.pushes[worker]});
   releaseStale(unit);
@@ -282,8 +278,9 @@ void ParameterServer::applySync(Unit& unit, const PsHeader& header) {
           {.lr = header.lr, .momentum = options_.momentum});
   std::fill(unit.sum.begin(), unit.sum.end(), 0.0f);
   unit.arrived = 0;
+  auto snapshot = std::make_shared<std::vector<float>>(unit.parameters);  // one for every reply
   for (int w = 0; w < placement_.workers; ++w) {
-    if (unit.wantsReply[w]) reply(w, unit.parameters, psReplyTag(unit.index));
+    if (unit.wantsReply[w]) reply(w, snapshot, psReplyTag(unit.index));
     unit.inRound[w] = false;
   }
   unit.roundOpen.notify_all();
@@ -305,14 +302,15 @@ void ParameterServer::releaseStale(Unit& unit) {
       ++held;
       continue;
     }
-    reply(held->worker, unit.parameters, psReplyTag(unit.index));
+    reply(held->worker, std::make_shared<std::vector<float>>(unit.parameters),
+          psReplyTag(unit.index));
     held = unit.pending.erase(held);
   }
 }
 
-void ParameterServer::reply(int worker, std::span<const float> values, uint64_t tag) {
+void ParameterServer::reply(int worker, std::shared_ptr<const std::vector<float>> snapshot,
+                            uint64_t tag) {
   reapSends();
-  auto snapshot = std::make_shared<std::vector<float>>(values.begin(), values.end());
   sends_.push_back(
       {transport_.send(worker, tag, snapshot->data(), snapshot->size() * sizeof(float)), snapshot});
 }

@@ -72,8 +72,8 @@ class ParameterServer {
   void waitFor(std::unique_lock<std::mutex>& lock, Unit& unit, Ready ready);
   bool stuck(const Unit& unit) const;  // with the lock held
   void releaseStale(Unit& unit);
-  // Sends a copy of `values` (kept until the send completes); with the lock held.
-  void reply(int worker, std::span<const float> values, uint64_t tag);
+  // Sends `snapshot`, which the send keeps alive until it completes; with the lock held.
+  void reply(int worker, std::shared_ptr<const std::vector<float>> snapshot, uint64_t tag);
   void reapSends();  // with the lock held
   size_t expectedPayload(const PsHeader& header) const;
 
@@ -86,7 +86,7 @@ class ParameterServer {
   std::vector<std::unique_ptr<Unit>> units_;  // by unit index; null: not placed here
   struct InFlight {
     WorkPtr work;
-    std::shared_ptr<std::vector<float>> buffer;
+    std::shared_ptr<const std::vector<float>> buffer;
   };
   std::vector<InFlight> sends_;  // replies on the wire, with the snapshots they send
   std::vector<bool> stopped_;    // by worker

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "common/check.h"
 #include "common/units.h"
 #include "gradsync/error.h"
 
@@ -133,6 +134,49 @@ GradientLayout planLayout(const std::vector<size_t>& tensorElements, const Sched
   }
   close();
   return layout;
+}
+
+size_t rowElements(const TensorShape& tensor) {
+  bool matrix = tensor.dims.size() > 1 && tensor.dims[0] > 0;
+  return matrix ? tensor.elements / static_cast<size_t>(tensor.dims[0]) : 1;
+}
+
+GradientLayout planLayout(const std::vector<TensorShape>& tensors, const ScheduleSpec& spec,
+                          const std::vector<int>& groups) {
+  std::vector<size_t> elements, rows;
+  for (const TensorShape& t : tensors) {
+    elements.push_back(t.elements);
+    rows.push_back(rowElements(t));
+  }
+  return planLayout(elements, spec, groups, rows);
+}
+
+std::vector<float> layoutToTensors(const GradientLayout& layout,
+                                   const std::vector<TensorShape>& tensors,
+                                   std::span<const float> flat) {
+  GS_CHECK(flat.size() == layout.totalElements);
+  std::vector<float> byTensor;
+  byTensor.reserve(flat.size());
+  for (size_t t = 0; t < tensors.size(); ++t) {
+    auto begin = flat.begin() + static_cast<std::ptrdiff_t>(layout.offsetOf[t]);
+    byTensor.insert(byTensor.end(), begin,
+                    begin + static_cast<std::ptrdiff_t>(tensors[t].elements));
+  }
+  return byTensor;
+}
+
+std::vector<float> tensorsToLayout(const GradientLayout& layout,
+                                   const std::vector<TensorShape>& tensors,
+                                   std::span<const float> byTensor) {
+  GS_CHECK(byTensor.size() == layout.totalElements);
+  std::vector<float> flat(layout.totalElements);
+  size_t at = 0;
+  for (size_t t = 0; t < tensors.size(); ++t) {
+    std::copy_n(byTensor.begin() + static_cast<std::ptrdiff_t>(at), tensors[t].elements,
+                flat.begin() + static_cast<std::ptrdiff_t>(layout.offsetOf[t]));
+    at += tensors[t].elements;
+  }
+  return flat;
 }
 
 }  // namespace gradsync

@@ -17,8 +17,11 @@
 #pragma once
 
 #include <cstddef>
+#include <span>
 #include <string>
 #include <vector>
+
+#include "common/tensor_shape.h"
 
 namespace gradsync {
 
@@ -65,5 +68,19 @@ struct GradientLayout {
 GradientLayout planLayout(const std::vector<size_t>& tensorElements, const ScheduleSpec& spec,
                           const std::vector<int>& groups = {},
                           const std::vector<size_t>& rowElements = {});
+// Elements per row of a tensor: the product of all dimensions but the first (1 for a vector).
+size_t rowElements(const TensorShape& tensor);
+// The same for named tensors: their element counts, and rows of rowElements.
+GradientLayout planLayout(const std::vector<TensorShape>& tensors, const ScheduleSpec& spec,
+                          const std::vector<int>& groups = {});
+
+// Between a flat buffer in `layout` order and the tensors' values concatenated in registration
+// order (how checkpoints hold per-parameter state such as the SGD velocity).
+std::vector<float> layoutToTensors(const GradientLayout& layout,
+                                   const std::vector<TensorShape>& tensors,
+                                   std::span<const float> flat);
+std::vector<float> tensorsToLayout(const GradientLayout& layout,
+                                   const std::vector<TensorShape>& tensors,
+                                   std::span<const float> byTensor);
 
 }  // namespace gradsync

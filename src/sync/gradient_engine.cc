@@ -16,24 +16,6 @@ namespace {
 // p3's picks travel from rank 0 on their own stream (checkpoints gather velocity on tag 6).
 constexpr uint64_t kDecisionTag = 5;
 
-std::vector<size_t> elementsOf(const std::vector<TensorShape>& tensors) {
-  std::vector<size_t> elements;
-  for (const auto& t : tensors) elements.push_back(t.elements);
-  return elements;
-}
-
-// Elements per row (the product of all dimensions but the first): p3 slices whole rows.
-size_t rowElements(const TensorShape& t) {
-  bool matrix = t.dims.size() > 1 && t.dims[0] > 0;
-  return matrix ? t.elements / static_cast<size_t>(t.dims[0]) : 1;
-}
-
-std::vector<size_t> rowsOf(const std::vector<TensorShape>& tensors) {
-  std::vector<size_t> rows;
-  for (const auto& t : tensors) rows.push_back(rowElements(t));
-  return rows;
-}
-
 double secondsSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
@@ -75,7 +57,7 @@ GradientEngine::GradientEngine(Transport& transport, const std::vector<TensorSha
       tensors_(tensors),
       options_(std::move(options)),
       plan_(planCompression(options_.compression, tensors, options_.momentum)),
-      layout_(planLayout(elementsOf(tensors), options_.schedule, plan_.groups(), rowsOf(tensors))),
+      layout_(planLayout(tensors, options_.schedule, plan_.groups())),
       updates_(updatesParameters(options_)),
       parameters_(std::move(parameters)),
       flat_(layout_.totalElements),

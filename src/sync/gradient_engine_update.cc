@@ -68,25 +68,13 @@ std::vector<float> GradientEngine::velocity() {
   } else {
     flat = velocity_;
   }
-  std::vector<float> byTensor;  // registration order
-  for (size_t t = 0; t < tensors_.size(); ++t) {
-    auto begin = flat.begin() + static_cast<std::ptrdiff_t>(layout_.offsetOf[t]);
-    byTensor.insert(byTensor.end(), begin,
-                    begin + static_cast<std::ptrdiff_t>(tensors_[t].elements));
-  }
-  return byTensor;
+  return layoutToTensors(layout_, tensors_, flat);
 }
 
 void GradientEngine::setVelocity(std::span<const float> byTensor) {
   GS_CHECK(updates_ && byTensor.size() == layout_.totalElements);
   drain();
-  std::vector<float> flat(layout_.totalElements);
-  size_t at = 0;
-  for (size_t t = 0; t < tensors_.size(); ++t) {
-    std::copy_n(byTensor.begin() + static_cast<std::ptrdiff_t>(at), tensors_[t].elements,
-                flat.begin() + static_cast<std::ptrdiff_t>(layout_.offsetOf[t]));
-    at += tensors_[t].elements;
-  }
+  std::vector<float> flat = tensorsToLayout(layout_, tensors_, byTensor);
   if (!options_.sharded) {
     velocity_ = std::move(flat);
     return;

@@ -13,20 +13,10 @@
 namespace gradsync {
 namespace {
 
-std::vector<size_t> elementsOf(const std::vector<TensorShape>& tensors) {
+std::vector<size_t> unitSizes(const GradientLayout& layout) {
   std::vector<size_t> elements;
-  for (const auto& t : tensors) elements.push_back(t.elements);
+  for (const auto& unit : layout.units) elements.push_back(unit.elements);
   return elements;
-}
-
-std::vector<size_t> rowsOf(const std::vector<TensorShape>& tensors) {
-  std::vector<size_t> rows;
-  for (const auto& t : tensors) {
-    size_t row = 1;
-    for (size_t d = 1; d < t.dims.size(); ++d) row *= static_cast<size_t>(t.dims[d]);
-    rows.push_back(row);
-  }
-  return rows;
 }
 
 std::vector<int> prioritiesOf(const GradientLayout& layout) {
@@ -43,10 +33,7 @@ double secondsSince(Nanos start) {
 
 std::vector<size_t> PsEngine::unitElements(const std::vector<TensorShape>& tensors,
                                            const ScheduleSpec& schedule) {
-  GradientLayout layout = planLayout(elementsOf(tensors), schedule, {}, rowsOf(tensors));
-  std::vector<size_t> elements;
-  for (const auto& unit : layout.units) elements.push_back(unit.elements);
-  return elements;
+  return unitSizes(planLayout(tensors, schedule));
 }
 
 PsEngine::PsEngine(Transport& transport, const std::vector<TensorShape>& tensors,
@@ -56,7 +43,7 @@ PsEngine::PsEngine(Transport& transport, const std::vector<TensorShape>& tensors
       tensors_(tensors),
       schedule_(schedule),
       options_(options),
-      layout_(planLayout(elementsOf(tensors), schedule, {}, rowsOf(tensors))),
+      layout_(planLayout(tensors, schedule)),
       parameters_(std::move(parameters)),
       lr_(lr) {
   const PsPlacement& placement = options_.placement;
@@ -94,7 +81,7 @@ PsEngine::PsEngine(Transport& transport, const std::vector<TensorShape>& tensors
   bytesAtStart_ = transport_.bytesSent();
   if (placement.colocated && transport.rank() < placement.servers) {
     server_ = std::make_unique<ParameterServer>(transport, placement, transport.rank(),
-                                                unitElements(tensors_, schedule_), options_.server);
+                                                unitSizes(layout_), options_.server);
   }
   thread_ = std::thread([this] { communicate(); });
   for (int s = 0; s < placement.servers; ++s) receivers_.emplace_back([this, s] { receive(s); });
@@ -144,16 +131,20 @@ void PsEngine::markUnitReady(size_t unit) {
   }
 }
 
+// fifo queues every unit at the end of backward instead (endBackward).
+void PsEngine::markTensorReady(int t) {
+  ready_[t] = true;
+  if (!schedule_.overlapsBackward()) return;
+  for (int u = layout_.unitOf[t]; u < layout_.unitOf[t] + layout_.unitCount[t]; ++u) {
+    if (--waitingIn_[u] == 0) markUnitReady(u);
+  }
+}
+
 void PsEngine::markReady(int t) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     GS_CHECK(!ready_[t]);
-    ready_[t] = true;
-    if (schedule_.overlapsBackward()) {
-      for (int u = layout_.unitOf[t]; u < layout_.unitOf[t] + layout_.unitCount[t]; ++u) {
-        if (--waitingIn_[u] == 0) markUnitReady(u);
-      }
-    }
+    markTensorReady(t);
   }
   cv_.notify_all();
 }
@@ -170,10 +161,7 @@ void PsEngine::endBackward() {
       if (ready_[t]) continue;
       std::span<float> s = slot(static_cast<int>(t));
       std::fill(s.begin(), s.end(), 0.0f);  // an unused parameter: a zero gradient
-      if (!schedule_.overlapsBackward()) continue;
-      for (int u = layout_.unitOf[t]; u < layout_.unitOf[t] + layout_.unitCount[t]; ++u) {
-        if (--waitingIn_[u] == 0) markUnitReady(u);
-      }
+      markTensorReady(static_cast<int>(t));
     }
     if (!schedule_.overlapsBackward()) {
       for (size_t u = 0; u < layout_.units.size(); ++u) markUnitReady(u);

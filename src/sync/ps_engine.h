@@ -131,6 +131,7 @@ class PsEngine final : public SyncEngine {
   void forEachSegment(size_t unit, Fn&& fn) const;
   void copyToParameters(size_t unit, const std::vector<float>& flat);
   void copyFromParameters(size_t unit, std::vector<float>& flat) const;
+  void markTensorReady(int t);      // with the lock held
   void markUnitReady(size_t unit);  // with the lock held
   bool delayed(uint64_t step) const;
   void busy(int delta);                                                 // with the lock held

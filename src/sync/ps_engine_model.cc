@@ -67,15 +67,8 @@ void PsEngine::publishState() {
   previous_ = global_;
   published_ = true;
   if (transport_.rank() != 0) return;
-  std::vector<float> velocity(layout_.totalElements, 0.0f);
-  if (!velocity_.empty()) {
-    size_t at = 0;
-    for (size_t t = 0; t < tensors_.size(); ++t) {
-      std::copy_n(velocity_.begin() + static_cast<std::ptrdiff_t>(at), tensors_[t].elements,
-                  velocity.begin() + static_cast<std::ptrdiff_t>(layout_.offsetOf[t]));
-      at += tensors_[t].elements;
-    }
-  }
+  std::vector<float> velocity = velocity_.empty() ? std::vector<float>(layout_.totalElements, 0.0f)
+                                                  : tensorsToLayout(layout_, tensors_, velocity_);
   std::vector<float> state;
   for (size_t unit = 0; unit < layout_.units.size(); ++unit) {
     const CommUnit& u = layout_.units[unit];
@@ -114,13 +107,7 @@ std::vector<float> PsEngine::velocity() {
     std::copy_n(state.begin() + n, n, velocity.begin() + at);
     copyToParameters(unit, parameters);
   }
-  std::vector<float> byTensor;
-  for (size_t t = 0; t < tensors_.size(); ++t) {
-    auto begin = velocity.begin() + static_cast<std::ptrdiff_t>(layout_.offsetOf[t]);
-    byTensor.insert(byTensor.end(), begin,
-                    begin + static_cast<std::ptrdiff_t>(tensors_[t].elements));
-  }
-  return byTensor;
+  return layoutToTensors(layout_, tensors_, velocity);
 }
 
 void PsEngine::setVelocity(std::span<const float> velocity) {
