@@ -151,6 +151,21 @@ GradientLayout planLayout(const std::vector<TensorShape>& tensors, const Schedul
   return planLayout(elements, spec, groups, rows);
 }
 
+std::vector<TensorShape> unitShapes(const GradientLayout& layout, size_t unit,
+                                    const std::vector<TensorShape>& tensors) {
+  const CommUnit& u = layout.units[unit];
+  std::vector<TensorShape> shapes;
+  for (int t : u.tensors) shapes.push_back(tensors[t]);
+  if (layout.unitCount[u.tensors[0]] > 1) {  // a p3 slice: whole rows of one tensor
+    TensorShape& slice = shapes[0];
+    slice.name += fmt::format("[{}:{}]", u.tensorOffset, u.tensorOffset + u.elements);
+    if (slice.dims.size() > 1)
+      slice.dims[0] = static_cast<int64_t>(u.elements / rowElements(slice));
+    slice.elements = u.elements;
+  }
+  return shapes;
+}
+
 std::vector<float> layoutToTensors(const GradientLayout& layout,
                                    const std::vector<TensorShape>& tensors,
                                    std::span<const float> flat) {

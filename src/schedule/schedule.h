@@ -74,6 +74,11 @@ size_t rowElements(const TensorShape& tensor);
 GradientLayout planLayout(const std::vector<TensorShape>& tensors, const ScheduleSpec& spec,
                           const std::vector<int>& groups = {});
 
+// The shapes a unit's compressor sees: its tensors' shapes, or (a p3 slice) the slice's rows of
+// its one tensor, named "tensor[begin:end]".
+std::vector<TensorShape> unitShapes(const GradientLayout& layout, size_t unit,
+                                    const std::vector<TensorShape>& tensors);
+
 // Between a flat buffer in `layout` order and the tensors' values concatenated in registration
 // order (how checkpoints hold per-parameter state such as the SGD velocity).
 std::vector<float> layoutToTensors(const GradientLayout& layout,

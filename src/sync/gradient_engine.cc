@@ -69,16 +69,9 @@ GradientEngine::GradientEngine(Transport& transport, const std::vector<TensorSha
   checkCombination(options_, plan_);
   GS_CHECK(!updates_ || parameters_.size() == tensors_.size());
   size_t largest = 0;
-  for (const CommUnit& unit : layout_.units) {
-    std::vector<TensorShape> shapes;
-    for (int t : unit.tensors) shapes.push_back(tensors_[t]);
-    if (layout_.unitCount[unit.tensors[0]] > 1) {  // a p3 slice: whole rows of one tensor
-      TensorShape& slice = shapes[0];
-      slice.name = unitName(static_cast<size_t>(&unit - layout_.units.data()));
-      if (slice.dims.size() > 1)
-        slice.dims[0] = static_cast<int64_t>(unit.elements / rowElements(slice));
-      slice.elements = unit.elements;
-    }
+  for (size_t u = 0; u < layout_.units.size(); ++u) {
+    const CommUnit& unit = layout_.units[u];
+    std::vector<TensorShape> shapes = unitShapes(layout_, u, tensors_);
     compressors_.push_back(makeCompressor(plan_.perTensor[unit.tensors[0]], shapes));
     if (compressors_.back()) largest = std::max(largest, unit.elements);
   }

@@ -1,0 +1,45 @@
+// The simulated cluster and what its collectives cost (docs/simulator.md, "Network model").
+//
+// Workers are devices; `gpusPerHost` of them share a host, joined by a fast local link; hosts
+// are joined by a network through one NIC each (full duplex, `bandwidth` each way). A transfer
+// of b bytes over a link takes latency + b / bandwidth. Collectives are costed step by step
+// from the real algorithms' step structure (collectives/ring.h, the gtopk tree): a step ends
+// when its slowest transfer does, and rank r sits on host r / gpusPerHost, so a ring crosses
+// the network once per host per step. Links that several transfers share at once (a parameter
+// server's NIC) are modelled by FIFO Link timelines in the simulator.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+namespace gradsync::sim {
+
+struct ClusterSpec {
+  int workers = 4;
+  int gpusPerHost = 1;
+  double bandwidth = 10e9 / 8;        // bytes/s per host NIC, each direction
+  double latency = 0;                 // seconds per network message
+  double localBandwidth = 100e9 / 8;  // bytes/s between devices of one host
+  double localLatency = 0;
+
+  int hosts() const { return (workers + gpusPerHost - 1) / gpusPerHost; }
+  int hostOf(int rank) const { return rank / gpusPerHost; }
+  // Throws ConfigError for non-positive sizes or rates.
+  void validate() const;
+  std::string describe() const;  // "16 workers (2 hosts x 8), 25 Gbit/s, 10 us"
+};
+
+// Seconds for one message of `bytes` from rank `from` to rank `to`.
+double transferSeconds(const ClusterSpec& cluster, int from, int to, size_t bytes);
+
+// The collectives of the gradient engine on `elementBytes`-sized elements (4: float32,
+// 2: the fp16 ring), or bytes for allgatherv. Each is 0 on one worker or zero bytes.
+double ringAllreduceSeconds(const ClusterSpec& cluster, size_t elements, size_t elementBytes);
+double reduceScatterSeconds(const ClusterSpec& cluster, size_t elements, size_t elementBytes);
+double allgatherSeconds(const ClusterSpec& cluster, size_t elements, size_t elementBytes);
+// Every rank contributes `bytesPerRank` (the ring allgatherv of the sparse compressors).
+double allgathervSeconds(const ClusterSpec& cluster, size_t bytesPerRank);
+// gtopk: lists of `listBytes` merged up a binomial tree and sent back down it.
+double treeSeconds(const ClusterSpec& cluster, size_t listBytes);
+
+}  // namespace gradsync::sim

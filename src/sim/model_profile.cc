@@ -1,0 +1,134 @@
+#include "sim/model_profile.h"
+
+#include <fmt/format.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "gradsync/error.h"
+
+namespace gradsync {
+
+std::vector<TensorShape> ModelProfile::tensors() const {
+  std::vector<TensorShape> all;
+  for (const LayerProfile& layer : layers)
+    all.insert(all.end(), layer.tensors.begin(), layer.tensors.end());
+  return all;
+}
+
+size_t ModelProfile::parameterCount() const {
+  size_t count = 0;
+  for (const LayerProfile& layer : layers)
+    for (const TensorShape& tensor : layer.tensors) count += tensor.elements;
+  return count;
+}
+
+double ModelProfile::forwardSeconds() const {
+  double sum = 0;
+  for (const LayerProfile& layer : layers) sum += layer.forwardSeconds;
+  return sum;
+}
+
+double ModelProfile::backwardSeconds() const {
+  double sum = 0;
+  for (const LayerProfile& layer : layers) sum += layer.backwardSeconds;
+  return sum;
+}
+
+std::string profileToJson(const ModelProfile& profile) {
+  nlohmann::json layers = nlohmann::json::array();
+  for (const LayerProfile& layer : profile.layers) {
+    nlohmann::json tensors = nlohmann::json::array();
+    for (const TensorShape& tensor : layer.tensors)
+      tensors.push_back({{"name", tensor.name}, {"dims", tensor.dims}});
+    layers.push_back({{"name", layer.name},
+                      {"forward_s", layer.forwardSeconds},
+                      {"backward_s", layer.backwardSeconds},
+                      {"tensors", tensors}});
+  }
+  nlohmann::json out = {{"name", profile.name},
+                        {"device", profile.device},
+                        {"source", profile.source},
+                        {"batch_size", profile.batchSize},
+                        {"update_s", profile.updateSeconds},
+                        {"layers", layers}};
+  return out.dump(1);
+}
+
+namespace {
+
+// Reads a field of `object`, naming it and the profile when it is missing or of the wrong type.
+template <typename T>
+T field(const nlohmann::json& object, const char* key, const std::string& where) {
+  if (!object.is_object() || !object.contains(key))
+    throw ConfigError(fmt::format("model profile {}: missing field \"{}\"", where, key));
+  try {
+    return object.at(key).get<T>();
+  } catch (const nlohmann::json::exception&) {
+    throw ConfigError(fmt::format("model profile {}: field \"{}\" has the wrong type", where, key));
+  }
+}
+
+double seconds(const nlohmann::json& object, const char* key, const std::string& where) {
+  const auto value = field<double>(object, key, where);
+  if (!(value >= 0))
+    throw ConfigError(
+        fmt::format("model profile {}: \"{}\" must be >= 0, not {}", where, key, value));
+  return value;
+}
+
+LayerProfile layerFromJson(const nlohmann::json& json, const std::string& where) {
+  LayerProfile layer;
+  layer.name = field<std::string>(json, "name", where);
+  const std::string at = fmt::format("{}, layer \"{}\"", where, layer.name);
+  layer.forwardSeconds = seconds(json, "forward_s", at);
+  layer.backwardSeconds = seconds(json, "backward_s", at);
+  for (const nlohmann::json& tensor : field<nlohmann::json>(json, "tensors", at)) {
+    auto dims = field<std::vector<int64_t>>(tensor, "dims", at);
+    for (int64_t d : dims)
+      if (d <= 0)
+        throw ConfigError(fmt::format("model profile {}: a tensor has a dimension {}", at, d));
+    layer.tensors.push_back(tensorShape(field<std::string>(tensor, "name", at), std::move(dims)));
+  }
+  return layer;
+}
+
+}  // namespace
+
+ModelProfile profileFromJson(const std::string& text, const std::string& origin) {
+  nlohmann::json json;
+  try {
+    json = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw ConfigError(fmt::format("model profile {}: not valid JSON ({})", origin, e.what()));
+  }
+  ModelProfile profile;
+  profile.name = field<std::string>(json, "name", origin);
+  profile.device = field<std::string>(json, "device", origin);
+  profile.source = json.value("source", "");
+  profile.batchSize = field<int64_t>(json, "batch_size", origin);
+  if (profile.batchSize <= 0)
+    throw ConfigError(fmt::format("model profile {}: batch_size must be positive", origin));
+  profile.updateSeconds = json.contains("update_s") ? seconds(json, "update_s", origin) : 0.0;
+  for (const nlohmann::json& layer : field<nlohmann::json>(json, "layers", origin))
+    profile.layers.push_back(layerFromJson(layer, origin));
+  if (profile.parameterCount() == 0)
+    throw ConfigError(fmt::format("model profile {}: no layer has parameters", origin));
+  return profile;
+}
+
+ModelProfile loadModelProfile(const std::string& nameOrPath) {
+  for (const std::string& name : builtinProfileNames())
+    if (name == nameOrPath) return builtinProfile(name);
+  std::ifstream in(nameOrPath);
+  if (!in)
+    throw ConfigError(
+        fmt::format("--model-profile {}: neither a built-in profile ({}) nor a readable file",
+                    nameOrPath, fmt::join(builtinProfileNames(), ", ")));
+  std::stringstream text;
+  text << in.rdbuf();
+  return profileFromJson(text.str(), nameOrPath);
+}
+
+}  // namespace gradsync

@@ -1,0 +1,54 @@
+// A model as the simulator sees it (docs/simulator.md, "Model profiles"): its layers in forward
+// order, each with its parameter tensors and the compute time of its forward and backward for
+// one training step on one device. Profiles come built in (published layer shapes, compute
+// times for a stated GPU), from `gradsync profile` (measured here), or from a JSON file.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/tensor_shape.h"
+
+namespace gradsync {
+
+struct LayerProfile {
+  std::string name;
+  std::vector<TensorShape> tensors;  // its parameters, in registration order (may be none)
+  double forwardSeconds = 0;
+  // From the end of the previous layer's backward (in backward order) until this layer's
+  // gradients are all ready: when the gradient engine sees them.
+  double backwardSeconds = 0;
+};
+
+struct ModelProfile {
+  std::string name;
+  std::string device;                // where the times hold, e.g. "NVIDIA V100 (fp32)"
+  std::string source;                // how they were obtained (paper, measurement command)
+  int64_t batchSize = 0;             // samples per device per step
+  std::vector<LayerProfile> layers;  // in forward order
+  // The optimizer step over every parameter, when the schedule leaves it to after communication
+  // (fifo, wfbp, fusion); p3, sharded and the parameter server update inside communication.
+  double updateSeconds = 0;
+
+  // Every layer's tensors, in registration (forward) order.
+  std::vector<TensorShape> tensors() const;
+  size_t parameterCount() const;
+  double forwardSeconds() const;
+  double backwardSeconds() const;
+};
+
+// JSON text (the format of docs/simulator.md) and back. profileFromJson throws ConfigError
+// naming `origin` and the offending field for malformed or inconsistent input.
+std::string profileToJson(const ModelProfile& profile);
+ModelProfile profileFromJson(const std::string& text, const std::string& origin);
+
+// The shipped profiles: "resnet50", "vgg19", "transformer".
+const std::vector<std::string>& builtinProfileNames();
+// Throws ConfigError listing the names.
+ModelProfile builtinProfile(const std::string& name);
+// A built-in name, or the path of a JSON profile. Throws ConfigError (unknown name, unreadable
+// or malformed file).
+ModelProfile loadModelProfile(const std::string& nameOrPath);
+
+}  // namespace gradsync

@@ -1,0 +1,52 @@
+// gradsync simulate: predicts the step time of data-parallel training on a cluster we do not
+// have (docs/simulator.md). It runs the real policies on simulated time: the schedule/ planner
+// lays out and slices the gradients and its PriorityScheduler picks p3's order; the real
+// compressors give each unit's bytes on the wire and how ranks combine them; the collectives'
+// step structure (cluster.h) and parameter-server links give each transfer's time. Workers are
+// assumed alike (same profile, same data size), so one representative worker's timeline is
+// simulated, and every collective's cost follows from the cluster's topology.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "compress/policy.h"
+#include "schedule/schedule.h"
+#include "sim/cluster.h"
+#include "sim/model_profile.h"
+#include "sync/strategy.h"
+
+namespace gradsync::sim {
+
+struct SimOptions {
+  ModelProfile profile;
+  ClusterSpec cluster;
+  ScheduleSpec schedule;
+  CompressionConfig compression;  // as `train --compress` (its warm-up is not simulated)
+  std::string sync = "ssgd";      // as `train --sync`
+  StrategyKnobs strategy;         // --ps, --servers (the other knobs do not change timing)
+  // Encode plus decode time per element of a compressed unit, on the communication thread
+  // (0: free, as on a GPU where it overlaps; `gradsync bench compress` measures it here).
+  double codecSecondsPerElement = 0;
+  int steps = 8;  // simulated steps; the first ones (nothing to overlap yet) are not measured
+};
+
+struct SimResult {
+  double stepSeconds = 0;         // predicted, steady state
+  double computeSeconds = 0;      // forward + backward (+ the optimizer when it is not in comm)
+  double exposedCommSeconds = 0;  // step - compute: communication not hidden behind compute
+  double commSeconds = 0;         // per step: the communication thread's busy time
+  double bytesSentPerStep = 0;    // per worker
+  double samplesPerSecond = 0;    // all workers together
+  // Throughput over `workers` times one worker's without communication.
+  double scalingEfficiency = 0;
+  size_t units = 0;                   // communication units per step (tensors, buckets or slices)
+  uint64_t events = 0;                // simulated events (the simulator's own cost)
+  std::vector<size_t> lastStepOrder;  // the units in the order the last step sent them
+};
+
+// Throws ConfigError for a combination `gradsync train` would refuse, or one not simulated.
+SimResult simulate(const SimOptions& options);
+
+}  // namespace gradsync::sim

@@ -1,0 +1,61 @@
+#include "sim/unit_costs.h"
+
+#include "compress/compressor.h"
+#include "compress/spec.h"
+
+namespace gradsync::sim {
+namespace {
+
+// Every rank sends (P - 1) / P of the vector in each of the ring's two passes.
+double ringBytes(const ClusterSpec& cluster, size_t bytes) {
+  const double p = cluster.workers;
+  return 2 * (p - 1) / p * static_cast<double>(bytes);
+}
+
+UnitCost compressedCost(const ClusterSpec& cluster, const Compressor& compressor, size_t elements) {
+  UnitCost cost;
+  cost.compressed = true;
+  cost.wireBytes = compressor.encodedBytes(elements);
+  const double p = cluster.workers;
+  switch (compressor.aggregation()) {
+    case Aggregation::kAllreduce:  // linear codes are summed inside the ring, as floats
+      cost.allreduceSeconds = ringAllreduceSeconds(cluster, (cost.wireBytes + 3) / 4, 4);
+      cost.bytesSent = ringBytes(cluster, cost.wireBytes);
+      break;
+    case Aggregation::kAllgather:  // every rank forwards every other rank's encoding
+      cost.allreduceSeconds = allgathervSeconds(cluster, cost.wireBytes);
+      cost.bytesSent = (p - 1) * static_cast<double>(cost.wireBytes);
+      break;
+    case Aggregation::kTree:  // P - 1 lists go up the tree and P - 1 come down: 2 (P-1)/P each
+      cost.allreduceSeconds = treeSeconds(cluster, cost.wireBytes);
+      cost.bytesSent = 2 * (p - 1) / p * static_cast<double>(cost.wireBytes);
+      break;
+  }
+  return cost;
+}
+
+}  // namespace
+
+std::vector<UnitCost> unitCosts(const ClusterSpec& cluster, const GradientLayout& layout,
+                                const std::vector<TensorShape>& tensors,
+                                const CompressionPlan& plan, double codecSecondsPerElement) {
+  std::vector<UnitCost> costs;
+  for (size_t u = 0; u < layout.units.size(); ++u) {
+    const CommUnit& unit = layout.units[u];
+    std::unique_ptr<Compressor> compressor =
+        makeCompressor(plan.perTensor[unit.tensors[0]], unitShapes(layout, u, tensors));
+    if (compressor) {
+      costs.push_back(compressedCost(cluster, *compressor, unit.elements));
+      costs.back().codecSeconds = codecSecondsPerElement * static_cast<double>(unit.elements);
+      continue;
+    }
+    UnitCost dense;
+    dense.wireBytes = unit.elements * sizeof(float);
+    dense.allreduceSeconds = ringAllreduceSeconds(cluster, unit.elements, sizeof(float));
+    dense.bytesSent = ringBytes(cluster, dense.wireBytes);
+    costs.push_back(dense);
+  }
+  return costs;
+}
+
+}  // namespace gradsync::sim

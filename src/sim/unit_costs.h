@@ -1,0 +1,28 @@
+// What each communication unit of a step costs on the simulated cluster: the real compressor's
+// encoding size and aggregation (compress/), costed with the collectives' step structure
+// (cluster.h). A pure function of the options; no simulated time.
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include "compress/policy.h"
+#include "schedule/schedule.h"
+#include "sim/cluster.h"
+
+namespace gradsync::sim {
+
+struct UnitCost {
+  double allreduceSeconds = 0;  // the unit's exchange: ring allreduce, allgatherv or gtopk tree
+  double bytesSent = 0;         // by one worker in that exchange
+  double codecSeconds = 0;      // encode + decode (compressed units only)
+  size_t wireBytes = 0;         // the unit's encoding (dense: elements x 4)
+  bool compressed = false;
+};
+
+// By unit of `layout`. `codecSecondsPerElement` is charged per element of compressed units.
+std::vector<UnitCost> unitCosts(const ClusterSpec& cluster, const GradientLayout& layout,
+                                const std::vector<TensorShape>& tensors,
+                                const CompressionPlan& plan, double codecSecondsPerElement);
+
+}  // namespace gradsync::sim
