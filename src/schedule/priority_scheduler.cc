@@ -10,13 +10,46 @@
 namespace gradsync {
 
 PriorityScheduler::PriorityScheduler(std::vector<int> priorities, size_t window)
-    : priorities_(std::move(priorities)), window_(window), readyOrder_(priorities_.size(), 0) {
+    : priorities_(std::move(priorities)),
+      window_(window),
+      readyOrder_(priorities_.size(), 0),
+      queuedTree_(priorities_.size() + 1, 0) {
   GS_CHECK(window_ >= 1);
+}
+
+// A Fenwick tree over ready order: how many queued units became ready before a given one, in
+// O(log n), so counting what a pick overtook does not make a round quadratic in its units.
+void PriorityScheduler::addQueued(uint64_t order, int delta) {
+  for (size_t i = order + 1; i < queuedTree_.size(); i += i & (~i + 1)) queuedTree_[i] += delta;
+}
+
+size_t PriorityScheduler::queuedBefore(uint64_t order) const {
+  int64_t count = 0;
+  for (size_t i = order; i > 0; i -= i & (~i + 1)) count += queuedTree_[i];
+  return static_cast<size_t>(count);
+}
+
+// Only the queued units' relative ready order matters (what a pick overtook), so when the
+// numbering reaches the tree's size (an engine that never calls reset(), like PsEngine, goes on
+// numbering across steps) the queued units are renumbered 0..q-1 in their order.
+void PriorityScheduler::renumberQueued() {
+  std::vector<size_t> queued = queue_;
+  std::sort(queued.begin(), queued.end(),
+            [this](size_t a, size_t b) { return readyOrder_[a] < readyOrder_[b]; });
+  std::fill(queuedTree_.begin(), queuedTree_.end(), 0);
+  for (size_t i = 0; i < queued.size(); ++i) {
+    readyOrder_[queued[i]] = i;
+    addQueued(i, 1);
+  }
+  readyCount_ = queued.size();
 }
 
 void PriorityScheduler::ready(size_t unit) {
   GS_CHECK(unit < priorities_.size());
+  if (readyCount_ == priorities_.size()) renumberQueued();
+  GS_CHECK(readyCount_ < priorities_.size());  // a unit queued twice
   readyOrder_[unit] = readyCount_++;
+  addQueued(readyOrder_[unit], 1);
   queue_.push_back(unit);
   std::push_heap(queue_.begin(), queue_.end(),
                  [this](size_t a, size_t b) { return lessUrgent(a, b); });
@@ -33,7 +66,8 @@ std::optional<PriorityScheduler::Pick> PriorityScheduler::next() {
                 [this](size_t a, size_t b) { return lessUrgent(a, b); });
   Pick pick{.unit = queue_.back()};
   queue_.pop_back();
-  for (size_t other : queue_) pick.overtook += readyOrder_[other] < readyOrder_[pick.unit];
+  addQueued(readyOrder_[pick.unit], -1);
+  pick.overtook = queuedBefore(readyOrder_[pick.unit]);
   ++inFlight_;
   return pick;
 }
@@ -45,6 +79,7 @@ void PriorityScheduler::completed(size_t /*unit*/) {
 
 void PriorityScheduler::reset() {
   queue_.clear();
+  std::fill(queuedTree_.begin(), queuedTree_.end(), 0);
   readyCount_ = 0;
   inFlight_ = 0;
 }

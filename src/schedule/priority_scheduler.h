@@ -41,11 +41,15 @@ class PriorityScheduler {
 
  private:
   bool lessUrgent(size_t a, size_t b) const;
+  void addQueued(uint64_t order, int delta);
+  void renumberQueued();
+  size_t queuedBefore(uint64_t order) const;  // queued units with a smaller ready order
 
   const std::vector<int> priorities_;
   const size_t window_;
   std::vector<size_t> queue_;         // ready, not committed (a heap: the most urgent first)
   std::vector<uint64_t> readyOrder_;  // by unit: the sequence number of its ready() call
+  std::vector<int64_t> queuedTree_;   // Fenwick tree of queued units, by ready order
   uint64_t readyCount_ = 0;
   size_t inFlight_ = 0;
 };

@@ -151,6 +151,12 @@ GradientLayout planLayout(const std::vector<TensorShape>& tensors, const Schedul
   return planLayout(elements, spec, groups, rows);
 }
 
+std::vector<int> prioritiesOf(const GradientLayout& layout) {
+  std::vector<int> priorities;
+  for (const CommUnit& unit : layout.units) priorities.push_back(unit.priority);
+  return priorities;
+}
+
 std::vector<TensorShape> unitShapes(const GradientLayout& layout, size_t unit,
                                     const std::vector<TensorShape>& tensors) {
   const CommUnit& u = layout.units[unit];

@@ -68,6 +68,9 @@ struct GradientLayout {
 GradientLayout planLayout(const std::vector<size_t>& tensorElements, const ScheduleSpec& spec,
                           const std::vector<int>& groups = {},
                           const std::vector<size_t>& rowElements = {});
+// Each unit's priority, by unit (what PriorityScheduler takes).
+std::vector<int> prioritiesOf(const GradientLayout& layout);
+
 // Elements per row of a tensor: the product of all dimensions but the first (1 for a vector).
 size_t rowElements(const TensorShape& tensor);
 // The same for named tensors: their element counts, and rows of rowElements.

@@ -36,6 +36,15 @@ double ModelProfile::backwardSeconds() const {
   return sum;
 }
 
+void scaleComputeTimes(ModelProfile& profile, double factor) {
+  if (!(factor > 0)) throw ConfigError(fmt::format("--compute-scale must be positive, not {}", factor));
+  for (LayerProfile& layer : profile.layers) {
+    layer.forwardSeconds *= factor;
+    layer.backwardSeconds *= factor;
+  }
+  profile.updateSeconds *= factor;
+}
+
 std::string profileToJson(const ModelProfile& profile) {
   nlohmann::json layers = nlohmann::json::array();
   for (const LayerProfile& layer : profile.layers) {

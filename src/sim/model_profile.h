@@ -38,6 +38,10 @@ struct ModelProfile {
   double backwardSeconds() const;
 };
 
+// Multiplies every compute time (forward, backward, update) by `factor` > 0: the same model on
+// a device `factor` times slower. Throws ConfigError for a factor <= 0.
+void scaleComputeTimes(ModelProfile& profile, double factor);
+
 // JSON text (the format of docs/simulator.md) and back. profileFromJson throws ConfigError
 // naming `origin` and the offending field for malformed or inconsistent input.
 std::string profileToJson(const ModelProfile& profile);

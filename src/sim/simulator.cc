@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <deque>
 #include <memory>
 #include <optional>
@@ -59,7 +60,7 @@ class Simulation {
   void tryCompute();
   void afterBackward();
   void nextStep();
-  bool layerParametersReady(size_t layer) const;
+  bool layerParametersReady(size_t layer);
   bool allUnitsDone(int steps) const;
   void computeFor(double seconds, std::function<void()> then);
   void gradientsReady(size_t layer);
@@ -73,6 +74,7 @@ class Simulation {
   void unitDone(size_t unit);
   void finishOp(const Op& op);
   double updateSeconds(size_t unit) const;  // the optimizer's share for one unit
+  double decisionWait() const;
   std::vector<Op> fixedOrder() const;
   bool exchangesThisStep(int step) const;
   bool sendsGradients() const;
@@ -110,11 +112,16 @@ class Simulation {
   bool commBusy_ = false;
   std::vector<int> readySteps_;  // by unit: steps whose gradient is ready
   std::vector<int> doneSteps_;   // by unit: steps whose result is in the parameters
+  std::vector<size_t> unitsDone_;  // by step count n: units whose doneSteps_ >= n
+  size_t waitingLayer_ = SIZE_MAX;  // the layer whose parameters the forward waits for,
+  int waitingStep_ = -1;            // in this step,
+  size_t waitingCursor_ = 0;        // and how many of its units are known done
   std::vector<Op> order_;        // fixed order of every step's operations (not p3)
   size_t nextInOrder_ = 0;
   size_t opsDone_ = 0;
   std::unique_ptr<PriorityScheduler> scheduler_;
-  std::deque<size_t> committed_;
+  std::deque<std::pair<size_t, double>> committed_;  // p3: picked units, and when
+  double pickedAt_ = 0;                               // when the starting op was picked
   std::vector<size_t> stepOrder_;
   std::vector<size_t> lastOrder_;
   std::vector<Transfer> transfers_;
@@ -213,14 +220,22 @@ void Simulation::computeFor(double seconds, std::function<void()> then) {
 }
 
 bool Simulation::allUnitsDone(int steps) const {
-  return std::all_of(doneSteps_.begin(), doneSteps_.end(), [&](int d) { return d >= steps; });
+  return steps == 0 || (steps < static_cast<int>(unitsDone_.size()) &&
+                        unitsDone_[steps] == layout_.units.size());
 }
 
-bool Simulation::layerParametersReady(size_t layer) const {
+// Amortised O(1): results only accumulate, so a unit found done stays done for this wait.
+bool Simulation::layerParametersReady(size_t layer) {
   if (gate_ != Gate::kPerLayer) return true;  // the step boundary already waited
-  for (size_t u : unitsOfLayer_[layer])
-    if (doneSteps_[u] < step_) return false;
-  return true;
+  if (waitingLayer_ != layer || waitingStep_ != step_) {
+    waitingLayer_ = layer;
+    waitingStep_ = step_;
+    waitingCursor_ = 0;
+  }
+  const std::vector<size_t>& units = unitsOfLayer_[layer];
+  while (waitingCursor_ < units.size() && doneSteps_[units[waitingCursor_]] >= step_)
+    ++waitingCursor_;
+  return waitingCursor_ == units.size();
 }
 
 void Simulation::nextStep() {
@@ -319,10 +334,11 @@ void Simulation::unitReady(size_t unit) {
 std::optional<Simulation::Op> Simulation::nextOp() {
   const Op::Kind exchange = placement_ ? Op::Kind::kPush : Op::Kind::kExchange;
   if (scheduler_) {
-    while (auto pick = scheduler_->next()) committed_.push_back(pick->unit);
+    while (auto pick = scheduler_->next()) committed_.emplace_back(pick->unit, queue_.now());
     if (committed_.empty()) return std::nullopt;
-    const size_t unit = committed_.front();
+    const auto [unit, pickedAt] = committed_.front();
     committed_.pop_front();
+    pickedAt_ = pickedAt;
     return Op{exchange, unit};
   }
   if (nextInOrder_ == order_.size()) return std::nullopt;
@@ -335,6 +351,14 @@ std::optional<Simulation::Op> Simulation::nextOp() {
 void Simulation::pump() {
   if (commBusy_) return;
   if (std::optional<Op> op = nextOp()) startOp(*op);
+}
+
+// p3 on the ring: rank 0 sends each pick to the others, who start the unit's allreduce once it
+// arrives (one small message after the pick; hidden when the window picked it early enough).
+double Simulation::decisionWait() const {
+  if (cluster_.workers == 1) return 0;
+  const double arrives = pickedAt_ + transferSeconds(cluster_, 0, 1, sizeof(uint64_t));
+  return std::max(0.0, arrives - queue_.now());
 }
 
 double Simulation::updateSeconds(size_t unit) const {
@@ -350,8 +374,8 @@ void Simulation::startOp(const Op& op) {
   double bytes = static_cast<double>(unit.elements * sizeof(float)) * (p - 1) / p;
   switch (op.kind) {
     case Op::Kind::kExchange:
-      seconds = cost.allreduceSeconds + cost.codecSeconds +
-                (o_.schedule.prioritized() ? updateSeconds(op.unit) : 0);
+      seconds = cost.allreduceSeconds + cost.codecSeconds;
+      if (scheduler_) seconds += decisionWait() + updateSeconds(op.unit);
       bytes = cost.bytesSent;
       break;
     case Op::Kind::kReduceScatter:  // then SGD on the block this rank owns
@@ -372,34 +396,34 @@ void Simulation::startOp(const Op& op) {
   queue_.at(queue_.now() + seconds, [this, op] { finishOp(op); });
 }
 
-// Every worker pushes the unit to its server at once (workers are alike), so the server's NIC
-// takes all remote pushes and the workers' NICs of a host take its workers' pushes; the reply
-// goes back the same way after the server's update. Returns when the push is complete (the
-// worker's communication thread is then free); the reply completes the unit.
+// Every worker pushes the unit to its server at once (workers are alike). A worker's NIC sends
+// its host's share (one push per worker on the host) and its communication thread moves on
+// when that is out; the push is complete once the server's NIC has taken every remote worker's
+// copy, behind the pushes it was already taking. The reply goes back the same way after the
+// server's update. Returns when this worker's push is out; the reply completes the unit.
 double Simulation::push(size_t unit) {
   const int server = placement_->serverOf(unit);
   const int host = placement_->colocated ? cluster_.hostOf(server) : cluster_.hosts() + server;
-  const int g = cluster_.gpusPerHost;
+  const int g = std::min(cluster_.gpusPerHost, cluster_.workers);
   const int onHost = host < cluster_.hosts() ? std::min(g, cluster_.workers - host * g) : 0;
-  const int remote = cluster_.workers - onHost;
-  auto transfer = [&](size_t bytes) {
-    if (remote == 0)
-      return cluster_.localLatency + static_cast<double>(bytes) / cluster_.localBandwidth;
-    const double perHost = static_cast<double>(std::min(g, cluster_.workers)) * bytes;
-    const double atServer = static_cast<double>(remote) * bytes;
-    return cluster_.latency + std::max(perHost, atServer) / cluster_.bandwidth;
-  };
-  const double begin = std::max({queue_.now(), workersOut_.freeAt, serverIn_[server].freeAt});
-  const double pushed = begin + transfer(pushBytes(unit, commStep_));
-  workersOut_.freeAt = serverIn_[server].freeAt = pushed;
+  const double remote = cluster_.workers - onHost;
+  const double bandwidth = remote > 0 ? cluster_.bandwidth : cluster_.localBandwidth;
+  const double latency = remote > 0 ? cluster_.latency : cluster_.localLatency;
+  const double bytes = static_cast<double>(pushBytes(unit, commStep_));
+  const double begin = std::max(queue_.now(), workersOut_.freeAt);
+  workersOut_.freeAt = begin + g * bytes / bandwidth;
+  serverIn_[server].freeAt =
+      std::max(begin, serverIn_[server].freeAt) + std::max(remote, 1.0) * bytes / bandwidth;
+  const double pushed = std::max(workersOut_.freeAt, serverIn_[server].freeAt) + latency;
   if (pullsThisStep(commStep_)) {
-    const double replyBegin =
-        std::max({pushed + updateSeconds(unit), serverOut_[server].freeAt, workersIn_.freeAt});
-    const double replied = replyBegin + transfer(layout_.units[unit].elements * sizeof(float));
-    serverOut_[server].freeAt = workersIn_.freeAt = replied;
+    const double reply = static_cast<double>(layout_.units[unit].elements * sizeof(float));
+    const double applied = std::max(pushed + updateSeconds(unit), serverOut_[server].freeAt);
+    serverOut_[server].freeAt = applied + std::max(remote, 1.0) * reply / bandwidth;
+    workersIn_.freeAt = std::max(applied, workersIn_.freeAt) + g * reply / bandwidth;
+    const double replied = std::max(serverOut_[server].freeAt, workersIn_.freeAt) + latency;
     queue_.at(replied, [this, unit] { unitDone(unit); });
   }
-  return pushed;
+  return workersOut_.freeAt;
 }
 
 size_t Simulation::pushBytes(size_t unit, int step) const {
@@ -414,7 +438,9 @@ bool Simulation::pullsThisStep(int step) const {
 }
 
 void Simulation::unitDone(size_t unit) {
-  ++doneSteps_[unit];
+  const auto done = static_cast<size_t>(++doneSteps_[unit]);
+  if (unitsDone_.size() <= done) unitsDone_.resize(done + 1, 0);
+  ++unitsDone_[done];
   tryCompute();
 }
 

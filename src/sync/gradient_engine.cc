@@ -89,9 +89,8 @@ GradientEngine::GradientEngine(Transport& transport, const std::vector<TensorSha
   if (options_.schedule.prioritized()) {
     decisions_.assign(layout_.units.size(), 0);
     if (transport.rank() == 0) {
-      std::vector<int> priorities;
-      for (const CommUnit& unit : layout_.units) priorities.push_back(unit.priority);
-      scheduler_ = std::make_unique<PriorityScheduler>(priorities, options_.schedule.window);
+      scheduler_ =
+          std::make_unique<PriorityScheduler>(prioritiesOf(layout_), options_.schedule.window);
     }
   }
   resetStep();

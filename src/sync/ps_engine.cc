@@ -19,12 +19,6 @@ std::vector<size_t> unitSizes(const GradientLayout& layout) {
   return elements;
 }
 
-std::vector<int> prioritiesOf(const GradientLayout& layout) {
-  std::vector<int> priorities;
-  for (const auto& unit : layout.units) priorities.push_back(unit.priority);
-  return priorities;
-}
-
 double secondsSince(Nanos start) {
   return std::chrono::duration<double>(SteadyClock::instance().now() - start).count();
 }

@@ -113,4 +113,15 @@ std::optional<PsOptions> psOptionsFor(const SyncStrategy& strategy, const Strate
   return options;
 }
 
+void checkCompressionApplies(const SyncStrategy& strategy, const StrategyKnobs& knobs,
+                             const CompressionConfig& compression, const std::string& syncText) {
+  const bool servers = psOptionsFor(strategy, knobs, 1, 0.1, 0).has_value();
+  const bool compressed = compression.spec != "none" || !compression.overrides.empty();
+  if (compressed && (servers || strategy.kind == SyncStrategy::Kind::kLocalSgd)) {
+    throw ConfigError(fmt::format("--compress does not apply to --sync {}{}", syncText,
+                                  servers ? " through parameter servers" : ""),
+                      {.hint = "compress with ring ssgd; cdsgd:K pushes 2-bit gradients itself"});
+  }
+}
+
 }  // namespace gradsync

@@ -29,14 +29,8 @@ SyncSetup syncSetup(const TrainOptions& options, Transport& workers, Transport& 
 
 void validateSyncOptions(const TrainOptions& options) {
   SyncStrategy strategy = SyncStrategy::parse(options.sync);
-  std::optional<PsOptions> ps = psOptionsFor(strategy, options.strategy, 1, options.lr, 0);
-  bool compressed = options.compression.spec != "none" || !options.compression.overrides.empty();
-  if (compressed && (ps || strategy.kind == SyncStrategy::Kind::kLocalSgd)) {
-    throw ConfigError(fmt::format("--compress does not apply to --sync {}{}", options.sync,
-                                  ps ? " through parameter servers" : ""),
-                      {.hint = "compress with ring ssgd; cdsgd:K pushes 2-bit gradients itself"});
-  }
-  if (ps) {
+  checkCompressionApplies(strategy, options.strategy, options.compression, options.sync);
+  if (psOptionsFor(strategy, options.strategy, 1, options.lr, 0)) {
     ScheduleSpec::parse(options.schedule);
   } else {
     GradientEngine::validate(engineOptions(options), describeModel(options.model));

@@ -145,7 +145,9 @@ TEST(PsStale, NoWorkerRunsMoreThanSStepsAhead) {
       engine.drain();
     });
     // The fast workers do run ahead (on a loaded machine perhaps not all the way to S).
-    if (staleness > 0) EXPECT_GE(largestLead.load(), 1) << "the fast workers never ran ahead";
+    if (staleness > 0) {
+      EXPECT_GE(largestLead.load(), 1) << "the fast workers never ran ahead";
+    }
   }
 }
 

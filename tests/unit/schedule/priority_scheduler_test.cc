@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 namespace gradsync {
 namespace {
 
@@ -78,6 +80,39 @@ TEST(PriorityScheduler, CountsTheUnitsAPickOvertook) {
   scheduler.completed(2);
   EXPECT_EQ(scheduler.next()->overtook, 0u);
   EXPECT_FALSE(scheduler.next().has_value());  // nothing left
+}
+
+// PsEngine never calls reset(): rounds follow one another, each unit ready once per round, and
+// the overtaken counts stay those of a naive count over the queue (the numbering behind the fast
+// count is renumbered as it runs out).
+TEST(PriorityScheduler, CountsStayExactOverRoundsWithoutReset) {
+  const std::vector<int> priorities{4, 0, 3, 1, 2, 5};
+  PriorityScheduler scheduler(priorities, 1);
+  std::vector<size_t> queued;  // the naive mirror: queued units in ready order
+  size_t picks = 0;
+  auto pickOne = [&] {
+    auto pick = scheduler.next();
+    ASSERT_TRUE(pick.has_value());
+    auto it = std::find(queued.begin(), queued.end(), pick->unit);
+    ASSERT_NE(it, queued.end());
+    EXPECT_EQ(pick->overtook, static_cast<size_t>(it - queued.begin())) << "pick " << picks;
+    queued.erase(it);
+    scheduler.completed(pick->unit);
+    ++picks;
+  };
+  for (int round = 0; round < 9; ++round) {
+    for (size_t k = 0; k < priorities.size(); ++k) {
+      const size_t unit = (k * 5 + round) % priorities.size();  // a different order each round
+      // A unit is ready again only once its last round's copy is picked; units of the last
+      // round are often still queued, so the renumbering runs with a non-empty queue.
+      while (std::find(queued.begin(), queued.end(), unit) != queued.end()) pickOne();
+      scheduler.ready(unit);
+      queued.push_back(unit);
+      if (k % 2 == 1) pickOne();
+    }
+  }
+  while (!queued.empty()) pickOne();
+  EXPECT_EQ(picks, 9 * priorities.size());
 }
 
 TEST(PriorityScheduler, ResetStartsANewRound) {
