@@ -1,14 +1,15 @@
 # gradsync: the two commands of the README, and the targets behind them.
 #   make demo   install dependencies, build, run the main job, print the result
 #   make test   install dependencies, build, check formatting, run every test
-# Other targets: deps, build, bench, bench-peers, test-sanitize, fuzz, format, format-check, clean.
+# Other targets: deps, build, bench, bench-peers, sim-validate, sim-papers, test-sanitize, fuzz,
+# format, format-check, clean.
 
 BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 CTEST_FLAGS ?= --output-on-failure
 
-.PHONY: all deps build test demo bench bench-peers test-sanitize fuzz format format-check clean
+.PHONY: all deps build test demo bench bench-peers sim-validate sim-papers test-sanitize fuzz format format-check clean
 
 all: build
 
@@ -34,9 +35,18 @@ bench: build
 	mkdir -p results
 	$(BUILD)/apps/gradsync/gradsync bench allreduce --workers 4 --min-bytes 1M --max-bytes 64M --json results/allreduce.json
 	$(BUILD)/apps/gradsync/gradsync bench allreduce --workers 4 --min-bytes 1M --max-bytes 64M --bandwidth 1gbit --iters 5 --json results/allreduce-1gbit.json
+	$(BUILD)/apps/gradsync/gradsync simulate --model-profile resnet50 --gpus-per-host 8 --bandwidth 25gbit --latency 5us --schedule fusion:25 --sweep workers=8,16,32,64,128,256,512,1024,2048,4096 --json results/sim-resnet50-workers.json --plot results/sim-resnet50-workers.svg
 
 bench-peers: build
 	scripts/bench_peers.sh --build $(BUILD)
+
+# The simulator: predicted vs measured step time here (about 10 minutes), and the seed papers'
+# headline setups (seconds). docs/simulator.md has the results.
+sim-validate: build
+	scripts/validate_simulator.py --build $(BUILD)
+
+sim-papers: build
+	scripts/sim_papers.py --build $(BUILD)
 
 # AddressSanitizer and ThreadSanitizer builds of the library and tests, without LibTorch (it is
 # not instrumented, so it would only add false reports).

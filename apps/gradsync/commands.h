@@ -40,6 +40,8 @@ struct CommandContext {
 
 void addBenchCommand(CLI::App& app, CommandContext& context);
 void addTrainCommand(CLI::App& app, CommandContext& context);
+void addProfileCommand(CLI::App& app, CommandContext& context);
 void addLaunchCommand(CLI::App& app, CommandContext& context);
+void addSimulateCommand(CLI::App& app, CommandContext& context);
 
 }  // namespace gradsync

@@ -27,9 +27,11 @@ int run(int argc, char** argv) {
   app.require_subcommand(1);
 #ifdef GRADSYNC_HAVE_TORCH
   addTrainCommand(app, context);
+  addProfileCommand(app, context);
 #endif
   addBenchCommand(app, context);
   addLaunchCommand(app, context);
+  addSimulateCommand(app, context);
   try {
     app.parse(argc, argv);  // runs the chosen subcommand's callback
   } catch (const CLI::ParseError& e) {

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 
-#include "common/units.h"
 #include "gradsync/collectives.h"
 #include "gradsync/error.h"
 

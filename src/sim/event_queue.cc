@@ -1,7 +1,5 @@
 #include "sim/event_queue.h"
 
-#include <chrono>
-
 #include "common/check.h"
 
 namespace gradsync::sim {
@@ -17,7 +15,6 @@ void EventQueue::run() {
     Event event = std::move(const_cast<Event&>(events_.top()));
     events_.pop();
     now_ = event.time;
-    clock_.set(std::chrono::duration_cast<Nanos>(std::chrono::duration<double>(now_)));
     ++eventsRun_;
     event.action();
   }

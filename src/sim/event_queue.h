@@ -1,6 +1,7 @@
 // The simulator's event loop: actions scheduled at simulated times, run in time order (ties in
-// the order they were scheduled), on a ManualClock that jumps from event to event. The code the
-// actions call reads time from that clock, as the real code reads its SteadyClock.
+// the order they were scheduled); time jumps from event to event. Time is a double of seconds,
+// not a Clock: the real code the simulator runs (planner, scheduler, compressors' sizes) is pure
+// policy that reads no clock, and closed-form checks need more than nanosecond resolution.
 // Single-threaded; not thread-safe.
 #pragma once
 
@@ -8,8 +9,6 @@
 #include <functional>
 #include <queue>
 #include <vector>
-
-#include "gradsync/clock.h"
 
 namespace gradsync::sim {
 
@@ -19,7 +18,6 @@ class EventQueue {
 
   // Seconds since the start of the simulation.
   double now() const { return now_; }
-  const Clock& clock() const { return clock_; }
   // Runs `action` at time `at` (>= now()).
   void at(double at, Action action);
   // Runs every event, including those the actions schedule, until none is left.
@@ -38,7 +36,6 @@ class EventQueue {
     }
   };
 
-  ManualClock clock_;
   double now_ = 0;
   uint64_t scheduled_ = 0;
   uint64_t eventsRun_ = 0;

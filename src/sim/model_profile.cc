@@ -37,7 +37,8 @@ double ModelProfile::backwardSeconds() const {
 }
 
 void scaleComputeTimes(ModelProfile& profile, double factor) {
-  if (!(factor > 0)) throw ConfigError(fmt::format("--compute-scale must be positive, not {}", factor));
+  if (!(factor > 0))
+    throw ConfigError(fmt::format("--compute-scale must be positive, not {}", factor));
   for (LayerProfile& layer : profile.layers) {
     layer.forwardSeconds *= factor;
     layer.backwardSeconds *= factor;

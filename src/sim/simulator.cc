@@ -5,37 +5,32 @@
 #include <algorithm>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <optional>
 
-#include "common/check.h"
 #include "compress/two_bit.h"
 #include "gradsync/error.h"
-#include "ps/protocol.h"
 #include "schedule/priority_scheduler.h"
 #include "sim/event_queue.h"
+#include "sim/server_links.h"
 #include "sim/unit_costs.h"
 #include "sync/gradient_engine.h"
-#include "sync/ps_engine.h"
 
 namespace gradsync::sim {
 namespace {
 
-// How the strategy moves data, as far as timing goes.
+// Placeholders where only the strategy's shape matters, not its optimizer's values.
+constexpr double kAnyLr = 0.1;
+constexpr double kAnyMomentum = 0.9;
+
+// How the strategy moves data, as far as timing goes (the engines of src/sync/).
 enum class Mode {
-  kRing,       // ssgd: allreduce per unit (p3: with the update per unit)
+  kRing,       // ssgd: allreduce per unit (p3: and the unit's update), GradientEngine
   kSharded,    // reduce-scatter per unit, then allgather per unit in forward order
-  kLocalSgd,   // no exchange, but an allreduce of every unit every H steps
-  kPsSync,     // push per unit, the next forward waits for each unit's reply (ssgd, asgd, ssp)
-  kPsDelayed,  // odsgd / ssdsgd / cdsgd: the local step waits for the previous step's pulls
-};
-
-// Which of the step's gradients a unit must have before the next forward may use its layer.
-enum class Gate { kAll, kPerLayer, kPreviousStep };
-
-// A FIFO timeline of a shared link: a transfer starts when the link is free.
-struct Link {
-  double freeAt = 0;
+  kLocalSgd,   // every H-th step, after the local step: an allreduce per parameter tensor
+  kPsSync,     // push per unit; the reply is the unit's new parameters (ssgd, asgd, ssp)
+  kPsDelayed,  // odsgd, ssdsgd, cdsgd: before a unit's push, the previous pull and the local step
 };
 
 class Simulation {
@@ -45,17 +40,14 @@ class Simulation {
 
  private:
   struct Op {
-    enum class Kind { kExchange, kReduceScatter, kAllgather, kPush };
-    Kind kind = Kind::kExchange;
+    enum class Kind { kExchange, kReduceScatter, kAllgather, kPush } kind = Kind::kExchange;
     size_t unit = 0;
   };
-
   struct Transfer {
-    double start = 0;
-    double seconds = 0;
-    double bytes = 0;
+    double start = 0, seconds = 0, bytes = 0;
   };
 
+  void index();  // layers, tensors and units, each by the others
   // Compute thread.
   void tryCompute();
   void afterBackward();
@@ -70,14 +62,13 @@ class Simulation {
   void pump();
   std::optional<Op> nextOp();
   void startOp(const Op& op);
-  double push(size_t unit);  // returns when the push is on the server; schedules the reply
+  double startPush(size_t unit);  // returns when this worker's push is out
   void unitDone(size_t unit);
   void finishOp(const Op& op);
   double updateSeconds(size_t unit) const;  // the optimizer's share for one unit
   double decisionWait() const;
   std::vector<Op> fixedOrder() const;
   bool exchangesThisStep(int step) const;
-  bool sendsGradients() const;
   size_t pushBytes(size_t unit, int step) const;
   bool pullsThisStep(int step) const;
 
@@ -85,8 +76,9 @@ class Simulation {
   const ClusterSpec& cluster_;
   const SyncStrategy strategy_;
   Mode mode_ = Mode::kRing;
-  Gate gate_ = Gate::kAll;
+  bool perLayer_ = false;  // the next forward waits per layer (not for the whole step)
   std::optional<PsPlacement> placement_;
+  ScheduleSpec schedule_;
   const std::vector<TensorShape> tensors_;
   CompressionPlan plan_;
   GradientLayout layout_;
@@ -110,91 +102,88 @@ class Simulation {
   // Communication thread state.
   int commStep_ = 0;
   bool commBusy_ = false;
-  std::vector<int> readySteps_;  // by unit: steps whose gradient is ready
-  std::vector<int> doneSteps_;   // by unit: steps whose result is in the parameters
-  std::vector<size_t> unitsDone_;  // by step count n: units whose doneSteps_ >= n
+  std::vector<int> readySteps_;     // by unit: steps whose gradient is ready
+  std::vector<int> doneSteps_;      // by unit: steps whose result is in the parameters
+  std::vector<size_t> unitsDone_;   // by step count n: units whose doneSteps_ >= n
   size_t waitingLayer_ = SIZE_MAX;  // the layer whose parameters the forward waits for,
   int waitingStep_ = -1;            // in this step,
   size_t waitingCursor_ = 0;        // and how many of its units are known done
-  std::vector<Op> order_;        // fixed order of every step's operations (not p3)
+  std::vector<Op> order_;           // every step's operations in order (not p3)
   size_t nextInOrder_ = 0;
   size_t opsDone_ = 0;
   std::unique_ptr<PriorityScheduler> scheduler_;
-  std::deque<std::pair<size_t, double>> committed_;  // p3: picked units, and when
-  double pickedAt_ = 0;                               // when the starting op was picked
+  std::deque<std::pair<size_t, double>> committed_;  // ring p3: picked units, and when
+  double pickedAt_ = 0;                              // when the starting op was picked
   std::vector<size_t> stepOrder_;
   std::vector<size_t> lastOrder_;
   std::vector<Transfer> transfers_;
-  Link workersOut_, workersIn_;
-  std::vector<Link> serverIn_, serverOut_;
+  std::unique_ptr<ServerLinks> links_;
+  std::vector<double> pullAt_;  // delayed: by unit, when its last requested pull arrives
 };
 
 Mode modeOf(const SyncStrategy& strategy, bool servers) {
-  switch (strategy.kind) {
-    case SyncStrategy::Kind::kSharded:
-      return Mode::kSharded;
-    case SyncStrategy::Kind::kLocalSgd:
-      return Mode::kLocalSgd;
-    case SyncStrategy::Kind::kOdsgd:
-    case SyncStrategy::Kind::kSsdsgd:
-    case SyncStrategy::Kind::kCdsgd:
-      return Mode::kPsDelayed;
-    default:
-      return servers ? Mode::kPsSync : Mode::kRing;
-  }
+  if (strategy.kind == SyncStrategy::Kind::kSharded) return Mode::kSharded;
+  if (strategy.kind == SyncStrategy::Kind::kLocalSgd) return Mode::kLocalSgd;
+  if (strategy.delayed()) return Mode::kPsDelayed;
+  return servers ? Mode::kPsSync : Mode::kRing;
 }
 
 Simulation::Simulation(const SimOptions& options)
     : o_(options),
       cluster_(options.cluster),
       strategy_(SyncStrategy::parse(options.sync)),
+      schedule_(options.schedule),
       tensors_(options.profile.tensors()) {
   cluster_.validate();
   if (o_.steps < 3) throw ConfigError(fmt::format("--steps must be at least 3, not {}", o_.steps));
-  if (auto ps = psOptionsFor(strategy_, o_.strategy, cluster_.workers, 0.1, 0.9))
+  checkCompressionApplies(strategy_, o_.strategy, o_.compression, o_.sync);
+  if (auto ps = psOptionsFor(strategy_, o_.strategy, cluster_.workers, kAnyLr, kAnyMomentum))
     placement_ = ps->placement;
   mode_ = modeOf(strategy_, placement_.has_value());
-  plan_ = planCompression(o_.compression, tensors_, 0.9);
-  if (placement_ && plan_.any())
-    throw ConfigError("--compress does not combine with parameter servers",
-                      {.hint = "cdsgd has its own 2-bit codec"});
-  EngineOptions engine{
-      .schedule = o_.schedule, .compression = o_.compression, .sharded = mode_ == Mode::kSharded};
-  if (!placement_) GradientEngine::validate(engine, tensors_);
-  layout_ = planLayout(tensors_, o_.schedule, plan_.groups());
+  // Local SGD averages the model one parameter tensor at a time, whatever --schedule says.
+  if (mode_ == Mode::kLocalSgd) schedule_ = ScheduleSpec::parse("wfbp");
+  plan_ = planCompression(o_.compression, tensors_, kAnyMomentum);
+  if (!placement_) {
+    GradientEngine::validate(
+        {.schedule = schedule_, .compression = o_.compression, .sharded = mode_ == Mode::kSharded},
+        tensors_);
+  }
+  layout_ = planLayout(tensors_, schedule_, plan_.groups());
   costs_ = unitCosts(cluster_, layout_, tensors_, plan_, o_.codecSecondsPerElement);
-  gate_ = mode_ == Mode::kPsDelayed ? Gate::kPreviousStep
-          : (mode_ == Mode::kPsSync || mode_ == Mode::kSharded || o_.schedule.prioritized())
-              ? Gate::kPerLayer
-              : Gate::kAll;
-  const int period = mode_ == Mode::kLocalSgd ? strategy_.parameter : 1;
+  perLayer_ = placement_ || mode_ == Mode::kSharded || schedule_.prioritized();
+  // Whole periods are measured: localsgd averages, ssdsgd pulls and cdsgd sends full precision
+  // every K steps.
+  const bool periodic = strategy_.parameter > 0 && strategy_.kind != SyncStrategy::Kind::kSsp;
+  const int period = periodic ? strategy_.parameter : 1;
   measuredFrom_ = period * ((2 + period - 1) / period);
   lastStep_ = measuredFrom_ + period * std::max(1, (o_.steps - measuredFrom_) / period);
+  index();
+  if (schedule_.prioritized())
+    scheduler_ = std::make_unique<PriorityScheduler>(prioritiesOf(layout_), schedule_.window);
+  if (placement_) links_ = std::make_unique<ServerLinks>(cluster_, *placement_);
+}
+
+void Simulation::index() {
   for (size_t l = 0; l < o_.profile.layers.size(); ++l) {
     firstTensorOf_.push_back(layerOfTensor_.size());
     for (size_t t = 0; t < o_.profile.layers[l].tensors.size(); ++t) layerOfTensor_.push_back(l);
   }
   firstTensorOf_.push_back(layerOfTensor_.size());
   unitsOfLayer_.resize(o_.profile.layers.size());
-  for (size_t u = 0; u < layout_.units.size(); ++u)
+  for (size_t u = 0; u < layout_.units.size(); ++u) {
     for (int t : layout_.units[u].tensors) {
       auto& units = unitsOfLayer_[layerOfTensor_[t]];
       if (units.empty() || units.back() != u) units.push_back(u);
     }
+  }
   readySteps_.assign(layout_.units.size(), 0);
   doneSteps_.assign(layout_.units.size(), 0);
+  tensorsWaiting_.assign(layout_.units.size(), 0);
+  pullAt_.assign(layout_.units.size(), 0);
   order_ = fixedOrder();
-  if (o_.schedule.prioritized()) {
-    std::vector<int> priorities;
-    for (const CommUnit& unit : layout_.units) priorities.push_back(unit.priority);
-    scheduler_ = std::make_unique<PriorityScheduler>(priorities, o_.schedule.window);
-  }
-  if (placement_) {
-    serverIn_.resize(placement_->servers);
-    serverOut_.resize(placement_->servers);
-  }
 }
 
+// GradientEngine::fixedOrder's operations (PsEngine pushes in the same unit order).
 std::vector<Simulation::Op> Simulation::fixedOrder() const {
   std::vector<Op> order;
   const size_t units = layout_.units.size();
@@ -202,13 +191,13 @@ std::vector<Simulation::Op> Simulation::fixedOrder() const {
                         : mode_ == Mode::kSharded ? Op::Kind::kReduceScatter
                                                   : Op::Kind::kExchange;
   for (size_t u = 0; u < units; ++u) order.push_back({kind, u});
-  if (mode_ == Mode::kSharded)
-    for (size_t u = units; u-- > 0;) order.push_back({Op::Kind::kAllgather, u});
+  for (size_t u = units; mode_ == Mode::kSharded && u-- > 0;)
+    order.push_back({Op::Kind::kAllgather, u});
   return order;
 }
 
-// ---- compute thread: forward layer by layer (each waiting for its parameters as the gate
-// says), backward in reverse, then whatever the strategy does between steps.
+// ---- compute thread: forward layer by layer (each waiting for its parameters when the engine
+// updates per layer), backward in reverse, then whatever the strategy does between steps.
 
 void Simulation::computeFor(double seconds, std::function<void()> then) {
   computeBusy_ = true;
@@ -220,13 +209,13 @@ void Simulation::computeFor(double seconds, std::function<void()> then) {
 }
 
 bool Simulation::allUnitsDone(int steps) const {
-  return steps == 0 || (steps < static_cast<int>(unitsDone_.size()) &&
-                        unitsDone_[steps] == layout_.units.size());
+  return steps == 0 ||
+         (steps < static_cast<int>(unitsDone_.size()) && unitsDone_[steps] == layout_.units.size());
 }
 
 // Amortised O(1): results only accumulate, so a unit found done stays done for this wait.
 bool Simulation::layerParametersReady(size_t layer) {
-  if (gate_ != Gate::kPerLayer) return true;  // the step boundary already waited
+  if (!perLayer_) return true;  // the step boundary already waited
   if (waitingLayer_ != layer || waitingStep_ != step_) {
     waitingLayer_ = layer;
     waitingStep_ = step_;
@@ -276,70 +265,70 @@ void Simulation::tryCompute() {
   }
 }
 
-// What follows backward: wait for the step's results and run the optimizer (fifo, wfbp,
-// fusion), go straight on (the next forward waits per layer), wait for the previous step's
-// pulls before the local step (delayed), or the local step and every H steps an average.
+// What follows backward: straight on when the next forward waits per layer; else wait for every
+// unit and run the optimizer (fifo, wfbp, fusion); or (local SGD) the local step, and every H
+// steps the average.
 void Simulation::afterBackward() {
-  const double update = o_.profile.updateSeconds;
-  switch (gate_) {
-    case Gate::kPerLayer:
-      nextStep();
-      return tryCompute();
-    case Gate::kPreviousStep:
-      if (!allUnitsDone(step_)) return;
-      return computeFor(update, [this] { nextStep(); });
-    case Gate::kAll:
-      if (mode_ == Mode::kLocalSgd) {
-        return computeFor(update, [this] {
-          phase_ = Phase::kAwaitAverage;
-          if (exchangesThisStep(step_))
-            for (size_t u = 0; u < layout_.units.size(); ++u) unitReady(u);
-        });
-      }
-      if (!allUnitsDone(step_ + 1)) return;
-      return computeFor(update, [this] { nextStep(); });
+  if (perLayer_) {
+    nextStep();
+    return tryCompute();
   }
+  const double update = o_.profile.updateSeconds;
+  if (mode_ == Mode::kLocalSgd) {
+    return computeFor(update, [this] {
+      phase_ = Phase::kAwaitAverage;
+      if (exchangesThisStep(step_))
+        for (size_t u = 0; u < layout_.units.size(); ++u) unitReady(u);
+      pump();
+    });
+  }
+  if (!allUnitsDone(step_ + 1)) return;
+  computeFor(update, [this] { nextStep(); });
 }
 
-// Gradients are sent as backward produces them (local SGD sends parameters after its step).
-bool Simulation::sendsGradients() const {
-  return mode_ != Mode::kLocalSgd;
-}
-
+// Gradients go as backward makes them (local SGD's parameters after its step; fifo's at the end).
 void Simulation::gradientsReady(size_t layer) {
-  if (!sendsGradients() || o_.schedule.kind == ScheduleSpec::Kind::kFifo) return;
+  if (mode_ == Mode::kLocalSgd || schedule_.kind == ScheduleSpec::Kind::kFifo) return;
   for (size_t t = firstTensorOf_[layer]; t < firstTensorOf_[layer + 1]; ++t)
     for (int u = layout_.unitOf[t]; u < layout_.unitOf[t] + layout_.unitCount[t]; ++u)
       if (--tensorsWaiting_[u] == 0) unitReady(u);
+  pump();
 }
 
 void Simulation::endBackward() {
   phase_ = Phase::kAfterBackward;
-  if (sendsGradients() && o_.schedule.kind == ScheduleSpec::Kind::kFifo)
+  if (mode_ != Mode::kLocalSgd && schedule_.kind == ScheduleSpec::Kind::kFifo)
     for (size_t u = 0; u < layout_.units.size(); ++u) unitReady(u);
+  pump();
 }
 
-bool Simulation::exchangesThisStep(int step) const {
+bool Simulation::exchangesThisStep(int step) const {  // local SGD: every H-th step
   return mode_ != Mode::kLocalSgd || (step + 1) % strategy_.parameter == 0;
 }
 
 // ---- communication thread: one operation at a time, every step's in the same fixed order, or
-// (p3) in the order the real PriorityScheduler picks with its credit window.
+// (p3) by the real PriorityScheduler: the ring engine commits as many picks as its window
+// allows whenever it is idle; PsEngine picks one unit per push.
 
+// Units ready at one instant are all queued before the scheduler picks (as
+// simulatePriorityOrder does): the caller pumps once it has marked them all.
 void Simulation::unitReady(size_t unit) {
   if (++readySteps_[unit] == commStep_ + 1 && scheduler_) scheduler_->ready(unit);
-  pump();
 }
 
 std::optional<Simulation::Op> Simulation::nextOp() {
-  const Op::Kind exchange = placement_ ? Op::Kind::kPush : Op::Kind::kExchange;
+  if (scheduler_ && placement_) {
+    auto pick = scheduler_->next();
+    if (!pick) return std::nullopt;
+    return Op{Op::Kind::kPush, pick->unit};
+  }
   if (scheduler_) {
     while (auto pick = scheduler_->next()) committed_.emplace_back(pick->unit, queue_.now());
     if (committed_.empty()) return std::nullopt;
     const auto [unit, pickedAt] = committed_.front();
     committed_.pop_front();
     pickedAt_ = pickedAt;
-    return Op{exchange, unit};
+    return Op{Op::Kind::kExchange, unit};
   }
   if (nextInOrder_ == order_.size()) return std::nullopt;
   const Op op = order_[nextInOrder_];
@@ -353,11 +342,15 @@ void Simulation::pump() {
   if (std::optional<Op> op = nextOp()) startOp(*op);
 }
 
-// p3 on the ring: rank 0 sends each pick to the others, who start the unit's allreduce once it
-// arrives (one small message after the pick; hidden when the window picked it early enough).
+// Ring p3: rank 0 sends each pick to the other ranks, who start the unit's allreduce once it has
+// arrived (hidden when the window picked it early enough): P - 1 small messages from rank 0,
+// the last to a rank on another host when there is one.
 double Simulation::decisionWait() const {
-  if (cluster_.workers == 1) return 0;
-  const double arrives = pickedAt_ + transferSeconds(cluster_, 0, 1, sizeof(uint64_t));
+  const int p = cluster_.workers;
+  if (p == 1) return 0;
+  const int farthest = cluster_.hosts() > 1 ? cluster_.gpusPerHost : 1;
+  const double message = transferSeconds(cluster_, 0, farthest, sizeof(uint64_t));
+  const double arrives = pickedAt_ + message + (p - 2) * sizeof(uint64_t) / cluster_.bandwidth;
   return std::max(0.0, arrives - queue_.now());
 }
 
@@ -387,7 +380,7 @@ void Simulation::startOp(const Op& op) {
       break;
     case Op::Kind::kPush:
       bytes = static_cast<double>(pushBytes(op.unit, commStep_));
-      seconds = push(op.unit) - queue_.now();
+      seconds = startPush(op.unit) - queue_.now();
       break;
   }
   if (op.kind != Op::Kind::kAllgather) stepOrder_.push_back(op.unit);
@@ -396,45 +389,42 @@ void Simulation::startOp(const Op& op) {
   queue_.at(queue_.now() + seconds, [this, op] { finishOp(op); });
 }
 
-// Every worker pushes the unit to its server at once (workers are alike). A worker's NIC sends
-// its host's share (one push per worker on the host) and its communication thread moves on
-// when that is out; the push is complete once the server's NIC has taken every remote worker's
-// copy, behind the pushes it was already taking. The reply goes back the same way after the
-// server's update. Returns when this worker's push is out; the reply completes the unit.
-double Simulation::push(size_t unit) {
+// PsEngine::pushUnit: a delayed strategy first waits for the unit's last requested pull and
+// applies the local step to it (the next forward may then use it); then the push goes out. The
+// server updates the unit and replies; for synchronous strategies the reply is the new model.
+double Simulation::startPush(size_t unit) {
+  double begin = queue_.now();
+  if (mode_ == Mode::kPsDelayed) {
+    begin = std::max(begin, pullAt_[unit]) + updateSeconds(unit);
+    queue_.at(begin, [this, unit] { unitDone(unit); });
+  }
   const int server = placement_->serverOf(unit);
-  const int host = placement_->colocated ? cluster_.hostOf(server) : cluster_.hosts() + server;
-  const int g = std::min(cluster_.gpusPerHost, cluster_.workers);
-  const int onHost = host < cluster_.hosts() ? std::min(g, cluster_.workers - host * g) : 0;
-  const double remote = cluster_.workers - onHost;
-  const double bandwidth = remote > 0 ? cluster_.bandwidth : cluster_.localBandwidth;
-  const double latency = remote > 0 ? cluster_.latency : cluster_.localLatency;
-  const double bytes = static_cast<double>(pushBytes(unit, commStep_));
-  const double begin = std::max(queue_.now(), workersOut_.freeAt);
-  workersOut_.freeAt = begin + g * bytes / bandwidth;
-  serverIn_[server].freeAt =
-      std::max(begin, serverIn_[server].freeAt) + std::max(remote, 1.0) * bytes / bandwidth;
-  const double pushed = std::max(workersOut_.freeAt, serverIn_[server].freeAt) + latency;
+  const ServerLinks::Push push =
+      links_->push(server, begin, static_cast<double>(pushBytes(unit, commStep_)));
   if (pullsThisStep(commStep_)) {
     const double reply = static_cast<double>(layout_.units[unit].elements * sizeof(float));
-    const double applied = std::max(pushed + updateSeconds(unit), serverOut_[server].freeAt);
-    serverOut_[server].freeAt = applied + std::max(remote, 1.0) * reply / bandwidth;
-    workersIn_.freeAt = std::max(applied, workersIn_.freeAt) + g * reply / bandwidth;
-    const double replied = std::max(serverOut_[server].freeAt, workersIn_.freeAt) + latency;
-    queue_.at(replied, [this, unit] { unitDone(unit); });
+    const double replied = links_->reply(server, push.arrived + updateSeconds(unit), reply);
+    if (mode_ == Mode::kPsDelayed) {
+      pullAt_[unit] = replied;
+    } else {
+      queue_.at(replied, [this, unit] { unitDone(unit); });
+    }
   }
-  return workersOut_.freeAt;
+  return push.sent;
 }
 
+// PsEngine::planPush: cdsgd pushes 2-bit codes except every K-th global step; ssdsgd asks for a
+// reply on the last step of every K.
 size_t Simulation::pushBytes(size_t unit, int step) const {
   const size_t elements = layout_.units[unit].elements;
   const bool quantized =
-      strategy_.kind == SyncStrategy::Kind::kCdsgd && (step + 1) % strategy_.parameter != 0;
+      strategy_.kind == SyncStrategy::Kind::kCdsgd && step % strategy_.parameter != 0;
   return quantized ? twoBitBytes(elements) : elements * sizeof(float);
 }
 
 bool Simulation::pullsThisStep(int step) const {
-  return strategy_.kind != SyncStrategy::Kind::kSsdsgd || (step + 1) % strategy_.parameter == 0;
+  return strategy_.kind != SyncStrategy::Kind::kSsdsgd ||
+         step % strategy_.parameter == strategy_.parameter - 1;
 }
 
 void Simulation::unitDone(size_t unit) {
@@ -447,7 +437,6 @@ void Simulation::unitDone(size_t unit) {
 void Simulation::finishOp(const Op& op) {
   commBusy_ = false;
   if (op.kind == Op::Kind::kExchange || op.kind == Op::Kind::kAllgather) unitDone(op.unit);
-  if (op.kind == Op::Kind::kPush && !pullsThisStep(commStep_)) unitDone(op.unit);
   if (scheduler_) scheduler_->completed(op.unit);
   const size_t opsPerStep = scheduler_ ? layout_.units.size() : order_.size();
   if (++opsDone_ == opsPerStep) {
@@ -466,7 +455,6 @@ void Simulation::finishOp(const Op& op) {
 }
 
 SimResult Simulation::run() {
-  tensorsWaiting_.assign(layout_.units.size(), 0);
   queue_.at(0, [this] { tryCompute(); });
   queue_.run();
   if (static_cast<int>(stepStart_.size()) != lastStep_ + 1)
@@ -483,7 +471,7 @@ SimResult Simulation::run() {
     result.bytesSentPerStep += t.bytes / steps;
   }
   const ModelProfile& profile = o_.profile;
-  const double update = gate_ == Gate::kPerLayer ? 0 : profile.updateSeconds;
+  const double update = perLayer_ ? 0 : profile.updateSeconds;
   result.computeSeconds = profile.forwardSeconds() + profile.backwardSeconds() + update;
   result.exposedCommSeconds = std::max(0.0, result.stepSeconds - result.computeSeconds);
   result.samplesPerSecond =
@@ -498,11 +486,13 @@ SimResult Simulation::run() {
 
 SimResult simulate(const SimOptions& options) {
   SimResult result = Simulation(options).run();
-  SimOptions alone = options;  // the same step on one worker: no communication
+  // The same model on one worker, training alone: no communication and no codec.
+  SimOptions alone = options;
   alone.cluster.workers = 1;
-  alone.strategy.servers = 0;
-  alone.strategy.ps = false;
-  if (SyncStrategy::parse(options.sync).needsServers()) alone.sync = "ssgd";
+  alone.strategy = {};
+  alone.sync = "ssgd";
+  alone.compression = {};
+  alone.codecSecondsPerElement = 0;
   result.scalingEfficiency = Simulation(alone).run().stepSeconds / result.stepSeconds;
   return result;
 }

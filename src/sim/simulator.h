@@ -29,7 +29,9 @@ struct SimOptions {
   // Encode plus decode time per element of a compressed unit, on the communication thread
   // (0: free, as on a GPU where it overlaps; `gradsync bench compress` measures it here).
   double codecSecondsPerElement = 0;
-  int steps = 8;  // simulated steps; the first ones (nothing to overlap yet) are not measured
+  // Simulated steps. The first two (nothing to overlap yet) are not measured; strategies with a
+  // period (localsgd:H, ssdsgd:K, cdsgd:K) measure whole periods, so they may run more.
+  int steps = 8;
 };
 
 struct SimResult {

@@ -96,6 +96,12 @@ void validateTrainOptions(const TrainOptions& options);
 // Throws on any failure.
 TrainResult runTraining(Transport& transport, const TrainOptions& options);
 
+// Bounds this process's compute pools (torch's and OpenBLAS's) to `threads`, as every rank of
+// `gradsync train --threads` does; the profiler measures under the same bound.
+void limitComputeThreads(int threads);
+// Lowers the calling thread's priority, as train's training thread runs (trainer.cc says why).
+void yieldToCommunication();
+
 // Whether `rank` of a job of `worldSize` ranks is a separate parameter server.
 inline bool isServerRank(const TrainOptions& options, int rank, int worldSize) {
   return options.strategy.servers > 0 && rank >= worldSize - options.strategy.servers;

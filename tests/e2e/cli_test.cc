@@ -107,6 +107,35 @@ TEST(Cli, LaunchReportsTheFailedRankAndItsCode) {
   EXPECT_NE(r.err.find("rank 1 exited with code 7"), std::string::npos) << r.err;
 }
 
+TEST(Cli, SimulateSweepsWritesJsonAndAPlot) {
+  fs::path json = scratch() / "sim.json";
+  fs::path svg = scratch() / "sim.svg";
+  Result r = gradsync({"simulate", "--model-profile", "resnet50", "--gpus-per-host", "8",
+                       "--bandwidth", "25gbit", "--latency", "5us", "--schedule", "p3", "--sweep",
+                       "workers=8,64,4096", "--json", json.string(), "--plot", svg.string()});
+  ASSERT_TRUE(r.status.ok()) << r.status.describe() << "\n" << r.err;
+  EXPECT_NE(r.out.find("resnet50 on 4096 workers (512 hosts x 8)"), std::string::npos) << r.out;
+  nlohmann::json doc = nlohmann::json::parse(slurp(json));
+  ASSERT_EQ(doc["results"].size(), 3u);
+  for (const auto& row : doc["results"]) {
+    EXPECT_GT(row["step_ms"].get<double>(), row["compute_ms"].get<double>() * 0.99);
+    EXPECT_GT(row["scaling_efficiency"].get<double>(), 0);
+    EXPECT_LT(row["simulation_s"].get<double>(), 10);  // the bound, with room
+  }
+  EXPECT_NE(slurp(svg).find("</svg>"), std::string::npos);
+}
+
+TEST(Cli, SimulateRefusesBadInputNamingIt) {
+  Result r = gradsync({"simulate", "--model-profile", "alexnet"});
+  EXPECT_EQ(r.status.code, 2);
+  EXPECT_NE(r.err.find("resnet50, vgg19, transformer"), std::string::npos) << r.err;
+  r = gradsync({"simulate", "--model-profile", "vgg19", "--sync", "sharded", "--schedule", "p3"});
+  EXPECT_EQ(r.status.code, 2) << r.err;
+  r = gradsync({"simulate", "--model-profile", "vgg19", "--sweep", "depth=3"});
+  EXPECT_EQ(r.status.code, 2);
+  EXPECT_NE(r.err.find("workers=N"), std::string::npos) << r.err;
+}
+
 // `gradsync train` exists only in builds with LibTorch (not in the sanitizer builds).
 class CliTrain : public ::testing::Test {
  protected:
@@ -187,6 +216,28 @@ TEST_F(CliTrain, CompressedRunReportsItsBytesAndEvaluations) {
   ASSERT_EQ(doc["evaluations"].size(), 2u);  // after step 3, and at the end (step 6)
   EXPECT_EQ(doc["evaluations"][0]["step"], 3);
   EXPECT_EQ(doc["evaluations"][1]["step"], 6);
+}
+
+TEST_F(CliTrain, ProfileWritesAModelProfileOrNamesTheModels) {
+  fs::path json = scratch() / "mlp-profile.json";
+  Result r = gradsync(
+      {"profile", "--model", "mlp", "--steps", "2", "--warmup", "1", "--output", json.string()});
+  ASSERT_TRUE(r.status.ok()) << r.status.describe() << "\n" << r.err;
+  EXPECT_NE(r.out.find("fc1"), std::string::npos) << r.out;  // the table
+  nlohmann::json doc = nlohmann::json::parse(slurp(json));
+  EXPECT_EQ(doc["name"], "mlp");
+  EXPECT_EQ(doc["layers"].size(), 3u);  // fc1, fc2, fc3
+  EXPECT_NE(doc["source"].get<std::string>().find("gradsync profile --model mlp"),
+            std::string::npos);
+
+  // The measured profile is what simulate reads.
+  r = gradsync({"simulate", "--model-profile", json.string(), "--workers", "2"});
+  ASSERT_TRUE(r.status.ok()) << r.err;
+  EXPECT_NE(r.out.find("mlp on 2 workers"), std::string::npos) << r.out;
+
+  r = gradsync({"profile", "--model", "nope"});
+  EXPECT_EQ(r.status.code, 2);
+  EXPECT_NE(r.err.find("mlp, cnn, resnet20, vgg11"), std::string::npos) << r.err;
 }
 
 TEST_F(CliTrain, BadFlagsGiveAOneLineErrorWithTheChoices) {

@@ -1,0 +1,159 @@
+#!/usr/bin/env python3
+"""Predicted vs measured step time on this machine (docs/simulator.md, "Validation").
+
+For one model and worker count: measures a profile with `gradsync profile` under the same load
+as training (--workers W concurrent processes), measures each compressor's codec speed with
+`gradsync bench compress`, then for every configuration runs real `gradsync train` (synthetic
+data, the in-transport --bandwidth limiter, one rank per emulated host) and `gradsync simulate`
+on the measured profile, and reports both step times and the error. The simulated latency is
+this host's per-message software latency, measured with a 4-byte `gradsync bench allreduce`.
+
+The measured step time is the steady state: (total of a long run - total of a short run) /
+(difference in steps), so the first steps' allocations and warm-up are not in it.
+
+  scripts/validate_simulator.py [--build build] [--model vgg11] [--workers 2] [--batch 64]
+      [--short 3] [--long 13] [--out results/sim-validation]
+      [--configs "fifo@200mbit wfbp@200mbit p3@200mbit wfbp@1gbit wfbp+fp16@200mbit ..."]
+A configuration is SCHEDULE[+COMPRESS][+ps]@BANDWIDTH. Writes OUT/validation.json and prints a
+Markdown table. Measurements already in OUT (profile, latency, codec and train JSON) are kept, so
+a second run re-simulates the same measurements; delete OUT to measure again.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+DEFAULT_CONFIGS = ("fifo@200mbit wfbp@200mbit fusion:25@200mbit p3@200mbit wfbp@1gbit "
+                   "p3@1gbit wfbp+fp16@200mbit wfbp+topk:0.01@200mbit wfbp+ps@200mbit")
+
+
+def run_unless(path, cmd):
+    """Runs `cmd` unless its output file `path` exists (a measurement kept from an earlier run)."""
+    if not os.path.exists(path):
+        run(cmd)
+
+
+def run(cmd):
+    print("+", " ".join(cmd), file=sys.stderr, flush=True)
+    done = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if done.returncode != 0:
+        sys.exit(f"failed ({done.returncode}): {' '.join(cmd)}\n{done.stderr[-2000:]}")
+    return done.stdout
+
+
+def parse_config(text):
+    spec, bandwidth = text.split("@")
+    parts = spec.split("+")
+    config = {"label": text, "schedule": parts[0], "bandwidth": bandwidth,
+              "compress": "none", "ps": False}
+    for part in parts[1:]:
+        if part == "ps":
+            config["ps"] = True
+        else:
+            config["compress"] = part
+    return config
+
+
+def codec_ns_per_element(gradsync, method, workers, out):
+    """Encode once, decode every rank's encoding (allgather) or once (linear): ns per element."""
+    path = os.path.join(out, f"codec-{method.replace(':', '_')}.json")
+    run_unless(path, [gradsync, "bench", "compress", "--methods", method, "--sizes", "1M",
+                      "--json", path])
+    row = next(r for r in json.load(open(path)) if r["method"] == method)
+    decodes = 1 if method.startswith(("fp16", "powersgd", "gradiveq")) else workers
+    ns = 4 / row["encode_gbps"]
+    if row["decode_gbps"] > 0:
+        ns += decodes * 4 / row["decode_gbps"]
+    return ns
+
+
+def message_latency_us(gradsync, workers, out):
+    """This host's per-message software latency: a 4-byte ring allreduce is 2 (W - 1) messages."""
+    path = os.path.join(out, "latency.json")
+    run_unless(path, [gradsync, "bench", "allreduce", "--workers", str(workers), "--min-bytes",
+                      "4", "--max-bytes", "4", "--iters", "200", "--json", path])
+    time_us = json.load(open(path))["results"][0]["time_us"]
+    return time_us / (2 * (workers - 1))
+
+
+def measured_step_ms(gradsync, args, config, out):
+    totals = {}
+    for steps in (args.short, args.long):
+        path = os.path.join(out, f"train-{config['label'].replace(':', '_')}-{steps}.json")
+        cmd = [gradsync, "train", "--model", args.model, "--workers", str(args.workers),
+               "--dataset", "synthetic", "--steps", str(steps), "--batch-size", str(args.batch),
+               "--schedule", config["schedule"], "--compress", config["compress"],
+               "--bandwidth", config["bandwidth"], "--metrics", path, "--quiet"]
+        if config["ps"]:
+            cmd.append("--ps")
+        run_unless(path, cmd)
+        per_step = json.load(open(path))["per_step"]
+        totals[steps] = per_step["step_ms"] * steps
+    return (totals[args.long] - totals[args.short]) / (args.long - args.short)
+
+
+def predicted(gradsync, args, config, profile, codec_ns, latency_us, out):
+    path = os.path.join(out, f"sim-{config['label'].replace(':', '_')}.json")
+    cmd = [gradsync, "simulate", "--model-profile", profile, "--workers", str(args.workers),
+           "--bandwidth", config["bandwidth"], "--latency", f"{latency_us:.1f}us",
+           "--schedule", config["schedule"],
+           "--compress", config["compress"], "--codec-ns-per-element", str(codec_ns),
+           "--json", path]
+    if config["ps"]:
+        cmd.append("--ps")
+    run(cmd)
+    return json.load(open(path))["results"][0]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--build", default="build")
+    parser.add_argument("--model", default="vgg11")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--short", type=int, default=3)
+    parser.add_argument("--long", type=int, default=13)
+    parser.add_argument("--out", default="results/sim-validation")
+    parser.add_argument("--configs", default=DEFAULT_CONFIGS)
+    args = parser.parse_args()
+    gradsync = os.path.join(args.build, "apps", "gradsync", "gradsync")
+    os.makedirs(args.out, exist_ok=True)
+    profile = os.path.join(args.out, f"profile-{args.model}-{args.workers}.json")
+    run_unless(profile, [gradsync, "profile", "--model", args.model, "--workers",
+                         str(args.workers), "--batch-size", str(args.batch), "--output", profile])
+    latency = message_latency_us(gradsync, args.workers, args.out)
+    rows = []
+    for text in args.configs.split():
+        config = parse_config(text)
+        codec = 0.0
+        if config["compress"] != "none":
+            codec = codec_ns_per_element(gradsync, config["compress"], args.workers, args.out)
+        sim = predicted(gradsync, args, config, profile, codec, latency, args.out)
+        measured = measured_step_ms(gradsync, args, config, args.out)
+        error = (sim["step_ms"] - measured) / measured
+        rows.append({"config": text, "measured_ms": measured, "predicted_ms": sim["step_ms"],
+                     "predicted_compute_ms": sim["compute_ms"],
+                     "predicted_exposed_ms": sim["exposed_comm_ms"],
+                     "codec_ns_per_element": codec, "error": error})
+        print(f"{text}: measured {measured:.0f} ms, predicted {sim['step_ms']:.0f} ms "
+              f"({100 * error:+.1f}%)", file=sys.stderr, flush=True)
+    setup = (f"{args.model}, {args.workers} workers on this machine, batch {args.batch}, "
+             f"synthetic data, in-transport --bandwidth limiter; steady-state step from runs of "
+             f"{args.short} and {args.long} steps; simulated with the measured per-message "
+             f"latency {latency:.0f} us and codec costs")
+    json.dump({"setup": setup, "profile": profile, "latency_us": latency, "rows": rows},
+              open(os.path.join(args.out, "validation.json"), "w"), indent=1)
+    print(f"Setup: {setup}.\n")
+    print("| configuration | measured ms | predicted ms | error | predicted compute / exposed ms |")
+    print("|---|---:|---:|---:|---|")
+    for r in rows:
+        print(f"| {r['config']} | {r['measured_ms']:.0f} | {r['predicted_ms']:.0f} | "
+              f"{100 * r['error']:+.1f}% | {r['predicted_compute_ms']:.0f} / "
+              f"{r['predicted_exposed_ms']:.0f} |")
+    worst = max(abs(r["error"]) for r in rows)
+    print(f"\nLargest error: {100 * worst:.1f}% (target: 10%).")
+
+
+if __name__ == "__main__":
+    main()
