@@ -6,6 +6,7 @@
 
 #include "gradsync/error.h"
 #include "sim/model_profile.h"
+#include "support/profile_expect.h"
 
 namespace gradsync {
 namespace {
@@ -201,26 +202,7 @@ TEST(BuiltinProfiles, LoadModelProfileFindsBuiltins) {
 TEST(BuiltinProfiles, JsonRoundTripKeepsTensorsAndTimes) {
   for (const std::string& name : builtinProfileNames()) {
     const ModelProfile p = builtinProfile(name);
-    const ModelProfile q = profileFromJson(profileToJson(p), name + ".json");
-    EXPECT_EQ(q.name, p.name);
-    EXPECT_EQ(q.device, p.device);
-    EXPECT_EQ(q.source, p.source);
-    EXPECT_EQ(q.batchSize, p.batchSize);
-    EXPECT_DOUBLE_EQ(q.updateSeconds, p.updateSeconds);
-    ASSERT_EQ(q.layers.size(), p.layers.size());
-    for (size_t i = 0; i < p.layers.size(); ++i) {
-      const LayerProfile& a = p.layers[i];
-      const LayerProfile& b = q.layers[i];
-      EXPECT_EQ(b.name, a.name);
-      EXPECT_DOUBLE_EQ(b.forwardSeconds, a.forwardSeconds) << a.name;
-      EXPECT_DOUBLE_EQ(b.backwardSeconds, a.backwardSeconds) << a.name;
-      ASSERT_EQ(b.tensors.size(), a.tensors.size()) << a.name;
-      for (size_t j = 0; j < a.tensors.size(); ++j) {
-        EXPECT_EQ(b.tensors[j].name, a.tensors[j].name);
-        EXPECT_EQ(b.tensors[j].dims, a.tensors[j].dims);
-        EXPECT_EQ(b.tensors[j].elements, a.tensors[j].elements);
-      }
-    }
+    testing::expectSameProfile(profileFromJson(profileToJson(p), name + ".json"), p);
   }
 }
 

@@ -7,6 +7,7 @@
 
 #include "gradsync/error.h"
 #include "sim/model_profile.h"
+#include "support/profile_expect.h"
 #include "torch/model_profiler.h"
 #include "train_on_threads.h"
 
@@ -31,16 +32,6 @@ double trainerComputeSeconds(const std::string& model, size_t batchSize) {
   options.schedule = "fifo";
   options.steps = 8;
   return train(1, options).perStep.computeMs / 1e3;
-}
-
-void expectSameTensors(const std::vector<TensorShape>& actual,
-                       const std::vector<TensorShape>& expected, const std::string& model) {
-  ASSERT_EQ(actual.size(), expected.size()) << model;
-  for (size_t i = 0; i < actual.size(); ++i) {
-    EXPECT_EQ(actual[i].name, expected[i].name) << model << " tensor " << i;
-    EXPECT_EQ(actual[i].dims, expected[i].dims) << model << " tensor " << i;
-    EXPECT_EQ(actual[i].elements, expected[i].elements) << model << " tensor " << i;
-  }
 }
 
 TEST(ModelProfiler, LayersHoldEveryParameterOnceInRegistrationOrder) {
@@ -95,19 +86,7 @@ TEST(ModelProfiler, LayerTimesAddUpToAWholeStep) {
 TEST(ModelProfiler, JsonRoundTrips) {
   ModelProfile profile = profileModel(quickProfile("cnn"));
   EXPECT_EQ(profile.source, profileCommandLine(quickProfile("cnn")));
-  ModelProfile back = profileFromJson(profileToJson(profile), "test");
-  EXPECT_EQ(back.name, profile.name);
-  EXPECT_EQ(back.device, profile.device);
-  EXPECT_EQ(back.source, profile.source);
-  EXPECT_EQ(back.batchSize, profile.batchSize);
-  EXPECT_DOUBLE_EQ(back.updateSeconds, profile.updateSeconds);
-  ASSERT_EQ(back.layers.size(), profile.layers.size());
-  for (size_t i = 0; i < back.layers.size(); ++i) {
-    EXPECT_EQ(back.layers[i].name, profile.layers[i].name);
-    EXPECT_DOUBLE_EQ(back.layers[i].forwardSeconds, profile.layers[i].forwardSeconds);
-    EXPECT_DOUBLE_EQ(back.layers[i].backwardSeconds, profile.layers[i].backwardSeconds);
-    expectSameTensors(back.layers[i].tensors, profile.layers[i].tensors, "cnn");
-  }
+  expectSameProfile(profileFromJson(profileToJson(profile), "test"), profile);
 }
 
 // Concurrent workers measure in lockstep and agree on one profile: the median across ranks.
