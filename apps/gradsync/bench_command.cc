@@ -63,7 +63,15 @@ void addBenchCommand(CLI::App& app, CommandContext& context) {
     options.segmentBytes = parseBytes(flags->segment, "--segment-bytes");
     options.transportName = flags->ranks.transport;
     validateBench(options);
-    context.exitCode = runRanks(flags->ranks, context.env, context.argv,
+    Settings settings = {{"bench", options.collective},
+                         {"--transport", flags->ranks.transport},
+                         {"--min-bytes", std::to_string(options.minBytes)},
+                         {"--max-bytes", std::to_string(options.maxBytes)},
+                         {"--factor", std::to_string(options.factor)},
+                         {"--iters", std::to_string(options.iters)},
+                         {"--warmup", std::to_string(options.warmup)},
+                         {"--segment-bytes", std::to_string(options.segmentBytes)}};
+    context.exitCode = runRanks(flags->ranks, context.env, context.argv, settings,
                                 [&](Transport& t) { return runBench(t, options) == 0 ? 0 : 1; });
   });
 }

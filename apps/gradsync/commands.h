@@ -10,6 +10,7 @@
 #include "common/env.h"
 #include "gradsync/bootstrap.h"
 #include "gradsync/transport.h"
+#include "job/agreement.h"
 
 namespace gradsync {
 
@@ -26,9 +27,11 @@ void addRankFlags(CLI::App* app, RankFlags& flags, int defaultWorkers);
 
 // Runs `body` as the ranks of a job, in whichever of three ways fits: as threads over loopback,
 // as this process's rank when a launcher (ours, torchrun-style env, mpirun) started us, or by
-// launching --workers copies of this very command line. Returns the exit code.
+// launching --workers copies of this very command line. Before `body`, the ranks check that
+// they agree on `settings` (and, over TCP, on the world size and job token), so that a
+// misconfigured launch fails at startup naming the rank and setting. Returns the exit code.
 int runRanks(const RankFlags& flags, const Env& env, const std::vector<std::string>& argv,
-             const std::function<int(Transport&)>& body);
+             const Settings& settings, const std::function<int(Transport&)>& body);
 
 // What a subcommand needs from main: the environment, the command line, where to put its exit
 // code. Each add*Command registers its flags and a callback that runs after parsing.

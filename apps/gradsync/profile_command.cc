@@ -79,13 +79,20 @@ void addProfileCommand(CLI::App& app, CommandContext& context) {
     }
     // The worker processes are started (and joined) the way train starts its ranks.
     RankFlags ranks{.workers = flags->options.workers};
-    context.exitCode = runRanks(ranks, context.env, context.argv, [&](Transport& transport) {
-      ProfileOptions options = flags->options;
-      options.workers = transport.size();  // under mpirun -n W the launcher decides
-      ModelProfile measured = profileModel(transport, options);
-      if (transport.rank() == 0) report(*flags, measured);
-      return 0;
-    });
+    const ProfileOptions& o = flags->options;
+    Settings settings = {{"--model", o.model},
+                         {"--batch-size", std::to_string(o.batchSize)},
+                         {"--steps", std::to_string(o.steps)},
+                         {"--warmup", std::to_string(o.warmupSteps)},
+                         {"--seed", std::to_string(o.seed)}};
+    context.exitCode =
+        runRanks(ranks, context.env, context.argv, settings, [&](Transport& transport) {
+          ProfileOptions options = flags->options;
+          options.workers = transport.size();  // under mpirun -n W the launcher decides
+          ModelProfile measured = profileModel(transport, options);
+          if (transport.rank() == 0) report(*flags, measured);
+          return 0;
+        });
   });
 }
 

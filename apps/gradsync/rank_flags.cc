@@ -3,7 +3,11 @@
 #include "common/rank_threads.h"
 #include "common/subprocess.h"
 #include "common/units.h"
+#include "gradsync/error.h"
 #include "gradsync/loopback.h"
+#ifdef GRADSYNC_HAVE_MPI
+#include "gradsync/mpi.h"
+#endif
 #include "job/rank_context.h"
 #include "launcher.h"
 
@@ -23,6 +27,25 @@ TransportOptions parseLink(const RankFlags& flags) {
   return link;
 }
 
+// This process as one rank of an mpirun launch, over the MPI transport.
+int runMpiRank(const BootstrapFlags& bootstrap, const Env& env, TransportOptions link,
+               const Settings& settings, const std::function<int(Transport&)>& body) {
+#ifdef GRADSYNC_HAVE_MPI
+  if (env.launcher != "mpirun") {
+    throw ConfigError("--transport mpi needs a launch by mpirun (no OMPI_COMM_WORLD_* variables)",
+                      {.hint = "start it as `mpirun -np N gradsync ... --transport mpi` "
+                               "(scripts/mpirun adds the flags root needs)"});
+  }
+  link.timeout = resolveBootstrap(bootstrap, env).timeout;
+  std::unique_ptr<Transport> transport = connectMpiTransport({.transport = link});
+  checkSameSettings(*transport, settings);
+  return body(*transport);
+#else
+  throw ConfigError("this gradsync was built without MPI (GRADSYNC_WITH_MPI=OFF)",
+                    {.hint = "use --transport tcp, or rebuild with libopenmpi-dev installed"});
+#endif
+}
+
 }  // namespace
 
 void addRankFlags(CLI::App* app, RankFlags& flags, int defaultWorkers) {
@@ -30,8 +53,9 @@ void addRankFlags(CLI::App* app, RankFlags& flags, int defaultWorkers) {
   app->add_option("--workers", flags.workers, "local ranks to start (when not launched)")
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();
-  app->add_option("--transport", flags.transport, "tcp: processes over TCP; loopback: threads")
-      ->check(CLI::IsMember({"tcp", "loopback"}))
+  app->add_option("--transport", flags.transport,
+                  "tcp: processes over TCP; loopback: threads; mpi: under mpirun")
+      ->check(CLI::IsMember({"tcp", "loopback", "mpi"}))
       ->capture_default_str();
   app->add_option("--bandwidth", flags.bandwidth, "emulated egress rate per rank, e.g. 1gbit");
   app->add_option("--latency", flags.latency, "emulated one-way latency, e.g. 100us");
@@ -45,7 +69,7 @@ void addRankFlags(CLI::App* app, RankFlags& flags, int defaultWorkers) {
 }
 
 int runRanks(const RankFlags& flags, const Env& env, const std::vector<std::string>& argv,
-             const std::function<int(Transport&)>& body) {
+             const Settings& settings, const std::function<int(Transport&)>& body) {
   BootstrapFlags bootstrap = flags.bootstrap;
   TransportOptions link = parseLink(flags);  // validated before any rank starts
   if (flags.transport == "loopback") {
@@ -59,8 +83,10 @@ int runRanks(const RankFlags& flags, const Env& env, const std::vector<std::stri
       return body(*transport);
     });
   }
+  if (flags.transport == "mpi") return runMpiRank(bootstrap, env, link, settings, body);
   if (flags.bootstrap.rank || !env.launcher.empty()) {
     RankContext context = joinJob(resolveBootstrap(bootstrap, env), link);
+    checkSameSettings(*context.transport, settings);
     return body(*context.transport);
   }
   BootstrapConfig config = resolveBootstrap(

@@ -2,6 +2,7 @@
 #include <cstdio>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "commands.h"
 #include "common/allocator.h"
@@ -45,6 +46,40 @@ void printSummary(const TrainOptions& options, int workers, const TrainResult& r
   }
   std::printf("\n");
   std::fflush(stdout);
+}
+
+// What every rank must share: whatever changes the model, the data a rank reads, the traffic or
+// the result. Per-rank choices (--metrics, --trace, --quiet, --threads, --data-dir) may differ.
+Settings trainSettings(const TrainOptions& o, const std::string& transport) {
+  const StrategyKnobs& k = o.strategy;
+  const CompressionConfig& c = o.compression;
+  auto text = [](auto value) { return fmt::format("{}", value); };
+  return {{"--transport", transport},
+          {"--model", o.model},
+          {"--dataset", o.dataset},
+          {"--epochs", text(o.epochs)},
+          {"--steps", text(o.steps)},
+          {"--batch-size", text(o.batchSize)},
+          {"--lr", text(o.lr)},
+          {"--momentum", text(o.momentum)},
+          {"--seed", text(o.seed)},
+          {"--schedule", o.schedule},
+          {"--sync", o.sync},
+          {"--ps", text(k.ps)},
+          {"--servers", text(k.servers)},
+          {"--delay-warmup", text(k.warmup)},
+          {"--local-lr", text(k.localLr)},
+          {"--local-momentum", text(k.localMomentum)},
+          {"--glu", text(k.glu)},
+          {"--cd-threshold", text(k.threshold)},
+          {"--compress", c.spec},
+          {"--compress-override", fmt::format("{}", fmt::join(c.overrides, " "))},
+          {"--compress-min-elements", text(c.minElements)},
+          {"--compress-warmup", text(c.warmupSteps)},
+          {"--eval-every", text(o.evalEvery)},
+          {"--eval-samples", text(o.evalSamples)},
+          {"--checkpoint-every", text(o.checkpointEvery)},
+          {"--resume", text(o.resume)}};
 }
 
 }  // namespace
@@ -112,7 +147,8 @@ void addTrainCommand(CLI::App& app, CommandContext& context) {
     validateTrainOptions(flags->options);
     RankFlags ranks = flags->ranks;
     ranks.workers += flags->options.strategy.servers;  // separate servers are ranks too
-    context.exitCode = runRanks(ranks, context.env, context.argv, [&](Transport& t) {
+    Settings settings = trainSettings(flags->options, ranks.transport);
+    context.exitCode = runRanks(ranks, context.env, context.argv, settings, [&](Transport& t) {
       TrainResult result = runTraining(t, flags->options);
       int workers = t.size() - flags->options.strategy.servers;
       if (t.rank() == 0) printSummary(flags->options, workers, result);

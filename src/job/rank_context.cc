@@ -2,6 +2,7 @@
 
 #include "common/logging.h"
 #include "common/socket.h"
+#include "job/agreement.h"
 
 namespace gradsync {
 
@@ -9,6 +10,7 @@ RankContext joinJob(const BootstrapConfig& config, const TransportOptions& link)
   RankContext context;
   context.config = config;
   context.store = connectStore(config, &context.server);
+  if (config.size > 1) checkSameWorldSize(*context.store, config);
   TcpTransportOptions tcp;
   tcp.transport = link;
   tcp.transport.timeout = config.timeout;

@@ -155,7 +155,13 @@ std::shared_ptr<Store> connectStore(const BootstrapConfig& config,
                                  "rank 0's host"});
     }
   }
-  return makeTcpStoreClient(config.master, options);
+  try {
+    return makeTcpStoreClient(config.master, options);
+  } catch (const ProtocolError& e) {  // a refused handshake: say which rank was refused
+    ErrorContext context = e.context();
+    context.rank = config.rank;
+    throw ProtocolError(e.detail(), context);
+  }
 }
 
 }  // namespace gradsync

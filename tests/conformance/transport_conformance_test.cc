@@ -1,4 +1,6 @@
-// The contract of include/gradsync/transport.h, checked against every transport.
+// The contract of include/gradsync/transport.h, checked against every transport. Built twice:
+// transport_conformance_test (loopback and TCP, ranks as threads) and, with GRADSYNC_TEST_MPI,
+// transport_conformance_mpi_test (ranks as the processes of one mpirun launch of >= 5).
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -8,6 +10,9 @@
 
 #include "gradsync/error.h"
 #include "support/transports.h"
+#ifdef GRADSYNC_TEST_MPI
+#include "support/mpi_transport.h"
+#endif
 
 namespace gradsync::testing {
 namespace {
@@ -17,6 +22,9 @@ using namespace std::chrono_literals;
 class TransportConformance : public ::testing::TestWithParam<TransportKind> {
  protected:
   void run(int size, const std::function<void(Transport&)>& body, TransportOptions options = {}) {
+#ifdef GRADSYNC_TEST_MPI
+    if (GetParam() == TransportKind::kMpi) return runWithMpiTransport(size, body, options);
+#endif
     runWithTransports(GetParam(), size, body, options);
   }
 };
@@ -212,9 +220,14 @@ TEST_P(TransportConformance, InvalidPeerIsAConfigError) {
   });
 }
 
+#ifdef GRADSYNC_TEST_MPI
+INSTANTIATE_TEST_SUITE_P(Transports, TransportConformance, ::testing::Values(TransportKind::kMpi),
+                         [](const auto& info) { return kindName(info.param); });
+#else
 INSTANTIATE_TEST_SUITE_P(Transports, TransportConformance,
                          ::testing::Values(TransportKind::kLoopback, TransportKind::kTcp),
                          [](const auto& info) { return kindName(info.param); });
+#endif
 
 }  // namespace
 }  // namespace gradsync::testing

@@ -2,6 +2,7 @@
 
 #include <memory>
 
+#include "common/check.h"
 #include "gradsync/loopback.h"
 #include "gradsync/store.h"
 #include "gradsync/tcp.h"
@@ -10,7 +11,15 @@
 namespace gradsync::testing {
 
 std::string kindName(TransportKind kind) {
-  return kind == TransportKind::kLoopback ? "loopback" : "tcp";
+  switch (kind) {
+    case TransportKind::kLoopback:
+      return "loopback";
+    case TransportKind::kTcp:
+      return "tcp";
+    case TransportKind::kMpi:
+      return "mpi";
+  }
+  return "?";
 }
 
 void runWithTransports(TransportKind kind, int size, const std::function<void(Transport&)>& body,
@@ -23,6 +32,7 @@ void runWithTransports(TransportKind kind, int size, const std::function<void(Tr
     });
     return;
   }
+  GS_CHECK(kind == TransportKind::kTcp);  // kMpi: support/mpi_transport.h
   std::shared_ptr<Store> store = makeInMemoryStore();
   TcpTransportOptions tcp;
   tcp.transport = options;

@@ -9,7 +9,8 @@
 
 namespace gradsync::testing {
 
-enum class TransportKind { kLoopback, kTcp };
+// kMpi runs through support/mpi_transport.h (only in binaries launched by mpirun).
+enum class TransportKind { kLoopback, kTcp, kMpi };
 std::string kindName(TransportKind kind);
 
 // Connects one transport per rank thread (TCP over an in-memory store on 127.0.0.1), runs
