@@ -1,5 +1,6 @@
 #include "commands.h"
 
+#include "common/logging.h"
 #include "common/rank_threads.h"
 #include "common/subprocess.h"
 #include "common/units.h"
@@ -38,6 +39,7 @@ int runMpiRank(const BootstrapFlags& bootstrap, const Env& env, TransportOptions
   }
   link.timeout = resolveBootstrap(bootstrap, env).timeout;
   std::unique_ptr<Transport> transport = connectMpiTransport({.transport = link});
+  GS_LOG(kInfo, "rank {} of {} connected over MPI", transport->rank(), transport->size());
   checkSameSettings(*transport, settings);
   return body(*transport);
 #else

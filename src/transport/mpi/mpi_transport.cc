@@ -386,7 +386,9 @@ void MpiTransport::breakAll(std::exception_ptr error) {
 
 void MpiTransport::noteIfDrained() {
   std::lock_guard<std::mutex> lock(submitMutex_);
-  if (!closing_ || drained_ || !submitted_.empty() || !sending_.empty()) return;
+  if (!closing_ || drained_ || !submitted_.empty() || !sending_.empty() || !receiving_.empty()) {
+    return;
+  }
   if (broken_ || goodbyes_ == size_ - 1) {
     drained_ = true;
     stateCv_.notify_all();

@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# End-to-end on emulated hosts: gradsync ranks in separate network namespaces (scripts/netem),
+# talking over shaped veth links through a bridge.
+#
+#   tests/e2e/netem_test.sh GRADSYNC_BINARY NETEM_SCRIPT
+#
+# Cases (NETEM_TEST_CASES="train_tcp train_mpi killed_host" picks some):
+#   train_tcp    3 hosts at 200 Mbit/s train 20 steps over TCP, bootstrapped from the torchrun
+#                style environment netem sets; rank 0's summary and metrics say 3 workers, every
+#                rank connected, and every host's eth0 sent the gradients (veth byte counters).
+#   train_mpi    the same over the MPI transport, launched by netem's mpirun mode.
+#   killed_host  host 2 is SIGKILLed mid-training: the run ends within a bound with a non-zero
+#                status and the survivors' errors name rank 2.
+# After every case no namespace or bridge of that netem run is left. Exits 77 (skipped) without
+# root, ip/tc or network namespaces.
+# shellcheck disable=SC2016  # the hosts' bash -c scripts expand their own variables
+set -euo pipefail
+
+[ $# -eq 2 ] || { echo "usage: $0 GRADSYNC_BINARY NETEM_SCRIPT" >&2; exit 2; }
+gradsync="$1" netem="$2"
+skip() { echo "skipped: $*"; exit 77; }
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+[ "$(id -u)" -eq 0 ] || skip "needs root for network namespaces"
+if ! command -v ip >/dev/null || ! command -v tc >/dev/null; then
+  skip "ip/tc unavailable (install iproute2)"
+fi
+probe="gsnprobe$$"
+if ! ip netns add "$probe" 2>/dev/null; then skip "ip netns unavailable"; fi
+ip netns del "$probe"
+[ -x "$gradsync" ] || fail "gradsync binary '$gradsync' not found"
+[ -x "$netem" ] || fail "netem script '$netem' not found"
+"$gradsync" train --help >/dev/null 2>&1 || skip "gradsync built without LibTorch (no train)"
+
+tmp="$(mktemp -d /tmp/netem_test.XXXXXX)"
+trap 'rm -rf "$tmp"' EXIT
+export GRADSYNC_LOG_LEVEL=info
+
+now_ms() { local t="${EPOCHREALTIME//[!0-9]/}"; echo $((t / 1000)); }
+
+# run_netem NAME NETEM_ARGS...: runs scripts/netem with the log in $tmp/NAME.log (shown
+# indented), sets `status` and `seconds`, and fails if the run left a namespace or its bridge.
+run_netem() {
+  local name="$1" t0 id
+  shift
+  echo "== $name: netem $*"
+  t0="$(now_ms)"
+  status=0
+  "$netem" "$@" > "$tmp/$name.log" 2>&1 || status=$?
+  seconds=$((($(now_ms) - t0 + 500) / 1000))
+  sed 's/^/   /' "$tmp/$name.log"
+  echo "== $name: exit status $status after ${seconds}s"
+  id="$(sed -n 's/^netem: .* hosts on gsb\([0-9]*\) .*/\1/p' "$tmp/$name.log")"
+  [ -n "$id" ] || fail "$name: netem did not set up its hosts"
+  if ip netns list | grep -q "^gsn${id}h"; then
+    fail "$name: namespaces left behind: $(ip netns list | grep "^gsn${id}h" | tr '\n' ' ')"
+  fi
+  if ip link show "gsb$id" >/dev/null 2>&1; then fail "$name: bridge gsb$id left behind"; fi
+}
+
+# expect NAME ERE WHAT: the case's log has a line matching ERE.
+expect() { grep -Eq "$2" "$tmp/$1.log" || fail "$1: expected $3 (/$2/ in its log)"; }
+
+train=(train --model mlp --dataset synthetic --batch-size 32 --quiet)
+
+case_train_tcp() {
+  # Each host prints its eth0 transmit counter after training: bytes that crossed its veth.
+  run_netem train_tcp --hosts 3 --rate 200mbit --timeout 240 run -- bash -c \
+    '"$0" "$@" && echo "eth0 tx_bytes $(cat /sys/class/net/eth0/statistics/tx_bytes)"' \
+    "$gradsync" "${train[@]}" --steps 20 --metrics "$tmp/m.json"
+  [ "$status" -eq 0 ] || fail "train_tcp: exit status $status"
+  expect train_tcp '^\[h0\] gradsync train: mlp on synthetic, 3 workers' "rank 0's summary line"
+  grep -Eq '"workers": 3[,}]?$' "$tmp/m.json" || fail "train_tcp: metrics do not say 3 workers"
+  local h bytes
+  for h in 0 1 2; do
+    expect train_tcp "^\[h$h\] .*rank $h of 3 connected" "rank $h connected"
+    bytes="$(sed -n "s/^\[h$h\] eth0 tx_bytes \([0-9]*\)$/\1/p" "$tmp/train_tcp.log")"
+    # A ring allreduce of mlp's 2.7 MB of gradients sends 3.6 MB per rank and step.
+    if [ -z "$bytes" ] || [ "$bytes" -lt 20000000 ]; then
+      fail "train_tcp: host h$h's eth0 sent ${bytes:-no} bytes, expected >= 20 MB"
+    fi
+  done
+}
+
+case_killed_host() {
+  # Host 2 kills its rank once its eth0 has sent 10 MB (training under way, whatever the load).
+  GRADSYNC_TIMEOUT=10s run_netem killed_host --hosts 3 --rate 200mbit --timeout 120 run -- bash -c '
+    if [ "$NETEM_HOST" != 2 ]; then exec "$0" "$@"; fi
+    "$0" "$@" & rank=$!
+    while kill -0 "$rank" 2>/dev/null &&
+      [ "$(cat /sys/class/net/eth0/statistics/tx_bytes)" -lt 10000000 ]; do sleep 0.1; done
+    kill -KILL "$rank"; wait "$rank"' "$gradsync" "${train[@]}" --steps 2000
+  [ "$status" -ne 0 ] || fail "killed_host: exit status 0 although rank 2 was killed"
+  [ "$seconds" -le 60 ] || fail "killed_host: took ${seconds}s to report the lost rank"
+  # netem reports first the host that ended first: h2, unless a survivor beat its wrapper shell.
+  expect killed_host '^netem: host h2 (failed with exit|exited with) status 137' "netem naming host h2"
+  expect killed_host '^\[h0\] gradsync: error: .*rank 2' "rank 0's error naming rank 2"
+  expect killed_host '^\[h1\] gradsync: error: .*rank 2' "rank 1's error naming rank 2"
+}
+
+case_train_mpi() {
+  # The MPI transport across the hosts: mpirun's daemons enter the namespaces (netem-agent) and
+  # Open MPI is restricted to TCP on the hosts' subnet, so the ranks talk over the shaped veths.
+  run_netem train_mpi --hosts 3 --rate 200mbit --timeout 240 mpirun -- \
+    "$gradsync" "${train[@]}" --transport mpi --steps 20 --metrics "$tmp/mpi.json"
+  [ "$status" -eq 0 ] || fail "train_mpi: exit status $status"
+  expect train_mpi '^gradsync train: mlp on synthetic, 3 workers' "rank 0's summary line"
+  grep -Eq '"workers": 3[,}]?$' "$tmp/mpi.json" || fail "train_mpi: metrics do not say 3 workers"
+  local r
+  for r in 0 1 2; do
+    expect train_mpi "rank $r of 3 connected over MPI" "rank $r connected over MPI"
+  done
+}
+
+# More cases: a case_NAME function built from run_netem and expect, added to the default list.
+read -r -a cases <<< "${NETEM_TEST_CASES:-train_tcp train_mpi killed_host}"
+for c in "${cases[@]}"; do
+  declare -F "case_$c" >/dev/null || fail "unknown case '$c'"
+  "case_$c"
+  echo "== $c: passed"
+done
+echo "netem_test: all passed (${cases[*]})"
