@@ -36,6 +36,7 @@ bench: build
 	$(BUILD)/apps/gradsync/gradsync bench allreduce --workers 4 --min-bytes 1M --max-bytes 64M --json results/allreduce.json
 	$(BUILD)/apps/gradsync/gradsync bench allreduce --workers 4 --min-bytes 1M --max-bytes 64M --bandwidth 1gbit --iters 5 --json results/allreduce-1gbit.json
 	$(BUILD)/apps/gradsync/gradsync simulate --model-profile resnet50 --gpus-per-host 8 --bandwidth 25gbit --latency 5us --schedule fusion:25 --sweep workers=8,16,32,64,128,256,512,1024,2048,4096 --json results/sim-resnet50-workers.json --plot results/sim-resnet50-workers.svg
+	scripts/experiments/run_all.sh --short --build $(BUILD)
 
 bench-peers: build
 	scripts/bench_peers.sh --build $(BUILD)

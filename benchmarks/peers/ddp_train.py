@@ -18,6 +18,16 @@ Throughput: --warmup-steps untimed steps, a barrier, --steps timed steps, a barr
 times the span between the two barriers, and samples/s = global batch × steps / seconds, where
 global batch = --batch-size × workers. final_loss is the last timed step's loss averaged over
 ranks. Rank 0 writes the JSON (--json) and prints one summary line.
+
+Evaluation (--eval-every N, Fashion-MNIST only), as `gradsync train` evaluates: BatchNorm
+running statistics are first averaged across ranks (kept averaged, as gradsync does), then the
+unwrapped model in eval mode scores the test set, each rank every world-th image from its rank
+(batches of 500) and the correct counts summed over ranks. Every N timed steps it scores the
+first --eval-samples test images (0: all), at the end of each epoch and of the run all 10,000.
+Each record is {step, seconds, test_accuracy}: seconds is rank 0's training time since the
+first timed step with every evaluation's time left out (time-to-accuracy curves), and
+samples_per_s then leaves evaluation time out too. Use --warmup-steps 0 for time-to-accuracy,
+so that no training happens before the clock starts.
 """
 
 from __future__ import annotations
@@ -60,6 +70,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1, help="torch threads per rank")
     parser.add_argument("--timeout", type=float, default=300, help="collective timeout, s")
+    parser.add_argument("--eval-every", type=int, default=0,
+                        help="evaluate every N timed steps (0: never; fashion-mnist only)")
+    parser.add_argument("--eval-samples", type=int, default=0,
+                        help="--eval-every evaluations use the first N test images (0: all)")
     parser.add_argument("--json", help="write the result here (rank 0)")
     parser.add_argument("--quiet", action="store_true", help="only the summary line")
     args = parser.parse_args(argv)
@@ -68,6 +82,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
     if args.warmup_steps < 0:
         parser.error("--warmup-steps must not be negative")
+    if args.eval_every < 0 or args.eval_samples < 0:
+        parser.error("--eval-every and --eval-samples must not be negative")
+    if args.eval_every > 0 and args.dataset != "fashion-mnist":
+        parser.error("--eval-every needs --dataset fashion-mnist (a test set)")
     return args
 
 
@@ -90,10 +108,10 @@ def read_idx(path: str) -> tuple[tuple[int, ...], bytes]:
     return shape, data[offset:]
 
 
-def load_fashion_mnist(data_dir: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """Training images (N×1×28×28 uint8) and labels (N int64)."""
-    image_shape, images = read_idx(os.path.join(data_dir, "train-images-idx3-ubyte.gz"))
-    label_shape, labels = read_idx(os.path.join(data_dir, "train-labels-idx1-ubyte.gz"))
+def load_fashion_mnist(data_dir: str, split: str = "train") -> tuple[torch.Tensor, torch.Tensor]:
+    """Images (N×1×28×28 uint8) and labels (N int64) of split "train" or "t10k" (test)."""
+    image_shape, images = read_idx(os.path.join(data_dir, f"{split}-images-idx3-ubyte.gz"))
+    label_shape, labels = read_idx(os.path.join(data_dir, f"{split}-labels-idx1-ubyte.gz"))
     if image_shape[1:] != INPUT_SHAPE[1:] or label_shape != image_shape[:1]:
         raise ValueError(f"{data_dir}: images {image_shape} and labels {label_shape} mismatch")
     x = torch.frombuffer(bytearray(images), dtype=torch.uint8).view(-1, *INPUT_SHAPE)
@@ -133,6 +151,9 @@ class Batches:
         order = torch.cat([order, order[: total - n]])
         return order[self.rank : total : self.world]
 
+    def steps_per_epoch(self) -> int:
+        return len(self.indices) // self.batch
+
     def next(self) -> tuple[torch.Tensor, torch.Tensor]:
         if self.pos + self.batch > len(self.indices):  # Drop the last partial batch.
             self.epoch += 1
@@ -140,10 +161,46 @@ class Batches:
             self.pos = 0
         idx = self.indices[self.pos : self.pos + self.batch]
         self.pos += self.batch
-        x, y = self.x[idx], self.y[idx]
-        if x.dtype == torch.uint8:
-            x = (x.float() / 255.0 - FASHION_MNIST_MEAN) / FASHION_MNIST_STD
-        return x, y
+        return normalized(self.x[idx]), self.y[idx]
+
+
+def normalized(x: torch.Tensor) -> torch.Tensor:
+    if x.dtype == torch.uint8:
+        return (x.float() / 255.0 - FASHION_MNIST_MEAN) / FASHION_MNIST_STD
+    return x
+
+
+class Evaluator:
+    """Test accuracy as `gradsync train` measures it (see the module docstring)."""
+
+    BATCH = 500
+
+    def __init__(self, args: argparse.Namespace, rank: int, world: int) -> None:
+        self.rank, self.world = rank, world
+        self.x, self.y = load_fashion_mnist(args.data_dir, "t10k")
+        self.seconds = 0.0  # Spent evaluating, on this rank.
+
+    def accuracy(self, model: nn.Module, samples: int = 0) -> float:
+        start = time.perf_counter()
+        test_size = min(samples, len(self.y)) if samples > 0 else len(self.y)
+        with torch.no_grad():
+            for buffer in model.buffers():  # BatchNorm running statistics, averaged.
+                if buffer.is_floating_point():
+                    dist.all_reduce(buffer)
+                    buffer /= self.world
+            was_training = model.training
+            model.eval()
+            mine = torch.arange(self.rank, test_size, self.world)
+            counts = torch.zeros(2, dtype=torch.float64)  # correct, seen
+            for first in range(0, len(mine), self.BATCH):
+                idx = mine[first : first + self.BATCH]
+                logits = model(normalized(self.x[idx]))
+                counts[0] += (logits.argmax(1) == self.y[idx]).sum().item()
+                counts[1] += len(idx)
+            model.train(was_training)
+            dist.all_reduce(counts)
+        self.seconds += time.perf_counter() - start
+        return counts[0].item() / counts[1].item() if counts[1] > 0 else 0.0
 
 
 def train(rank: int, world: int, args: argparse.Namespace) -> None:
@@ -171,6 +228,8 @@ def run_steps(rank: int, world: int, args: argparse.Namespace) -> None:
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
     loss_fn = nn.CrossEntropyLoss()
     batches = Batches(args, rank, world)
+    evaluator = Evaluator(args, rank, world) if args.eval_every > 0 else None
+    evaluations = []
     model.train()
 
     def step() -> float:
@@ -189,12 +248,25 @@ def run_steps(rank: int, world: int, args: argparse.Namespace) -> None:
     dist.barrier()
     start = time.perf_counter()
     report_every = max(1, args.steps // 10)
+    per_epoch = batches.steps_per_epoch()
     for i in range(args.steps):
         loss = step()
         if rank == 0 and not args.quiet and ((i + 1) % report_every == 0 or i + 1 == args.steps):
             print(f"step {i + 1}/{args.steps}: loss {loss:.4f}", flush=True)
+        if evaluator is None:
+            continue
+        done = i + 1
+        last = done == args.steps or (args.warmup_steps + done) % per_epoch == 0
+        if last or done % args.eval_every == 0:
+            trained = time.perf_counter() - start - evaluator.seconds
+            samples = 0 if last else args.eval_samples  # Epoch and run ends: the whole test set.
+            accuracy = evaluator.accuracy(model.module, samples)
+            evaluations.append({"step": done, "seconds": trained, "test_accuracy": accuracy})
+            if rank == 0 and not args.quiet:
+                print(f"step {done}: test accuracy {100 * accuracy:.2f}% "
+                      f"after {trained:.1f} s of training", flush=True)
     dist.barrier()
-    seconds = time.perf_counter() - start
+    seconds = time.perf_counter() - start - (evaluator.seconds if evaluator else 0.0)
 
     mean_loss = torch.tensor([loss], dtype=torch.float64)
     dist.all_reduce(mean_loss)
@@ -217,6 +289,10 @@ def run_steps(rank: int, world: int, args: argparse.Namespace) -> None:
         "momentum": args.momentum,
         "seed": args.seed,
         "backend": "gloo",
+        "eval_every": args.eval_every,
+        "eval_samples": args.eval_samples,
+        "evaluations": evaluations,
+        "final_test_accuracy": evaluations[-1]["test_accuracy"] if evaluations else None,
         "torch_version": torch.__version__,
     }
     print(
@@ -243,7 +319,10 @@ def main(argv: list[str]) -> int:
     args = parse_args(argv)
     if args.dataset == "fashion-mnist":
         # Fail before starting any process if the files are missing or malformed.
-        for name in ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"):
+        names = ["train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"]
+        if args.eval_every > 0:
+            names += ["t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"]
+        for name in names:
             path = os.path.join(args.data_dir, name)
             if not os.path.isfile(path):
                 raise FileNotFoundError(f"{path} not found (see --data-dir)")

@@ -7,6 +7,11 @@
 // (this Gloo has no TCP store), forks and re-executes itself once per rank with the hidden
 // `--rank R --store-dir DIR`, waits for all, and removes the directory. If one rank fails the
 // others are killed after a short grace period, so a failure never turns into a hang.
+//
+// Launched (one rank per host, e.g. under scripts/netem): with RANK and WORLD_SIZE set (or
+// --rank R --workers N) and `--store-dir DIR`, a directory every rank sees (and empty at the
+// start: a stale store would pair ranks of different runs), it runs as that one rank, its Gloo
+// device bound to --host (default: $NETEM_ADDR, else 127.0.0.1).
 // Exit status: 0 ok, 2 bad arguments, 3 wrong results, 1 any other error, 128+N killed by signal N.
 #include <gloo/allreduce.h>
 #include <gloo/barrier.h>
@@ -37,12 +42,13 @@ namespace {
 using gradsync::peers::BenchOptions;
 using ReduceFn = void (*)(void*, const void*, const void*, size_t);
 
-constexpr std::string_view kTransport = "gloo tcp loopback 127.0.0.1, file store rendezvous";
+constexpr std::string_view kLoopback = "127.0.0.1";  // Not "localhost", which may be ::1.
 
 struct LaunchOptions {
   int workers = 4;
   int rank = -1;  // Set only in the processes this program starts.
   std::string storeDir;
+  std::string host{kLoopback};  // The address this rank's Gloo device binds to.
   int timeoutSeconds = 300;
 };
 
@@ -96,13 +102,17 @@ class GlooPeer {
 int runRank(const BenchOptions& options, const LaunchOptions& launch) {
   gloo::rendezvous::FileStore store(launch.storeDir);
   gloo::transport::tcp::attr attr;
-  attr.hostname = "127.0.0.1";  // Not "localhost", which may resolve to ::1.
+  attr.hostname = launch.host;
   auto device = gloo::transport::tcp::CreateDevice(attr);
   auto context = std::make_shared<gloo::rendezvous::Context>(launch.rank, launch.workers);
   context->setTimeout(std::chrono::seconds(launch.timeoutSeconds));
   context->connectFullMesh(store, device);
   GlooPeer peer(context);
-  const int64_t wrong = gradsync::peers::runSweep(peer, "gloo", kTransport, options);
+  const std::string transport =
+      launch.host == kLoopback
+          ? "gloo tcp loopback 127.0.0.1, file store rendezvous"
+          : fmt::format("gloo tcp {} (rank {}), file store rendezvous", launch.host, launch.rank);
+  const int64_t wrong = gradsync::peers::runSweep(peer, "gloo", transport, options);
   if (wrong != 0 && launch.rank == 0) fmt::print(stderr, "error: {} wrong elements\n", wrong);
   return wrong == 0 ? 0 : 3;
 }
@@ -171,10 +181,31 @@ int launchRanks(int argc, char** argv, int workers) {
   return result;
 }
 
+// RANK/WORLD_SIZE (torchrun style, as scripts/netem sets them) when --rank is not given.
+void rankFromEnvironment(LaunchOptions& launch) {
+  const char* rank = std::getenv("RANK");
+  const char* size = std::getenv("WORLD_SIZE");
+  if (launch.rank < 0 && rank != nullptr && size != nullptr) {
+    launch.rank = std::stoi(rank);
+    launch.workers = std::stoi(size);
+  }
+  if (launch.rank < 0) return;
+  if (launch.rank >= launch.workers) {
+    throw std::invalid_argument(
+        fmt::format("rank {} out of range for {} workers", launch.rank, launch.workers));
+  }
+  if (launch.storeDir.empty()) {
+    throw std::invalid_argument("a launched rank needs --store-dir (a directory all ranks see)");
+  }
+}
+
 int run(int argc, char** argv) {
   BenchOptions options;
   LaunchOptions launch;
-  CLI::App app{"Gloo ring allreduce baseline over TCP loopback (starts its own ranks)"};
+  if (const char* address = std::getenv("NETEM_ADDR")) launch.host = address;
+  CLI::App app{
+      "Gloo ring allreduce baseline over TCP (starts its own ranks, or runs as RANK of "
+      "WORLD_SIZE)"};
   gradsync::peers::addCommonOptions(app, options);
   app.add_option("--workers", launch.workers, "number of ranks to start")
       ->capture_default_str()
@@ -182,12 +213,16 @@ int run(int argc, char** argv) {
   app.add_option("--timeout-s", launch.timeoutSeconds, "Gloo timeout per operation (seconds)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  // Internal: set by the launcher for the ranks it starts; hidden from --help.
+  app.add_option("--host", launch.host, "address to bind (launched ranks; default $NETEM_ADDR)")
+      ->capture_default_str();
+  app.add_option("--store-dir", launch.storeDir,
+                 "launched ranks: FileStore directory shared by all ranks (fresh per run)");
+  // Set by the launcher for the ranks it starts (else RANK from the environment).
   app.add_option("--rank", launch.rank)->group("");
-  app.add_option("--store-dir", launch.storeDir)->group("");
   try {
     app.parse(argc, argv);
     gradsync::peers::finishOptions(options);
+    rankFromEnvironment(launch);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;  // CLI11 has its own codes; keep the documented one.
   } catch (const std::invalid_argument& e) {
