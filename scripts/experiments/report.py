@@ -10,227 +10,26 @@
 DIR/setup.json (written by `setup`, from the runner) states the conditions; each table and plot
 repeats them. train and tta read DIR/runs.tsv, one line per run: MODEL RATE CONFIG SYSTEM STATUS
 JSON WALL_SECONDS (tab-separated), written by the runners. The plots are hand-written SVG (no plotting
-library: Debian's python3 alone runs this). Standard library only.
+library: Debian's python3 alone runs this), drawn by svg_plot.py; report_common.py holds the files,
+units and setup block that the experiments share. Standard library only.
 """
 
 from __future__ import annotations
 
 import argparse
-import html
-import json
-import math
 import os
 import re
 import sys
-import textwrap
 
-COLORS = ["#1b9e77", "#d95f02", "#7570b3", "#e7298a", "#66a61e", "#e6ab02", "#a6761d", "#1f78b4",
-          "#b2df8a", "#fb9a99", "#cab2d6", "#ff7f00", "#6a3d9a", "#b15928", "#8dd3c7", "#bc80bd",
-          "#80b1d3", "#fdb462", "#fccde5", "#d9d9d9"]
-SHAPING = ("scripts/netem: one network namespace per host on a Linux bridge, each host's veth "
-           "shaped with tc tbf in both directions ({shaping}, queue bound 5 ms); no added delay "
-           "(this kernel has no netem qdisc): round trip is the veth's, about 70 µs")
-CPU_NOTE = ("All hosts are namespaces of one {nproc}-CPU machine: the ranks share its cores, so "
-            "compute and the kernel's TCP work are CPU-bound well below what K real hosts would "
-            "do. CPU compute is about 100× slower than a datacenter GPU, so the emulated "
-            "bandwidth is scaled down accordingly (100 Mbit/s here ≈ 10 Gbit/s with V100s).")
-PEERS = ("openmpi", "gloo")
+# The sibling modules, whatever the working directory (and even under python3 -P); no
+# __pycache__ left in the source tree.
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.dont_write_bytecode = True
 
-
-# ---------------------------------------------------------------------------------------------
-# Small helpers
-
-
-def load(path):
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
-
-
-def dump(path, doc):
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(doc, f, indent=2)
-        f.write("\n")
-
-
-def write_text(path, text):
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(text)
-
-
-def mbits(rate):
-    """'100mbit', '1gbit', '2.5gbit', 'none' -> Mbit/s (None for unshaped)."""
-    if rate == "none":
-        return None
-    m = re.fullmatch(r"([0-9.]+)\s*([kmg]?)bit", rate.strip().lower())
-    if not m:
-        raise ValueError(f"cannot read rate '{rate}' (expected e.g. 100mbit, 1gbit)")
-    return float(m.group(1)) * {"k": 1e-3, "": 1e-6, "m": 1.0, "g": 1e3}[m.group(2)]
-
-
-def rate_label(mbit):
-    return f"{mbit / 1e3:g} Gbit/s" if mbit >= 1e3 else f"{mbit:g} Mbit/s"
-
-
-def format_bytes(n):
-    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
-        if n >= 1 << shift:
-            return f"{n / (1 << shift):g} {unit}"
-    return f"{n} B"
-
-
-def number(text):
-    try:
-        return int(text)
-    except ValueError:
-        try:
-            return float(text)
-        except ValueError:
-            return text
-
-
-def read_runs(directory):
-    """DIR/runs.tsv -> [{model, rate, config, system, status, path, doc}], the last line of a
-    (model, rate, config) winning (a re-run replaces an earlier one)."""
-    runs = {}
-    with open(os.path.join(directory, "runs.tsv"), encoding="utf-8") as f:
-        for line in f:
-            if not line.strip() or line.startswith("#"):
-                continue
-            fields = line.rstrip("\n").split("\t")
-            model, rate, config, system, status, path = fields[:6]
-            wall = number(fields[6]) if len(fields) > 6 else None
-            doc = None
-            if status == "ok":
-                if not os.path.isabs(path):
-                    path = os.path.join(directory, path)
-                doc = load(path)
-            runs[(model, rate, config)] = {"model": model, "rate": rate, "config": config,
-                                           "system": system, "status": status, "path": path,
-                                           "wall_s": wall, "doc": doc}
-    return list(runs.values())
-
-
-def order(values, first=()):
-    """Unique values in first-seen order, those listed in `first` ahead."""
-    seen = list(dict.fromkeys(values))
-    return [v for v in first if v in seen] + [v for v in seen if v not in first]
-
-
-# ---------------------------------------------------------------------------------------------
-# Setup block (Markdown, and the SVG footer)
-
-
-def setup_markdown(setup, what):
-    """Bullets stating the conditions of one experiment; `what` adds experiment-specific ones."""
-    s = setup
-    rates = s.get("rates") or s.get("rate")
-    lines = [f"- emulated cluster: {s.get('hosts', '?')} hosts, link rate {rates} per host "
-             "in each direction",
-             "- shaping: " + SHAPING.format(shaping=s.get("shaping") or f"rate {rates}"),
-             f"- machine: {s.get('nproc', '?')} CPUs (nproc), load average (1/5/15 min) "
-             f"{s.get('load_before', '?')} before, {s.get('load_after', '?')} after (which "
-             "includes these runs' own load)"]
-    lines += what
-    lines += [f"- date: {s.get('date', '?')}; commit `{s.get('commit', '?')}`",
-              f"- command: `{s.get('command', '?')}`"]
-    runs = s.get("runs") or []
-    if runs:
-        lines.append(f"- the {len(runs)} program runs (log name: command):")
-        lines.append("  <details><summary>commands</summary>")
-        lines.append("")
-        lines += [f"  - `{r}`" for r in runs]
-        lines.append("")
-        lines.append("  </details>")
-    return lines
-
-
-def svg_footer(setup, extra):
-    rates = setup.get("rates") or setup.get("rate")
-    return [f"{setup.get('hosts', '?')} emulated hosts at {rates} (scripts/netem, tc tbf both "
-            f"directions, no added delay) on one {setup.get('nproc', '?')}-CPU machine; "
-            + extra,
-            f"{setup.get('date', '?')}, commit {setup.get('commit', '?')}; "
-            f"{setup.get('command', '?')}"]
-
-
-# ---------------------------------------------------------------------------------------------
-# SVG line chart
-
-
-def nice_ceiling(value):
-    if value <= 0:
-        return 1.0
-    power = 10 ** math.floor(math.log10(value))
-    return next(m * power for m in (1, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10) if m * power >= value)
-
-
-def svg_chart(series, *, title, xlabel, ylabel, xticks, footer, xlog=True, refs=(),
-              width=880, height=520):
-    """series: [{name, points: [(x, y)], dashed?}] -> SVG text. xticks: [(x, label)];
-    refs: [(y, label)] drawn as grey dashed horizontal lines."""
-    legend_w = 190
-    footer = [part for line in footer for part in textwrap.wrap(line, int(width / 5.4))]
-    left, right, top = 70, legend_w + 20, 44
-    bottom = 66 + 14 * len(footer)
-    xs = [x for s in series for x, _ in s["points"]] + [x for x, _ in xticks]
-    ys = [y for s in series for _, y in s["points"]] + [y for y, _ in refs]
-    tx = (lambda x: math.log(x)) if xlog else (lambda x: x)
-    x0, x1 = tx(min(xs)), tx(max(xs))
-    if x1 <= x0:
-        x1 = x0 + 1
-    pad = 0.04 * (x1 - x0)
-    x0, x1 = x0 - pad, x1 + pad
-    y1 = nice_ceiling(max(ys) * 1.05 if ys else 1)
-    plot_w, plot_h = width - left - right, height - top - bottom
-    px = lambda x: left + (tx(x) - x0) / (x1 - x0) * plot_w
-    py = lambda y: top + plot_h - y / y1 * plot_h
-    esc = html.escape
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-           f'font-family="sans-serif" font-size="12">',
-           f'<rect width="{width}" height="{height}" fill="white"/>',
-           f'<text x="{left + plot_w / 2}" y="24" text-anchor="middle" font-size="15">'
-           f'{esc(title)}</text>']
-    for x, label in xticks:
-        out.append(f'<line x1="{px(x):.1f}" y1="{top}" x2="{px(x):.1f}" y2="{top + plot_h}" '
-                   'stroke="#eee"/>')
-        out.append(f'<text x="{px(x):.1f}" y="{top + plot_h + 16}" text-anchor="middle">'
-                   f'{esc(label)}</text>')
-    for i in range(6):
-        y = y1 * i / 5
-        out.append(f'<line x1="{left}" y1="{py(y):.1f}" x2="{left + plot_w}" y2="{py(y):.1f}" '
-                   'stroke="#eee"/>')
-        out.append(f'<text x="{left - 6}" y="{py(y) + 4:.1f}" text-anchor="end">{y:g}</text>')
-    out.append(f'<rect x="{left}" y="{top}" width="{plot_w}" height="{plot_h}" fill="none" '
-               'stroke="#999"/>')
-    out.append(f'<text x="{left + plot_w / 2}" y="{top + plot_h + 36}" text-anchor="middle">'
-               f'{esc(xlabel)}</text>')
-    out.append(f'<text transform="translate(18,{top + plot_h / 2}) rotate(-90)" '
-               f'text-anchor="middle">{esc(ylabel)}</text>')
-    for y, label in refs:
-        out.append(f'<line x1="{left}" y1="{py(y):.1f}" x2="{left + plot_w}" y2="{py(y):.1f}" '
-                   'stroke="#555" stroke-dasharray="6,4"/>')
-        out.append(f'<text x="{left + 6}" y="{py(y) - 5:.1f}" fill="#555">{esc(label)}</text>')
-    for i, s in enumerate(series):
-        color = s.get("color") or COLORS[i % len(COLORS)]
-        dash = ' stroke-dasharray="8,4"' if s.get("dashed") else ""
-        width_ = 3 if s.get("bold") else 2
-        pts = sorted(s["points"])
-        if len(pts) > 1:
-            path = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in pts)
-            out.append(f'<polyline points="{path}" fill="none" stroke="{color}" '
-                       f'stroke-width="{width_}"{dash}/>')
-        for x, y in pts:
-            out.append(f'<circle cx="{px(x):.1f}" cy="{py(y):.1f}" r="3" fill="{color}"/>')
-        ly = top + 8 + 17 * i
-        lx = left + plot_w + 14
-        out.append(f'<line x1="{lx}" y1="{ly}" x2="{lx + 22}" y2="{ly}" stroke="{color}" '
-                   f'stroke-width="{width_}"{dash}/>')
-        out.append(f'<text x="{lx + 28}" y="{ly + 4}">{esc(s["name"])}</text>')
-    for i, line in enumerate(footer):
-        out.append(f'<text x="10" y="{height - 14 * (len(footer) - i) + 2}" font-size="10" '
-                   f'fill="#444">{esc(line)}</text>')
-    out.append("</svg>")
-    return "\n".join(out) + "\n"
+from report_common import (dump, format_bytes, load, load_setup, mbits, md_row,  # noqa: E402
+                           number, order, rate_label, read_runs, setup_markdown, svg_footer,
+                           write_results, write_text)
+from svg_plot import nice_ceiling, svg_chart  # noqa: E402
 
 
 # ---------------------------------------------------------------------------------------------
@@ -252,7 +51,7 @@ def cmd_setup(args):
 
 
 def cmd_allreduce(args):
-    setup = load(os.path.join(args.dir, "setup.json"))
+    setup = load_setup(args.dir)
     docs = {}
     for item in args.input:
         system, _, path = item.partition("=")
@@ -296,14 +95,13 @@ def cmd_allreduce(args):
         "ring `gloo::allreduce` over its TCP transport, FileStore rendezvous",
         "- link rate line: the nominal rate; TCP payload over Ethernet tops out about 5% below "
         "it (headers; tbf counts whole packets), and tbf's burst lets short transfers exceed "
-        "it a little",
-        "- " + CPU_NOTE.format(nproc=setup.get("nproc", "?"))])
+        "it a little"])
     for system in systems:
         md.append(f"- {system} transport: {docs[system].get('transport', '?')}")
     md.append("")
     header = (["size"] + [f"{s} busbw (Gbit/s)" for s in systems] +
               [f"gradsync/{p}" for p in peers] + (["gradsync / link rate"] if link else []))
-    md.append("| " + " | ".join(header) + " |")
+    md.append(md_row(header))
     md.append("|" + "---:|" * len(header))
     for row in rows:
         cells = [format_bytes(row["bytes"])]
@@ -317,7 +115,7 @@ def cmd_allreduce(args):
         if link:
             r = row["gradsync_of_link"]
             cells.append("n/a" if r is None else f"{100 * r:.0f}%")
-        md.append("| " + " | ".join(cells) + " |")
+        md.append(md_row(cells))
     large = [r for r in rows if r["bytes"] >= 16 << 20 and "gradsync" in r["busbw_gbit_s"]]
     if large:
         low = min(large, key=lambda row: row["busbw_gbit_s"]["gradsync"])
@@ -344,11 +142,9 @@ def cmd_allreduce(args):
                     refs=refs, footer=svg_footer(setup, f"float32 sum, {setup.get('iters')} "
                                                  "iterations per size, busbw = 2(n−1)/n·bytes/time"))
     write_text(os.path.join(args.dir, "allreduce.svg"), svg)
-    write_text(os.path.join(args.dir, "allreduce.md"), markdown)
-    dump(os.path.join(args.dir, "allreduce.json"),
-         {"experiment": "allreduce", "setup": setup, "units": "busbw in Gbit/s (10^9 bit/s)",
-          "rows": rows, "systems": docs})
-    print(markdown, end="")
+    write_results(args.dir, "allreduce", markdown,
+                  {"experiment": "allreduce", "setup": setup,
+                   "units": "busbw in Gbit/s (10^9 bit/s)", "rows": rows, "systems": docs})
     for p in problems:
         print(f"report: error: {p}", file=sys.stderr)
     return 1 if problems else 0
@@ -374,8 +170,15 @@ def run_figures(run):
             "compression_ratio": per.get("compression_ratio")}
 
 
+def config_series(config, points):
+    """The plotted line of a configuration of (b) or (c): PyTorch DDP black, bold and dashed."""
+    ddp = config == "ddp"
+    return {"name": "PyTorch DDP" if ddp else config, "points": points, "dashed": ddp,
+            "bold": ddp, "color": "#000000" if ddp else None}
+
+
 def cmd_train(args):
-    setup = load(os.path.join(args.dir, "setup.json"))
+    setup = load_setup(args.dir)
     runs = read_runs(args.dir)
     models = order([r["model"] for r in runs], ("mlp", "cnn", "resnet20", "vgg11"))
     rates = sorted(set(r["rate"] for r in runs), key=lambda r: mbits(r) or float("inf"))
@@ -399,15 +202,14 @@ def cmd_train(args):
         "schedule (dense); `sync:S` = gradsync --sync S; other names = gradsync --compress "
         "(schedule wfbp); `a+b` combines",
         "- ratio ×DDP: gradsync samples/s / DDP samples/s at the same model and rate "
-        "(> 1: faster than DDP)",
-        "- " + CPU_NOTE.format(nproc=setup.get("nproc", "?"))])
+        "(> 1: faster than DDP)"])
     md.append("")
     svgs = []
     for model in models:
         md.append(f"### {model}")
         md.append("")
         header = ["configuration"] + [f"{rate} samples/s (×DDP)" for rate in rates]
-        md.append("| " + " | ".join(header) + " |")
+        md.append(md_row(header))
         md.append("|---|" + "---:|" * len(rates))
         for config in configs:
             cells = [config]
@@ -421,13 +223,13 @@ def cmd_train(args):
                     ddp = table.get((model, rate, "ddp"), {}).get("samples_per_s")
                     ratio = f" ({e['samples_per_s'] / ddp:.2f}×)" if ddp and config != "ddp" else ""
                     cells.append(f"{e['samples_per_s']:,.0f}{ratio}")
-            if len(cells) > 1 and any(c != "–" for c in cells[1:]):
-                md.append("| " + " | ".join(cells) + " |")
+            if any(c != "–" for c in cells[1:]):
+                md.append(md_row(cells))
         md.append("")
         md.append(f"gradsync per step on rank 0 (ms): compute / exposed communication / whole "
                   f"step, and MB sent per step ({model}):")
         md.append("")
-        md.append("| configuration | " + " | ".join(rates) + " | MB sent/step |")
+        md.append(md_row(["configuration", *rates, "MB sent/step"]))
         md.append("|---|" + "---:|" * (len(rates) + 1))
         for config in configs:
             if config == "ddp":
@@ -442,8 +244,7 @@ def cmd_train(args):
                              f"{e['step_ms']:.0f}")
                 sent = e["mb_sent_per_step"]
             if any(c != "–" for c in cells[1:]):
-                md.append("| " + " | ".join(cells) + f" | {sent:.2f} |" if sent is not None
-                          else "| " + " | ".join(cells) + " | – |")
+                md.append(md_row(cells + ["–" if sent is None else f"{sent:.2f}"]))
         md.append("")
         series = []
         for config in configs:
@@ -451,10 +252,7 @@ def cmd_train(args):
                    if (model, rate, config) in table and table[(model, rate, config)]["status"]
                    == "ok" and mbits(rate)]
             if pts:
-                series.append({"name": "PyTorch DDP" if config == "ddp" else config,
-                               "points": pts, "dashed": config == "ddp",
-                               "bold": config == "ddp",
-                               "color": "#000000" if config == "ddp" else None})
+                series.append(config_series(config, pts))
         if series:
             svg_name = f"train-{model}.svg"
             ticks = [(mbits(r), rate_label(mbits(r))) for r in rates if mbits(r)]
@@ -476,13 +274,10 @@ def cmd_train(args):
             f"{r['model']} {r['rate']} {r['config']} ({r['status']}, log `{r['path']}`)"
             for r in failed))
         md.append("")
-    markdown = "\n".join(md) + "\n"
-    write_text(os.path.join(args.dir, "train.md"), markdown)
-    dump(os.path.join(args.dir, "train.json"),
-         {"experiment": "train", "setup": setup, "svgs": svgs,
-          "results": [{"model": m, "rate": r, "config": c, **v}
-                      for (m, r, c), v in table.items()]})
-    print(markdown, end="")
+    write_results(args.dir, "train", "\n".join(md) + "\n",
+                  {"experiment": "train", "setup": setup, "svgs": svgs,
+                   "results": [{"model": m, "rate": r, "config": c, **v}
+                               for (m, r, c), v in table.items()]})
     return 0
 
 
@@ -498,7 +293,7 @@ def time_to(evaluations, target):
 
 
 def cmd_tta(args):
-    setup = load(os.path.join(args.dir, "setup.json"))
+    setup = load_setup(args.dir)
     target = args.target if args.target is not None else float(setup.get("target", 0.85))
     runs = read_runs(args.dir)
     rows = []
@@ -536,8 +331,7 @@ def cmd_tta(args):
         f"- time to {100 * target:g}%: training seconds at the first evaluation reaching it; "
         "speed-up = DDP's time / the configuration's time",
         "- configurations: `ddp` = PyTorch DDP (gloo); others = `gradsync train` with that "
-        "--schedule / --compress (see (b))",
-        "- " + CPU_NOTE.format(nproc=setup.get("nproc", "?"))])
+        "--schedule / --compress (see (b))"])
     md.append("")
     md.append(f"| configuration | time to {100 * target:g}% (s) | step | speed-up vs DDP | "
               "final accuracy (10,000 images) | training time (s) | samples/s |")
@@ -555,10 +349,8 @@ def cmd_tta(args):
     md.append("")
     md.append("![test accuracy vs training time](tta.svg)")
     md.append("")
-    series = [{"name": "PyTorch DDP" if row["config"] == "ddp" else row["config"],
-               "points": [(e["seconds"], 100 * e["test_accuracy"]) for e in row["evaluations"]],
-               "dashed": row["config"] == "ddp", "bold": row["config"] == "ddp",
-               "color": "#000000" if row["config"] == "ddp" else None}
+    series = [config_series(row["config"], [(e["seconds"], 100 * e["test_accuracy"])
+                                            for e in row["evaluations"]])
               for row in rows if row["status"] == "ok"]
     if series:
         tmax = max(x for s in series for x, _ in s["points"])
@@ -574,11 +366,8 @@ def cmd_tta(args):
                                           f"{setup.get('steps')} steps, eval every "
                                           f"{setup.get('eval_every')} steps"))
         write_text(os.path.join(args.dir, "tta.svg"), svg)
-    markdown = "\n".join(md) + "\n"
-    write_text(os.path.join(args.dir, "tta.md"), markdown)
-    dump(os.path.join(args.dir, "tta.json"),
-         {"experiment": "tta", "setup": setup, "target": target, "rows": rows})
-    print(markdown, end="")
+    write_results(args.dir, "tta", "\n".join(md) + "\n",
+                  {"experiment": "tta", "setup": setup, "target": target, "rows": rows})
     return 0
 
 
@@ -603,7 +392,7 @@ def cmd_report(args):
             text = f.read()
         # Images and links are relative to the section's folder: make them relative to here.
         text = re.sub(r"\]\((?!https?:|/)([^)]+)\)", lambda m: f"]({sub}/{m.group(1)})", text)
-        parts.append(text.replace("\n## ", "\n## ").rstrip() + "\n")
+        parts.append(text.rstrip() + "\n")
     if not found:
         print(f"report: error: no experiment results under {args.root}", file=sys.stderr)
         return 1
