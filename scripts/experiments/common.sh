@@ -23,6 +23,22 @@ skip_unless_root() {
   exit 0
 }
 
+# prepare_runs: what train.sh and tta.sh check and make before their runs (they define build,
+# out, resume and threads): root, the two programs, OUT/{runs,logs}, a fresh OUT/runs.tsv unless
+# --resume, out made absolute, and one compute thread per rank for both systems (OpenBLAS has
+# its own pool, which torch does not set).
+prepare_runs() {
+  skip_unless_root
+  gradsync_bin="$build/apps/gradsync/gradsync"
+  [ -x "$gradsync_bin" ] || die "$gradsync_bin not found (build it: cmake --build $build --target gradsync)"
+  [ -x "$python" ] || die "$python not found (PyTorch DDP needs the system python3-torch)"
+  mkdir -p "$out/runs" "$out/logs"
+  out="$(cd "$out" && pwd)"
+  [ "$resume" -eq 1 ] || : >"$out/runs.tsv"
+  touch "$out/runs.tsv"
+  export OMP_NUM_THREADS="$threads" MKL_NUM_THREADS="$threads" OPENBLAS_NUM_THREADS="$threads"
+}
+
 # The commit measured, "+dirty" when tracked files differ from it (read-only git commands).
 commit_id() {
   local id

@@ -54,17 +54,8 @@ for pair in "hosts:$hosts" "steps:$steps" "batch-size:$batch_size" "threads:$thr
   [[ "${pair#*:}" =~ ^[1-9][0-9]*$ ]] || die "--${pair%%:*} must be a positive integer"
 done
 [[ "$ddp_warmup" =~ ^[0-9]+$ ]] || die "--ddp-warmup-steps must be a non-negative integer"
-skip_unless_root
-gradsync_bin="$build/apps/gradsync/gradsync"
-[ -x "$gradsync_bin" ] || die "$gradsync_bin not found (build it: cmake --build $build --target gradsync)"
-[ -x "$python" ] || die "$python not found (PyTorch DDP needs the system python3-torch)"
-mkdir -p "$out/runs" "$out/logs"
-out="$(cd "$out" && pwd)"
-[ "$resume" -eq 1 ] || : >"$out/runs.tsv"
-touch "$out/runs.tsv"
+prepare_runs
 
-# One compute thread per rank for both systems (OpenBLAS has its own pool torch does not set).
-export OMP_NUM_THREADS="$threads" MKL_NUM_THREADS="$threads" OPENBLAS_NUM_THREADS="$threads"
 common=(--dataset synthetic --batch-size "$batch_size" --steps "$steps" --lr 0.05 --momentum 0.9
   --seed 0 --threads "$threads")
 ddp_args=("${common[@]}" --warmup-steps "$ddp_warmup")

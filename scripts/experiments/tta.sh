@@ -52,17 +52,9 @@ for pair in "hosts:$hosts" "steps:$steps" "eval-every:$eval_every" "batch-size:$
   [[ "${pair#*:}" =~ ^[1-9][0-9]*$ ]] || die "--${pair%%:*} must be a positive integer"
 done
 [[ "$eval_samples" =~ ^[0-9]+$ ]] || die "--eval-samples must be a non-negative integer"
-skip_unless_root
-gradsync_bin="$build/apps/gradsync/gradsync"
-[ -x "$gradsync_bin" ] || die "$gradsync_bin not found (build it: cmake --build $build --target gradsync)"
-[ -x "$python" ] || die "$python not found (PyTorch DDP needs the system python3-torch)"
+prepare_runs
 [ -f "$data_dir/t10k-images-idx3-ubyte.gz" ] || die "Fashion-MNIST not found in $data_dir (apt-get install dataset-fashion-mnist)"
-mkdir -p "$out/runs" "$out/logs"
-out="$(cd "$out" && pwd)"
-[ "$resume" -eq 1 ] || : >"$out/runs.tsv"
-touch "$out/runs.tsv"
 
-export OMP_NUM_THREADS="$threads" MKL_NUM_THREADS="$threads" OPENBLAS_NUM_THREADS="$threads"
 common=(--dataset fashion-mnist --data-dir "$data_dir" --batch-size "$batch_size" --steps "$steps"
   --lr 0.05 --momentum 0.9 --seed 0 --threads "$threads" --eval-every "$eval_every"
   --eval-samples "$eval_samples")

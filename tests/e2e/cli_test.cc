@@ -5,33 +5,26 @@
 #include <unistd.h>
 
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <thread>
 
 #include <nlohmann/json.hpp>
 
 #include "common/socket.h"
 #include "common/subprocess.h"
+#include "support/read_file.h"
 
 namespace gradsync {
 namespace {
 
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
+using testing::readFile;
 
 struct Result {
   ExitStatus status;
   std::string out;
   std::string err;
 };
-
-std::string slurp(const fs::path& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
 
 fs::path scratch() {
   fs::path dir = fs::temp_directory_path() / ("gradsync-cli-" + std::to_string(::getpid()));
@@ -49,7 +42,8 @@ Result gradsync(std::vector<std::string> args) {
   pid_t pid = spawnProcess(spawn);
   auto ended = waitAny({pid}, 240s);
   EXPECT_TRUE(ended.has_value()) << "gradsync hung";
-  return {ended ? ended->second : ExitStatus{.code = -1}, slurp(dir / "out"), slurp(dir / "err")};
+  return {ended ? ended->second : ExitStatus{.code = -1}, readFile(dir / "out"),
+          readFile(dir / "err")};
 }
 
 TEST(Cli, BadFlagsGiveAOneLineErrorAndExitCode2) {
@@ -72,7 +66,7 @@ TEST(Cli, BenchOverTcpProcessesWritesVerifiedJson) {
                        "64K", "--factor", "4", "--iters", "2", "--json", json.string()});
   ASSERT_TRUE(r.status.ok()) << r.status.describe() << "\n" << r.err;
   EXPECT_NE(r.out.find("busbw"), std::string::npos) << r.out;
-  nlohmann::json doc = nlohmann::json::parse(slurp(json));
+  nlohmann::json doc = nlohmann::json::parse(readFile(json));
   EXPECT_EQ(doc["system"], "gradsync");
   EXPECT_EQ(doc["workers"], 3);
   ASSERT_EQ(doc["results"].size(), 3u);  // 4K, 16K, 64K
@@ -115,14 +109,14 @@ TEST(Cli, SimulateSweepsWritesJsonAndAPlot) {
                        "workers=8,64,4096", "--json", json.string(), "--plot", svg.string()});
   ASSERT_TRUE(r.status.ok()) << r.status.describe() << "\n" << r.err;
   EXPECT_NE(r.out.find("resnet50 on 4096 workers (512 hosts x 8)"), std::string::npos) << r.out;
-  nlohmann::json doc = nlohmann::json::parse(slurp(json));
+  nlohmann::json doc = nlohmann::json::parse(readFile(json));
   ASSERT_EQ(doc["results"].size(), 3u);
   for (const auto& row : doc["results"]) {
     EXPECT_GT(row["step_ms"].get<double>(), row["compute_ms"].get<double>() * 0.99);
     EXPECT_GT(row["scaling_efficiency"].get<double>(), 0);
     EXPECT_LT(row["simulation_s"].get<double>(), 10);  // the bound, with room
   }
-  EXPECT_NE(slurp(svg).find("</svg>"), std::string::npos);
+  EXPECT_NE(readFile(svg).find("</svg>"), std::string::npos);
 }
 
 TEST(Cli, SimulateRefusesBadInputNamingIt) {
@@ -169,14 +163,14 @@ TEST_F(CliTrain, KilledServerIsNamedByTheWorkers) {
     pids.push_back(spawnProcess(spawn));
   }
   std::this_thread::sleep_for(5s);  // startup, then training
-  ASSERT_FALSE(waitAny(pids, 0ms).has_value()) << slurp(dir / "rank0.err");
+  ASSERT_FALSE(waitAny(pids, 0ms).has_value()) << readFile(dir / "rank0.err");
   ::kill(pids[2], SIGKILL);
   auto killed = std::chrono::steady_clock::now();
   for (int rank : {0, 1}) {
     auto ended = waitAny({pids[rank]}, 60s);
     ASSERT_TRUE(ended.has_value()) << "worker " << rank << " hung";
     EXPECT_EQ(ended->second.code, 1) << ended->second.describe();
-    std::string err = slurp(dir / ("rank" + std::to_string(rank) + ".err"));
+    std::string err = readFile(dir / ("rank" + std::to_string(rank) + ".err"));
     EXPECT_NE(err.find("parameter server 0 (rank 2)"), std::string::npos) << err;
   }
   EXPECT_LT(std::chrono::steady_clock::now() - killed, 10s) << "workers took too long to notice";
@@ -189,7 +183,7 @@ TEST_F(CliTrain, ShortRealRunOnFashionMnistLearnsAndWritesMetrics) {
   ASSERT_TRUE(r.status.ok()) << r.status.describe() << "\n" << r.err;
   EXPECT_NE(r.out.find("gradsync train: cnn on fashion-mnist, 2 workers"), std::string::npos)
       << r.out;
-  nlohmann::json doc = nlohmann::json::parse(slurp(metrics));
+  nlohmann::json doc = nlohmann::json::parse(readFile(metrics));
   EXPECT_EQ(doc["config"]["workers"], 2);
   EXPECT_EQ(doc["summary"]["steps"], 150);
   // 150 steps of 128 images (a third of an epoch) already classify most of the test set.
@@ -207,7 +201,7 @@ TEST_F(CliTrain, CompressedRunReportsItsBytesAndEvaluations) {
                        "--quiet", "--metrics", metrics.string()});
   ASSERT_TRUE(r.status.ok()) << r.status.describe() << "\n" << r.err;
   EXPECT_NE(r.out.find("topk:0.01: "), std::string::npos) << r.out;
-  nlohmann::json doc = nlohmann::json::parse(slurp(metrics));
+  nlohmann::json doc = nlohmann::json::parse(readFile(metrics));
   EXPECT_EQ(doc["config"]["compress"], "topk:0.01");
   EXPECT_EQ(doc["config"]["compress_warmup"], 1);
   // 5 of 6 steps send 1% of the large tensors (as pairs, all-gathered): far less than dense.
@@ -224,7 +218,7 @@ TEST_F(CliTrain, ProfileWritesAModelProfileOrNamesTheModels) {
       {"profile", "--model", "mlp", "--steps", "2", "--warmup", "1", "--output", json.string()});
   ASSERT_TRUE(r.status.ok()) << r.status.describe() << "\n" << r.err;
   EXPECT_NE(r.out.find("fc1"), std::string::npos) << r.out;  // the table
-  nlohmann::json doc = nlohmann::json::parse(slurp(json));
+  nlohmann::json doc = nlohmann::json::parse(readFile(json));
   EXPECT_EQ(doc["name"], "mlp");
   EXPECT_EQ(doc["layers"].size(), 3u);  // fc1, fc2, fc3
   EXPECT_NE(doc["source"].get<std::string>().find("gradsync profile --model mlp"),

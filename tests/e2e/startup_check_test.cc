@@ -6,17 +6,17 @@
 #include <unistd.h>
 
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "common/socket.h"
 #include "common/subprocess.h"
+#include "support/read_file.h"
 
 namespace gradsync {
 namespace {
 
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
+using testing::readFile;
 
 struct RankRun {
   std::vector<std::string> args;           // after the gradsync binary
@@ -27,13 +27,6 @@ struct RankResult {
   ExitStatus status;
   std::string err;
 };
-
-std::string slurp(const fs::path& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
 
 fs::path scratch(const std::string& name) {
   fs::path dir =
@@ -69,7 +62,7 @@ std::vector<RankResult> runJob(const std::string& name, const std::vector<RankRu
     EXPECT_TRUE(ended.has_value()) << name << ": rank " << rank << " hung";
     if (!ended) ::kill(pids[rank], SIGKILL);
     results[rank] = {ended ? ended->second : ExitStatus{.code = -1},
-                     slurp(dir / ("rank" + std::to_string(rank) + ".err"))};
+                     readFile(dir / ("rank" + std::to_string(rank) + ".err"))};
   }
   return results;
 }
@@ -153,7 +146,7 @@ TEST(StartupCheck, DifferentSettingUnderMpirunIsNamed) {
   auto ended = waitAny({spawnProcess(spawn)}, 120s);
   ASSERT_TRUE(ended.has_value()) << "mpirun hung";
   EXPECT_FALSE(ended->second.ok());
-  std::string err = slurp(dir / "err");
+  std::string err = readFile(dir / "err");
   for (int rank = 0; rank < 3; ++rank) {
     std::string line =
         "[rank " + std::to_string(rank) + "] startup check: rank 2 has --warmup 2 but rank 0 has 3";
