@@ -49,7 +49,7 @@ std::string recvString(Transport& t, int peer) {
 }  // namespace
 
 void checkSameWorldSize(Store& store, const BootstrapConfig& config) {
-  store.setString(worldSizeKey(config.rank), std::to_string(config.size));
+  const std::string mine = std::to_string(config.size);
   auto sizeOf = [&](int rank) {
     try {
       return std::stoi(store.getString(worldSizeKey(rank), config.timeout));
@@ -63,12 +63,21 @@ void checkSameWorldSize(Store& store, const BootstrapConfig& config) {
     }
   };
   if (config.rank != 0) {
+    // Read rank 0's size before publishing ours: rank 0 exits, and its store with it, as soon as
+    // it sees a difference, so a rank that differs must already know rank 0's size by then (and
+    // then a failed publish does not matter).
     int rank0Size = sizeOf(0);
+    try {
+      store.setString(worldSizeKey(config.rank), mine);
+    } catch (const Error&) {
+      if (rank0Size == config.size) throw;
+    }
     if (rank0Size != config.size) {
       throw differentWorldSize(config.rank, config.rank, config.size, rank0Size);
     }
     return;
   }
+  store.setString(worldSizeKey(0), mine);
   for (int rank = 1; rank < config.size; ++rank) {
     int size = sizeOf(rank);
     if (size != config.size) throw differentWorldSize(0, rank, size, config.size);

@@ -18,8 +18,9 @@ using Settings = std::vector<std::pair<std::string, std::string>>;
 
 // Checks through the rendezvous store, before any transport exists, that every rank has the
 // world size of rank 0. Each rank publishes its size; rank 0 reads every other rank's, the others
-// read rank 0's. Throws ConfigError naming the differing rank, or TimeoutError (naming the
-// missing ranks' keys) when a rank never arrives. Collective over the ranks of `config`.
+// read rank 0's first, so that both sides of a difference name it. Throws ConfigError naming the
+// differing rank, or TimeoutError naming a rank that never arrives. Collective over the ranks of
+// `config`.
 void checkSameWorldSize(Store& store, const BootstrapConfig& config);
 
 // Gathers every rank's `settings` on rank 0, which compares them with its own and sends its
