@@ -107,6 +107,12 @@ void Mailbox::endDelivery(Delivery& delivery) {
   }
 }
 
+void Mailbox::deliver(int peer, uint64_t tag, const void* data, size_t bytes) {
+  Delivery delivery = beginDelivery(peer, tag, bytes);
+  if (bytes > 0) std::memcpy(delivery.dest, data, bytes);
+  endDelivery(delivery);
+}
+
 void Mailbox::abandonDelivery(Delivery& delivery, const std::exception_ptr& error) {
   WorkPtr waiter = std::move(delivery.work);
   if (delivery.buffered) {

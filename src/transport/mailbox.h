@@ -49,6 +49,8 @@ class Mailbox {
   };
   Delivery beginDelivery(int peer, uint64_t tag, size_t bytes);
   void endDelivery(Delivery& delivery);
+  // Delivers a whole message that is already in memory (loopback sends, messages to oneself).
+  void deliver(int peer, uint64_t tag, const void* data, size_t bytes);
 
   // Fails the receive a half-arrived message was going to (the message will never complete).
   void abandonDelivery(Delivery& delivery, const std::exception_ptr& error);

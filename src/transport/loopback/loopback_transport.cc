@@ -1,5 +1,4 @@
 #include <atomic>
-#include <cstring>
 #include <vector>
 
 #include <fmt/format.h>
@@ -7,6 +6,7 @@
 #include "common/check.h"
 #include "gradsync/error.h"
 #include "gradsync/loopback.h"
+#include "transport/checks.h"
 #include "transport/mailbox.h"
 
 namespace gradsync {
@@ -37,11 +37,9 @@ class LoopbackTransport final : public Transport {
   const TransportOptions& options() const override { return state_->options; }
 
   WorkPtr send(int peer, uint64_t tag, const void* data, size_t bytes) override {
-    checkPeer(peer);
+    checkPeerRank(rank_, state_->size, peer);
     if (peer != rank_) bytesSent_.fetch_add(bytes, std::memory_order_relaxed);
-    Mailbox::Delivery delivery = state_->mailboxes[peer]->beginDelivery(rank_, tag, bytes);
-    if (bytes > 0) std::memcpy(delivery.dest, data, bytes);
-    state_->mailboxes[peer]->endDelivery(delivery);
+    state_->mailboxes[peer]->deliver(rank_, tag, data, bytes);
     auto work =
         std::make_shared<Work>(Work::Kind::kSend, rank_, peer, tag, bytes, state_->options.timeout);
     work->complete();
@@ -54,18 +52,11 @@ class LoopbackTransport final : public Transport {
   uint64_t bytesSent() const override { return bytesSent_.load(std::memory_order_relaxed); }
 
   WorkPtr recv(int peer, uint64_t tag, void* data, size_t bytes) override {
-    checkPeer(peer);
+    checkPeerRank(rank_, state_->size, peer);
     return state_->mailboxes[rank_]->postRecv(peer, tag, data, bytes);
   }
 
  private:
-  void checkPeer(int peer) const {
-    if (peer < 0 || peer >= state_->size) {
-      throw ConfigError(fmt::format("invalid peer rank {} (world size {})", peer, state_->size),
-                        {.rank = rank_});
-    }
-  }
-
   std::shared_ptr<LoopbackFabric::State> state_;
   const int rank_;
   std::atomic<uint64_t> bytesSent_{0};

@@ -13,7 +13,6 @@
 // receive's buffer when there is one; abort() cancels those receives before it returns.
 #include <atomic>
 #include <condition_variable>
-#include <cstring>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -23,6 +22,7 @@
 #include "common/logging.h"
 #include "gradsync/error.h"
 #include "gradsync/mpi.h"
+#include "transport/checks.h"
 #include "transport/mailbox.h"
 #include "transport/mpi/mpi_runtime.h"
 
@@ -94,7 +94,6 @@ class MpiTransport final : public Transport {
   void abort(std::exception_ptr error) override;
 
  private:
-  void checkPeer(int peer) const;
   void submit(std::unique_ptr<Outgoing> message);
   void wake();
   void loop();
@@ -169,25 +168,12 @@ MpiTransport::~MpiTransport() {
   MPI_Comm_free(&comm_);
 }
 
-void MpiTransport::checkPeer(int peer) const {
-  if (peer < 0 || peer >= size_) {
-    throw ConfigError(fmt::format("invalid peer rank {} (world size {})", peer, size_),
-                      {.rank = rank_});
-  }
-}
-
 WorkPtr MpiTransport::send(int peer, uint64_t tag, const void* data, size_t bytes) {
-  checkPeer(peer);
-  if (bytes > options_.maxMessageBytes) {
-    throw ConfigError(fmt::format("message of {} bytes exceeds the transport limit of {}", bytes,
-                                  options_.maxMessageBytes),
-                      {.rank = rank_, .peer = peer, .operation = "send"});
-  }
+  checkPeerRank(rank_, size_, peer);
+  checkMessageSize(rank_, peer, bytes, options_.maxMessageBytes);
   auto work = std::make_shared<Work>(Work::Kind::kSend, rank_, peer, tag, bytes, options_.timeout);
   if (peer == rank_) {  // self-messages skip MPI
-    Mailbox::Delivery delivery = mailbox_.beginDelivery(rank_, tag, bytes);
-    if (bytes > 0) std::memcpy(delivery.dest, data, bytes);
-    mailbox_.endDelivery(delivery);
+    mailbox_.deliver(rank_, tag, data, bytes);
     work->complete();
     return work;
   }
@@ -203,7 +189,7 @@ WorkPtr MpiTransport::send(int peer, uint64_t tag, const void* data, size_t byte
 }
 
 WorkPtr MpiTransport::recv(int peer, uint64_t tag, void* data, size_t bytes) {
-  checkPeer(peer);
+  checkPeerRank(rank_, size_, peer);
   WorkPtr work = mailbox_.postRecv(peer, tag, data, bytes);
   wake();  // poll eagerly: its message may be arriving
   return work;

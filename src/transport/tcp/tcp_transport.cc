@@ -8,7 +8,6 @@
 
 #include <atomic>
 #include <condition_variable>
-#include <cstring>
 #include <thread>
 #include <utility>
 
@@ -18,6 +17,7 @@
 #include "common/logging.h"
 #include "gradsync/error.h"
 #include "gradsync/tcp.h"
+#include "transport/checks.h"
 #include "transport/tcp/connection.h"
 #include "transport/tcp/mesh.h"
 
@@ -49,7 +49,6 @@ class TcpTransport final : public Transport {
     OutFrame frame;
   };
 
-  void checkPeer(int peer) const;
   void submit(int peer, OutFrame frame);
   void wake();
   void loop();
@@ -154,26 +153,13 @@ TcpTransport::~TcpTransport() {
   thread_.join();
 }
 
-void TcpTransport::checkPeer(int peer) const {
-  if (peer < 0 || peer >= size_) {
-    throw ConfigError(fmt::format("invalid peer rank {} (world size {})", peer, size_),
-                      {.rank = rank_});
-  }
-}
-
 WorkPtr TcpTransport::send(int peer, uint64_t tag, const void* data, size_t bytes) {
-  checkPeer(peer);
+  checkPeerRank(rank_, size_, peer);
+  checkMessageSize(rank_, peer, bytes, options_.transport.maxMessageBytes);
   auto work = std::make_shared<Work>(Work::Kind::kSend, rank_, peer, tag, bytes,
                                      options_.transport.timeout);
-  if (bytes > options_.transport.maxMessageBytes) {
-    throw ConfigError(fmt::format("message of {} bytes exceeds the transport limit of {}", bytes,
-                                  options_.transport.maxMessageBytes),
-                      {.rank = rank_, .peer = peer, .operation = "send"});
-  }
   if (peer == rank_) {  // self-messages skip the sockets
-    Mailbox::Delivery delivery = mailbox_.beginDelivery(rank_, tag, bytes);
-    if (bytes > 0) std::memcpy(delivery.dest, data, bytes);
-    mailbox_.endDelivery(delivery);
+    mailbox_.deliver(rank_, tag, data, bytes);
     work->complete();
     return work;
   }
@@ -203,7 +189,7 @@ void TcpTransport::abort(std::exception_ptr error) {
 }
 
 WorkPtr TcpTransport::recv(int peer, uint64_t tag, void* data, size_t bytes) {
-  checkPeer(peer);
+  checkPeerRank(rank_, size_, peer);
   return mailbox_.postRecv(peer, tag, data, bytes);
 }
 
