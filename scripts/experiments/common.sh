@@ -107,17 +107,23 @@ gradsync_flags() {
   done
 }
 
-# train_once MODEL RATE CONFIG KEY: one training run of CONFIG ("ddp": PyTorch DDP, else
+# train_once MODEL RATE CONFIG: one training run of CONFIG ("ddp": PyTorch DDP, else
 # gradsync) on the emulated hosts at RATE, with the caller's common arguments in the arrays
-# ddp_args and gradsync_args; its JSON at OUT/runs/KEY.json, log at
-# OUT/logs/KEY.log, and one line appended to OUT/runs.tsv:
-# MODEL RATE CONFIG SYSTEM STATUS JSON WALL_SECONDS. Returns 0 even when the run failed.
+# ddp_args and gradsync_args; its JSON at OUT/runs/KEY.json, log at OUT/logs/KEY.log (KEY:
+# MODEL-RATE-CONFIG, made file-safe), and one line appended to OUT/runs.tsv:
+# MODEL RATE CONFIG SYSTEM STATUS JSON WALL_SECONDS. With --resume (resume=1), a run already
+# recorded as ok is kept instead. Returns 0 even when the run failed.
 train_once() {
-  local model="$1" rate="$2" config="$3" key="$4"
+  local model="$1" rate="$2" config="$3"
+  local key="$model-$rate-${config//[^A-Za-z0-9.]/_}"
+  if [ "$resume" -eq 1 ] && awk -F'\t' -v m="$model" -v r="$rate" -v c="$config" \
+    '$1 == m && $2 == r && $3 == c && $5 == "ok" {found = 1} END {exit !found}' "$out/runs.tsv"; then
+    echo "  $model $rate $config: kept (--resume)"
+    return 0
+  fi
   local json="$out/runs/$key.json" log="$out/logs/$key.log" system status=ok rc=0 start
   local net=("$netem" --hosts "$hosts" --rate "$rate" --timeout "$timeout_s")
   local cmd
-  mkdir -p "$out/runs" "$out/logs"
   if [ "$config" = ddp ]; then
     system=ddp
     cmd=("${net[@]}" run -- "${host_cmd[@]}" "$python" "$repo/benchmarks/peers/ddp_train.py"

@@ -65,15 +65,7 @@ date_utc="$(date -u '+%Y-%m-%d %H:%M:%S UTC')"
 
 for model in $models; do
   for rate in $rates; do
-    for config in $configs; do
-      key="$model-$rate-${config//[^A-Za-z0-9.]/_}"
-      if [ "$resume" -eq 1 ] && awk -F'\t' -v m="$model" -v r="$rate" -v c="$config" \
-        '$1 == m && $2 == r && $3 == c && $5 == "ok" {found = 1} END {exit !found}' "$out/runs.tsv"; then
-        echo "  $model $rate $config: kept (--resume)"
-        continue
-      fi
-      train_once "$model" "$rate" "$config" "$key"
-    done
+    for config in $configs; do train_once "$model" "$rate" "$config"; done
   done
 done
 

@@ -63,15 +63,7 @@ gradsync_args=("${common[@]}")
 load_before="$(load_avg)"
 date_utc="$(date -u '+%Y-%m-%d %H:%M:%S UTC')"
 
-for config in $configs; do
-  key="$model-$rate-${config//[^A-Za-z0-9.]/_}"
-  if [ "$resume" -eq 1 ] && awk -F'\t' -v m="$model" -v r="$rate" -v c="$config" \
-    '$1 == m && $2 == r && $3 == c && $5 == "ok" {found = 1} END {exit !found}' "$out/runs.tsv"; then
-    echo "  $model $rate $config: kept (--resume)"
-    continue
-  fi
-  train_once "$model" "$rate" "$config" "$key"
-done
+for config in $configs; do train_once "$model" "$rate" "$config"; done
 
 shaping="$(grep -h -m1 -o 'rate [^ ]* burst [^ ]*' "$out"/logs/*.log | head -1 || true)"
 write_setup "$out/setup.json" experiment=tta hosts="$hosts" rate="$rate" model="$model" \
