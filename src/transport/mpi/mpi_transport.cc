@@ -157,12 +157,15 @@ MpiTransport::~MpiTransport() {
   std::lock_guard<std::mutex> mpiLock(mpi::Runtime::instance().lock());
   for (Incoming& in : receiving_) {  // a peer vanished mid-message: the caller gave up on it
     for (MPI_Request& request : in.requests) {
+      if (request == MPI_REQUEST_NULL) continue;  // this chunk completed
       MPI_Cancel(&request);
       MPI_Request_free(&request);
     }
   }
   for (auto& out : sending_) {  // undelivered: MPI may still read the copy, so it is leaked
-    for (MPI_Request& request : out->requests) MPI_Request_free(&request);
+    for (MPI_Request& request : out->requests) {
+      if (request != MPI_REQUEST_NULL) MPI_Request_free(&request);
+    }
     (void)out.release();
   }
   MPI_Comm_free(&comm_);
