@@ -18,6 +18,9 @@ namespace gradsync {
 struct ParameterServer::Unit {
   size_t index = 0;
   std::vector<float> parameters, velocity, sum;
+  // kSync, by worker: the round's pushes, decoded. They are summed in worker order once all
+  // arrived, so the sum does not depend on arrival order and runs repeat bitwise.
+  std::vector<std::vector<float>> pushed;
   bool initialized = false;           // a worker set its state (kSetState)
   std::condition_variable roundOpen;  // pushes wait for the state, and (kSync) for their round
   int arrived = 0;                    // kSync: pushes in the current round
@@ -65,6 +68,9 @@ ParameterServer::ParameterServer(Transport& transport, PsPlacement placement, in
     unit->inRound.assign(placement.workers, false);
     unit->wantsReply.assign(placement.workers, false);
     unit->pushes.assign(placement.workers, 0);
+    if (options.consistency == ServerOptions::Consistency::kSync) {
+      unit->pushed.assign(placement.workers, std::vector<float>(unitElements[u], 0.0f));
+    }
     units_[u] = std::move(unit);
   }
   for (int w = 0; w < placement.workers; ++w) threads_.emplace_back([this, w] { serveWorker(w); });
@@ -233,17 +239,18 @@ void ParameterServer::push(int worker, const PsHeader& header, std::span<const u
   const bool sync = options_.consistency == ServerOptions::Consistency::kSync;
   // A worker that needs no answer may push the next step before the others pushed this one.
   waitFor(lock, unit, [&] { return unit.initialized && !(sync && unit.inRound[worker]); });
-  // The push accumulates into unit.sum: the round's sum (kSync), or this push alone.
   if ((header.flags & kQuantized) && !(header.threshold > 0 && std::isfinite(header.threshold))) {
     throw ProtocolError(
         fmt::format("2-bit push of unit {} with threshold {}", unit.index, header.threshold),
         {.rank = transport_.rank(), .peer = worker});
   }
+  // kSync keeps the push for the round's ordered sum; the others apply it alone, from unit.sum.
+  std::span<float> decoded = sync ? std::span<float>(unit.pushed[worker]) : std::span(unit.sum);
   if (header.flags & kQuantized) {
-    twoBitAccumulate(payload, header.threshold, unit.sum);
+    std::fill(decoded.begin(), decoded.end(), 0.0f);
+    twoBitAccumulate(payload, header.threshold, decoded);
   } else {
-    const auto* values = reinterpret_cast<const float*>(payload.data());
-    for (size_t i = 0; i < n; ++i) unit.sum[i] += values[i];
+    std::memcpy(decoded.data(), payload.data(), n * sizeof(float));
   }
   if (sync) {
     unit.inRound[worker] = true;
@@ -252,7 +259,6 @@ void ParameterServer::push(int worker, const PsHeader& header, std::span<const u
     return;
   }
   sgdStep(unit.parameters, unit.sum, unit.velocity, asyncSgd(header.lr));
-  std::fill(unit.sum.begin(), unit.sum.end(), 0.0f);
   ++unit.pushes[worker];
   if (header.flags & kWantReply) unit.pending.push_back({worker, unit.pushes[worker]});
   releaseStale(unit);
@@ -272,11 +278,14 @@ SgdOptions ParameterServer::asyncSgd(double lr) const {
 }
 
 void ParameterServer::applySync(Unit& unit, const PsHeader& header) {
+  std::copy(unit.pushed[0].begin(), unit.pushed[0].end(), unit.sum.begin());
+  for (int w = 1; w < placement_.workers; ++w) {
+    for (size_t i = 0; i < unit.sum.size(); ++i) unit.sum[i] += unit.pushed[w][i];
+  }
   const float scale = 1.0f / static_cast<float>(placement_.workers);
   for (float& g : unit.sum) g *= scale;
   sgdStep(unit.parameters, unit.sum, unit.velocity,
           {.lr = header.lr, .momentum = options_.momentum});
-  std::fill(unit.sum.begin(), unit.sum.end(), 0.0f);
   unit.arrived = 0;
   auto snapshot = std::make_shared<std::vector<float>>(unit.parameters);  // one for every reply
   for (int w = 0; w < placement_.workers; ++w) {

@@ -3,7 +3,8 @@
 // (P3's fused push-pull). protocol.h has the wire format; docs/algorithms.md, "Parameter server",
 // the consistency modes:
 //   kSync   BSP: a unit's update is applied once every worker pushed it for the step, with the
-//           mean gradient; then every worker that asked gets the new parameters.
+//           mean gradient, summed in worker order (not arrival order, so runs repeat bitwise);
+//           then every worker that asked gets the new parameters.
 //   kAsync  each push is applied at once and answered at once. Per push, the momentum is
 //           m^(1/workers) and the learning rate scaled so that a round of pushes of a steady
 //           gradient moves the parameters as far as one synchronous step (asyncSgd).

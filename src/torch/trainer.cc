@@ -40,6 +40,16 @@ double since(Clock::time_point start) {
 // Collectives of the training thread (loss and accuracy sums) use their own tag.
 const CollectiveOptions kTrainerTag{.tag = 2};
 
+// Every layer in training mode; with `freezeBatchNorm`, BatchNorm layers stay in evaluation
+// mode: they normalise with their running statistics and do not update them.
+void enterTrainingMode(torch::nn::Module& model, bool freezeBatchNorm) {
+  model.train();
+  if (!freezeBatchNorm) return;
+  for (const auto& module : model.modules(/*include_self=*/false)) {
+    if (module->as<torch::nn::BatchNorm2d>()) module->eval();
+  }
+}
+
 class Trainer {
  public:
   // `transport`: the workers; `all`: with the separate parameter servers, if any.
@@ -180,7 +190,7 @@ float Trainer::trainStep(int64_t epoch, size_t step, int64_t globalStep) {
   auto batch = static_cast<int64_t>(indices.size());
   torch::Tensor x = torch::from_blob(inputs_.data(), {batch, 1, 28, 28});
   torch::Tensor y = torch::from_blob(labels_.data(), {batch}, torch::kLong);
-  model_.model().train();
+  enterTrainingMode(model_.model(), options_.freezeBatchNorm);
   optimizer_.zero_grad();
   torch::Tensor loss;
   {

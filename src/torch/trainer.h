@@ -38,6 +38,10 @@ struct TrainOptions {
   std::string tracePath;            // Chrome trace of every rank, merged (rank 0 writes)
   std::string traceSteps;           // "A:B" window of steps to trace ("" = default window)
   bool quiet = false;               // no progress display
+  // BatchNorm normalises with its running statistics and does not update them (frozen, as in
+  // fine-tuning). The equivalence tests use it: batch statistics over a few samples turn a
+  // one-ulp difference into percent-level differences within a few steps.
+  bool freezeBatchNorm = false;
 };
 
 struct EpochRecord {

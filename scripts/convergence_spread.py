@@ -1,0 +1,116 @@
+#!/usr/bin/env python3
+"""Measures the convergence cases' spread over seeds and OpenBLAS kernel families.
+
+Floating-point results differ between machines of one kind: Debian's OpenBLAS picks its kernels
+for the CPU it runs on. OPENBLAS_CORETYPE forces a kernel family, so one machine can show how far
+a result moves on others. This runs build/tests/unit/torch/convergence_test once per
+(kernel family, seed), collects its CONVERGENCE lines and prints, per case, the accuracy and the
+gap to its reference (dense, or ring ssgd) over all runs: the figures the test's bounds rest on
+(docs/performance.md, "Convergence across machines and seeds").
+
+  scripts/convergence_spread.py --kernels default,Haswell,Sandybridge --seeds 0,1,2 \\
+      --json results/convergence-spread.json
+
+Each run takes 12-18 minutes on 2 cores. Results are appended to the JSON file as each run ends,
+and a rerun skips the (kernel, seed) pairs it already has, so an interrupted sweep resumes.
+"""
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+
+LINE = re.compile(r"^CONVERGENCE case=(\S+) accuracy=([\d.]+) reference=([\d.]+) seed=(\d+)")
+
+
+def run_once(binary, kernel, seed, gtest_filter):
+    env = dict(os.environ, GRADSYNC_TEST_SEED=str(seed))
+    env.pop("OPENBLAS_CORETYPE", None)
+    if kernel != "default":
+        env["OPENBLAS_CORETYPE"] = kernel
+    command = [binary] + ([f"--gtest_filter={gtest_filter}"] if gtest_filter else [])
+    started = time.time()
+    print(f"[spread] kernel {kernel}, seed {seed}: {' '.join(command)}", flush=True)
+    output = subprocess.run(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True).stdout
+    cases = {}
+    for line in output.splitlines():
+        match = LINE.match(line)
+        if match:
+            cases[match[1]] = {"accuracy": float(match[2]), "reference": float(match[3])}
+            print(f"[spread]   {line}", flush=True)
+    if not cases:
+        sys.exit(f"convergence_spread: no CONVERGENCE lines from {binary}:\n{output[-2000:]}")
+    return {"kernel": kernel, "seed": seed, "seconds": round(time.time() - started),
+            "cases": cases}
+
+
+def summarize(runs):
+    names = []
+    for run in runs:
+        names += [n for n in run["cases"] if n not in names]
+    rows = []
+    for name in names:
+        points = [(r, r["cases"][name]) for r in runs if name in r["cases"]]
+        accuracy = [100 * c["accuracy"] for _, c in points]
+        gap = [100 * (c["reference"] - c["accuracy"]) for _, c in points]
+        rows.append({
+            "case": name, "runs": len(points),
+            "accuracy_min": min(accuracy), "accuracy_max": max(accuracy),
+            "accuracy_mean": statistics.mean(accuracy),
+            "gap_min": min(gap), "gap_max": max(gap), "gap_mean": statistics.mean(gap),
+            "gap_sd": statistics.stdev(gap) if len(gap) > 1 else 0.0,
+            "seed0": {r["kernel"]: round(100 * c["accuracy"], 2)
+                      for r, c in points if r["seed"] == 0},
+        })
+    return rows
+
+
+def markdown(rows, runs):
+    kernels = sorted({r["kernel"] for r in runs})
+    seeds = sorted({r["seed"] for r in runs})
+    lines = [f"{len(runs)} runs: kernel families {', '.join(kernels)}; seeds "
+             f"{', '.join(map(str, seeds))}.", "",
+             "| case | runs | accuracy min–max (%) | gap to reference min / mean / max (points) |",
+             "|---|---:|---:|---:|"]
+    for row in rows:
+        lines.append(f"| {row['case']} | {row['runs']} | {row['accuracy_min']:.2f}–"
+                     f"{row['accuracy_max']:.2f} | {row['gap_min']:.2f} / {row['gap_mean']:.2f}"
+                     f" / {row['gap_max']:.2f} |")
+    return "\n".join(lines)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--build", default="build")
+    parser.add_argument("--kernels", default="default,Haswell,Sandybridge",
+                        help="OpenBLAS kernel families (OPENBLAS_CORETYPE); default = none forced")
+    parser.add_argument("--seeds", default="0,1,2")
+    parser.add_argument("--filter", default="", help="gtest filter (default: every case)")
+    parser.add_argument("--json", default="results/convergence-spread.json")
+    args = parser.parse_args()
+
+    binary = os.path.join(args.build, "tests/unit/torch/convergence_test")
+    if not os.access(binary, os.X_OK):
+        sys.exit(f"convergence_spread: {binary} not found; run `make build` first")
+    runs = []
+    if os.path.exists(args.json):
+        with open(args.json) as f:
+            runs = json.load(f)["runs"]
+    os.makedirs(os.path.dirname(args.json) or ".", exist_ok=True)
+    for kernel in args.kernels.split(","):
+        for seed in map(int, args.seeds.split(",")):
+            if any(r["kernel"] == kernel and r["seed"] == seed for r in runs):
+                continue
+            runs.append(run_once(binary, kernel, seed, args.filter))
+            with open(args.json, "w") as f:
+                json.dump({"runs": runs, "summary": summarize(runs)}, f, indent=1)
+    print(markdown(summarize(runs), runs))
+
+
+if __name__ == "__main__":
+    main()
