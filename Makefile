@@ -1,15 +1,15 @@
 # gradsync: the two commands of the README, and the targets behind them.
 #   make demo   install dependencies, build, run the main job, print the result
 #   make test   install dependencies, build, check formatting, run every test
-# Other targets: deps, build, bench, bench-peers, sim-validate, sim-papers, test-sanitize, fuzz,
-# format, format-check, clean.
+# Other targets: deps, build, bench, bench-peers, sim-validate, sim-papers, test-sanitize,
+# test-kernels, fuzz, format, format-check, clean.
 
 BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 CTEST_FLAGS ?= --output-on-failure
 
-.PHONY: all deps build test demo bench bench-peers sim-validate sim-papers test-sanitize fuzz format format-check clean
+.PHONY: all deps build test demo bench bench-peers sim-validate sim-papers test-sanitize test-kernels fuzz format format-check clean
 
 all: build
 
@@ -22,10 +22,10 @@ $(BUILD)/build.ninja:
 build: deps $(BUILD)/build.ninja
 	cmake --build $(BUILD) -j $(JOBS)
 
-test: build format-check
-	cd $(BUILD) && ctest $(CTEST_FLAGS) -j 2
-	@$(MAKE) --no-print-directory fuzz FUZZ_SECONDS=20
-	@$(MAKE) --no-print-directory test-sanitize SANITIZE_LABELS=fast
+# Every stage timed, then one summary of every suite (scripts/ci_test.sh, docs/testing.md).
+CI_TEST = BUILD=$(BUILD) JOBS=$(JOBS) scripts/ci_test.sh
+test: build
+	@$(CI_TEST) format release fuzz asan tsan
 
 # The embedded default: 2 local workers over TCP, cnn on Fashion-MNIST, dense SSGD, 2 epochs.
 demo: build
@@ -50,15 +50,15 @@ sim-papers: build
 	scripts/sim_papers.py --build $(BUILD)
 
 # AddressSanitizer and ThreadSanitizer builds of the library and tests, without LibTorch (it is
-# not instrumented, so it would only add false reports).
+# not instrumented, so it would only add false reports). make test runs the `fast` label only.
 SANITIZE_LABELS ?=
 test-sanitize: deps
-	cmake -S . -B $(BUILD)-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGRADSYNC_SANITIZE=address -DGRADSYNC_BUILD_BENCHMARKS=OFF -DGRADSYNC_WITH_TORCH=OFF
-	cmake --build $(BUILD)-asan -j $(JOBS)
-	cd $(BUILD)-asan && ctest $(CTEST_FLAGS) $(if $(SANITIZE_LABELS),-L $(SANITIZE_LABELS))
-	cmake -S . -B $(BUILD)-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGRADSYNC_SANITIZE=thread -DGRADSYNC_BUILD_BENCHMARKS=OFF -DGRADSYNC_WITH_TORCH=OFF
-	cmake --build $(BUILD)-tsan -j $(JOBS)
-	cd $(BUILD)-tsan && TSAN_OPTIONS="halt_on_error=1 suppressions=$(CURDIR)/tests/tsan.supp" ctest $(CTEST_FLAGS) $(if $(SANITIZE_LABELS),-L $(SANITIZE_LABELS))
+	@SANITIZE_LABELS=$(SANITIZE_LABELS) $(CI_TEST) asan tsan
+
+# The numerically sensitive suites under two forced OpenBLAS kernel families (as on other
+# machines of this kind); run it before changing any numerical bound (docs/testing.md).
+test-kernels: build
+	@$(CI_TEST) kernels
 
 # libFuzzer (clang) on the wire decoders; runs FUZZ_SECONDS per target.
 FUZZ_SECONDS ?= 60

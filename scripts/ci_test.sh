@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# The stages of `make test` (and of the longer targets), each timed, ending with one summary of
+# every suite: scripts/test_summary.py. Every stage runs even when an earlier one failed, so the
+# summary shows all of it; the exit code is 1 if any stage failed.
+#
+#   scripts/ci_test.sh STAGE...      stages: format release fuzz asan tsan kernels
+#
+# release  ctest on BUILD (the release build): every suite; convergence_test runs alone
+#          (RUN_SERIAL), never beside the timing-sensitive suites.
+# fuzz     libFuzzer on the wire decoders for FUZZ_SECONDS each.
+# asan     AddressSanitizer build (no LibTorch) and its ctest (labels SANITIZE_LABELS).
+# tsan     ThreadSanitizer build, the same.
+# kernels  the numerically sensitive suites (torch, convergence, compress, sync, ps) under two
+#          forced OpenBLAS kernel families besides the default (KERNELS): the cross-machine check
+#          to run before changing any numerical bound (docs/testing.md).
+#
+# Environment: BUILD (build), JOBS (nproc), FUZZ_SECONDS (20), SANITIZE_LABELS (fast),
+# KERNELS (Haswell Sandybridge), RESULTS (BUILD/test-results).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+BUILD=${BUILD:-build}
+JOBS=${JOBS:-$(nproc)}
+FUZZ_SECONDS=${FUZZ_SECONDS:-20}
+SANITIZE_LABELS=${SANITIZE_LABELS-fast}
+KERNELS=${KERNELS:-Haswell Sandybridge}
+RESULTS=$(realpath -m "${RESULTS:-$BUILD/test-results}")
+rm -rf "$RESULTS"
+mkdir -p "$RESULTS"
+failed=0
+
+# run_stage NAME JUNIT COMMAND...: runs COMMAND, records its exit code and time (and the JUnit
+# file of a ctest stage, or "" for others) in stages.tsv.
+run_stage() {
+  local name=$1 junit=$2 start code
+  shift 2
+  echo "== $name: $*"
+  start=$(date +%s)
+  "$@"
+  code=$?
+  printf '%s\t%s\t%s\t%s\n' "$name" "$code" "$(($(date +%s) - start))" "$junit" >>"$RESULTS/stages.tsv"
+  [ "$code" -eq 0 ] || failed=1
+}
+
+ctest_in() {  # ctest_in DIR JUNIT [ctest args...]
+  local dir=$1 junit=$2
+  shift 2
+  (cd "$dir" && ctest --output-on-failure --output-junit "$junit" "$@")
+}
+
+sanitizer_stage() {  # sanitizer_stage address|thread
+  local kind=$1 dir="$BUILD-${1:0:1}san"
+  run_stage "$kind sanitizer build" "" bash -c "
+    cmake -S . -B '$dir' -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGRADSYNC_SANITIZE=$kind \
+      -DGRADSYNC_BUILD_BENCHMARKS=OFF -DGRADSYNC_WITH_TORCH=OFF >/dev/null &&
+    cmake --build '$dir' -j $JOBS"
+  TSAN_OPTIONS="halt_on_error=1 suppressions=$ROOT/tests/tsan.supp" \
+    run_stage "$kind sanitizer ctest" "$RESULTS/$kind.xml" \
+    ctest_in "$dir" "$RESULTS/$kind.xml" ${SANITIZE_LABELS:+-L "$SANITIZE_LABELS"}
+}
+
+for stage in "$@"; do
+  case $stage in
+    format) run_stage "format check" "" make --no-print-directory format-check ;;
+    release)
+      run_stage "release ctest" "$RESULTS/release.xml" \
+        ctest_in "$BUILD" "$RESULTS/release.xml" -j 2
+      ;;
+    fuzz) run_stage "fuzz (${FUZZ_SECONDS}s per target)" "" \
+      make --no-print-directory fuzz FUZZ_SECONDS="$FUZZ_SECONDS" BUILD="$BUILD" ;;
+    asan) sanitizer_stage address ;;
+    tsan) sanitizer_stage thread ;;
+    kernels)
+      for kernel in $KERNELS; do
+        OPENBLAS_CORETYPE=$kernel run_stage "ctest, OpenBLAS kernel $kernel" \
+          "$RESULTS/kernel-$kernel.xml" ctest_in "$BUILD" "$RESULTS/kernel-$kernel.xml" \
+          -R '^(torch_test|convergence_test|compress_test|sync_test|ps_test)$'
+      done
+      ;;
+    *)
+      echo "ci_test.sh: unknown stage '$stage' (format release fuzz asan tsan kernels)" >&2
+      exit 2
+      ;;
+  esac
+done
+scripts/test_summary.py "$RESULTS"
+exit $failed
