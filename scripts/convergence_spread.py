@@ -11,7 +11,7 @@ gap to its reference (dense, or ring ssgd) over all runs: the figures the test's
   scripts/convergence_spread.py --kernels default,Haswell,Sandybridge --seeds 0,1,2 \\
       --json results/convergence-spread.json
 
-Each run takes 12-18 minutes on 2 cores. Results are appended to the JSON file as each run ends,
+Each run takes 20-25 minutes on 2 cores. Results are appended to the JSON file as each run ends,
 and a rerun skips the (kernel, seed) pairs it already has, so an interrupted sweep resumes.
 """
 import argparse
@@ -27,14 +27,26 @@ import time
 LINE = re.compile(r"^CONVERGENCE case=(\S+) accuracy=([\d.]+) reference=([\d.]+) seed=(\d+)")
 
 
+def openblas_core(env):
+    """The kernel family OpenBLAS picks under `env` (default: the one for this CPU)."""
+    probe = ("import ctypes; blas = ctypes.CDLL('libopenblas.so.0'); "
+             "blas.openblas_get_corename.restype = ctypes.c_char_p; "
+             "print(blas.openblas_get_corename().decode())")
+    result = subprocess.run([sys.executable, "-c", probe], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True)
+    return result.stdout.strip() or "unknown"
+
+
 def run_once(binary, kernel, seed, gtest_filter):
     env = dict(os.environ, GRADSYNC_TEST_SEED=str(seed))
     env.pop("OPENBLAS_CORETYPE", None)
+    env.pop("GTEST_FILTER", None)
     if kernel != "default":
         env["OPENBLAS_CORETYPE"] = kernel
+    core = openblas_core(env)
     command = [binary] + ([f"--gtest_filter={gtest_filter}"] if gtest_filter else [])
     started = time.time()
-    print(f"[spread] kernel {kernel}, seed {seed}: {' '.join(command)}", flush=True)
+    print(f"[spread] kernel {kernel} ({core}), seed {seed}: {' '.join(command)}", flush=True)
     output = subprocess.run(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True).stdout
     cases = {}
@@ -45,8 +57,13 @@ def run_once(binary, kernel, seed, gtest_filter):
             print(f"[spread]   {line}", flush=True)
     if not cases:
         sys.exit(f"convergence_spread: no CONVERGENCE lines from {binary}:\n{output[-2000:]}")
-    return {"kernel": kernel, "seed": seed, "seconds": round(time.time() - started),
+    return {"kernel": kernel, "core": core, "seed": seed, "seconds": round(time.time() - started),
             "cases": cases}
+
+
+def label(run):
+    """A run's kernel family as OpenBLAS named it (a forced family, or the CPU's own)."""
+    return run.get("core", run["kernel"])
 
 
 def summarize(runs):
@@ -56,8 +73,11 @@ def summarize(runs):
     rows = []
     for name in names:
         points = [(r, r["cases"][name]) for r in runs if name in r["cases"]]
-        accuracy = [100 * c["accuracy"] for _, c in points]
-        gap = [100 * (c["reference"] - c["accuracy"]) for _, c in points]
+        # A run from elsewhere may report only the gap (its reference went unrecorded).
+        known = [(r, c) for r, c in points if "accuracy" in c]
+        accuracy = [100 * c["accuracy"] for _, c in known]
+        gap = [100 * c["gap"] if "gap" in c else 100 * (c["reference"] - c["accuracy"])
+               for _, c in points]
         rows.append({
             "case": name, "runs": len(points),
             "accuracy_min": min(accuracy), "accuracy_max": max(accuracy),
@@ -65,8 +85,8 @@ def summarize(runs):
             "gap_min": min(gap), "gap_max": max(gap), "gap_mean": statistics.mean(gap),
             "gap_sd": statistics.stdev(gap) if len(gap) > 1 else 0.0,
             "accuracy_sd": statistics.stdev(accuracy) if len(accuracy) > 1 else 0.0,
-            "seed0": {r["kernel"]: round(100 * c["accuracy"], 2)
-                      for r, c in points if r["seed"] == 0},
+            "seed0": {label(r): round(100 * c["accuracy"], 2)
+                      for r, c in known if r["seed"] == 0},
         })
     methods = [r for r in rows if r["case"] not in REFERENCES and r["runs"] > 1]
     typical = {key: statistics.median(r[key] for r in methods) if methods else 0.0
@@ -78,49 +98,53 @@ def summarize(runs):
 
 
 TARGET = 1.5  # points below the reference
-SAME_MATH = ("p3/ssgd", "wfbp/sharded")  # two-sided, target 0.5
+SAME_MATH = ("p3/ssgd", "wfbp/sharded")  # two-sided
+SAME_MATH_TARGET = 0.5
 REFERENCES = ("none", "ssgd")
 
 
 def bounds(row, typical):
-    """The test's bound for a case, by the rule in convergence_test.cc: the target where the
-    gap's mean + 3 sd stays within it, else mean + 3 sd; the floor at mean - 3 sd of the
-    accuracy. Points, rounded outwards to 0.1. A handful of runs estimates an sd poorly, so no
-    case is taken to vary less than the typical case (`typical`: the median sd over cases)."""
+    """The target's verdict and the test's bound for a case, by the rule in convergence_test.cc.
+
+    Met: the mean gap over the spread is within the target (a method's claim is about where it
+    ends, not about one run). Bound: what one run on any machine, any seed, must reach: the
+    target, or mean + 3 sd of the gap where that is wider (one-epoch runs scatter by about half
+    a point, so mean + 3 sd passes the target even for cases that meet it); the floor at mean -
+    3 sd of the accuracy. Points, rounded outwards to 0.1. A handful of runs estimates an sd
+    poorly, so no case is taken to vary less than the typical case (`typical`: the median sd
+    over cases)."""
     sd_gap = max(row["gap_sd"], typical["gap_sd"])
     sd_accuracy = max(row["accuracy_sd"], typical["accuracy_sd"])
     floor = math.floor(10 * (row["accuracy_mean"] - 3 * sd_accuracy)) / 10
     if row["case"] in REFERENCES:
         return {"gap": None, "floor": floor, "target": None, "met": None}
-    target = 0.5 if row["case"] in SAME_MATH else TARGET
-    if row["case"] in SAME_MATH:
-        worst = max(abs(row["gap_mean"] + 3 * sd_gap), abs(row["gap_mean"] - 3 * sd_gap))
+    if row["case"] in SAME_MATH:  # two-sided: drift either way
+        target, mean = SAME_MATH_TARGET, abs(row["gap_mean"])
     else:
-        worst = row["gap_mean"] + 3 * sd_gap
-    met = worst <= target
-    gap = target if met else math.ceil(10 * worst) / 10
-    return {"gap": gap, "floor": floor, "target": target, "met": met}
+        target, mean = TARGET, row["gap_mean"]
+    gap = max(target, math.ceil(10 * (mean + 3 * sd_gap)) / 10)
+    return {"gap": gap, "floor": floor, "target": target, "met": mean <= target}
 
 
 def markdown(rows, runs):
-    kernels = sorted({r["kernel"] for r in runs})
+    kernels = sorted({label(r) for r in runs})
     seeds = sorted({r["seed"] for r in runs})
     typical = rows[0]["typical"] if rows else {"gap_sd": 0, "accuracy_sd": 0}
     lines = [f"{len(runs)} runs: kernel families {', '.join(kernels)}; seeds "
              f"{', '.join(map(str, seeds))}. Typical sd (median over cases): gap "
              f"{typical['gap_sd']:.2f}, accuracy {typical['accuracy_sd']:.2f} points.", "",
              "| case | runs | accuracy min–max (%) | gap min / mean / max (sd) | target | "
-             "bound: gap / floor | |",
-             "|---|---:|---:|---:|---:|---:|---|"]
+             "mean gap within target | test bound: gap / floor |",
+             "|---|---:|---:|---:|---:|---|---:|"]
     for row in rows:
         b = row["bound"]
         target = "" if b["target"] is None else f"{b['target']:.1f}"
         gap = "–" if b["gap"] is None else f"{b['gap']:.1f}"
-        verdict = "" if b["met"] is None else ("met" if b["met"] else "**not reliably met**")
+        verdict = "" if b["met"] is None else ("met" if b["met"] else "**missed**")
         lines.append(f"| {row['case']} | {row['runs']} | {row['accuracy_min']:.2f}–"
                      f"{row['accuracy_max']:.2f} | {row['gap_min']:.2f} / {row['gap_mean']:.2f}"
-                     f" / {row['gap_max']:.2f} ({row['gap_sd']:.2f}) | {target} | {gap} / "
-                     f"{b['floor']:.1f}% | {verdict} |")
+                     f" / {row['gap_max']:.2f} ({row['gap_sd']:.2f}) | {target} | {verdict} | "
+                     f"{gap} / {b['floor']:.1f}% |")
     return "\n".join(lines)
 
 
