@@ -1,15 +1,15 @@
 # gradsync: the two commands of the README, and the targets behind them.
 #   make demo   install dependencies, build, run the main job, print the result
-#   make test   install dependencies, build, check formatting, run every test
-# Other targets: deps, build, bench, bench-peers, sim-validate, sim-papers, test-sanitize,
-# test-kernels, fuzz, format, format-check, clean.
+#   make test   install dependencies, build, check formatting, run every test but the long ones
+# Other targets: deps, build, bench, bench-peers, sim-validate, sim-papers, test-long,
+# test-sanitize, test-kernels, fuzz, format, format-check, clean.
 
 BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 CTEST_FLAGS ?= --output-on-failure
 
-.PHONY: all deps build test demo bench bench-peers sim-validate sim-papers test-sanitize test-kernels fuzz format format-check clean
+.PHONY: all deps build test demo bench bench-peers sim-validate sim-papers test-long test-sanitize test-kernels fuzz format format-check clean
 
 all: build
 
@@ -54,6 +54,11 @@ sim-papers: build
 SANITIZE_LABELS ?=
 test-sanitize: deps
 	@SANITIZE_LABELS=$(SANITIZE_LABELS) $(CI_TEST) asan tsan
+
+# The long suites make test leaves out (the rest of the convergence cases, about 15 minutes):
+# run before changing an algorithm, and record its figures (docs/testing.md).
+test-long: build
+	@$(CI_TEST) long
 
 # The numerically sensitive suites under two forced OpenBLAS kernel families (as on other
 # machines of this kind); run it before changing any numerical bound (docs/testing.md).

@@ -3,10 +3,11 @@
 # every suite: scripts/test_summary.py. Every stage runs even when an earlier one failed, so the
 # summary shows all of it; the exit code is 1 if any stage failed.
 #
-#   scripts/ci_test.sh STAGE...      stages: format release fuzz asan tsan kernels
+#   scripts/ci_test.sh STAGE...      stages: format release long fuzz asan tsan kernels
 #
-# release  ctest on BUILD (the release build): every suite; convergence_test runs alone
-#          (RUN_SERIAL), never beside the timing-sensitive suites.
+# release  ctest on BUILD (the release build): every suite but the long ones (label long);
+#          convergence_test runs alone (RUN_SERIAL), never beside the timing-sensitive suites.
+# long     the long suites (convergence_long: the convergence cases make test leaves out).
 # fuzz     libFuzzer on the wire decoders for FUZZ_SECONDS each.
 # asan     AddressSanitizer build (no LibTorch) and its ctest (labels SANITIZE_LABELS).
 # tsan     ThreadSanitizer build, the same.
@@ -64,7 +65,10 @@ for stage in "$@"; do
     format) run_stage "format check" "" make --no-print-directory format-check ;;
     release)
       run_stage "release ctest" "$RESULTS/release.xml" \
-        ctest_in "$BUILD" "$RESULTS/release.xml" -j 2
+        ctest_in "$BUILD" "$RESULTS/release.xml" -j 2 -LE long
+      ;;
+    long)
+      run_stage "long ctest" "$RESULTS/long.xml" ctest_in "$BUILD" "$RESULTS/long.xml" -L long
       ;;
     fuzz) run_stage "fuzz (${FUZZ_SECONDS}s per target)" "" \
       make --no-print-directory fuzz FUZZ_SECONDS="$FUZZ_SECONDS" BUILD="$BUILD" ;;
@@ -74,7 +78,7 @@ for stage in "$@"; do
       for kernel in $KERNELS; do
         OPENBLAS_CORETYPE=$kernel run_stage "ctest, OpenBLAS kernel $kernel" \
           "$RESULTS/kernel-$kernel.xml" ctest_in "$BUILD" "$RESULTS/kernel-$kernel.xml" \
-          -R '^(torch_test|convergence_test|compress_test|sync_test|ps_test)$'
+          -R '^(torch_test|convergence_test|convergence_long|compress_test|sync_test|ps_test)$'
       done
       ;;
     *)

@@ -1,10 +1,11 @@
 // Every compression method trains the cnn on the real Fashion-MNIST for one epoch (2 workers as
-// threads over loopback; identical data and initialisation) and ends close to dense SSGD. All
-// runs, dense included, start with the same 10% of dense warm-up steps, as the papers do.
+// threads over loopback; identical data and initialisation) and ends close to dense SSGD; every
+// --sync strategy ends close to ring SSGD. All compression runs, dense included, start with the
+// same 10% of dense warm-up steps, as the papers do.
 //
-// The target is 1.5 accuracy points (p3 and sharded, which do not change the math: 0.5). Three
-// methods miss it (measured gaps in docs/performance.md, "Convergence"): for them the bound only
-// guards against regressions.
+// The target is 1.5 accuracy points. The bounds rest on the spread measured over seeds and
+// OpenBLAS kernel families (Bound, below), so they hold on any machine of this kind.
+// make test runs the references and one case of each family; make test-long the Long/ rest.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -33,11 +34,41 @@ void report(const std::string& name, double accuracy, double reference) {
 
 constexpr int64_t kSteps = 468;  // one epoch at global batch 128
 constexpr int64_t kWarmup = 47;
-constexpr double kTarget = 0.015;
+
+// What one run must reach, as accuracy fractions. docs/performance.md, "Convergence across
+// machines and seeds", has the spread each bound rests on (seeds x OpenBLAS kernel families,
+// scripts/convergence_spread.py, and the figures other machines gave) and the rule: a method
+// meets its target when its mean gap over that spread is within it (misses are listed there);
+// one run, on any machine and seed, must end within the target or within mean + 3 sd of the
+// gap, whichever is wider (one-epoch runs scatter by about half a point), and above an absolute
+// floor (mean - 3 sd of its accuracy), so a training that broke everywhere fails even when the
+// relative check passes.
+struct Bound {
+  double maxGap;  // the most it may end below its reference
+  double floor;   // the least accuracy it may end with
+};
+
+// Prints the run's figures (and its CONVERGENCE line) and checks them against `bound`.
+void expectConverged(const std::string& name, double accuracy, double reference, Bound bound) {
+  std::printf(
+      "%-14s accuracy %.2f%% (reference %.2f%%, gap %.2f; allowed gap %.2f, floor %.2f%%)\n",
+      name.c_str(), 100 * accuracy, 100 * reference, 100 * (reference - accuracy),
+      100 * bound.maxGap, 100 * bound.floor);
+  report(name, accuracy, reference);
+  EXPECT_GE(accuracy, reference - bound.maxGap) << name << ": gap to its reference";
+  EXPECT_GE(accuracy, bound.floor) << name << ": absolute floor";
+}
+
+std::string testName(std::string name) {
+  for (char& c : name) {
+    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+  }
+  return name;
+}
 
 struct Case {
   const char* spec;
-  double allowedGap;  // kTarget, or the measured gap of a method that misses it, plus margin
+  Bound bound;
 };
 
 TrainOptions options(const std::string& compress) {
@@ -51,6 +82,7 @@ TrainOptions options(const std::string& compress) {
   return o;
 }
 
+// Dense SSGD, the compressors' reference; computed once.
 double denseAccuracy() {
   static const double accuracy = [] {
     double dense = train(2, options("none")).finalTestAccuracy;
@@ -60,39 +92,45 @@ double denseAccuracy() {
   return accuracy;
 }
 
+constexpr double kDenseFloor = 0.859;
+
+TEST(ConvergenceReference, DenseReachesItsFloor) {
+  EXPECT_GE(denseAccuracy(), kDenseFloor);
+}
+
 class Convergence : public ::testing::TestWithParam<Case> {};
 
 TEST_P(Convergence, EndsCloseToDense) {
   const Case& c = GetParam();
   TrainResult result = train(2, options(c.spec));
-  double dense = denseAccuracy();
-  std::printf("%-12s accuracy %.2f%% (dense %.2f%%, gap %.2f), %.3f MB/step (%.1fx less)\n", c.spec,
-              100 * result.finalTestAccuracy, 100 * dense, 100 * (dense - result.finalTestAccuracy),
-              result.perStep.bytesSent / 1e6, result.perStep.denseBytes / result.perStep.bytesSent);
-  report(c.spec, result.finalTestAccuracy, dense);
-  EXPECT_GE(result.finalTestAccuracy, dense - c.allowedGap);
+  expectConverged(c.spec, result.finalTestAccuracy, denseAccuracy(), c.bound);
+  std::printf("%-14s %.3f MB/step (%.1fx less)\n", c.spec, result.perStep.bytesSent / 1e6,
+              result.perStep.denseBytes / result.perStep.bytesSent);
 }
 
+// make test runs one method of each family (sparsification with error feedback, stochastic
+// quantisation, low rank, sign with error feedback); make test-long runs the rest (Long/).
 INSTANTIATE_TEST_SUITE_P(Methods, Convergence,
-                         ::testing::Values(Case{"fp16", kTarget}, Case{"topk:0.01", kTarget},
-                                           Case{"mstopk:0.01", kTarget},
-                                           Case{"gtopk:0.01", kTarget}, Case{"dgc:0.01", kTarget},
-                                           Case{"qsgd:16", kTarget}, Case{"terngrad", kTarget},
-                                           Case{"powersgd:4", kTarget}, Case{"gradiveq:4", kTarget},
-                                           // Below target: measured gaps 4.2, 5.0 and 10.8 points.
-                                           Case{"onebit", 0.05}, Case{"signsgd", 0.06},
-                                           Case{"randomk:0.1", 0.12}),
-                         [](const auto& info) {
-                           std::string name = info.param.spec;
-                           for (char& c : name) {
-                             if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
-                           }
-                           return name;
-                         });
+                         ::testing::Values(Case{"topk:0.01", {0.036, 0.847}},
+                                           Case{"qsgd:16", {0.018, 0.860}},
+                                           Case{"powersgd:4", {0.025, 0.854}},
+                                           Case{"onebit", {0.087, 0.794}}),
+                         [](const auto& info) { return testName(info.param.spec); });
+INSTANTIATE_TEST_SUITE_P(
+    Long, Convergence,
+    ::testing::Values(Case{"fp16", {0.018, 0.860}}, Case{"mstopk:0.01", {0.026, 0.848}},
+                      Case{"gtopk:0.01", {0.026, 0.852}}, Case{"dgc:0.01", {0.032, 0.846}},
+                      Case{"terngrad", {0.025, 0.853}}, Case{"gradiveq:4", {0.032, 0.846}},
+                      Case{"signsgd", {0.069, 0.801}}, Case{"randomk:0.1", {0.179, 0.691}}),
+    [](const auto& info) { return testName(info.param.spec); });
 
 // p3 and sharded change when and in what order the averages travel and who applies the update,
-// not the math: the same epoch ends where dense wfbp does, up to the drift float rounding causes
-// over 468 steps (well under half a point).
+// not the math (Trainer.P3AndShardedGiveWfbpParameters checks that to 1e-4 after 4 steps). Over
+// an epoch, float rounding drifts them apart from wfbp in either direction, as far as a new seed
+// would (-0.83 to +0.87 points over the measured spread), so the check is two-sided: within the
+// bound of wfbp, below or above.
+constexpr Bound kSameMathDrift = Bound{0.020, 0.859};
+
 TEST(ConvergenceSchedules, P3AndShardedEndWhereWfbpEnds) {
   for (const auto& [schedule, sync] : {std::pair{"p3", "ssgd"}, std::pair{"wfbp", "sharded"}}) {
     TrainOptions o = options("none");
@@ -100,22 +138,20 @@ TEST(ConvergenceSchedules, P3AndShardedEndWhereWfbpEnds) {
     o.sync = sync;
     TrainResult result = train(2, o);
     double dense = denseAccuracy();
-    std::printf("%s %s accuracy %.2f%% (wfbp %.2f%%)\n", schedule, sync,
-                100 * result.finalTestAccuracy, 100 * dense);
-    report(std::string(schedule) + "/" + sync, result.finalTestAccuracy, dense);
-    EXPECT_NEAR(result.finalTestAccuracy, dense, 0.005) << schedule << " " << sync;
+    expectConverged(std::string(schedule) + "/" + sync, result.finalTestAccuracy, dense,
+                    kSameMathDrift);
+    EXPECT_LE(result.finalTestAccuracy, dense + kSameMathDrift.maxGap) << schedule << " " << sync;
   }
 }
 
 // The --sync strategies train the cnn for one epoch on 4 workers (threads over loopback; the
-// same data, seed and steps) and is compared with ring ssgd. The delayed strategies start with
-// 50 ssgd steps (the papers' 200-1000 would cover the whole epoch). The target is 1.5 points;
-// the strategies that miss it have their measured gap plus a margin as a regression guard
-// (docs/performance.md, "Parameter server and delayed SGD", has the figures).
+// same data, seed and steps) and are compared with ring ssgd. The delayed strategies start with
+// 50 ssgd steps (the papers' 200-1000 would cover the whole epoch). asgd and ssp:2 are not here:
+// as threads they diverged in 2 of 5 runs (docs/performance.md).
 struct StrategyCase {
   const char* sync;
   bool ps;
-  double allowedGap;         // kTarget, or the measured gap of a strategy that misses it + margin
+  Bound bound;
   double cdThreshold = 0.5;  // cdsgd's 2-bit threshold
 };
 
@@ -133,6 +169,9 @@ class ConvergenceStrategies : public ::testing::TestWithParam<StrategyCase> {
     o.seed = testSeed();
     return o;
   }
+
+ public:
+  // Ring ssgd, the strategies' reference; computed once.
   static double ringAccuracy() {
     static const double accuracy = [] {
       double ring = train(4, options("ssgd", false)).finalTestAccuracy;
@@ -143,34 +182,34 @@ class ConvergenceStrategies : public ::testing::TestWithParam<StrategyCase> {
   }
 };
 
+constexpr double kRingFloor = 0.850;
+
+TEST(ConvergenceReference, RingSsgdReachesItsFloor) {
+  EXPECT_GE(ConvergenceStrategies::ringAccuracy(), kRingFloor);
+}
+
 TEST_P(ConvergenceStrategies, EndsCloseToRingSsgd) {
   const StrategyCase& c = GetParam();
   TrainResult result = train(4, options(c.sync, c.ps, c.cdThreshold));
-  double ring = ringAccuracy();
-  std::printf("%-10s%s accuracy %.2f%% (ring ssgd %.2f%%, gap %.2f)\n", c.sync, c.ps ? " (PS)" : "",
-              100 * result.finalTestAccuracy, 100 * ring, 100 * (ring - result.finalTestAccuracy));
-  report(std::string(c.sync) + (c.ps ? "/ps" : ""), result.finalTestAccuracy, ring);
-  EXPECT_GE(result.finalTestAccuracy, ring - c.allowedGap);
+  expectConverged(std::string(c.sync) + (c.ps ? "/ps" : ""), result.finalTestAccuracy,
+                  ringAccuracy(), c.bound);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Strategies, ConvergenceStrategies,
-    ::testing::Values(StrategyCase{"ssgd", true, kTarget}, StrategyCase{"odsgd", false, kTarget},
-                      StrategyCase{"localsgd:4", false, kTarget},
-                      // Below target. Measured gaps over three or four runs (processes,
-                      // threads, CI): ssdsgd:5 5.5, 4.2, 4.1, 4.9; cdsgd:5 2.5, 3.8, 6.0, 6.9
-                      // points (the servers sum pushes in arrival order, and rounding
-                      // differences grow over the epoch). asgd and ssp:2 are not here: as
-                      // threads they diverged in 2 of 5 runs (docs/performance.md).
-                      StrategyCase{"ssdsgd:5", false, 0.08},
-                      StrategyCase{"cdsgd:5", false, 0.09, 0.005}),
-    [](const auto& info) {
-      std::string name = std::string(info.param.sync) + (info.param.ps ? "_ps" : "");
-      for (char& c : name) {
-        if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
-      }
-      return name;
-    });
+std::string strategyName(const ::testing::TestParamInfo<StrategyCase>& info) {
+  return testName(std::string(info.param.sync) + (info.param.ps ? "_ps" : ""));
+}
+
+// make test runs the server path and the delayed strategy with compression; make test-long runs
+// the rest (Long/).
+INSTANTIATE_TEST_SUITE_P(Strategies, ConvergenceStrategies,
+                         ::testing::Values(StrategyCase{"ssgd", true, {0.020, 0.850}},
+                                           StrategyCase{"cdsgd:5", false, {0.107, 0.772}, 0.005}),
+                         strategyName);
+INSTANTIATE_TEST_SUITE_P(Long, ConvergenceStrategies,
+                         ::testing::Values(StrategyCase{"odsgd", false, {0.025, 0.845}},
+                                           StrategyCase{"localsgd:4", false, {0.028, 0.842}},
+                                           StrategyCase{"ssdsgd:5", false, {0.065, 0.807}}),
+                         strategyName);
 
 }  // namespace
 }  // namespace gradsync::testing
