@@ -9,7 +9,7 @@
 #ifdef GRADSYNC_HAVE_MPI
 #include "gradsync/mpi.h"
 #endif
-#include "job/rank_context.h"
+#include "gradsync/context.h"
 #include "launcher.h"
 
 namespace gradsync {
@@ -87,9 +87,9 @@ int runRanks(const RankFlags& flags, const Env& env, const std::vector<std::stri
   }
   if (flags.transport == "mpi") return runMpiRank(bootstrap, env, link, settings, body);
   if (flags.bootstrap.rank || !env.launcher.empty()) {
-    RankContext context = joinJob(resolveBootstrap(bootstrap, env), link);
-    checkSameSettings(*context.transport, settings);
-    return body(*context.transport);
+    Context context = join(resolveBootstrap(bootstrap, env), link);
+    checkSameSettings(context.transport(), settings);
+    return body(context.transport());
   }
   BootstrapConfig config = resolveBootstrap(
       BootstrapFlags{.timeout = flags.bootstrap.timeout, .insecureNoToken = true}, Env{});

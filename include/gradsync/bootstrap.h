@@ -36,6 +36,10 @@ inline constexpr int kDefaultMasterPort = 29500;
 struct BootstrapConfig {
   int rank = 0;
   int size = 1;
+  // This process's index among the job's processes on its host, and their number: from the
+  // launcher (LOCAL_RANK/LOCAL_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_*), else 0 and 1.
+  int localRank = 0;
+  int localSize = 1;
   SocketAddress master{"127.0.0.1", kDefaultMasterPort};
   std::string jobId = "gradsync";
   std::string jobToken;

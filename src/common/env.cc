@@ -32,12 +32,14 @@ Env Env::fromMap(const Vars& vars) {
     env.launcher = "env";
     env.rank = intVar(vars, "RANK");
     env.worldSize = intVar(vars, "WORLD_SIZE");
-    env.localRank = intVar(vars, "LOCAL_RANK").value_or(0);
+    env.localRank = intVar(vars, "LOCAL_RANK");
+    env.localSize = intVar(vars, "LOCAL_WORLD_SIZE");
   } else if (find(vars, "OMPI_COMM_WORLD_RANK") != nullptr) {
     env.launcher = "mpirun";
     env.rank = intVar(vars, "OMPI_COMM_WORLD_RANK");
     env.worldSize = intVar(vars, "OMPI_COMM_WORLD_SIZE");
-    env.localRank = intVar(vars, "OMPI_COMM_WORLD_LOCAL_RANK").value_or(0);
+    env.localRank = intVar(vars, "OMPI_COMM_WORLD_LOCAL_RANK");
+    env.localSize = intVar(vars, "OMPI_COMM_WORLD_LOCAL_SIZE");
   }
   if (const std::string* v = find(vars, "MASTER_ADDR")) env.masterAddr = *v;
   env.masterPort = intVar(vars, "MASTER_PORT");

@@ -15,11 +15,14 @@ struct Env {
   LogLevel logLevel = LogLevel::kWarn;
 
   // Rank and world size, from the first launcher whose variables are present:
-  //   torchrun style: RANK, WORLD_SIZE, LOCAL_RANK (also set by `gradsync launch`);
-  //   Open MPI:       OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_RANK.
+  //   torchrun style: RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE (also set by
+  //                   `gradsync launch`);
+  //   Open MPI:       OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_RANK,
+  //                   OMPI_COMM_WORLD_LOCAL_SIZE.
   std::optional<int> rank;
   std::optional<int> worldSize;
-  int localRank = 0;
+  std::optional<int> localRank;
+  std::optional<int> localSize;
   std::string launcher;  // "env", "mpirun" or "" when no launcher variables are set
 
   // MASTER_ADDR, MASTER_PORT: where rank 0 serves the rendezvous store.

@@ -61,6 +61,26 @@ void resolveRankAndSize(const BootstrapFlags& flags, const Env& env, BootstrapCo
   config.source = flags.rank || flags.worldSize ? "flags" : env.launcher;
 }
 
+void resolveLocal(const Env& env, BootstrapConfig& config) {
+  if (config.source != env.launcher) return;  // rank from flags or defaults: no local view
+  bool mpi = env.launcher == "mpirun";
+  const char* rankFrom = mpi ? "OMPI_COMM_WORLD_LOCAL_RANK" : "LOCAL_RANK";
+  const char* sizeFrom = mpi ? "OMPI_COMM_WORLD_LOCAL_SIZE" : "LOCAL_WORLD_SIZE";
+  int localSize = env.localSize.value_or(1);
+  int localRank = env.localRank.value_or(0);
+  if (localSize < 1 || localSize > config.size) {
+    fail(fmt::format("{}={} is outside [1, {}] (the world size)", sizeFrom, localSize, config.size),
+         "the local size is the number of this job's processes on this host");
+  }
+  if (localRank < 0 || localRank >= localSize) {
+    fail(fmt::format("{}={} is outside [0, {}) (the local size)", rankFrom, localRank, localSize),
+         env.localSize ? "local ranks are numbered 0 .. local size - 1"
+                       : fmt::format("set {} too", sizeFrom));
+  }
+  config.localRank = localRank;
+  config.localSize = localSize;
+}
+
 void resolveMaster(const BootstrapFlags& flags, const Env& env, BootstrapConfig& config) {
   if (flags.masterAddr) {
     if (flags.masterAddr->empty())
@@ -124,6 +144,7 @@ void resolveTimeout(const BootstrapFlags& flags, const Env& env, BootstrapConfig
 BootstrapConfig resolveBootstrap(const BootstrapFlags& flags, const Env& env) {
   BootstrapConfig config;
   resolveRankAndSize(flags, env, config);
+  resolveLocal(env, config);
   resolveMaster(flags, env, config);
   resolveJob(flags, env, config);
   resolveTimeout(flags, env, config);

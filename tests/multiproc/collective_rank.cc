@@ -10,9 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "common/env.h"
 #include "gradsync/collectives.h"
-#include "job/rank_context.h"
+#include "gradsync/context.h"
 
 namespace gradsync {
 namespace {
@@ -83,11 +82,9 @@ int main(int argc, char** argv) {
   using namespace gradsync;
   std::string mode = argc > 1 ? argv[1] : "verify";
   try {
-    Env env = Env::fromProcess();
-    setLogLevel(env.logLevel);
-    RankContext context = joinJob(resolveBootstrap({}, env), {});
-    return mode == "loop" ? loop(*context.transport, argc > 2 ? argv[2] : "/tmp/gs-ready")
-                          : verify(*context.transport);
+    Context context = init();
+    return mode == "loop" ? loop(context.transport(), argc > 2 ? argv[2] : "/tmp/gs-ready")
+                          : verify(context.transport());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "collective_rank: %s\n", e.what());
     return 1;

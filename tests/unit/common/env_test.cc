@@ -35,11 +35,13 @@ TEST(Env, OpenMpi) {
   Env env = Env::fromMap({{"OMPI_COMM_WORLD_RANK", "1"},
                           {"OMPI_COMM_WORLD_SIZE", "3"},
                           {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
+                          {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
                           {"OMPI_MCA_ess_base_jobid", "12345"}});
   EXPECT_EQ(env.launcher, "mpirun");
   EXPECT_EQ(*env.rank, 1);
   EXPECT_EQ(*env.worldSize, 3);
   EXPECT_EQ(env.localRank, 1);
+  EXPECT_EQ(env.localSize, 2);
   EXPECT_EQ(env.jobToken, "ompi-12345");
 }
 

@@ -70,6 +70,45 @@ TEST(Bootstrap, OpenMpiEnvironmentProvidesAToken) {
   EXPECT_EQ(config.source, "mpirun");
 }
 
+TEST(Bootstrap, LocalRankAndSizeComeFromTheLauncher) {
+  BootstrapConfig single = resolveBootstrap({}, Env::fromMap({}));
+  EXPECT_EQ(single.localRank, 0);
+  EXPECT_EQ(single.localSize, 1);
+  Env torchrun = Env::fromMap({{"RANK", "3"},
+                               {"WORLD_SIZE", "4"},
+                               {"LOCAL_RANK", "1"},
+                               {"LOCAL_WORLD_SIZE", "2"},
+                               {"GRADSYNC_JOB_TOKEN", "t"}});
+  BootstrapConfig config = resolveBootstrap({}, torchrun);
+  EXPECT_EQ(config.localRank, 1);
+  EXPECT_EQ(config.localSize, 2);
+  BootstrapConfig mpi = resolveBootstrap({}, Env::fromMap({{"OMPI_COMM_WORLD_RANK", "2"},
+                                                           {"OMPI_COMM_WORLD_SIZE", "3"},
+                                                           {"OMPI_COMM_WORLD_LOCAL_RANK", "2"},
+                                                           {"OMPI_COMM_WORLD_LOCAL_SIZE", "3"},
+                                                           {"OMPI_MCA_ess_base_jobid", "7"}}));
+  EXPECT_EQ(mpi.localRank, 2);
+  EXPECT_EQ(mpi.localSize, 3);
+  // A rank given by flags is not the launcher's: its local view does not apply.
+  BootstrapFlags flags{.rank = 0, .worldSize = 2};
+  EXPECT_EQ(resolveBootstrap(flags, torchrun).localRank, 0);
+  EXPECT_EQ(resolveBootstrap(flags, torchrun).localSize, 1);
+}
+
+TEST(Bootstrap, LocalRankErrors) {
+  auto env = [](const char* localRank, const char* localSize) {
+    std::map<std::string, std::string> vars{
+        {"RANK", "0"}, {"WORLD_SIZE", "4"}, {"GRADSYNC_JOB_TOKEN", "t"}};
+    if (localRank) vars["LOCAL_RANK"] = localRank;
+    if (localSize) vars["LOCAL_WORLD_SIZE"] = localSize;
+    return Env::fromMap(vars);
+  };
+  expectConfigError({}, env("2", "2"), "LOCAL_RANK=2");
+  expectConfigError({}, env("0", "5"), "LOCAL_WORLD_SIZE=5");
+  expectConfigError({}, env("0", "0"), "LOCAL_WORLD_SIZE=0");
+  expectConfigError({}, env("1", nullptr), "set LOCAL_WORLD_SIZE");
+}
+
 TEST(Bootstrap, FlagsOverrideEnvironment) {
   BootstrapFlags flags;
   flags.rank = 0;

@@ -1,0 +1,46 @@
+// gradsync::init and Context (include/gradsync/context.h).
+#include "gradsync/context.h"
+
+#include "common/env.h"
+#include "common/logging.h"
+#include "common/socket.h"
+#include "gradsync/tcp.h"
+#include "job/agreement.h"
+#include "rendezvous/tcp_store.h"
+
+namespace gradsync {
+
+Context::Context(BootstrapConfig config, std::unique_ptr<TcpStoreServer> server,
+                 std::shared_ptr<Store> store, std::unique_ptr<Transport> transport)
+    : config_(std::move(config)),
+      server_(std::move(server)),
+      store_(std::move(store)),
+      transport_(std::move(transport)) {}
+
+Context::Context(Context&&) noexcept = default;
+Context& Context::operator=(Context&&) noexcept = default;
+Context::~Context() = default;
+
+Context join(const BootstrapConfig& config, const TransportOptions& link) {
+  std::unique_ptr<TcpStoreServer> server;
+  std::shared_ptr<Store> store = connectStore(config, &server);
+  if (config.size > 1) checkSameWorldSize(*store, config);
+  TcpTransportOptions tcp;
+  tcp.transport = link;
+  tcp.transport.timeout = config.timeout;
+  tcp.jobId = config.jobId;
+  tcp.jobToken = config.jobToken;
+  tcp.host = config.size > 1 ? localAddressToward(config.master.host) : "127.0.0.1";
+  std::unique_ptr<Transport> transport = connectTcpTransport(*store, config.rank, config.size, tcp);
+  GS_LOG(kInfo, "rank {} of {} connected (bootstrap from {})", config.rank, config.size,
+         config.source);
+  return Context(config, std::move(server), std::move(store), std::move(transport));
+}
+
+Context init(const InitOptions& options) {
+  Env env = Env::fromProcess();
+  setLogLevel(env.logLevel);
+  return join(resolveBootstrap(options.bootstrap, env), options.link);
+}
+
+}  // namespace gradsync
