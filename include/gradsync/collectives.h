@@ -18,6 +18,11 @@ namespace gradsync {
 
 enum class ReduceOp { kSum, kAverage };
 
+// Tags from kReservedTagBase up carry gradsync's own streams (gradient engines, parameter
+// servers, startup checks), which may run while the application communicates: an application's
+// collectives use tags below it.
+inline constexpr uint64_t kReservedTagBase = uint64_t{1} << 56;
+
 struct CollectiveOptions {
   // Message stream of this collective; collectives running concurrently need distinct tags.
   uint64_t tag = 0;

@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/tags.h"
 #include "gradsync/bootstrap.h"
 #include "gradsync/store.h"
 #include "gradsync/transport.h"
@@ -30,7 +31,7 @@ void checkSameWorldSize(Store& store, const BootstrapConfig& config);
 void checkSameSettings(Transport& transport, const Settings& settings);
 
 // The transport tag reserved for checkSameSettings.
-inline constexpr uint64_t kAgreementTag = uint64_t{1} << 62;
+inline constexpr uint64_t kAgreementTag = tags::kAgreement;
 
 // Encodes settings for the wire (exposed for tests).
 std::string encodeSettings(const Settings& settings);

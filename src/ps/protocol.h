@@ -15,6 +15,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "common/tags.h"
+
 namespace gradsync {
 
 struct PsPlacement {
@@ -49,11 +51,11 @@ struct PsHeader {
   uint32_t payloadBytes = 0;
 };
 
-inline constexpr uint64_t kPsRequestTag = 10;
-inline constexpr uint64_t kPsPayloadTag = 11;
-inline constexpr uint64_t kPsStateTag = 12;
+inline constexpr uint64_t kPsRequestTag = tags::kPsRequest;
+inline constexpr uint64_t kPsPayloadTag = tags::kPsPayload;
+inline constexpr uint64_t kPsStateTag = tags::kPsState;
 inline uint64_t psReplyTag(size_t unit) {
-  return (uint64_t{1} << 32) + unit;
+  return tags::kPsReplies + unit;
 }
 
 }  // namespace gradsync

@@ -7,14 +7,15 @@
 
 #include "common/check.h"
 #include "common/logging.h"
+#include "common/tags.h"
 #include "gradsync/collectives.h"
 #include "gradsync/error.h"
 
 namespace gradsync {
 namespace {
 
-// p3's picks travel from rank 0 on their own stream (checkpoints gather velocity on tag 6).
-constexpr uint64_t kDecisionTag = 5;
+// The gradient stream (tags.h).
+const CollectiveOptions kGradientStream{.tag = tags::kGradients};
 
 double secondsSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -180,7 +181,7 @@ std::optional<GradientEngine::Op> GradientEngine::nextPrioritized(
         // No wait needed: the transport keeps the send's Work, and decisions_[k] outlives the
         // send, since a follower receives every pick of a step before the step can complete.
         for (int peer = 1; peer < transport_.size(); ++peer) {
-          transport_.send(peer, kDecisionTag, &decisions_[k], sizeof(decisions_[k]));
+          transport_.send(peer, tags::kP3Decision, &decisions_[k], sizeof(decisions_[k]));
         }
         committed_.push_back({Op::Kind::kAllreduce, pick->unit, pick->overtook});
       }
@@ -198,7 +199,7 @@ std::optional<GradientEngine::Op> GradientEngine::nextPrioritized(
   lock.unlock();
   std::exception_ptr failure;
   try {
-    transport_.recv(0, kDecisionTag, &decision, sizeof(decision))->wait();
+    transport_.recv(0, tags::kP3Decision, &decision, sizeof(decision))->wait();
   } catch (...) {
     failure = std::current_exception();
   }
@@ -219,10 +220,10 @@ bool GradientEngine::exchangeUnit(size_t unit, ExchangeStats& stats) {
   std::span<float> data{flat_.data() + u.offset, u.elements};
   Compressor* compressor = compressors_[unit].get();
   if (compressor == nullptr || step_ < static_cast<uint64_t>(plan_.warmupSteps)) {
-    allreduce(transport_, data, ReduceOp::kAverage);
+    allreduce(transport_, data, ReduceOp::kAverage, kGradientStream);
     return false;
   }
-  ExchangeContext context{transport_, {}, step_, options_.seed};
+  ExchangeContext context{transport_, kGradientStream, step_, options_.seed};
   compressor->exchange(context, data, {sent_.data(), u.elements}, stats);
   return true;
 }
@@ -236,7 +237,8 @@ bool GradientEngine::execute(const Op& op, ExchangeStats& stats) {
       return compressed;
     }
     case Op::Kind::kReduceScatter: {
-      reduceScatter(transport_, {flat_.data() + unit.offset, unit.elements}, ReduceOp::kAverage);
+      reduceScatter(transport_, {flat_.data() + unit.offset, unit.elements}, ReduceOp::kAverage,
+                    kGradientStream);
       Block own = blockOf(unit.elements, transport_.size(), transport_.rank());
       update(op.unit, own.begin, own.end, velocityAt_[op.unit]);
       return false;

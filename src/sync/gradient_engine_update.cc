@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "common/check.h"
+#include "common/tags.h"
 #include "gradsync/collectives.h"
 #include "sync/gradient_engine.h"
 #include "sync/sgd.h"
@@ -13,7 +14,7 @@ namespace gradsync {
 namespace {
 
 // Checkpoints gather the velocity on their own stream.
-const CollectiveOptions kVelocityTag{.tag = 6};
+const CollectiveOptions kVelocityTag{.tag = tags::kVelocity};
 
 }  // namespace
 
@@ -49,7 +50,7 @@ void GradientEngine::allgatherParameters(size_t unit) {
     }
   };
   copy(own.begin, own.end, false);
-  allgather(transport_, {flat_.data() + u.offset, u.elements});
+  allgather(transport_, {flat_.data() + u.offset, u.elements}, {.tag = tags::kGradients});
   copy(0, u.elements, true);
 }
 
