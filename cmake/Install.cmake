@@ -1,6 +1,6 @@
 # `cmake --install`: the public headers (include/gradsync), the core library and, when built,
-# the MPI transport; a CMake package (find_package(gradsync) gives gradsync::core and
-# gradsync::mpi) and a pkg-config file (gradsync.pc: the core). docs/api.md shows both in use;
+# the MPI transport and the LibTorch API; a CMake package (find_package(gradsync) gives
+# gradsync::core, gradsync::mpi and gradsync::torch) and a pkg-config file (gradsync.pc: the core). docs/api.md shows both in use;
 # tests/install/ builds examples/ against an installed copy.
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
@@ -9,8 +9,14 @@ set(gradsync_installed_targets gradsync_core)
 if(GRADSYNC_WITH_MPI)
   list(APPEND gradsync_installed_targets gradsync_mpi)
 endif()
+if(GRADSYNC_WITH_TORCH)
+  list(APPEND gradsync_installed_targets gradsync_torch)
+else()
+  set(gradsync_skip_headers PATTERN torch EXCLUDE)
+endif()
 
-install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/gradsync DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/gradsync DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
+        ${gradsync_skip_headers})
 install(TARGETS ${gradsync_installed_targets} EXPORT gradsyncTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
 set(gradsync_cmake_dir ${CMAKE_INSTALL_LIBDIR}/cmake/gradsync)

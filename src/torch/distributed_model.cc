@@ -3,14 +3,18 @@
 #include <chrono>
 #include <cstring>
 
+#include <fmt/format.h>
+
 #include "common/logging.h"
+#include "common/tags.h"
 #include "gradsync/collectives.h"
+#include "gradsync/error.h"
 
 namespace gradsync {
 namespace {
 
 // Collectives on the training thread use their own tag, apart from the engine's gradient stream.
-const CollectiveOptions kStateTag{.tag = 1};
+const CollectiveOptions kStateTag{.tag = tags::kModelState};
 
 std::span<float> floats(torch::Tensor& tensor) {
   return {tensor.data_ptr<float>(), static_cast<size_t>(tensor.numel())};
@@ -18,12 +22,14 @@ std::span<float> floats(torch::Tensor& tensor) {
 
 }  // namespace
 
-DistributedModel::DistributedModel(std::shared_ptr<Model> model, Transport& transport,
+DistributedModel::DistributedModel(std::shared_ptr<torch::nn::Module> module, Transport& transport,
                                    SyncSetup setup)
-    : model_(std::move(model)), transport_(transport) {
+    : module_(std::move(module)), transport_(transport) {
   std::vector<TensorShape> tensors;
   std::vector<std::span<float>> storage;
-  for (auto& item : model_->named_parameters()) {
+  for (auto& item : module_->named_parameters()) {
+    if (!item.value().requires_grad()) continue;  // frozen: nothing to synchronize
+    checkParameter(item.key(), item.value());
     parameters_.push_back(item.value());
     tensors.push_back(tensorShape(item.key(), item.value().sizes().vec()));
     storage.push_back(floats(item.value()));
@@ -59,23 +65,46 @@ DistributedModel::DistributedModel(std::shared_ptr<Model> model, Transport& tran
       engine->markReady(index);
     }));
   }
-  if (!updates_) return;
+  if (updates_) hookLayers();
+}
+
+void DistributedModel::checkParameter(const std::string& name,
+                                      const torch::Tensor& parameter) const {
+  if (parameter.scalar_type() != torch::kFloat || !parameter.device().is_cpu() ||
+      !parameter.is_contiguous()) {
+    throw ConfigError(
+        fmt::format("parameter {} is {} on {}{}", name, toString(parameter.scalar_type()),
+                    parameter.device().str(), parameter.is_contiguous() ? "" : ", not contiguous"),
+        {.operation = "distributed model",
+         .hint = "gradsync synchronizes contiguous float32 parameters on the CPU"});
+  }
+}
+
+// Update mode: which parameters each submodule's forward reads, for waitForModule; gradsync's
+// own models call it from their pre-forward hook.
+void DistributedModel::hookLayers() {
   std::unordered_map<const void*, int> indexOf;
   for (size_t i = 0; i < parameters_.size(); ++i) {
     indexOf[parameters_[i].unsafeGetTensorImpl()] = static_cast<int>(i);
   }
-  for (const auto& item : model_->named_modules("", /*include_self=*/false)) {
+  for (const auto& item : module_->named_modules("", /*include_self=*/false)) {
     LayerWaits& layer = layers_[item.value().get()];
     layer.name = item.key();
-    for (const auto& p : item.value()->parameters(/*recurse=*/true))
-      layer.parameters.push_back(indexOf.at(p.unsafeGetTensorImpl()));
+    for (const auto& p : item.value()->parameters(/*recurse=*/true)) {
+      auto found = indexOf.find(p.unsafeGetTensorImpl());
+      if (found != indexOf.end()) layer.parameters.push_back(found->second);
+    }
   }
-  model_->setPreForwardHook([this](const torch::nn::Module& layer) { waitForLayer(layer); });
+  if (auto* model = dynamic_cast<Model*>(module_.get())) {
+    model->setPreForwardHook([this](const torch::nn::Module& layer) { waitForModule(layer); });
+  }
 }
 
 DistributedModel::~DistributedModel() {
   for (size_t i = 0; i < hooks_.size(); ++i) parameters_[i].remove_hook(hooks_[i]);
-  if (updates_) model_->setPreForwardHook({});
+  if (auto* model = dynamic_cast<Model*>(module_.get()); model && updates_) {
+    model->setPreForwardHook({});
+  }
 }
 
 void DistributedModel::setTrace(TraceRecorder* trace) {
@@ -83,7 +112,7 @@ void DistributedModel::setTrace(TraceRecorder* trace) {
   if (engine_) engine_->setTrace(trace);
 }
 
-void DistributedModel::waitForLayer(const torch::nn::Module& layer) {
+void DistributedModel::waitForModule(const torch::nn::Module& layer) {
   auto found = layers_.find(&layer);
   if (found == layers_.end() || found->second.parameters.empty()) return;
   auto start = std::chrono::steady_clock::now();
@@ -106,9 +135,9 @@ double DistributedModel::takeWaitSeconds() {
 
 void DistributedModel::broadcastState() {
   torch::NoGradGuard noGrad;
-  for (auto& parameter : model_->parameters())
+  for (auto& parameter : module_->parameters())
     broadcast(transport_, floats(parameter), 0, kStateTag);
-  for (auto& buffer : model_->buffers()) {
+  for (auto& buffer : module_->buffers()) {
     if (buffer.scalar_type() == torch::kFloat) broadcast(transport_, floats(buffer), 0, kStateTag);
   }
 }
@@ -122,9 +151,11 @@ void DistributedModel::synchronizeGradients() {
     torch::Tensor view = torch::from_blob(average.data(), parameters_[i].sizes());
     if (parameters_[i].grad().defined()) {
       parameters_[i].mutable_grad().copy_(view);
-    } else {
+    } else if (view.count_nonzero().item<int64_t>() > 0) {
       parameters_[i].mutable_grad() = view.clone();
     }
+    // Else no rank has used the parameter yet (its gradient is undefined here, and zero on
+    // every rank): it keeps no gradient, so the optimizer skips it as it would on one worker.
   }
 }
 
@@ -142,7 +173,7 @@ void DistributedModel::waitForParameters() {
 void DistributedModel::averageBuffers() {
   waitForParameters();
   torch::NoGradGuard noGrad;
-  for (auto& buffer : model_->buffers()) {
+  for (auto& buffer : module_->buffers()) {
     // running_mean/var are floats; num_batches_tracked (int64) is the same on every rank.
     if (buffer.scalar_type() == torch::kFloat)
       allreduce(transport_, floats(buffer), ReduceOp::kAverage, kStateTag);
@@ -153,7 +184,7 @@ void DistributedModel::averageParameters() {
   torch::NoGradGuard noGrad;
   auto start = std::chrono::steady_clock::now();
   uint64_t before = transport_.bytesSent();
-  for (auto& parameter : model_->parameters())
+  for (auto& parameter : module_->parameters())
     allreduce(transport_, floats(parameter), ReduceOp::kAverage, kStateTag);
   averaging_.bytesSent += transport_.bytesSent() - before;
   averaging_.commSeconds +=

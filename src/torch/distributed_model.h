@@ -1,14 +1,17 @@
-// A model trained data-parallel: an autograd hook on every parameter copies its gradient into
-// the GradientEngine as soon as backward produces it, so communication overlaps the rest of
-// backward (per the schedule).
+// A module trained data-parallel: an autograd hook on every parameter that requires a gradient
+// copies its gradient into the engine as soon as backward produces it, so communication
+// overlaps the rest of backward (per the schedule). Any torch::nn::Module: gradsync's own models
+// (Model) also give layer-by-layer waits in update mode; the public DistributedOptimizer
+// (include/gradsync/torch/distributed_optimizer.h) wraps this class for users' modules.
 //
 // Two ways a step ends, by engine (SyncEngine::updatesParameters):
 //  - fifo, wfbp, fusion: synchronizeGradients() waits for the averages and writes them into
 //    each parameter's .grad; the caller's optimizer then steps.
 //  - p3, sharded, and every parameter-server strategy: endBackward() returns at once; the
-//    engine (or the servers) apply the update as each unit's gradients arrive, and the model's
-//    pre-forward hook makes the next forward wait, layer by layer, only for that layer's
-//    parameters.
+//    engine (or the servers) apply the update as each unit's gradients arrive. The next forward
+//    must wait for the parameters it reads: a Model's pre-forward hook waits layer by layer, only
+//    for that layer's parameters; for other modules the caller waits with waitForModule(layer)
+//    in its forward, or for everything with waitForParameters().
 // With localsgd nothing is communicated per step: averageParameters() every H steps.
 #pragma once
 
@@ -36,17 +39,20 @@ struct SyncSetup {
 
 class DistributedModel {
  public:
-  // Registers the hooks. Every rank must construct it with the same model and options;
-  // `transport` holds the workers only.
-  DistributedModel(std::shared_ptr<Model> model, Transport& transport, SyncSetup setup);
-  DistributedModel(std::shared_ptr<Model> model, Transport& transport, EngineOptions options)
-      : DistributedModel(std::move(model), transport, SyncSetup{.engine = std::move(options)}) {}
+  // Registers the hooks. Every rank must construct it with the same module and options;
+  // `transport` holds the workers only. Parameters are float32 on the CPU (ConfigError else).
+  DistributedModel(std::shared_ptr<torch::nn::Module> module, Transport& transport,
+                   SyncSetup setup);
+  DistributedModel(std::shared_ptr<torch::nn::Module> module, Transport& transport,
+                   EngineOptions options)
+      : DistributedModel(std::move(module), transport, SyncSetup{.engine = std::move(options)}) {}
   // Removes the hooks: the model may outlive this object (it is shared), the engine may not.
   ~DistributedModel();
   DistributedModel(const DistributedModel&) = delete;
   DistributedModel& operator=(const DistributedModel&) = delete;
 
-  Model& model() { return *model_; }
+  torch::nn::Module& module() { return *module_; }
+  // The synchronized parameters (those requiring a gradient), in registration order.
   std::vector<torch::Tensor> parameters() const { return parameters_; }
 
   // Makes every rank's parameters and buffers equal to rank 0's (call once before training).
@@ -55,7 +61,9 @@ class DistributedModel {
   // not step, and the step ends with endBackward().
   bool updatesParameters() const { return updates_; }
   // Waits for this step's gradients to be averaged and writes them into each parameter's .grad.
-  // Rethrows communication errors. Not when updatesParameters().
+  // A parameter no rank's backward reached counts as a zero gradient; one that has never had a
+  // gradient on any rank keeps none (the optimizer skips it, as on one worker). Rethrows
+  // communication errors. Not when updatesParameters().
   void synchronizeGradients();
   // Ends this step's backward without waiting (updatesParameters() only).
   void endBackward();
@@ -63,7 +71,11 @@ class DistributedModel {
   // nothing: its hooks waited already). Call before reading or saving parameters, and before
   // backward (parameters no layer used were not waited for).
   void waitForParameters();
-  // Seconds the pre-forward hooks spent waiting since the last call (exposed communication).
+  // Waits until `layer`'s parameters (a submodule of this module, recursively) hold every ended
+  // step's update: for a forward that overlaps the previous step's communication, called before
+  // each layer runs. No-op outside update mode and for modules that are not submodules.
+  void waitForModule(const torch::nn::Module& layer);
+  // Seconds the waits for parameters took since the last call (exposed communication).
   double takeWaitSeconds();
   // Averages BatchNorm running statistics across ranks, so evaluation and checkpoints see one
   // model (each rank normalises with its own batch statistics while training, as DDP does
@@ -96,9 +108,10 @@ class DistributedModel {
   }
 
  private:
-  void waitForLayer(const torch::nn::Module& layer);
+  void checkParameter(const std::string& name, const torch::Tensor& parameter) const;
+  void hookLayers();
 
-  std::shared_ptr<Model> model_;
+  std::shared_ptr<torch::nn::Module> module_;
   Transport& transport_;
   std::vector<torch::Tensor> parameters_;
   std::unique_ptr<SyncEngine> engine_;  // null for a world of one, and for localsgd

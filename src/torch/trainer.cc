@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 
 #include "common/logging.h"
+#include "common/tags.h"
 #include "data/sampler.h"
 #include "gradsync/collectives.h"
 #include "gradsync/error.h"
@@ -38,7 +39,7 @@ double since(Clock::time_point start) {
 }
 
 // Collectives of the training thread (loss and accuracy sums) use their own tag.
-const CollectiveOptions kTrainerTag{.tag = 2};
+const CollectiveOptions kTrainerTag{.tag = tags::kTrainer};
 
 // Every layer in training mode; with `freezeBatchNorm`, BatchNorm layers stay in evaluation
 // mode: they normalise with their running statistics and do not update them.
@@ -61,7 +62,8 @@ class Trainer {
                              options.seed)),
         sampler_(data_->trainSize(), transport.rank(), transport.size(), options.batchSize,
                  options.seed),
-        model_(makeSeededModel(options), transport, syncSetup(options, transport, all)),
+        net_(makeSeededModel(options)),
+        model_(net_, transport, syncSetup(options, transport, all)),
         optimizer_(parameterGroups(model_, options), torch::optim::SGDOptions(options.lr)),
         inputs_(options.batchSize * data_->sampleElements()),
         labels_(options.batchSize) {
@@ -129,6 +131,7 @@ class Trainer {
   const TrainOptions options_;
   std::unique_ptr<DataSource> data_;
   DistributedSampler sampler_;
+  std::shared_ptr<Model> net_;  // the model; model_ synchronizes it
   DistributedModel model_;
   torch::optim::SGD optimizer_;
   std::vector<float> inputs_;
@@ -190,14 +193,14 @@ float Trainer::trainStep(int64_t epoch, size_t step, int64_t globalStep) {
   auto batch = static_cast<int64_t>(indices.size());
   torch::Tensor x = torch::from_blob(inputs_.data(), {batch, 1, 28, 28});
   torch::Tensor y = torch::from_blob(labels_.data(), {batch}, torch::kLong);
-  enterTrainingMode(model_.model(), options_.freezeBatchNorm);
+  enterTrainingMode(*net_, options_.freezeBatchNorm);
   optimizer_.zero_grad();
   torch::Tensor loss;
   {
     // With p3 and sharded, the previous step's communication may still run: each layer's
     // pre-forward hook waits for that layer's parameters only.
     ScopedEvent event(trace, kMainLane, "compute", "forward");
-    loss = torch::nn::functional::cross_entropy(model_.model().forward(x), y);
+    loss = torch::nn::functional::cross_entropy(net_->forward(x), y);
     model_.waitForParameters();
   }
   {
@@ -248,7 +251,7 @@ double Trainer::evaluate(size_t samples) {
   model_.keepLocalModel([&] {
     model_.pullGlobalModel();
     torch::NoGradGuard noGrad;
-    model_.model().eval();
+    net_->eval();
     constexpr size_t kBatch = 500;
     std::vector<size_t> indices;
     std::vector<float> inputs(kBatch * data_->sampleElements());
@@ -260,8 +263,7 @@ double Trainer::evaluate(size_t samples) {
       data_->batch(false, indices,
                    std::span(inputs).first(indices.size() * data_->sampleElements()),
                    std::span(labels).first(indices.size()));
-      torch::Tensor logits =
-          model_.model().forward(torch::from_blob(inputs.data(), {n, 1, 28, 28}));
+      torch::Tensor logits = net_->forward(torch::from_blob(inputs.data(), {n, 1, 28, 28}));
       torch::Tensor truth = torch::from_blob(labels.data(), {n}, torch::kLong);
       correct += static_cast<size_t>(logits.argmax(1).eq(truth).sum().item<int64_t>());
       seen += indices.size();
@@ -280,7 +282,7 @@ RunIdentity Trainer::identity() const {
 RunPosition Trainer::startingPosition() {
   if (!options_.resume || options_.checkpointDir.empty()) return {};
   std::optional<RunPosition> position =
-      loadCheckpoint(*checkpoints_, model_.model(), optimizer_, identity(), transport_.rank());
+      loadCheckpoint(*checkpoints_, *net_, optimizer_, identity(), transport_.rank());
   if (!position) return {};
   model_.velocityFromOptimizer(optimizer_);
   if (model_.updatesParameters()) optimizer_.state().clear();
@@ -305,7 +307,7 @@ void Trainer::maybeCheckpoint(const RunPosition& position, bool last) {
   model_.keepLocalModel([&] {
     model_.velocityToOptimizer(optimizer_);  // with servers, the parameters become theirs
     if (transport_.rank() == 0) {
-      saveCheckpoint(*checkpoints_, model_.model(), optimizer_, identity(), position, sums);
+      saveCheckpoint(*checkpoints_, *net_, optimizer_, identity(), position, sums);
     }
   });
   // The engine keeps the velocity (sharded: 1/P of it); a full copy here would undo that.

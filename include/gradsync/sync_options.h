@@ -1,0 +1,29 @@
+// SyncOptions: how a DistributedOptimizer synchronizes, in the spec strings of `gradsync
+// train`'s flags (docs/cli.md gives every method and option). Torch-free: plain values, parsed
+// and validated when a DistributedOptimizer is built (ConfigError naming the bad spec).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace gradsync {
+
+// How gradients are synchronized: the spec strings of `gradsync train`'s flags (docs/cli.md).
+struct SyncOptions {
+  // fifo | wfbp | fusion[:MB] | p3[:slice=N,window=W] (--schedule).
+  std::string schedule = "wfbp";
+  // none | fp16 | topk:D | mstopk:D | gtopk:D | dgc:D | randomk:D | qsgd:L | terngrad | onebit |
+  // signsgd | powersgd:R | gradiveq:R, each with ,ef=on|off where it applies (--compress).
+  std::string compress = "none";
+  std::vector<std::string> compressOverrides;  // GLOB=SPEC by parameter name, first match wins
+  size_t compressMinElements = 1024;           // smaller tensors go dense
+  int64_t compressWarmup = 0;                  // dense steps before compressing
+  // ssgd (averaged gradients) | sharded (Lee et al.: reduce-scatter, update 1/P, allgather).
+  std::string sync = "ssgd";
+  // The same on every rank: stochastic compressors draw from it.
+  uint64_t seed = 0;
+};
+
+}  // namespace gradsync
