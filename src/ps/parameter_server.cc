@@ -11,13 +11,14 @@
 #include "common/logging.h"
 #include "compress/two_bit.h"
 #include "gradsync/error.h"
-#include "sync/sgd.h"
+#include "optim/update_rule.h"
 
 namespace gradsync {
 
 struct ParameterServer::Unit {
   size_t index = 0;
   std::vector<float> parameters, velocity, sum;
+  uint64_t updates = 0;  // updates applied (the update rule's step count)
   // kSync, by worker: the round's pushes, decoded. They are summed in worker order once all
   // arrived, so the sum does not depend on arrival order and runs repeat bitwise.
   std::vector<std::vector<float>> pushed;
@@ -258,7 +259,7 @@ void ParameterServer::push(int worker, const PsHeader& header, std::span<const u
     if (++unit.arrived == placement_.workers) applySync(unit, header);
     return;
   }
-  sgdStep(unit.parameters, unit.sum, unit.velocity, asyncSgd(header.lr));
+  applyUpdate(asyncSgd(header.lr), unit.parameters, unit.sum, {unit.velocity, {}}, ++unit.updates);
   ++unit.pushes[worker];
   if (header.flags & kWantReply) unit.pending.push_back({worker, unit.pushes[worker]});
   releaseStale(unit);
@@ -269,12 +270,12 @@ void ParameterServer::push(int worker, const PsHeader& header, std::span<const u
 // m_e = max(0, m - (1 - 1/W)), and spread over the pushes: m_push = m_e^(1/W). The learning rate
 // per push, lr (1 - m_push) / (W (1 - m)), makes W pushes of a steady gradient move the
 // parameters as far as one synchronous step with momentum m does (m = 0: lr / W).
-SgdOptions ParameterServer::asyncSgd(double lr) const {
+UpdateRule ParameterServer::asyncSgd(double lr) const {
   const double workers = placement_.workers;
   const double m = options_.momentum;
   const double explicitMomentum = std::max(0.0, m - (1 - 1 / workers));
   const double perPush = std::pow(explicitMomentum, 1.0 / workers);
-  return {.lr = lr * (1 - perPush) / (workers * (1 - m)), .momentum = perPush};
+  return UpdateRule::sgd(lr * (1 - perPush) / (workers * (1 - m)), perPush);
 }
 
 void ParameterServer::applySync(Unit& unit, const PsHeader& header) {
@@ -284,8 +285,8 @@ void ParameterServer::applySync(Unit& unit, const PsHeader& header) {
   }
   const float scale = 1.0f / static_cast<float>(placement_.workers);
   for (float& g : unit.sum) g *= scale;
-  sgdStep(unit.parameters, unit.sum, unit.velocity,
-          {.lr = header.lr, .momentum = options_.momentum});
+  applyUpdate(UpdateRule::sgd(header.lr, options_.momentum), unit.parameters, unit.sum,
+              {unit.velocity, {}}, ++unit.updates);
   unit.arrived = 0;
   auto snapshot = std::make_shared<std::vector<float>>(unit.parameters);  // one for every reply
   for (int w = 0; w < placement_.workers; ++w) {

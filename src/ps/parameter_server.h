@@ -26,8 +26,8 @@
 #include <vector>
 
 #include "gradsync/transport.h"
+#include "optim/update_rule.h"
 #include "ps/protocol.h"
-#include "sync/sgd.h"
 
 namespace gradsync {
 
@@ -68,7 +68,7 @@ class ParameterServer {
   bool handle(int worker, const PsHeader& header, std::vector<uint8_t>& payload);
   void push(int worker, const PsHeader& header, std::span<const uint8_t> payload);
   void applySync(Unit& unit, const PsHeader& header);
-  SgdOptions asyncSgd(double lr) const;
+  UpdateRule asyncSgd(double lr) const;
   template <typename Ready>
   void waitFor(std::unique_lock<std::mutex>& lock, Unit& unit, Ready ready);
   bool stuck(const Unit& unit) const;  // with the lock held

@@ -49,7 +49,7 @@ void checkCombination(const EngineOptions& options, const CompressionPlan& plan)
 
 void GradientEngine::validate(const EngineOptions& options,
                               const std::vector<TensorShape>& tensors) {
-  checkCombination(options, planCompression(options.compression, tensors, options.momentum));
+  checkCombination(options, planCompression(options.compression, tensors, options.update.momentum));
 }
 
 GradientEngine::GradientEngine(Transport& transport, const std::vector<TensorShape>& tensors,
@@ -57,7 +57,7 @@ GradientEngine::GradientEngine(Transport& transport, const std::vector<TensorSha
     : transport_(transport),
       tensors_(tensors),
       options_(std::move(options)),
-      plan_(planCompression(options_.compression, tensors, options_.momentum)),
+      plan_(planCompression(options_.compression, tensors, options_.update.momentum)),
       layout_(planLayout(tensors, options_.schedule, plan_.groups())),
       updates_(updatesParameters(options_)),
       parameters_(std::move(parameters)),
@@ -85,6 +85,7 @@ GradientEngine::GradientEngine(Transport& transport, const std::vector<TensorSha
                        : unit.elements;
       velocity_.resize(velocity_.size() + own, 0.0f);
     }
+    if (options_.update.stateSlots() == 2) secondMoment_.assign(velocity_.size(), 0.0f);
   }
   opsPerStep_ = options_.schedule.prioritized() ? layout_.units.size() : order_.size();
   if (options_.schedule.prioritized()) {

@@ -10,8 +10,9 @@
 //                       caller then reads the averages from the slots and runs its optimizer.
 //   p3                  one allreduce per slice, in the order rank 0's PriorityScheduler picks
 //                       (rank 0 sends each pick to the others, who follow it). The engine
-//                       applies SGD to each slice as its average arrives.
-//   sharded (Lee et al.) a reduce-scatter per unit as it becomes ready; each rank applies SGD
+//                       applies the optimizer's rule (optim/update_rule.h: SGD, Adam, AdamW)
+//                       to each slice as its average arrives.
+//   sharded (Lee et al.) a reduce-scatter per unit as it becomes ready; each rank applies the rule
 //                       to the block it owns (its velocity is that block only: 1/P of the
 //                       optimizer state); then an allgather of the updated parameters per unit,
 //                       in forward order (the input layer first).
@@ -37,6 +38,7 @@
 #include "compress/compressor.h"
 #include "compress/policy.h"
 #include "gradsync/transport.h"
+#include "optim/update_rule.h"
 #include "schedule/priority_scheduler.h"
 #include "schedule/schedule.h"
 #include "sync/sync_engine.h"
@@ -47,10 +49,11 @@ namespace gradsync {
 struct EngineOptions {
   ScheduleSpec schedule;
   CompressionConfig compression;  // default: every tensor dense
-  double momentum = 0;   // the optimizer's (for compressors that absorb it, and for updates)
+  // The optimizer's rule: applied by the engine when it updates parameters (p3, sharded); its
+  // momentum also goes to compressors that apply momentum themselves (DGC).
+  UpdateRule update;
   uint64_t seed = 0;     // identical on all ranks; stochastic compressors draw from it
   bool sharded = false;  // --sync sharded (dense only; not with p3)
-  double lr = 0;         // the optimizer's, when the engine updates parameters
 };
 
 class GradientEngine final : public SyncEngine {
@@ -76,7 +79,7 @@ class GradientEngine final : public SyncEngine {
   // Throws ConfigError for options the engine cannot run on these tensors (a bad compression
   // spec; sharded with p3 or with compression), before any work starts.
   static void validate(const EngineOptions& options, const std::vector<TensorShape>& tensors);
-  // Whether the engine applies SGD itself (p3, sharded) instead of returning averages.
+  // Whether the engine applies the update itself (p3, sharded) instead of returning averages.
   static bool updatesParameters(const EngineOptions& options) {
     return options.sharded || options.schedule.prioritized();
   }
@@ -86,7 +89,7 @@ class GradientEngine final : public SyncEngine {
   void waitParameters(int t) override;
   // Waits until every ended step is complete; rethrows a communication error.
   void drain() override;
-  // Update mode: the SGD velocity of every tensor, flattened in registration order (sharded:
+  // Update mode with SGD: the velocity of every tensor, flattened in registration order (sharded:
   // gathered from the ranks that own it, a collective every rank must call), and back. Only
   // between steps (after drain()); for checkpoints.
   std::vector<float> velocity() override;
@@ -127,8 +130,8 @@ class GradientEngine final : public SyncEngine {
   // returns whether it went compressed.
   bool execute(const Op& op, ExchangeStats& stats);
   bool exchangeUnit(size_t unit, ExchangeStats& stats);
-  // Applies SGD to the flat elements [begin, end) of `unit`, whose velocity starts at
-  // velocity_[velocityAt].
+  // Applies the update rule to the flat elements [begin, end) of `unit`, whose optimizer state
+  // starts at velocity_[velocityAt] (and secondMoment_[velocityAt]).
   void update(size_t unit, size_t begin, size_t end, size_t velocityAt);
   void allgatherParameters(size_t unit);
   void finishOp(const Op& op);  // with the lock held
@@ -156,9 +159,11 @@ class GradientEngine final : public SyncEngine {
   std::vector<float> flat_;
   std::vector<std::unique_ptr<Compressor>> compressors_;  // by unit; null: dense
   std::vector<float> sent_;                               // scratch for exchanges
-  std::vector<float> velocity_;     // update mode: by flat element (sharded: own blocks only)
-  std::vector<size_t> velocityAt_;  // by unit: where its velocity starts in velocity_
-  const std::vector<Op> order_;     // fifo, wfbp, fusion, sharded: every step's operations
+  std::vector<float> velocity_;      // update mode: by flat element (sharded: own blocks only);
+                                     // SGD's velocity or Adam's first moment
+  std::vector<float> secondMoment_;  // Adam's, laid out as velocity_ (empty for SGD)
+  std::vector<size_t> velocityAt_;   // by unit: where its velocity starts in velocity_
+  const std::vector<Op> order_;      // fifo, wfbp, fusion, sharded: every step's operations
   std::unique_ptr<PriorityScheduler> scheduler_;  // p3 on rank 0
   std::vector<uint64_t> decisions_;               // p3: this step's picks (unit | overtook << 32)
   std::deque<Op> committed_;                      // p3 on rank 0: picked, not yet started

@@ -1,4 +1,5 @@
-// The engine's update mode (p3, sharded): SGD on the parameters as each unit's average arrives,
+// The engine's update mode (p3, sharded): the optimizer's rule (optim/update_rule.h) on the
+// parameters as each unit's average arrives,
 // the allgather of sharded's updated blocks, and the velocity's way in and out of checkpoints.
 // Part of GradientEngine (gradient_engine.h), apart from its scheduling and threading.
 #include <algorithm>
@@ -8,7 +9,6 @@
 #include "common/tags.h"
 #include "gradsync/collectives.h"
 #include "sync/gradient_engine.h"
-#include "sync/sgd.h"
 
 namespace gradsync {
 namespace {
@@ -26,10 +26,15 @@ void GradientEngine::update(size_t unit, size_t begin, size_t end, size_t veloci
     size_t lo = std::max(first, layout_.offsetOf[t]);
     size_t hi = std::min(last, layout_.offsetOf[t] + tensors_[t].elements);
     if (lo >= hi) continue;
-    SgdOptions sgd{options_.lr, plan_.absorbsMomentum(t) ? 0.0 : options_.momentum};
-    sgdStep(parameters_[t].subspan(lo - layout_.offsetOf[t], hi - lo),
-            std::span<const float>(flat_).subspan(lo, hi - lo),
-            std::span(velocity_).subspan(velocityAt + (lo - first), hi - lo), sgd);
+    UpdateRule rule = options_.update;
+    if (plan_.absorbsMomentum(t)) rule.momentum = 0;  // the compressor applied it
+    const size_t at = velocityAt + (lo - first);
+    UpdateState state{
+        std::span(velocity_).subspan(at, hi - lo),
+        secondMoment_.empty() ? std::span<float>{} : std::span(secondMoment_).subspan(at, hi - lo)};
+    // The step in progress, counted from 1: Adam's bias correction.
+    applyUpdate(rule, parameters_[t].subspan(lo - layout_.offsetOf[t], hi - lo),
+                std::span<const float>(flat_).subspan(lo, hi - lo), state, step_ + 1);
   }
 }
 
@@ -55,7 +60,7 @@ void GradientEngine::allgatherParameters(size_t unit) {
 }
 
 std::vector<float> GradientEngine::velocity() {
-  GS_CHECK(updates_);
+  GS_CHECK(updates_ && options_.update.kind == UpdateRule::Kind::kSgd);
   drain();
   std::vector<float> flat(layout_.totalElements);
   if (options_.sharded) {
@@ -73,7 +78,8 @@ std::vector<float> GradientEngine::velocity() {
 }
 
 void GradientEngine::setVelocity(std::span<const float> byTensor) {
-  GS_CHECK(updates_ && byTensor.size() == layout_.totalElements);
+  GS_CHECK(updates_ && options_.update.kind == UpdateRule::Kind::kSgd &&
+           byTensor.size() == layout_.totalElements);
   drain();
   std::vector<float> flat = tensorsToLayout(layout_, tensors_, byTensor);
   if (!options_.sharded) {

@@ -38,8 +38,8 @@ DistributedModel::DistributedModel(std::shared_ptr<torch::nn::Module> module, Tr
   if (setup.local) return;
   if (setup.ps) {
     Transport& all = setup.psTransport ? *setup.psTransport : transport;
-    engine_ =
-        std::make_unique<PsEngine>(all, tensors, options.schedule, options.lr, *setup.ps, storage);
+    engine_ = std::make_unique<PsEngine>(all, tensors, options.schedule, options.update.lr,
+                                         *setup.ps, storage);
     servers_ = true;
   } else if (transport.size() == 1) {
     // Alone, the average of the gradients is the gradient: no hooks, no copies, no engine.

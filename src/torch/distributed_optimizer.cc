@@ -4,6 +4,7 @@
 
 #include <unordered_set>
 
+#include "common/logging.h"
 #include "gradsync/error.h"
 #include "gradsync/torch/distributed_optimizer.h"
 #include "job/agreement.h"
@@ -17,31 +18,63 @@ namespace {
   throw ConfigError(message, {.operation = "distributed optimizer", .hint = hint});
 }
 
-// The engine's update rule (p3, sharded) is torch's SGD with momentum, one lr and momentum for
-// every parameter: what it cannot compute exactly is refused rather than approximated.
-void checkEngineCanUpdate(torch::optim::Optimizer& optimizer) {
-  auto* sgd = dynamic_cast<torch::optim::SGD*>(&optimizer);
-  if (sgd == nullptr) {
-    refuse("p3 and sharded apply the update in the engine, which implements SGD only",
-           "use torch::optim::SGD, or schedule fifo, wfbp or fusion (any optimizer)");
+// The optimizer's rule as the engine applies it per slice (p3, sharded): SGD, Adam or AdamW,
+// with every option torch has but amsgrad. The engine applies one rule to every parameter, so
+// the optimizer's groups must agree. What it cannot compute exactly is refused, never
+// approximated.
+UpdateRule ruleOfGroup(const torch::optim::Optimizer& optimizer,
+                       const torch::optim::OptimizerParamGroup& group) {
+  const torch::optim::OptimizerOptions& options = group.options();
+  if (dynamic_cast<const torch::optim::SGD*>(&optimizer) != nullptr) {
+    const auto& o = static_cast<const torch::optim::SGDOptions&>(options);
+    return {.kind = UpdateRule::Kind::kSgd,
+            .lr = o.lr(),
+            .momentum = o.momentum(),
+            .dampening = o.dampening(),
+            .nesterov = o.nesterov(),
+            .weightDecay = o.weight_decay()};
   }
-  const auto& first =
-      static_cast<const torch::optim::SGDOptions&>(sgd->param_groups().front().options());
-  for (const auto& group : sgd->param_groups()) {
-    const auto& o = static_cast<const torch::optim::SGDOptions&>(group.options());
-    if (o.nesterov() || o.dampening() != 0 || o.weight_decay() != 0) {
-      refuse(
-          "p3 and sharded apply plain SGD with momentum in the engine: this optimizer uses "
-          "Nesterov, dampening or weight decay",
-          "drop them, or schedule fifo, wfbp or fusion (the optimizer then runs as given)");
+  auto adamLike = [](UpdateRule::Kind kind, const auto& o) {
+    if (o.amsgrad()) {
+      refuse("p3 and sharded apply the update in the engine, which has no amsgrad",
+             "drop amsgrad, or schedule fifo, wfbp or fusion (the optimizer then runs as given)");
     }
-    if (o.lr() != first.lr() || o.momentum() != first.momentum()) {
+    return UpdateRule{.kind = kind,
+                      .lr = o.lr(),
+                      .beta1 = std::get<0>(o.betas()),
+                      .beta2 = std::get<1>(o.betas()),
+                      .eps = o.eps(),
+                      .weightDecay = o.weight_decay()};
+  };
+  if (dynamic_cast<const torch::optim::AdamW*>(&optimizer) != nullptr) {
+    return adamLike(UpdateRule::Kind::kAdamW,
+                    static_cast<const torch::optim::AdamWOptions&>(options));
+  }
+  if (dynamic_cast<const torch::optim::Adam*>(&optimizer) != nullptr) {
+    return adamLike(UpdateRule::Kind::kAdam,
+                    static_cast<const torch::optim::AdamOptions&>(options));
+  }
+  refuse("p3 and sharded apply the update in the engine, which implements SGD, Adam and AdamW",
+         "use one of those, or schedule fifo, wfbp or fusion (any optimizer)");
+}
+
+bool sameRule(const UpdateRule& a, const UpdateRule& b) {
+  return a.kind == b.kind && a.lr == b.lr && a.momentum == b.momentum &&
+         a.dampening == b.dampening && a.nesterov == b.nesterov && a.beta1 == b.beta1 &&
+         a.beta2 == b.beta2 && a.eps == b.eps && a.weightDecay == b.weightDecay;
+}
+
+UpdateRule engineRule(const torch::optim::Optimizer& optimizer) {
+  UpdateRule rule = ruleOfGroup(optimizer, optimizer.param_groups().front());
+  for (const auto& group : optimizer.param_groups()) {
+    if (!sameRule(ruleOfGroup(optimizer, group), rule)) {
       refuse(
-          "p3 and sharded apply one learning rate and momentum to every parameter: the "
-          "optimizer's parameter groups differ",
+          "p3 and sharded apply one rule to every parameter: the optimizer's parameter groups "
+          "differ in their options",
           "use one group, or schedule fifo, wfbp or fusion");
     }
   }
+  return rule;
 }
 
 EngineOptions engineOptionsFor(torch::optim::Optimizer& optimizer, const SyncOptions& sync) {
@@ -58,13 +91,11 @@ EngineOptions engineOptionsFor(torch::optim::Optimizer& optimizer, const SyncOpt
                                         .warmupSteps = sync.compressWarmup},
                         .seed = sync.seed,
                         .sharded = strategy.kind == SyncStrategy::Kind::kSharded};
-  if (GradientEngine::updatesParameters(options)) {
-    checkEngineCanUpdate(optimizer);
-    const auto& sgd =
-        static_cast<const torch::optim::SGDOptions&>(optimizer.param_groups().front().options());
-    options.lr = sgd.lr();
-    options.momentum = sgd.momentum();
-  }
+  if (GradientEngine::updatesParameters(options)) options.update = engineRule(optimizer);
+  GS_LOG(kInfo, "distributed optimizer: {}, {}", sync.schedule,
+         GradientEngine::updatesParameters(options)
+             ? "the engine applies " + options.update.describe()
+             : "the optimizer steps on the averages");
   return options;
 }
 
@@ -117,6 +148,7 @@ DistributedOptimizer::DistributedOptimizer(torch::optim::Optimizer& optimizer,
   checkOptimizerCoversModule(optimizer, tensors);
   EngineOptions engine = engineOptionsFor(optimizer, options);
   checkSameEverywhere(transport, options, synchronized);
+  engineLr_ = engine.update.lr;
   model_ = std::make_unique<DistributedModel>(std::move(module), transport, std::move(engine));
   auto* sgd = dynamic_cast<torch::optim::SGD*>(&optimizer);
   bool sgdMomentum = false;
@@ -146,6 +178,13 @@ void DistributedOptimizer::step() {
     model_->synchronizeGradients();
     optimizer_.step();
     return;
+  }
+  const double lr = optimizer_.param_groups().front().options().get_lr();
+  if (lr != engineLr_) {
+    refuse(fmt::format("the learning rate changed from {} to {}, and with p3 and sharded the "
+                       "engine applies the rule it was given",
+                       engineLr_, lr),
+           "learning-rate schedules need schedule fifo, wfbp or fusion for now");
   }
   model_->endBackward();
 }

@@ -12,10 +12,9 @@ namespace gradsync {
 EngineOptions engineOptions(const TrainOptions& options) {
   return {.schedule = ScheduleSpec::parse(options.schedule),
           .compression = options.compression,
-          .momentum = options.momentum,
+          .update = UpdateRule::sgd(options.lr, options.momentum),
           .seed = options.seed,
-          .sharded = SyncStrategy::parse(options.sync).kind == SyncStrategy::Kind::kSharded,
-          .lr = options.lr};
+          .sharded = SyncStrategy::parse(options.sync).kind == SyncStrategy::Kind::kSharded};
 }
 
 SyncSetup syncSetup(const TrainOptions& options, Transport& workers, Transport& all) {

@@ -31,8 +31,10 @@ class DistributedModel;
 
 // Averages gradients across the ranks of `transport` while backward runs, then steps the
 // user's optimizer (gradient mode: fifo, wfbp, fusion, any compressor, any optimizer); or, with
-// p3 and sharded (update mode), applies the optimizer's SGD rule in the engine as each slice's
-// average arrives, so the update overlaps the next forward.
+// p3 and sharded (update mode), applies the optimizer's rule (SGD, Adam or AdamW, read from its
+// options) in the engine as each slice's average arrives, so the update overlaps the next
+// forward. In update mode the optimizer's state lives in the engine: the torch optimizer itself
+// never steps and its state stays empty.
 //
 // Not thread-safe: one training thread calls every method. Collective: every rank constructs
 // it with the same parameter names and shapes and the same options, or the constructor throws
@@ -43,8 +45,8 @@ class DistributedOptimizer {
   // Hooks every parameter of `module` that requires a gradient; the optimizer's parameters must
   // be among them. Keeps `optimizer` and `transport` by reference (they must outlive this) and
   // shares `module`. Throws ConfigError for an impossible combination: update mode with an
-  // optimizer other than SGD, or SGD with Nesterov, dampening or weight decay (the engine's rule
-  // is torch's SGD with momentum); a compressor that applies momentum itself (dgc) beside SGD
+  // optimizer other than SGD, Adam and AdamW, with amsgrad, or with groups whose options differ
+  // (the engine applies one rule); a compressor that applies momentum itself (dgc) beside SGD
   // momentum; parameters that are not contiguous CPU float32.
   DistributedOptimizer(torch::optim::Optimizer& optimizer,
                        std::shared_ptr<torch::nn::Module> module, Transport& transport,
@@ -58,7 +60,9 @@ class DistributedOptimizer {
   void zeroGrad();
   // After backward. Gradient mode: waits for the averaged gradients, writes them into each
   // parameter's .grad and steps the optimizer. Update mode: returns at once (the engine
-  // updates). Parameters no rank used this step get a zero average.
+  // updates); throws ConfigError if the optimizer's learning rate changed since construction
+  // (the engine would not follow a schedule). Parameters no rank used this step get a zero
+  // average.
   void step();
   // Gradient mode: as step() without stepping, e.g. to clip the averaged gradients first; then
   // call the optimizer's step() directly.
@@ -77,6 +81,7 @@ class DistributedOptimizer {
 
  private:
   torch::optim::Optimizer& optimizer_;
+  double engineLr_ = 0;  // update mode: the learning rate the engine applies
   std::unique_ptr<DistributedModel> model_;
 };
 

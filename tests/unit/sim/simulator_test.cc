@@ -2,6 +2,7 @@
 // against the real scheduler's replay for the same inputs.
 #include "sim/simulator.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>

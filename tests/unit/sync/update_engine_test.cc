@@ -74,9 +74,8 @@ class UpdateEngine : public ::testing::TestWithParam<Param> {
  protected:
   EngineOptions options() const {
     return {.schedule = ScheduleSpec::parse(std::get<0>(GetParam())),
-            .momentum = kMomentum,
-            .sharded = std::get<1>(GetParam()) == "sharded",
-            .lr = kLr};
+            .update = UpdateRule::sgd(kLr, kMomentum),
+            .sharded = std::get<1>(GetParam()) == "sharded"};
   }
   int ranks() const { return std::get<2>(GetParam()); }
 };
@@ -140,7 +139,7 @@ TEST(UpdateEngine, VelocityRoundTripsThroughACheckpoint) {
   runWithTransports(TransportKind::kLoopback, 3, [&](Transport& t) {
     Model model = initialModel();
     std::vector<std::span<float>> spans(model.parameters.begin(), model.parameters.end());
-    EngineOptions options{.sharded = true, .lr = kLr};
+    EngineOptions options{.update = UpdateRule::sgd(kLr), .sharded = true};
     GradientEngine engine(t, kTensors, options, spans);
     std::vector<float> saved(engine.layout().totalElements);
     for (size_t i = 0; i < saved.size(); ++i) saved[i] = static_cast<float>(i);
@@ -175,8 +174,9 @@ TEST(UpdateEngine, LostPeerIsRethrownNamingIt) {
           if (t.rank() == leaver) return;
           Model model = initialModel();
           std::vector<std::span<float>> spans(model.parameters.begin(), model.parameters.end());
-          GradientEngine engine(t, kTensors, {.schedule = ScheduleSpec::parse("p3"), .lr = kLr},
-                                spans);
+          GradientEngine engine(
+              t, kTensors, {.schedule = ScheduleSpec::parse("p3"), .update = UpdateRule::sgd(kLr)},
+              spans);
           try {
             for (int tensor = 4; tensor >= 0; --tensor) engine.markReady(tensor);
             engine.endBackward();

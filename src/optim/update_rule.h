@@ -1,0 +1,58 @@
+// The optimizer rules applied to slices of parameters where torch's optimizer cannot run on
+// whole tensors: by the gradient engine as each unit's average arrives (p3, sharded) and by the
+// parameter servers on the units they own. Each computes, element by element, what
+// torch::optim (LibTorch 1.13) computes for the whole tensor; the results agree up to float
+// rounding (torch's vectorised kernels may fuse a multiply-add; this code does not).
+//
+// Torch-free and stateless: the caller owns the parameters, gradients and state and passes
+// the spans. Thread-safe (pure functions over disjoint spans).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+
+namespace gradsync {
+
+struct UpdateRule {
+  enum class Kind { kSgd, kAdam, kAdamW };
+  Kind kind = Kind::kSgd;
+  double lr = 0;
+  // SGD: v = momentum·v + (1 − dampening)·g (v = g on the first step), then p −= lr·v, or with
+  // Nesterov p −= lr·(g + momentum·v).
+  double momentum = 0;
+  double dampening = 0;
+  bool nesterov = false;
+  // Adam and AdamW: the moments' decay rates and the denominator's epsilon.
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  // SGD and Adam add weightDecay·p to the gradient (L2); AdamW decays the parameters apart
+  // from the gradient (p ·= 1 − lr·weightDecay).
+  double weightDecay = 0;
+
+  static UpdateRule sgd(double lr, double momentum = 0) {
+    return {.kind = Kind::kSgd, .lr = lr, .momentum = momentum};
+  }
+  // Floats of state per parameter element: SGD with momentum 1 (the velocity), without 0;
+  // Adam and AdamW 2 (the first and second moments).
+  size_t stateSlots() const;
+  // "sgd(lr=0.1, momentum=0.9)", for logs and errors.
+  std::string describe() const;
+};
+
+// The state of a span of elements: stateSlots() of these are used, each as long as the span.
+struct UpdateState {
+  std::span<float> first;   // SGD's velocity; Adam's first moment
+  std::span<float> second;  // Adam's second moment
+};
+
+// Applies `rule` once: `parameters` move by `gradients`. `step` counts the updates these
+// elements have had, this one included (1 on the first): Adam's bias correction and SGD's
+// first step (where the velocity becomes the gradient) depend on it. Throws nothing; sizes are
+// checked (GS_CHECK).
+void applyUpdate(const UpdateRule& rule, std::span<float> parameters,
+                 std::span<const float> gradients, UpdateState state, uint64_t step);
+
+}  // namespace gradsync
