@@ -24,6 +24,9 @@ struct SyncOptions {
   std::string sync = "ssgd";
   // The same on every rank: stochastic compressors draw from it.
   uint64_t seed = 0;
+  // Ranks may run out of data at different steps (DistributedOptimizer::join). Costs one small
+  // allreduce per step (how many ranks still have data); gradient mode only.
+  bool join = false;
 };
 
 }  // namespace gradsync

@@ -29,7 +29,9 @@ inline constexpr uint64_t kPsState = kReservedTagBase + 7;
 inline constexpr uint64_t kPsReplies = kReservedTagBase + (uint64_t{1} << 32);
 // Startup agreement of every rank's settings (checkSameSettings).
 inline constexpr uint64_t kAgreement = kReservedTagBase + 8;
-// The public tensor API's own collectives (broadcastOptimizerState).
+// The public tensor API's own collectives (broadcastParameters, broadcastOptimizerState).
 inline constexpr uint64_t kTorchApi = kReservedTagBase + 9;
+// DistributedOptimizer's join: each step, how many ranks still have data.
+inline constexpr uint64_t kJoin = kReservedTagBase + 10;
 
 }  // namespace gradsync::tags

@@ -142,12 +142,15 @@ void DistributedModel::broadcastState() {
   }
 }
 
-void DistributedModel::synchronizeGradients() {
+void DistributedModel::synchronizeGradients(float scale) {
   if (!engine_) return;
   engine_->finishStep();
   torch::NoGradGuard noGrad;
   for (size_t i = 0; i < parameters_.size(); ++i) {
     std::span<float> average = engine_->slot(static_cast<int>(i));
+    if (scale != 1.0f) {
+      for (float& x : average) x *= scale;
+    }
     torch::Tensor view = torch::from_blob(average.data(), parameters_[i].sizes());
     if (parameters_[i].grad().defined()) {
       parameters_[i].mutable_grad().copy_(view);
@@ -157,6 +160,16 @@ void DistributedModel::synchronizeGradients() {
     // Else no rank has used the parameter yet (its gradient is undefined here, and zero on
     // every rank): it keeps no gradient, so the optimizer skips it as it would on one worker.
   }
+}
+
+void DistributedModel::shadowStep(float scale) {
+  if (!engine_) return;
+  for (size_t i = 0; i < parameters_.size(); ++i) {
+    std::span<float> slot = engine_->slot(static_cast<int>(i));
+    std::fill(slot.begin(), slot.end(), 0.0f);
+    engine_->markReady(static_cast<int>(i));
+  }
+  synchronizeGradients(scale);
 }
 
 void DistributedModel::endBackward() {

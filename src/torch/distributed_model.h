@@ -64,7 +64,12 @@ class DistributedModel {
   // A parameter no rank's backward reached counts as a zero gradient; one that has never had a
   // gradient on any rank keeps none (the optimizer skips it, as on one worker). Rethrows
   // communication errors. Not when updatesParameters().
-  void synchronizeGradients();
+  // `scale` multiplies the averages first (join: size / ranks that still have data).
+  void synchronizeGradients(float scale = 1.0f);
+  // A step of a rank without data (join): contributes zero gradients to the others' step, then
+  // writes the averages (times `scale`) into .grad as synchronizeGradients does, so that its
+  // optimizer can step with the others and its model stays theirs. Gradient mode only.
+  void shadowStep(float scale);
   // Ends this step's backward without waiting (updatesParameters() only).
   void endBackward();
   // Waits until every parameter holds every ended step's update (after a forward this costs

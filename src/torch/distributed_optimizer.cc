@@ -5,6 +5,7 @@
 #include <unordered_set>
 
 #include "common/logging.h"
+#include "common/tags.h"
 #include "gradsync/error.h"
 #include "gradsync/torch/distributed_optimizer.h"
 #include "job/agreement.h"
@@ -91,7 +92,15 @@ EngineOptions engineOptionsFor(torch::optim::Optimizer& optimizer, const SyncOpt
                                         .warmupSteps = sync.compressWarmup},
                         .seed = sync.seed,
                         .sharded = strategy.kind == SyncStrategy::Kind::kSharded};
-  if (GradientEngine::updatesParameters(options)) options.update = engineRule(optimizer);
+  if (GradientEngine::updatesParameters(options)) {
+    if (sync.join) {
+      refuse(
+          "join works in gradient mode only: with p3 and sharded the engine updates by the "
+          "average over every rank",
+          "use schedule fifo, wfbp or fusion with join");
+    }
+    options.update = engineRule(optimizer);
+  }
   GS_LOG(kInfo, "distributed optimizer: {}, {}", sync.schedule,
          GradientEngine::updatesParameters(options)
              ? "the engine applies " + options.update.describe()
@@ -108,6 +117,7 @@ void checkSameEverywhere(Transport& transport, const SyncOptions& sync,
                     {"compress overrides", fmt::format("{}", sync.compressOverrides)},
                     {"sync", sync.sync},
                     {"seed", std::to_string(sync.seed)},
+                    {"join", sync.join ? "on" : "off"},
                     {"number of parameters", std::to_string(parameters.size())}};
   for (size_t i = 0; i < parameters.size(); ++i) {
     settings.emplace_back(
@@ -138,7 +148,7 @@ void checkOptimizerCoversModule(torch::optim::Optimizer& optimizer,
 DistributedOptimizer::DistributedOptimizer(torch::optim::Optimizer& optimizer,
                                            std::shared_ptr<torch::nn::Module> module,
                                            Transport& transport, SyncOptions options)
-    : optimizer_(optimizer) {
+    : optimizer_(optimizer), transport_(transport), joinable_(options.join) {
   std::vector<std::pair<std::string, torch::Tensor>> synchronized;
   for (const auto& item : module->named_parameters()) {
     if (item.value().requires_grad()) synchronized.emplace_back(item.key(), item.value());
@@ -175,7 +185,7 @@ void DistributedOptimizer::zeroGrad() {
 
 void DistributedOptimizer::step() {
   if (!model_->updatesParameters()) {
-    model_->synchronizeGradients();
+    synchronize();
     optimizer_.step();
     return;
   }
@@ -189,12 +199,35 @@ void DistributedOptimizer::step() {
   model_->endBackward();
 }
 
+int DistributedOptimizer::ranksWithData(bool mine) {
+  float count = mine ? 1.0f : 0.0f;
+  allreduce(transport_, std::span<float>(&count, 1), ReduceOp::kSum, {.tag = tags::kJoin});
+  return static_cast<int>(count);
+}
+
+void DistributedOptimizer::join() {
+  if (!joinable_) {
+    refuse("join() needs SyncOptions::join on every rank",
+           "set .join = true when building the DistributedOptimizer");
+  }
+  // Each step of the others: zero gradients in, their average out, and the same optimizer
+  // step, so that this rank's model stays theirs.
+  for (int withData = ranksWithData(false); withData > 0; withData = ranksWithData(false)) {
+    model_->shadowStep(static_cast<float>(transport_.size()) / static_cast<float>(withData));
+    optimizer_.step();
+  }
+}
+
 void DistributedOptimizer::synchronize() {
   if (model_->updatesParameters()) {
     refuse("synchronize() is for gradient mode: with p3 and sharded the engine updates",
            "call step() after backward");
   }
-  model_->synchronizeGradients();
+  // With join, the average is over the ranks that had data (the others sent zeros).
+  const float scale =
+      joinable_ ? static_cast<float>(transport_.size()) / static_cast<float>(ranksWithData(true))
+                : 1.0f;
+  model_->synchronizeGradients(scale);
 }
 
 void DistributedOptimizer::waitFor(const torch::nn::Module& layer) {

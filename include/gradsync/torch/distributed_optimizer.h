@@ -79,8 +79,22 @@ class DistributedOptimizer {
   uint64_t bytesSent() const;
   uint64_t denseBytes() const;
 
+  // With SyncOptions::join, for ranks whose data ends before the others' (Horovod's and DDP's
+  // join): a rank out of data calls join(), which takes part in the other ranks' remaining
+  // steps with zero gradients (their averages are over the ranks that still have data), steps
+  // its optimizer with the same averages (so every replica stays the same) and returns once
+  // every rank has joined. Every rank calls it once, after its last step. Without
+  // SyncOptions::join it throws ConfigError; a rank that just stops instead leaves the others
+  // to fail with TimeoutError naming it.
+  void join();
+
  private:
+  // With join: how many ranks still have data this step (a collective).
+  int ranksWithData(bool mine);
+
   torch::optim::Optimizer& optimizer_;
+  Transport& transport_;
+  const bool joinable_;
   double engineLr_ = 0;  // update mode: the learning rate the engine applies
   std::unique_ptr<DistributedModel> model_;
 };

@@ -277,6 +277,69 @@ TEST(DistributedOptimizer, BroadcastGivesEveryRankRootsParametersAndOptimizerSta
   }
 }
 
+// Ranks with unequal numbers of batches (Horovod's and DDP's join): rank `shortRank` of 3 has
+// data for 2 of 4 steps, then joins. Steps 1-2 average over all 12 samples, steps 3-4 over the
+// 8 of the other two ranks: one worker given exactly those samples ends with the same
+// parameters. Every rank returns from join (no hang).
+TEST(DistributedOptimizer, JoinAveragesOverTheRanksThatHaveData) {
+  constexpr int kWorkers = 3;
+  constexpr int64_t kShare = kGlobalBatch / kWorkers;
+  for (int shortRank : {0, 2}) {
+    for (const char* optimizer : {"sgd", "adamw"}) {
+      std::vector<SequenceClassifier> models;
+      for (int r = 0; r < kWorkers; ++r) models.push_back(freshModel());
+      runWithTransports(TransportKind::kLoopback, kWorkers, [&](Transport& transport) {
+        const int rank = transport.rank();
+        SequenceClassifier& model = models[static_cast<size_t>(rank)];
+        auto opt = makeOptimizer(optimizer, model);
+        DistributedOptimizer distributed(*opt, model.ptr(), transport, {.join = true});
+        const int64_t steps = rank == shortRank ? kSteps / 2 : kSteps;
+        for (int64_t step = 0; step < steps; ++step) {
+          auto [tokens, labels] = example::taskBatch(3, step, kGlobalBatch);
+          distributed.zeroGrad();
+          torch::nn::functional::cross_entropy(
+              model->forward(tokens.narrow(0, rank * kShare, kShare)),
+              labels.narrow(0, rank * kShare, kShare))
+              .backward();
+          distributed.step();
+        }
+        distributed.join();
+      });
+      // One worker with the samples of the ranks that had data at each step.
+      SequenceClassifier one = freshModel();
+      auto opt = makeOptimizer(optimizer, one);
+      for (int64_t step = 0; step < kSteps; ++step) {
+        auto [tokens, labels] = example::taskBatch(3, step, kGlobalBatch);
+        std::vector<torch::Tensor> keptTokens, keptLabels;
+        for (int r = 0; r < kWorkers; ++r) {
+          if (step >= kSteps / 2 && r == shortRank) continue;
+          keptTokens.push_back(tokens.narrow(0, r * kShare, kShare));
+          keptLabels.push_back(labels.narrow(0, r * kShare, kShare));
+        }
+        opt->zero_grad();
+        torch::nn::functional::cross_entropy(one->forward(torch::cat(keptTokens)),
+                                             torch::cat(keptLabels))
+            .backward();
+        opt->step();
+      }
+      for (int r = 0; r < kWorkers; ++r) {
+        double difference = maxRelativeDifference(one, models[static_cast<size_t>(r)]);
+        EXPECT_LT(difference, 1e-5) << optimizer << ", rank " << shortRank << " short; rank " << r;
+      }
+    }
+  }
+}
+
+TEST(DistributedOptimizer, JoinNeedsTheOptionAndGradientMode) {
+  expectRefused("sgd", {.schedule = "p3", .join = true}, "join works in gradient mode only");
+  runWithTransports(TransportKind::kLoopback, 1, [&](Transport& transport) {
+    SequenceClassifier model = freshModel();
+    torch::optim::SGD optimizer(model->parameters(), torch::optim::SGDOptions(0.1));
+    DistributedOptimizer distributed(optimizer, model.ptr(), transport);
+    EXPECT_THROW(distributed.join(), ConfigError);
+  });
+}
+
 // The engine's update rules against torch's optimizers, the naive reference: five steps of
 // random gradients on 1,000 elements, every option each rule has. Only rounding may differ
 // (torch's kernels may fuse a multiply-add): a few ulps of the largest element.
