@@ -1,13 +1,15 @@
 // DistributedOptimizer (include/gradsync/torch/distributed_optimizer.h) over DistributedModel.
+#include "gradsync/torch/distributed_optimizer.h"
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <unordered_set>
 
 #include "common/logging.h"
 #include "common/tags.h"
 #include "gradsync/error.h"
-#include "gradsync/torch/distributed_optimizer.h"
 #include "job/agreement.h"
 #include "sync/strategy.h"
 #include "torch/distributed_model.h"
@@ -143,6 +145,25 @@ void checkOptimizerCoversModule(torch::optim::Optimizer& optimizer,
   }
 }
 
+// A compressor that applies momentum itself (DGC's momentum correction) beside SGD momentum
+// would apply it twice.
+void checkMomentumAppliedOnce(const torch::optim::Optimizer& optimizer,
+                              const DistributedModel& model, const std::string& compress) {
+  if (dynamic_cast<const torch::optim::SGD*>(&optimizer) == nullptr) return;
+  const auto& groups = optimizer.param_groups();
+  bool momentum = std::any_of(groups.begin(), groups.end(), [](const auto& group) {
+    return static_cast<const torch::optim::SGDOptions&>(group.options()).momentum() != 0;
+  });
+  for (size_t i = 0; momentum && i < model.parameters().size(); ++i) {
+    if (model.absorbsMomentum(i)) {
+      refuse(fmt::format("'{}' applies momentum itself (momentum correction) and the optimizer "
+                         "applies it again",
+                         compress),
+             "give SGD momentum 0 with this compressor, or compress with another method");
+    }
+  }
+}
+
 }  // namespace
 
 DistributedOptimizer::DistributedOptimizer(torch::optim::Optimizer& optimizer,
@@ -160,20 +181,7 @@ DistributedOptimizer::DistributedOptimizer(torch::optim::Optimizer& optimizer,
   checkSameEverywhere(transport, options, synchronized);
   engineLr_ = engine.update.lr;
   model_ = std::make_unique<DistributedModel>(std::move(module), transport, std::move(engine));
-  auto* sgd = dynamic_cast<torch::optim::SGD*>(&optimizer);
-  bool sgdMomentum = false;
-  for (const auto& group :
-       sgd ? sgd->param_groups() : std::vector<torch::optim::OptimizerParamGroup>{}) {
-    sgdMomentum |= static_cast<const torch::optim::SGDOptions&>(group.options()).momentum() != 0;
-  }
-  for (size_t i = 0; i < model_->parameters().size(); ++i) {
-    if (model_->absorbsMomentum(i) && sgdMomentum) {
-      refuse(fmt::format("'{}' applies momentum itself (momentum correction) and the optimizer "
-                         "applies it again",
-                         options.compress),
-             "give SGD momentum 0 with this compressor, or compress with another method");
-    }
-  }
+  checkMomentumAppliedOnce(optimizer, *model_, options.compress);
 }
 
 DistributedOptimizer::~DistributedOptimizer() = default;
