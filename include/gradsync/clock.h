@@ -24,6 +24,11 @@ class SteadyClock final : public Clock {
   static const SteadyClock& instance();
 };
 
+// Seconds elapsed on `clock` since `start`, one of its earlier readings.
+inline double secondsSince(const Clock& clock, Nanos start) {
+  return std::chrono::duration<double>(clock.now() - start).count();
+}
+
 // A clock that moves only when told to. Thread-safe.
 class ManualClock final : public Clock {
  public:

@@ -9,15 +9,7 @@
 #include "data/random.h"
 
 namespace gradsync {
-namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double secondsSince(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-}  // namespace
+namespace {}  // namespace
 
 double MethodArgs::number(const std::string& key, double fallback) const {
   for (const auto& [k, v] : keys) {
@@ -43,13 +35,13 @@ const char* aggregationName(Aggregation aggregation) {
 void CodecCompressor::exchange(ExchangeContext& context, std::span<float> grad,
                                std::span<float> sent, ExchangeStats& stats) {
   const int rank = context.transport.rank();
-  auto start = Clock::now();
+  Nanos start = context.clock->now();
   std::vector<uint8_t>& mine = encoding_;
   encode(grad, mine,
          data::mixSeed(data::mixSeed(context.seed, context.step), static_cast<uint64_t>(rank)));
-  stats.encodeSeconds += secondsSince(start);
+  stats.encodeSeconds += secondsSince(*context.clock, start);
   auto all = allgatherBytes(context.transport, mine, context.collective);
-  start = Clock::now();
+  start = context.clock->now();
   std::fill(sent.begin(), sent.end(), 0.0f);
   decodeAdd(all[rank], sent);
   std::fill(grad.begin(), grad.end(), 0.0f);
@@ -61,7 +53,7 @@ void CodecCompressor::exchange(ExchangeContext& context, std::span<float> grad,
     }
   }
   scale(grad.data(), grad.size(), 1.0f / static_cast<float>(context.transport.size()));
-  stats.decodeSeconds += secondsSince(start);
+  stats.decodeSeconds += secondsSince(*context.clock, start);
 }
 
 size_t LinearCompressor::encodedBytes(size_t elements) const {
@@ -72,7 +64,7 @@ void LinearCompressor::exchange(ExchangeContext& context, std::span<float> grad,
                                 std::span<float> sent, ExchangeStats& stats) {
   const uint64_t seed = data::mixSeed(context.seed, context.step);
   const float ranks = static_cast<float>(context.transport.size());
-  auto start = Clock::now();
+  Nanos start = context.clock->now();
   std::vector<float>& code = code_;
   std::vector<uint16_t>& half = half_;
   code.resize(codeLength(grad.size()));
@@ -82,20 +74,20 @@ void LinearCompressor::exchange(ExchangeContext& context, std::span<float> grad,
     halfFromFloat(code.data(), half.data(), code.size());
     floatFromHalf(half.data(), code.data(), code.size());  // what the others will receive
   }
-  stats.encodeSeconds += secondsSince(start);
-  start = Clock::now();
+  stats.encodeSeconds += secondsSince(*context.clock, start);
+  start = context.clock->now();
   decode(code, sent, seed);
-  stats.decodeSeconds += secondsSince(start);
+  stats.decodeSeconds += secondsSince(*context.clock, start);
   if (halfOnWire()) {
     allreduceHalf(context.transport, half, context.collective);
     floatFromHalf(half.data(), code.data(), code.size());
   } else {
     allreduce(context.transport, code, ReduceOp::kSum, context.collective);
   }
-  start = Clock::now();
+  start = context.clock->now();
   scale(code.data(), code.size(), 1.0f / ranks);
   decode(code, grad, seed);
-  stats.decodeSeconds += secondsSince(start);
+  stats.decodeSeconds += secondsSince(*context.clock, start);
 }
 
 }  // namespace gradsync

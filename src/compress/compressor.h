@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "common/tensor_shape.h"
+#include "gradsync/clock.h"
 #include "gradsync/collectives.h"
 #include "gradsync/transport.h"
 
@@ -34,6 +35,8 @@ struct ExchangeContext {
   CollectiveOptions collective;  // tag of the gradient stream
   uint64_t step = 0;             // global training step (schedules, seeds)
   uint64_t seed = 0;             // run seed, identical on all ranks
+  // What encode and decode times are measured with.
+  const Clock* clock = &SteadyClock::instance();
 };
 
 // Measurements of one exchange, summed by the gradient engine into its step statistics.

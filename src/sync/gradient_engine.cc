@@ -17,10 +17,6 @@ namespace {
 // The gradient stream (tags.h).
 const CollectiveOptions kGradientStream{.tag = tags::kGradients};
 
-double secondsSince(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
 // What a dense ring allreduce of `elements` floats makes one rank send: its share of the
 // reduce-scatter and of the allgather, (P-1)/P of the buffer each.
 uint64_t denseRingBytes(size_t elements, int ranks) {
@@ -132,7 +128,7 @@ std::span<float> GradientEngine::slot(int t) {
 }
 
 void GradientEngine::markUnitReady(size_t unit) {
-  readyAt_[unit] = SteadyClock::instance().now();
+  readyAt_[unit] = options_.clock->now();
   if (scheduler_) scheduler_->ready(unit);
 }
 
@@ -224,7 +220,7 @@ bool GradientEngine::exchangeUnit(size_t unit, ExchangeStats& stats) {
     allreduce(transport_, data, ReduceOp::kAverage, kGradientStream);
     return false;
   }
-  ExchangeContext context{transport_, kGradientStream, step_, options_.seed};
+  ExchangeContext context{transport_, kGradientStream, step_, options_.seed, options_.clock};
   compressor->exchange(context, data, {sent_.data(), u.elements}, stats);
   return true;
 }
@@ -265,8 +261,7 @@ void GradientEngine::communicate() {
     if (!op) return;
     Nanos readyAt = op->kind == Op::Kind::kAllgather ? Nanos{0} : readyAt_[op->unit];
     lock.unlock();
-    auto start = std::chrono::steady_clock::now();
-    Nanos traceStart = SteadyClock::instance().now();
+    const Nanos start = options_.clock->now();
     uint64_t bytesBefore = transport_.bytesSent();
     ExchangeStats exchange;
     bool compressed = false;
@@ -276,10 +271,10 @@ void GradientEngine::communicate() {
     } catch (...) {
       error = std::current_exception();
     }
-    double seconds = secondsSince(start);
+    double seconds = secondsSince(*options_.clock, start);
     uint64_t bytes = transport_.bytesSent() - bytesBefore;
     if (trace_ != nullptr && trace_->active())
-      traceOp(*op, readyAt, traceStart, bytes, compressed ? &exchange : nullptr);
+      traceOp(*op, readyAt, start, bytes, compressed ? &exchange : nullptr);
     lock.lock();
     stepStats_.commSeconds += seconds;
     stepStats_.bytesSent += bytes;
@@ -347,7 +342,7 @@ void GradientEngine::traceOp(const Op& op, Nanos readyAt, Nanos start, uint64_t 
   }
   if (readyAt.count() > 0 && start > readyAt)
     trace_->complete(kCommLane, "queue", name, readyAt, start, args);
-  trace_->complete(kCommLane, category, name, start, SteadyClock::instance().now(), args);
+  trace_->complete(kCommLane, category, name, start, options_.clock->now(), args);
 }
 
 // The first tensor's name, with "+N tensors" for a fusion bucket and the element range of a p3

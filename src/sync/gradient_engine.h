@@ -37,6 +37,7 @@
 #include "common/tensor_shape.h"
 #include "compress/compressor.h"
 #include "compress/policy.h"
+#include "gradsync/clock.h"
 #include "gradsync/transport.h"
 #include "optim/update_rule.h"
 #include "schedule/priority_scheduler.h"
@@ -54,6 +55,9 @@ struct EngineOptions {
   UpdateRule update;
   uint64_t seed = 0;     // identical on all ranks; stochastic compressors draw from it
   bool sharded = false;  // --sync sharded (dense only; not with p3)
+  // What the statistics and traces measure time with (must outlive the engine). Waits are
+  // bounded by the transport's timeout, in real time.
+  const Clock* clock = &SteadyClock::instance();
 };
 
 class GradientEngine final : public SyncEngine {

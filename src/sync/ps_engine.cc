@@ -19,10 +19,6 @@ std::vector<size_t> unitSizes(const GradientLayout& layout) {
   return elements;
 }
 
-double secondsSince(Nanos start) {
-  return std::chrono::duration<double>(SteadyClock::instance().now() - start).count();
-}
-
 }  // namespace
 
 std::vector<size_t> PsEngine::unitElements(const std::vector<TensorShape>& tensors,
@@ -243,7 +239,7 @@ void PsEngine::pushUnit(size_t unit, uint64_t step) {
   }
   if (push.delayed) localUpdate(unit, freshPull);
   const int server = options_.placement.serverOf(unit);
-  const Nanos start = SteadyClock::instance().now();
+  const Nanos start = options_.clock->now();
   recordPush(unit, push, server, start);
   PsHeader header{.request = PsRequest::kPush,
                   .unit = static_cast<uint32_t>(unit),
@@ -415,9 +411,9 @@ StepStats PsEngine::totals() const {
 
 // Communication time is the time during which a push or a reply is outstanding.
 void PsEngine::busy(int delta) {
-  if (active_ == 0 && delta > 0) busySince_ = SteadyClock::instance().now();
+  if (active_ == 0 && delta > 0) busySince_ = options_.clock->now();
   active_ += delta;
-  if (delta < 0 && active_ == 0) totals_.commSeconds += secondsSince(busySince_);
+  if (delta < 0 && active_ == 0) totals_.commSeconds += secondsSince(*options_.clock, busySince_);
 }
 
 void PsEngine::traceUnit(size_t unit, uint64_t step, int server, Nanos start) {
@@ -428,7 +424,7 @@ void PsEngine::traceUnit(size_t unit, uint64_t step, int server, Nanos start) {
   if (layout_.unitCount[u.tensors.front()] > 1) {
     name += fmt::format("[{}:{}]", u.tensorOffset, u.tensorOffset + u.elements);
   }
-  trace_->complete(kCommLane, "communication", name, start, SteadyClock::instance().now(),
+  trace_->complete(kCommLane, "communication", name, start, options_.clock->now(),
                    TraceArgs()
                        .add("op", "push_pull")
                        .add("step", step)

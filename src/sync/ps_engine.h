@@ -61,6 +61,8 @@ struct PsOptions {
   double localMomentum = 0;  // the local step's momentum
   double glu = 0.5;          // ssdsgd: weight of the global direction
   float threshold = 0.5f;    // cdsgd: the 2-bit quantizer's threshold
+  // What the statistics and traces measure time with (must outlive the engine).
+  const Clock* clock = &SteadyClock::instance();
 };
 
 class PsEngine final : public SyncEngine {

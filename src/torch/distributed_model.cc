@@ -24,7 +24,7 @@ std::span<float> floats(torch::Tensor& tensor) {
 
 DistributedModel::DistributedModel(std::shared_ptr<torch::nn::Module> module, Transport& transport,
                                    SyncSetup setup)
-    : module_(std::move(module)), transport_(transport) {
+    : module_(std::move(module)), transport_(transport), clock_(setup.clock) {
   std::vector<TensorShape> tensors;
   std::vector<std::span<float>> storage;
   for (auto& item : module_->named_parameters()) {
@@ -35,7 +35,9 @@ DistributedModel::DistributedModel(std::shared_ptr<torch::nn::Module> module, Tr
     storage.push_back(floats(item.value()));
   }
   EngineOptions& options = setup.engine;
+  options.clock = clock_;
   if (setup.local) return;
+  if (setup.ps) setup.ps->clock = clock_;
   if (setup.ps) {
     Transport& all = setup.psTransport ? *setup.psTransport : transport;
     engine_ = std::make_unique<PsEngine>(all, tensors, options.schedule, options.update.lr,
@@ -115,15 +117,14 @@ void DistributedModel::setTrace(TraceRecorder* trace) {
 void DistributedModel::waitForModule(const torch::nn::Module& layer) {
   auto found = layers_.find(&layer);
   if (found == layers_.end() || found->second.parameters.empty()) return;
-  auto start = std::chrono::steady_clock::now();
-  Nanos traceStart = SteadyClock::instance().now();
+  const Nanos start = clock_->now();
   for (int t : found->second.parameters) engine_->waitParameters(t);
-  double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double waited = secondsSince(*clock_, start);
   waitSeconds_ += waited;
   // Only waits long enough to see: a layer whose parameters were ready costs ~1 us.
   if (trace_ != nullptr && trace_->active() && waited > 50e-6) {
-    trace_->complete(kMainLane, "communication", "wait parameters", traceStart,
-                     SteadyClock::instance().now(), TraceArgs().add("layer", found->second.name));
+    trace_->complete(kMainLane, "communication", "wait parameters", start, clock_->now(),
+                     TraceArgs().add("layer", found->second.name));
   }
 }
 
@@ -178,9 +179,9 @@ void DistributedModel::endBackward() {
 
 void DistributedModel::waitForParameters() {
   if (!updates_) return;
-  auto start = std::chrono::steady_clock::now();
+  const Nanos start = clock_->now();
   engine_->drain();
-  waitSeconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  waitSeconds_ += secondsSince(*clock_, start);
 }
 
 void DistributedModel::averageBuffers() {
@@ -195,13 +196,12 @@ void DistributedModel::averageBuffers() {
 
 void DistributedModel::averageParameters() {
   torch::NoGradGuard noGrad;
-  auto start = std::chrono::steady_clock::now();
+  const Nanos start = clock_->now();
   uint64_t before = transport_.bytesSent();
   for (auto& parameter : module_->parameters())
     allreduce(transport_, floats(parameter), ReduceOp::kAverage, kStateTag);
   averaging_.bytesSent += transport_.bytesSent() - before;
-  averaging_.commSeconds +=
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  averaging_.commSeconds += secondsSince(*clock_, start);
 }
 
 void DistributedModel::pullGlobalModel() {

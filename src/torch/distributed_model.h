@@ -35,6 +35,9 @@ struct SyncSetup {
   std::optional<PsOptions> ps;       // through parameter servers instead
   Transport* psTransport = nullptr;  // workers and separate servers (null: the workers')
   bool local = false;                // localsgd: no communication per step
+  // What every measurement (engine statistics, waits, traces) reads time from; it replaces the
+  // engines' own. Must outlive the model.
+  const Clock* clock = &SteadyClock::instance();
 };
 
 class DistributedModel {
@@ -118,6 +121,7 @@ class DistributedModel {
 
   std::shared_ptr<torch::nn::Module> module_;
   Transport& transport_;
+  const Clock* clock_;
   std::vector<torch::Tensor> parameters_;
   std::unique_ptr<SyncEngine> engine_;  // null for a world of one, and for localsgd
   bool updates_ = false;

@@ -31,8 +31,6 @@
 namespace gradsync::methods {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
 // Same default as the registry's row: used when the factory is called without a value.
 constexpr double kDefaultDims = 4;
 // Option defaults: slices of 32 (the seed notes suggest 16-64) and 100 training steps
@@ -48,10 +46,6 @@ constexpr double kMaxSteps = 1e12;
 // Slices summed in a float partial covariance before it is added to the double one: bounds
 // the float rounding of long sums.
 constexpr size_t kCovarianceBlock = 256;
-
-double secondsSince(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
 
 struct Options {
   size_t dims = 4;
@@ -126,26 +120,26 @@ void GradiVeQ::exchangeDense(ExchangeContext& context, std::span<float> grad, st
   std::copy(grad.begin(), grad.end(), sent.begin());
   if (!grad.empty()) allreduce(context.transport, grad, ReduceOp::kSum, context.collective);
   scale(grad.data(), grad.size(), 1.0f / static_cast<float>(context.transport.size()));
-  auto start = Clock::now();
+  Nanos start = context.clock->now();
   accumulate(grad);
   if (lastOfPhase) train();
-  stats.encodeSeconds += secondsSince(start);
+  stats.encodeSeconds += secondsSince(*context.clock, start);
 }
 
 void GradiVeQ::exchangeCompressed(ExchangeContext& context, std::span<float> grad,
                                   std::span<float> sent, ExchangeStats& stats) {
   GS_CHECK(!basis_.empty());  // step 0 is always a dense (training) step
-  auto start = Clock::now();
+  Nanos start = context.clock->now();
   encode(grad);
-  stats.encodeSeconds += secondsSince(start);
-  start = Clock::now();
+  stats.encodeSeconds += secondsSince(*context.clock, start);
+  start = context.clock->now();
   decode(sent);
-  stats.decodeSeconds += secondsSince(start);
+  stats.decodeSeconds += secondsSince(*context.clock, start);
   if (!code_.empty()) allreduce(context.transport, code_, ReduceOp::kSum, context.collective);
-  start = Clock::now();
+  start = context.clock->now();
   scale(code_.data(), code_.size(), 1.0f / static_cast<float>(context.transport.size()));
   decode(grad);
-  stats.decodeSeconds += secondsSince(start);
+  stats.decodeSeconds += secondsSince(*context.clock, start);
 }
 
 void GradiVeQ::accumulate(std::span<const float> g) {

@@ -27,12 +27,6 @@
 namespace gradsync::methods {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-double secondsSince(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
 // (index, value) pairs in strictly increasing index order, so merges are linear.
 struct SparseList {
   std::vector<uint32_t> indices;
@@ -55,7 +49,8 @@ class GTopK final : public Compressor {
 
  private:
   size_t countFor(size_t n) const { return selectionCount(n, density_); }
-  void reduceToRoot(Transport& transport, uint64_t tag, size_t n, size_t k, double& seconds);
+  void reduceToRoot(Transport& transport, uint64_t tag, size_t n, size_t k, const Clock& clock,
+                    double& seconds);
   void broadcastFromRoot(Transport& transport, uint64_t tag, size_t n, size_t k);
   void receiveList(Transport& transport, int peer, uint64_t tag, size_t n, size_t k,
                    SparseList& into);
@@ -78,7 +73,7 @@ void GTopK::exchange(ExchangeContext& context, std::span<float> grad, std::span<
   const size_t n = grad.size();
   const size_t k = countFor(n);
   if (k == 0) return;  // an empty unit: every rank knows it, nothing to exchange
-  auto start = Clock::now();
+  Nanos start = context.clock->now();
   selector_.selectByMagnitude(grad, k, chosen_);
   local_.resize(k);
   for (size_t j = 0; j < k; ++j) {
@@ -86,25 +81,26 @@ void GTopK::exchange(ExchangeContext& context, std::span<float> grad, std::span<
     local_.values[j] = grad[chosen_[j]];
   }
   merged_ = local_;
-  stats.encodeSeconds += secondsSince(start);
+  stats.encodeSeconds += secondsSince(*context.clock, start);
 
   Transport& transport = context.transport;
   const uint64_t tag = context.collective.tag;
   double mergeSeconds = 0;
   detail::runCollective("gtopk", transport, [&] {
-    reduceToRoot(transport, tag, n, k, mergeSeconds);
+    reduceToRoot(transport, tag, n, k, *context.clock, mergeSeconds);
     broadcastFromRoot(transport, tag, n, k);
   });
-  start = Clock::now();
+  start = context.clock->now();
   writeOutputs(grad, sent, transport.size());
-  stats.decodeSeconds += mergeSeconds + secondsSince(start);
+  stats.decodeSeconds += mergeSeconds + secondsSince(*context.clock, start);
 }
 
 // Round j (distance d = 2^j): the ranks still active are the multiples of d. Those with bit j
 // set leave after sending; the others absorb r + d if it exists. This is the recursive halving of
 // the reference code for P a power of two, and for other P the ranks without a partner in a
 // round simply wait for the next one, so no folding step is needed.
-void GTopK::reduceToRoot(Transport& transport, uint64_t tag, size_t n, size_t k, double& seconds) {
+void GTopK::reduceToRoot(Transport& transport, uint64_t tag, size_t n, size_t k, const Clock& clock,
+                         double& seconds) {
   const int rank = transport.rank();
   const int size = transport.size();
   for (int d = 1; d < size; d <<= 1) {
@@ -115,9 +111,9 @@ void GTopK::reduceToRoot(Transport& transport, uint64_t tag, size_t n, size_t k,
     }
     if (rank + d < size) {
       receiveList(transport, rank + d, tag, n, k, partner_);
-      auto start = Clock::now();
+      Nanos start = clock.now();
       mergeIn(partner_, k);
-      seconds += secondsSince(start);
+      seconds += secondsSince(clock, start);
     }
   }
 }

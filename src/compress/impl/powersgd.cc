@@ -30,16 +30,10 @@
 namespace gradsync::methods {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
 // Same default as the registry's row: used when the factory is called without a value.
 constexpr double kDefaultRank = 4;
 // A rank at or above every dimension only means "uncompressed"; the cap keeps sizes in range.
 constexpr double kMaxRank = 65536;
-
-double secondsSince(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
 
 // One tensor of the unit and where its pieces live in the exchange buffers.
 struct Slot {
@@ -140,7 +134,7 @@ void PowerSgd::exchange(ExchangeContext& context, std::span<float> grad, std::sp
     drawQ(context.seed, [](const Slot&, size_t) { return true; });
     started_ = true;
   }
-  auto start = Clock::now();
+  Nanos start = context.clock->now();
   for (const Slot& s : slots_) {
     if (s.compressed) {
       linalg::multiplyTransposedB(matrix(grad, s), qT(s), p(s));  // P = M·Q
@@ -148,17 +142,17 @@ void PowerSgd::exchange(ExchangeContext& context, std::span<float> grad, std::sp
       std::copy_n(grad.data() + s.offset, s.cols, round1_.data() + s.round1);
     }
   }
-  stats.encodeSeconds += secondsSince(start);
+  stats.encodeSeconds += secondsSince(*context.clock, start);
   if (!round1_.empty()) allreduce(context.transport, round1_, ReduceOp::kSum, context.collective);
-  start = Clock::now();
+  start = context.clock->now();
   for (const Slot& s : slots_) {
     if (!s.compressed) continue;
     linalg::orthonormalizeColumns(p(s));
     linalg::multiplyTransposedA(p(s), matrix(grad, s), qT(s));  // Qᵀ = Pᵀ·M
   }
-  stats.encodeSeconds += secondsSince(start);
+  stats.encodeSeconds += secondsSince(*context.clock, start);
   if (!q_.empty()) allreduce(context.transport, q_, ReduceOp::kSum, context.collective);
-  start = Clock::now();
+  start = context.clock->now();
   const float inverse = 1.0f / static_cast<float>(context.transport.size());
   scale(q_.data(), q_.size(), inverse);
   for (const Slot& s : slots_) {
@@ -177,7 +171,7 @@ void PowerSgd::exchange(ExchangeContext& context, std::span<float> grad, std::sp
     const float* row = q_.data() + s.q + k * s.cols;
     return std::all_of(row, row + s.cols, [](float v) { return v == 0.0f; });
   });
-  stats.decodeSeconds += secondsSince(start);
+  stats.decodeSeconds += secondsSince(*context.clock, start);
 }
 
 }  // namespace
