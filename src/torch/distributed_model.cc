@@ -1,6 +1,6 @@
 #include "torch/distributed_model.h"
 
-#include <chrono>
+#include <algorithm>
 #include <cstring>
 
 #include <fmt/format.h>
@@ -37,8 +37,8 @@ DistributedModel::DistributedModel(std::shared_ptr<torch::nn::Module> module, Tr
   EngineOptions& options = setup.engine;
   options.clock = clock_;
   if (setup.local) return;
-  if (setup.ps) setup.ps->clock = clock_;
   if (setup.ps) {
+    setup.ps->clock = clock_;
     Transport& all = setup.psTransport ? *setup.psTransport : transport;
     engine_ = std::make_unique<PsEngine>(all, tensors, options.schedule, options.update.lr,
                                          *setup.ps, storage);
