@@ -11,12 +11,12 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <vector>
 
 #include "common/rank_threads.h"
+#include "gradsync/clock.h"
 #include "gradsync/collectives.h"
 #include "gradsync/loopback.h"
 #include "sync/gradient_engine.h"
@@ -25,18 +25,12 @@
 namespace gradsync {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
 struct Options {
   std::string model = "resnet20";
   int workers = 2;
   int steps = 300;
   std::string schedule = "wfbp";
 };
-
-double secondsSince(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
 
 // Milliseconds per step on rank 0, `body(transport, gradients)` being one step.
 template <typename Body>
@@ -50,9 +44,10 @@ double msPerStep(const Options& options, const std::vector<TensorShape>& tensors
     auto step = body(*transport, gradients);
     for (int i = 0; i < options.steps / 10; ++i) step();  // warm-up
     barrier(*transport);
-    auto start = Clock::now();
+    const SteadyClock& clock = SteadyClock::instance();
+    const Nanos start = clock.now();
     for (int i = 0; i < options.steps; ++i) step();
-    if (rank == 0) seconds = secondsSince(start);
+    if (rank == 0) seconds = secondsSince(clock, start);
     return 0;
   });
   return seconds * 1e3 / options.steps;

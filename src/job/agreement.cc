@@ -30,19 +30,19 @@ void putU32(std::string& out, uint32_t value) {
 // Sends a length-prefixed string.
 void sendString(Transport& t, int peer, const std::string& text) {
   uint64_t length = text.size();
-  t.send(peer, kAgreementTag, &length, sizeof length)->wait();
-  t.send(peer, kAgreementTag, text.data(), text.size())->wait();
+  t.send(peer, tags::kAgreement, &length, sizeof length)->wait();
+  t.send(peer, tags::kAgreement, text.data(), text.size())->wait();
 }
 
 std::string recvString(Transport& t, int peer) {
   uint64_t length = 0;
-  t.recv(peer, kAgreementTag, &length, sizeof length)->wait();
+  t.recv(peer, tags::kAgreement, &length, sizeof length)->wait();
   if (length > (uint64_t{1} << 24)) {
     throw ProtocolError(fmt::format("rank {} sent {} bytes of settings", peer, length),
                         {.rank = t.rank(), .peer = peer, .operation = "startup check"});
   }
   std::string text(length, '\0');
-  t.recv(peer, kAgreementTag, text.data(), text.size())->wait();
+  t.recv(peer, tags::kAgreement, text.data(), text.size())->wait();
   return text;
 }
 

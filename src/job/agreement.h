@@ -27,11 +27,8 @@ void checkSameWorldSize(Store& store, const BootstrapConfig& config);
 // Gathers every rank's `settings` on rank 0, which compares them with its own and sends its
 // verdict back, so that every rank throws the same ConfigError when they differ:
 // "rank 2 has --model vgg11 but rank 0 has cnn". Collective: every rank of `transport` calls it
-// once, before any other traffic on kAgreementTag.
+// once, before any other traffic on tags::kAgreement.
 void checkSameSettings(Transport& transport, const Settings& settings);
-
-// The transport tag reserved for checkSameSettings.
-inline constexpr uint64_t kAgreementTag = tags::kAgreement;
 
 // Encodes settings for the wire (exposed for tests).
 std::string encodeSettings(const Settings& settings);

@@ -80,8 +80,7 @@ std::string UpdateRule::describe() const {
 void applyUpdate(const UpdateRule& rule, std::span<float> parameters,
                  std::span<const float> gradients, UpdateState state, uint64_t step) {
   GS_CHECK(parameters.size() == gradients.size());
-  GS_CHECK(state.first.size() == (rule.stateSlots() >= 1 ? parameters.size() : 0) ||
-           rule.stateSlots() == 0);
+  GS_CHECK(rule.stateSlots() == 0 || state.first.size() == parameters.size());
   if (rule.kind == UpdateRule::Kind::kSgd) {
     sgd(rule, parameters, gradients, state.first, step);
     return;

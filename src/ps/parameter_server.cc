@@ -116,7 +116,7 @@ void ParameterServer::serveWorker(int worker) {
     PsHeader header;
     std::vector<uint8_t> payload;
     do {
-      waitPatiently(*transport_.recv(worker, kPsRequestTag, &header, sizeof header));
+      waitPatiently(*transport_.recv(worker, tags::kPsRequest, &header, sizeof header));
       size_t expected = expectedPayload(header);
       if (header.payloadBytes != expected) {
         throw ProtocolError(fmt::format("request {} for unit {} carries {} bytes, expected {}",
@@ -125,7 +125,7 @@ void ParameterServer::serveWorker(int worker) {
                             {.rank = transport_.rank(), .peer = worker});
       }
       payload.resize(expected);
-      if (expected > 0) transport_.recv(worker, kPsPayloadTag, payload.data(), expected)->wait();
+      if (expected > 0) transport_.recv(worker, tags::kPsPayload, payload.data(), expected)->wait();
     } while (handle(worker, header, payload));
   } catch (...) {
     recordFailure(worker);
@@ -195,7 +195,7 @@ bool ParameterServer::handle(int worker, const PsHeader& header, std::vector<uin
               [&] { return unit.initialized && (unit.arrived == 0 || !unit.inRound[worker]); });
       auto state = std::make_shared<std::vector<float>>(unit.parameters);
       state->insert(state->end(), unit.velocity.begin(), unit.velocity.end());
-      reply(worker, std::move(state), kPsStateTag);
+      reply(worker, std::move(state), tags::kPsState);
       return true;
     }
     case PsRequest::kStop: {

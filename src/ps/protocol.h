@@ -6,10 +6,10 @@
 // communication units (schedule/: tensors, fusion buckets or P3 slices) are spread over the
 // servers round-robin by unit index, as P3 spreads its slices.
 //
-// Every request a worker sends a server is a PsHeader on kPsRequestTag followed, when
-// payloadBytes > 0, by its payload on kPsPayloadTag; one worker's requests are handled in the order
-// it sent them. A push that wants a reply is answered with the unit's updated parameters on
-// psReplyTag(unit): push and pull fused, as in P3. kGetState is answered on kPsStateTag.
+// Every request a worker sends a server is a PsHeader on tags::kPsRequest followed, when
+// payloadBytes > 0, by its payload on tags::kPsPayload; one worker's requests are handled in the
+// order it sent them. A push that wants a reply is answered with the unit's updated parameters on
+// psReplyTag(unit): push and pull fused, as in P3. kGetState is answered on tags::kPsState.
 #pragma once
 
 #include <cstddef>
@@ -32,7 +32,7 @@ struct PsPlacement {
 enum class PsRequest : uint32_t {
   kPush = 1,      // payload: the unit's gradient (dense floats, or 2-bit codes with kQuantized)
   kSetState = 2,  // payload: the unit's parameters, then its velocity (2 x elements floats)
-  kGetState = 3,  // answered with the unit's parameters, then its velocity, on kPsStateTag
+  kGetState = 3,  // answered with the unit's parameters, then its velocity, on tags::kPsState
   kStop = 4,      // this worker sends nothing more
 };
 
@@ -51,9 +51,6 @@ struct PsHeader {
   uint32_t payloadBytes = 0;
 };
 
-inline constexpr uint64_t kPsRequestTag = tags::kPsRequest;
-inline constexpr uint64_t kPsPayloadTag = tags::kPsPayload;
-inline constexpr uint64_t kPsStateTag = tags::kPsState;
 inline uint64_t psReplyTag(size_t unit) {
   return tags::kPsReplies + unit;
 }

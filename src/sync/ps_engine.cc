@@ -286,10 +286,10 @@ void PsEngine::sendRequest(int server, PsHeader header, const void* payload) {
   const int rank = options_.placement.serverRank(server);
   try {
     std::lock_guard<std::mutex> lock(sendMutex_);  // a header and its payload go together
-    WorkPtr head = transport_.send(rank, kPsRequestTag, &header, sizeof header);
+    WorkPtr head = transport_.send(rank, tags::kPsRequest, &header, sizeof header);
     WorkPtr body;
     if (header.payloadBytes > 0)
-      body = transport_.send(rank, kPsPayloadTag, payload, header.payloadBytes);
+      body = transport_.send(rank, tags::kPsPayload, payload, header.payloadBytes);
     head->wait();
     if (body) body->wait();
   } catch (const Error& e) {

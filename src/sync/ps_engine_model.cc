@@ -92,7 +92,7 @@ std::vector<float> PsEngine::velocity() {
     const CommUnit& u = layout_.units[unit];
     const int server = options_.placement.serverOf(unit);
     state.resize(2 * u.elements);
-    WorkPtr answer = transport_.recv(options_.placement.serverRank(server), kPsStateTag,
+    WorkPtr answer = transport_.recv(options_.placement.serverRank(server), tags::kPsState,
                                      state.data(), state.size() * sizeof(float));
     sendRequest(server, {.request = PsRequest::kGetState, .unit = static_cast<uint32_t>(unit)},
                 nullptr);

@@ -24,7 +24,7 @@ std::span<float> floats(torch::Tensor& tensor) {
 
 DistributedModel::DistributedModel(std::shared_ptr<torch::nn::Module> module, Transport& transport,
                                    SyncSetup setup)
-    : module_(std::move(module)), transport_(transport), clock_(setup.clock) {
+    : module_(std::move(module)), transport_(transport), clock_(setup.engine.clock) {
   std::vector<TensorShape> tensors;
   std::vector<std::span<float>> storage;
   for (auto& item : module_->named_parameters()) {
@@ -35,10 +35,9 @@ DistributedModel::DistributedModel(std::shared_ptr<torch::nn::Module> module, Tr
     storage.push_back(floats(item.value()));
   }
   EngineOptions& options = setup.engine;
-  options.clock = clock_;
   if (setup.local) return;
   if (setup.ps) {
-    setup.ps->clock = clock_;
+    setup.ps->clock = clock_;  // one clock for every measurement: the engine options'
     Transport& all = setup.psTransport ? *setup.psTransport : transport;
     engine_ = std::make_unique<PsEngine>(all, tensors, options.schedule, options.update.lr,
                                          *setup.ps, storage);

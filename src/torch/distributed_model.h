@@ -35,9 +35,6 @@ struct SyncSetup {
   std::optional<PsOptions> ps;       // through parameter servers instead
   Transport* psTransport = nullptr;  // workers and separate servers (null: the workers')
   bool local = false;                // localsgd: no communication per step
-  // What every measurement (engine statistics, waits, traces) reads time from; it replaces the
-  // engines' own. Must outlive the model.
-  const Clock* clock = &SteadyClock::instance();
 };
 
 class DistributedModel {

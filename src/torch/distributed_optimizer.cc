@@ -129,10 +129,11 @@ void checkSameEverywhere(Transport& transport, const SyncOptions& sync,
   checkSameSettings(transport, settings);
 }
 
-void checkOptimizerCoversModule(torch::optim::Optimizer& optimizer,
-                                const std::vector<torch::Tensor>& synchronized) {
+void checkOptimizerCoversModule(
+    torch::optim::Optimizer& optimizer,
+    const std::vector<std::pair<std::string, torch::Tensor>>& synchronized) {
   std::unordered_set<const void*> known;
-  for (const auto& p : synchronized) known.insert(p.unsafeGetTensorImpl());
+  for (const auto& item : synchronized) known.insert(item.second.unsafeGetTensorImpl());
   for (const auto& group : optimizer.param_groups()) {
     for (const auto& p : group.params()) {
       if (known.count(p.unsafeGetTensorImpl()) == 0) {
@@ -174,9 +175,7 @@ DistributedOptimizer::DistributedOptimizer(torch::optim::Optimizer& optimizer,
   for (const auto& item : module->named_parameters()) {
     if (item.value().requires_grad()) synchronized.emplace_back(item.key(), item.value());
   }
-  std::vector<torch::Tensor> tensors;
-  for (const auto& item : synchronized) tensors.push_back(item.second);
-  checkOptimizerCoversModule(optimizer, tensors);
+  checkOptimizerCoversModule(optimizer, synchronized);
   EngineOptions engine = engineOptionsFor(optimizer, options);
   checkSameEverywhere(transport, options, synchronized);
   engineLr_ = engine.update.lr;
