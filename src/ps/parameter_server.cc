@@ -9,6 +9,7 @@
 
 #include "common/check.h"
 #include "common/logging.h"
+#include "compress/push_codec.h"
 #include "compress/two_bit.h"
 #include "gradsync/error.h"
 #include "optim/update_rule.h"
@@ -18,7 +19,8 @@ namespace gradsync {
 struct ParameterServer::Unit {
   size_t index = 0;
   std::vector<float> parameters, velocity, sum;
-  uint64_t updates = 0;  // updates applied (the update rule's step count)
+  std::unique_ptr<PushCodec> decoder;  // null: pushes come dense (or 2-bit)
+  uint64_t updates = 0;                // updates applied (the update rule's step count)
   // kSync, by worker: the round's pushes, decoded. They are summed in worker order once all
   // arrived, so the sum does not depend on arrival order and runs repeat bitwise.
   std::vector<std::vector<float>> pushed;
@@ -51,26 +53,30 @@ void waitPatiently(Work& work) {
 }  // namespace
 
 ParameterServer::ParameterServer(Transport& transport, PsPlacement placement, int index,
-                                 std::vector<size_t> unitElements, ServerOptions options)
+                                 std::vector<ServedUnit> served, ServerOptions options)
     : transport_(transport),
       placement_(placement),
       index_(index),
       options_(options),
       stopped_(placement.workers, false) {
   GS_CHECK(transport.size() == placement.worldSize());
-  units_.resize(unitElements.size());
-  for (size_t u = 0; u < unitElements.size(); ++u) {
+  units_.resize(served.size());
+  for (size_t u = 0; u < served.size(); ++u) {
     if (placement.serverOf(u) != index) continue;
     auto unit = std::make_unique<Unit>();
+    const size_t elements = served[u].elements;
     unit->index = u;
-    unit->parameters.assign(unitElements[u], 0.0f);
-    unit->velocity.assign(unitElements[u], 0.0f);
-    unit->sum.assign(unitElements[u], 0.0f);
+    unit->parameters.assign(elements, 0.0f);
+    unit->velocity.assign(elements, 0.0f);
+    unit->sum.assign(elements, 0.0f);
+    if (!served[u].compression.dense()) {
+      unit->decoder = std::make_unique<PushCodec>(served[u].compression, served[u].shapes);
+    }
     unit->inRound.assign(placement.workers, false);
     unit->wantsReply.assign(placement.workers, false);
     unit->pushes.assign(placement.workers, 0);
     if (options.consistency == ServerOptions::Consistency::kSync) {
-      unit->pushed.assign(placement.workers, std::vector<float>(unitElements[u], 0.0f));
+      unit->pushed.assign(placement.workers, std::vector<float>(elements, 0.0f));
     }
     units_[u] = std::move(unit);
   }
@@ -117,15 +123,11 @@ void ParameterServer::serveWorker(int worker) {
     std::vector<uint8_t> payload;
     do {
       waitPatiently(*transport_.recv(worker, tags::kPsRequest, &header, sizeof header));
-      size_t expected = expectedPayload(header);
-      if (header.payloadBytes != expected) {
-        throw ProtocolError(fmt::format("request {} for unit {} carries {} bytes, expected {}",
-                                        static_cast<uint32_t>(header.request), header.unit,
-                                        header.payloadBytes, expected),
-                            {.rank = transport_.rank(), .peer = worker});
+      checkPayload(worker, header);
+      payload.resize(header.payloadBytes);
+      if (!payload.empty()) {
+        transport_.recv(worker, tags::kPsPayload, payload.data(), payload.size())->wait();
       }
-      payload.resize(expected);
-      if (expected > 0) transport_.recv(worker, tags::kPsPayload, payload.data(), expected)->wait();
     } while (handle(worker, header, payload));
   } catch (...) {
     recordFailure(worker);
@@ -148,26 +150,45 @@ void ParameterServer::recordFailure(int worker) {
   transport_.abort(error);
 }
 
-size_t ParameterServer::expectedPayload(const PsHeader& header) const {
-  if (header.request == PsRequest::kStop) return 0;
-  if (header.unit >= units_.size() || !units_[header.unit]) {
+void ParameterServer::checkPayload(int worker, const PsHeader& header) const {
+  if (header.request == PsRequest::kStop && header.payloadBytes == 0) return;
+  if (header.request != PsRequest::kStop &&
+      (header.unit >= units_.size() || !units_[header.unit])) {
     throw ProtocolError(
         fmt::format("unit {} is not placed on parameter server {}", header.unit, index_),
-        {.rank = transport_.rank()});
+        {.rank = transport_.rank(), .peer = worker});
   }
-  size_t elements = units_[header.unit]->parameters.size();
+  const Unit* unit = header.request == PsRequest::kStop ? nullptr : units_[header.unit].get();
+  const size_t elements = unit ? unit->parameters.size() : 0;
+  size_t expected = 0;  // exact, except an encoded push's upper bound
   switch (header.request) {
     case PsRequest::kPush:
-      return header.flags & kQuantized ? twoBitBytes(elements) : elements * sizeof(float);
+      if ((header.flags & kEncoded) && !unit->decoder) {
+        throw ProtocolError(
+            fmt::format("an encoded push of unit {}, which goes dense", unit->index),
+            {.rank = transport_.rank(), .peer = worker});
+      }
+      expected = header.flags & kEncoded     ? unit->decoder->maxBytes()
+                 : header.flags & kQuantized ? twoBitBytes(elements)
+                                             : elements * sizeof(float);
+      break;
     case PsRequest::kSetState:
-      return 2 * elements * sizeof(float);
+      expected = 2 * elements * sizeof(float);
+      break;
     case PsRequest::kGetState:
-      return 0;
+    case PsRequest::kStop:
+      break;
     default:
       throw ProtocolError(
           fmt::format("unknown parameter-server request {}", static_cast<uint32_t>(header.request)),
-          {.rank = transport_.rank()});
+          {.rank = transport_.rank(), .peer = worker});
   }
+  const bool encoded = header.request == PsRequest::kPush && (header.flags & kEncoded);
+  if (encoded ? header.payloadBytes <= expected : header.payloadBytes == expected) return;
+  throw ProtocolError(fmt::format("request {} for unit {} carries {} bytes, expected {}{}",
+                                  static_cast<uint32_t>(header.request), header.unit,
+                                  header.payloadBytes, encoded ? "at most " : "", expected),
+                      {.rank = transport_.rank(), .peer = worker});
 }
 
 bool ParameterServer::handle(int worker, const PsHeader& header, std::vector<uint8_t>& payload) {
@@ -247,7 +268,15 @@ void ParameterServer::push(int worker, const PsHeader& header, std::span<const u
   }
   // kSync keeps the push for the round's ordered sum; the others apply it alone, from unit.sum.
   std::span<float> decoded = sync ? std::span<float>(unit.pushed[worker]) : std::span(unit.sum);
-  if (header.flags & kQuantized) {
+  if (header.flags & kEncoded) {
+    std::fill(decoded.begin(), decoded.end(), 0.0f);
+    try {
+      unit.decoder->decodeAdd(payload, decoded, header.seed);
+    } catch (const ProtocolError& e) {
+      throw ProtocolError(fmt::format("encoded push of unit {}: {}", unit.index, e.detail()),
+                          {.rank = transport_.rank(), .peer = worker});
+    }
+  } else if (header.flags & kQuantized) {
     std::fill(decoded.begin(), decoded.end(), 0.0f);
     twoBitAccumulate(payload, header.threshold, decoded);
   } else {

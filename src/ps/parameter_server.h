@@ -1,5 +1,6 @@
 // A parameter server: holds the parameters and SGD velocity of the units placement assigns it,
-// applies SGD as workers push gradients, and answers each push with the updated parameters
+// applies SGD as workers push gradients (dense, CD-SGD's 2-bit codes, or a compressor's encoding
+// that it decodes: compress/push_codec.h), and answers each push with the updated parameters
 // (P3's fused push-pull). protocol.h has the wire format; docs/algorithms.md, "Parameter server",
 // the consistency modes:
 //   kSync   BSP: a unit's update is applied once every worker pushed it for the step, with the
@@ -28,6 +29,7 @@
 #include "gradsync/transport.h"
 #include "optim/update_rule.h"
 #include "ps/protocol.h"
+#include "ps/served_units.h"
 
 namespace gradsync {
 
@@ -40,11 +42,11 @@ struct ServerOptions {
 
 class ParameterServer {
  public:
-  // Serves, as server `index` of `placement`, the units of `unitElements` (every unit of the
-  // model, by index) placed on it. Starts receiving at once; parameters are zero until a
-  // worker sets them (kSetState).
+  // Serves, as server `index` of `placement`, the `units` (every unit of the model, by index)
+  // placed on it. Starts receiving at once; parameters are zero until a worker sets them
+  // (kSetState).
   ParameterServer(Transport& transport, PsPlacement placement, int index,
-                  std::vector<size_t> unitElements, ServerOptions options);
+                  std::vector<ServedUnit> units, ServerOptions options);
   // Waits as wait() does, without rethrowing (call wait() first to see failures).
   ~ParameterServer();
   ParameterServer(const ParameterServer&) = delete;
@@ -76,7 +78,8 @@ class ParameterServer {
   // Sends `snapshot`, which the send keeps alive until it completes; with the lock held.
   void reply(int worker, std::shared_ptr<const std::vector<float>> snapshot, uint64_t tag);
   void reapSends();  // with the lock held
-  size_t expectedPayload(const PsHeader& header) const;
+  // Throws ProtocolError for a request whose payload cannot be what it says it is.
+  void checkPayload(int worker, const PsHeader& header) const;
 
   Transport& transport_;
   const PsPlacement placement_;

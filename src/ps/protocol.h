@@ -30,7 +30,7 @@ struct PsPlacement {
 };
 
 enum class PsRequest : uint32_t {
-  kPush = 1,      // payload: the unit's gradient (dense floats, or 2-bit codes with kQuantized)
+  kPush = 1,      // payload: the unit's gradient (dense floats, kQuantized or kEncoded codes)
   kSetState = 2,  // payload: the unit's parameters, then its velocity (2 x elements floats)
   kGetState = 3,  // answered with the unit's parameters, then its velocity, on tags::kPsState
   kStop = 4,      // this worker sends nothing more
@@ -39,6 +39,7 @@ enum class PsRequest : uint32_t {
 enum PsFlags : uint32_t {
   kWantReply = 1,  // kPush: answer with the updated parameters
   kQuantized = 2,  // kPush: payload is 2-bit codes of {0, +threshold, -threshold}
+  kEncoded = 4,    // kPush: payload is the unit's PushCodec encoding (compress/push_codec.h)
 };
 
 struct PsHeader {
@@ -49,6 +50,7 @@ struct PsHeader {
   float threshold = 0;  // kQuantized
   uint32_t flags = 0;   // PsFlags
   uint32_t payloadBytes = 0;
+  uint64_t seed = 0;  // kEncoded: the seed the push was encoded with
 };
 
 inline uint64_t psReplyTag(size_t unit) {

@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <cstdint>
 #include <deque>
 #include <functional>
 #include <memory>
@@ -11,6 +10,7 @@
 
 #include "compress/two_bit.h"
 #include "gradsync/error.h"
+#include "ps/served_units.h"
 #include "schedule/priority_scheduler.h"
 #include "sim/event_queue.h"
 #include "sim/server_links.h"
@@ -43,10 +43,9 @@ class Simulation {
     enum class Kind { kExchange, kReduceScatter, kAllgather, kPush } kind = Kind::kExchange;
     size_t unit = 0;
   };
-  struct Transfer {
+  struct Transfer {  // one operation on the communication thread
     double start = 0, seconds = 0, bytes = 0;
   };
-
   void index();  // layers, tensors and units, each by the others
   // Compute thread.
   void tryCompute();
@@ -69,7 +68,7 @@ class Simulation {
   double decisionWait() const;
   std::vector<Op> fixedOrder() const;
   bool exchangesThisStep(int step) const;
-  size_t pushBytes(size_t unit, int step) const;
+  size_t pushBytes(size_t unit, int step) const;  // what a push puts on the wire
   bool pullsThisStep(int step) const;
 
   const SimOptions& o_;
@@ -136,13 +135,15 @@ Simulation::Simulation(const SimOptions& options)
       tensors_(options.profile.tensors()) {
   cluster_.validate();
   if (o_.steps < 3) throw ConfigError(fmt::format("--steps must be at least 3, not {}", o_.steps));
-  checkCompressionApplies(strategy_, o_.strategy, o_.compression, o_.sync);
+  checkCompressionApplies(strategy_, o_.compression, o_.sync);
   if (auto ps = psOptionsFor(strategy_, o_.strategy, cluster_.workers, kAnyLr, kAnyMomentum))
     placement_ = ps->placement;
   mode_ = modeOf(strategy_, placement_.has_value());
   // Local SGD averages the model one parameter tensor at a time, whatever --schedule says.
   if (mode_ == Mode::kLocalSgd) schedule_ = ScheduleSpec::parse("wfbp");
-  plan_ = planCompression(o_.compression, tensors_, kAnyMomentum);
+  // Through servers, planPushes also refuses the methods that cannot push.
+  plan_ = placement_ ? planPushes(o_.compression, tensors_)
+                     : planCompression(o_.compression, tensors_, kAnyMomentum);
   if (!placement_) {
     GradientEngine::validate(
         {.schedule = schedule_, .compression = o_.compression, .sharded = mode_ == Mode::kSharded},
@@ -416,10 +417,10 @@ double Simulation::startPush(size_t unit) {
 // PsEngine::planPush: cdsgd pushes 2-bit codes except every K-th global step; ssdsgd asks for a
 // reply on the last step of every K.
 size_t Simulation::pushBytes(size_t unit, int step) const {
+  if (costs_[unit].compressed && step >= plan_.warmupSteps) return costs_[unit].wireBytes;
   const size_t elements = layout_.units[unit].elements;
-  const bool quantized =
-      strategy_.kind == SyncStrategy::Kind::kCdsgd && step % strategy_.parameter != 0;
-  return quantized ? twoBitBytes(elements) : elements * sizeof(float);
+  const bool cdsgd = strategy_.kind == SyncStrategy::Kind::kCdsgd;
+  return cdsgd && step % strategy_.parameter != 0 ? twoBitBytes(elements) : elements * 4;
 }
 
 bool Simulation::pullsThisStep(int step) const {
@@ -460,8 +461,7 @@ SimResult Simulation::run() {
   if (static_cast<int>(stepStart_.size()) != lastStep_ + 1)
     throw InternalError(fmt::format("the simulation stalled in step {} (phase {}, layer {})", step_,
                                     static_cast<int>(phase_), layer_));
-  const double from = stepStart_[measuredFrom_];
-  const double to = stepStart_[lastStep_];
+  const double from = stepStart_[measuredFrom_], to = stepStart_[lastStep_];
   const double steps = lastStep_ - measuredFrom_;
   SimResult result;
   result.stepSeconds = (to - from) / steps;
@@ -471,8 +471,8 @@ SimResult Simulation::run() {
     result.bytesSentPerStep += t.bytes / steps;
   }
   const ModelProfile& profile = o_.profile;
-  const double update = perLayer_ ? 0 : profile.updateSeconds;
-  result.computeSeconds = profile.forwardSeconds() + profile.backwardSeconds() + update;
+  result.computeSeconds = profile.forwardSeconds() + profile.backwardSeconds() +
+                          (perLayer_ ? 0 : profile.updateSeconds);
   result.exposedCommSeconds = std::max(0.0, result.stepSeconds - result.computeSeconds);
   result.samplesPerSecond =
       static_cast<double>(cluster_.workers * profile.batchSize) / result.stepSeconds;

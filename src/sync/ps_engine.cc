@@ -11,21 +11,6 @@
 #include "gradsync/error.h"
 
 namespace gradsync {
-namespace {
-
-std::vector<size_t> unitSizes(const GradientLayout& layout) {
-  std::vector<size_t> elements;
-  for (const auto& unit : layout.units) elements.push_back(unit.elements);
-  return elements;
-}
-
-}  // namespace
-
-std::vector<size_t> PsEngine::unitElements(const std::vector<TensorShape>& tensors,
-                                           const ScheduleSpec& schedule) {
-  return unitSizes(planLayout(tensors, schedule));
-}
-
 PsEngine::PsEngine(Transport& transport, const std::vector<TensorShape>& tensors,
                    ScheduleSpec schedule, double lr, PsOptions options,
                    std::vector<std::span<float>> parameters)
@@ -33,7 +18,8 @@ PsEngine::PsEngine(Transport& transport, const std::vector<TensorShape>& tensors
       tensors_(tensors),
       schedule_(schedule),
       options_(options),
-      layout_(planLayout(tensors, schedule)),
+      plan_(planPushes(options_.compression, tensors)),
+      layout_(planLayout(tensors, schedule, plan_.groups())),
       parameters_(std::move(parameters)),
       lr_(lr) {
   const PsPlacement& placement = options_.placement;
@@ -50,6 +36,15 @@ PsEngine::PsEngine(Transport& transport, const std::vector<TensorShape>& tensors
           fmt::format("a unit of {} elements is too large for a parameter server", unit.elements),
           {.hint = "slice the tensors (--schedule p3) or use smaller fusion buckets"});
     }
+  }
+  if (options_.delay == PsOptions::Delay::kCompressed && plan_.any()) {
+    throw ConfigError("--compress does not combine with --sync cdsgd",
+                      {.hint = "cdsgd pushes its own 2-bit codes; compress with odsgd or ssdsgd"});
+  }
+  for (ServedUnit& unit : servedUnits(layout_, plan_, tensors_)) {
+    codecs_.push_back(unit.compression.dense()
+                          ? nullptr
+                          : std::make_unique<PushCodec>(unit.compression, unit.shapes));
   }
   GS_CHECK(parameters_.size() == tensors_.size());
   const size_t total = layout_.totalElements;
@@ -70,8 +65,9 @@ PsEngine::PsEngine(Transport& transport, const std::vector<TensorShape>& tensors
   }
   bytesAtStart_ = transport_.bytesSent();
   if (placement.colocated && transport.rank() < placement.servers) {
-    server_ = std::make_unique<ParameterServer>(transport, placement, transport.rank(),
-                                                unitSizes(layout_), options_.server);
+    server_ =
+        std::make_unique<ParameterServer>(transport, placement, transport.rank(),
+                                          servedUnits(layout_, plan_, tensors_), options_.server);
   }
   thread_ = std::thread([this] { communicate(); });
   for (int s = 0; s < placement.servers; ++s) receivers_.emplace_back([this, s] { receive(s); });
@@ -229,28 +225,44 @@ void PsEngine::pushUnit(size_t unit, uint64_t step) {
   const CommUnit& u = layout_.units[unit];
   const Push push = planPush(step);
   const bool freshPull = push.delayed && waitForPull(unit);
+  // Quantized (cdsgd) or encoded (a compressor, after its warm-up): `codes` are sent; else the
+  // gradient is staged, since the slot is refilled by the next backward once the unit counts as
+  // applied.
+  PushCodec* codec = codecs_[unit].get();
+  const bool encoded = codec != nullptr && step >= static_cast<uint64_t>(plan_.warmupSteps);
   std::vector<uint8_t> codes;
+  uint64_t seed = 0;
   const float* gradient = gradients_.data() + u.offset;
   if (push.quantized) {
     codes = twoBitEncode({gradient, u.elements}, {residual_.data() + u.offset, u.elements},
                          options_.threshold);
-  } else {  // the slot is refilled by the next backward once the unit counts as applied
+  } else if (encoded) {
+    const Nanos start = options_.clock->now();
+    seed = codec->seedFor(options_.seed, step, transport_.rank());
+    codec->encode({gradient, u.elements}, codes, seed);
+    const double seconds = secondsSince(*options_.clock, start);
+    std::lock_guard<std::mutex> lock(mutex_);
+    totals_.encodeSeconds += seconds;
+  } else {
     std::memcpy(staged_.data() + u.offset, gradient, u.elements * sizeof(float));
   }
   if (push.delayed) localUpdate(unit, freshPull);
   const int server = options_.placement.serverOf(unit);
   const Nanos start = options_.clock->now();
   recordPush(unit, push, server, start);
-  PsHeader header{.request = PsRequest::kPush,
-                  .unit = static_cast<uint32_t>(unit),
-                  .step = step,
-                  .lr = static_cast<float>(lr_),
-                  .threshold = options_.threshold,
-                  .flags = (push.wantReply ? kWantReply : 0u) | (push.quantized ? kQuantized : 0u),
-                  .payloadBytes = static_cast<uint32_t>(
-                      push.quantized ? codes.size() : u.elements * sizeof(float))};
+  const bool coded = push.quantized || encoded;
+  PsHeader header{
+      .request = PsRequest::kPush,
+      .unit = static_cast<uint32_t>(unit),
+      .step = step,
+      .lr = static_cast<float>(lr_),
+      .threshold = options_.threshold,
+      .flags = (push.wantReply ? kWantReply : 0u) | (push.quantized ? kQuantized : 0u) |
+               (encoded ? kEncoded : 0u),
+      .payloadBytes = static_cast<uint32_t>(coded ? codes.size() : u.elements * sizeof(float)),
+      .seed = seed};
   sendRequest(server, header,
-              push.quantized ? static_cast<const void*>(codes.data()) : staged_.data() + u.offset);
+              coded ? static_cast<const void*>(codes.data()) : staged_.data() + u.offset);
   {
     std::lock_guard<std::mutex> lock(mutex_);
     busy(-1);

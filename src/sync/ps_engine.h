@@ -39,6 +39,8 @@
 #include <vector>
 
 #include "common/tensor_shape.h"
+#include "compress/policy.h"
+#include "compress/push_codec.h"
 #include "gradsync/clock.h"
 #include "gradsync/error.h"
 #include "gradsync/transport.h"
@@ -61,6 +63,10 @@ struct PsOptions {
   double localMomentum = 0;  // the local step's momentum
   double glu = 0.5;          // ssdsgd: weight of the global direction
   float threshold = 0.5f;    // cdsgd: the 2-bit quantizer's threshold
+  // Pushes encoded by a compressor after its warm-up (compress/push_codec.h; not with cdsgd,
+  // which quantizes itself). The seed is the same on every worker.
+  CompressionConfig compression;
+  uint64_t seed = 0;
   // What the statistics and traces measure time with (must outlive the engine).
   const Clock* clock = &SteadyClock::instance();
 };
@@ -75,11 +81,6 @@ class PsEngine final : public SyncEngine {
   ~PsEngine() override;
   PsEngine(const PsEngine&) = delete;
   PsEngine& operator=(const PsEngine&) = delete;
-
-  // The units (element counts) a server holds for these tensors under `schedule`: servers and
-  // workers must agree on them.
-  static std::vector<size_t> unitElements(const std::vector<TensorShape>& tensors,
-                                          const ScheduleSpec& schedule);
 
   std::span<float> slot(int t) override;
   void markReady(int t) override;
@@ -147,7 +148,9 @@ class PsEngine final : public SyncEngine {
   const std::vector<TensorShape> tensors_;
   const ScheduleSpec schedule_;
   const PsOptions options_;
+  const CompressionPlan plan_;
   const GradientLayout layout_;
+  std::vector<std::unique_ptr<PushCodec>> codecs_;  // by unit; null: pushed dense
   const std::vector<std::span<float>> parameters_;
   std::unique_ptr<ParameterServer> server_;  // co-located
 

@@ -113,14 +113,18 @@ std::optional<PsOptions> psOptionsFor(const SyncStrategy& strategy, const Strate
   return options;
 }
 
-void checkCompressionApplies(const SyncStrategy& strategy, const StrategyKnobs& knobs,
-                             const CompressionConfig& compression, const std::string& syncText) {
-  const bool servers = psOptionsFor(strategy, knobs, 1, 0.1, 0).has_value();
+void checkCompressionApplies(const SyncStrategy& strategy, const CompressionConfig& compression,
+                             const std::string& syncText) {
   const bool compressed = compression.spec != "none" || !compression.overrides.empty();
-  if (compressed && (servers || strategy.kind == SyncStrategy::Kind::kLocalSgd)) {
-    throw ConfigError(fmt::format("--compress does not apply to --sync {}{}", syncText,
-                                  servers ? " through parameter servers" : ""),
-                      {.hint = "compress with ring ssgd; cdsgd:K pushes 2-bit gradients itself"});
+  if (!compressed) return;
+  if (strategy.kind == SyncStrategy::Kind::kLocalSgd) {
+    throw ConfigError(fmt::format("--compress does not apply to --sync {}", syncText),
+                      {.hint = "localsgd averages whole models every H steps; compress with ssgd "
+                               "(ring or parameter servers) or the delayed strategies"});
+  }
+  if (strategy.kind == SyncStrategy::Kind::kCdsgd) {
+    throw ConfigError(fmt::format("--compress does not combine with --sync {}", syncText),
+                      {.hint = "cdsgd pushes its own 2-bit codes; compress with odsgd or ssdsgd"});
   }
 }
 

@@ -47,11 +47,11 @@ int64_t paperWarmup(SyncStrategy::Kind kind);
 // The parameter-server options for `workers` workers, or none when the strategy runs without
 // servers. Throws ConfigError for a combination that cannot run (servers for localsgd or
 // sharded, a negative knob).
-// Throws ConfigError when `compression` asks for compression that `strategy` cannot apply: it
-// composes with the ring strategies only (servers and local SGD exchange parameters or their
-// own codes). `syncText` is the --sync value as given, for the message.
-void checkCompressionApplies(const SyncStrategy& strategy, const StrategyKnobs& knobs,
-                             const CompressionConfig& compression, const std::string& syncText);
+// Throws ConfigError when `compression` asks for compression that `strategy` cannot apply:
+// localsgd exchanges whole models, cdsgd its own 2-bit codes (through parameter servers, which
+// methods can push is PsEngine's check). `syncText` is the --sync value as given, for the message.
+void checkCompressionApplies(const SyncStrategy& strategy, const CompressionConfig& compression,
+                             const std::string& syncText);
 
 std::optional<PsOptions> psOptionsFor(const SyncStrategy& strategy, const StrategyKnobs& knobs,
                                       int workers, double lr, double momentum);

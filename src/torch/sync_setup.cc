@@ -19,18 +19,24 @@ EngineOptions engineOptions(const TrainOptions& options) {
 
 SyncSetup syncSetup(const TrainOptions& options, Transport& workers, Transport& all) {
   SyncStrategy strategy = SyncStrategy::parse(options.sync);
-  return {
-      .engine = engineOptions(options),
-      .ps = psOptionsFor(strategy, options.strategy, workers.size(), options.lr, options.momentum),
-      .psTransport = &all,
-      .local = strategy.kind == SyncStrategy::Kind::kLocalSgd};
+  std::optional<PsOptions> ps =
+      psOptionsFor(strategy, options.strategy, workers.size(), options.lr, options.momentum);
+  if (ps) {
+    ps->compression = options.compression;
+    ps->seed = options.seed;
+  }
+  return {.engine = engineOptions(options),
+          .ps = ps,
+          .psTransport = &all,
+          .local = strategy.kind == SyncStrategy::Kind::kLocalSgd};
 }
 
 void validateSyncOptions(const TrainOptions& options) {
   SyncStrategy strategy = SyncStrategy::parse(options.sync);
-  checkCompressionApplies(strategy, options.strategy, options.compression, options.sync);
+  checkCompressionApplies(strategy, options.compression, options.sync);
   if (psOptionsFor(strategy, options.strategy, 1, options.lr, 0)) {
-    ScheduleSpec::parse(options.schedule);
+    servedUnits(describeModel(options.model), ScheduleSpec::parse(options.schedule),
+                options.compression);
   } else {
     GradientEngine::validate(engineOptions(options), describeModel(options.model));
   }
@@ -41,8 +47,8 @@ void serveParameters(Transport& transport, const TrainOptions& options) {
   const int workers = transport.size() - servers;
   std::optional<PsOptions> ps = psOptionsFor(SyncStrategy::parse(options.sync), options.strategy,
                                              workers, options.lr, options.momentum);
-  std::vector<size_t> units =
-      PsEngine::unitElements(describeModel(options.model), ScheduleSpec::parse(options.schedule));
+  std::vector<ServedUnit> units = servedUnits(
+      describeModel(options.model), ScheduleSpec::parse(options.schedule), options.compression);
   const int index = transport.rank() - workers;
   GS_LOG(kInfo, "parameter server {} (rank {}) serves {} of {} units for {} workers", index,
          transport.rank(), (units.size() + servers - 1 - index) / servers, units.size(), workers);

@@ -7,6 +7,7 @@
 
 #include "compress/two_bit.h"
 #include "ps_fixture.h"
+#include "push_reference.h"
 
 namespace gradsync::testing {
 namespace {
@@ -19,8 +20,47 @@ struct Outcome {
   Parameters global, velocity;
 };
 
+// What worker r pushes of tensor t at step s (wfbp: a unit is a tensor): its gradient, or what
+// the server decodes from its compressed push (with error feedback where the method has it).
+class Pushes {
+ public:
+  Pushes(const CompressionConfig& compression, int workers)
+      : compression_(compression),
+        plan_(planCompression(compression, kTensors, 0.0)),
+        methods_(workers),
+        residuals_(workers) {
+    for (int r = 0; r < workers; ++r) {
+      for (size_t t = 0; t < kTensors.size(); ++t) {
+        const CompressSpec& spec = plan_.perTensor[t];
+        methods_[r].push_back(
+            spec.dense() ? nullptr : findMethod(spec.method).make(spec.args, {&kTensors[t], 1}));
+        residuals_[r].emplace_back(kTensors[t].elements, 0.0f);
+      }
+    }
+  }
+
+  std::vector<float> of(int r, size_t t, int s) {
+    std::vector<float> x(kTensors[t].elements);
+    for (size_t i = 0; i < x.size(); ++i) x[i] = gradient(r, t, i, s);
+    if (!methods_[r][t] || s < compression_.warmupSteps) return x;
+    std::vector<float>& residual = residuals_[r][t];
+    const bool ef = plan_.perTensor[t].errorFeedback;
+    for (size_t i = 0; ef && i < x.size(); ++i) x[i] += residual[i];
+    std::vector<float> decoded = decodedPush(*methods_[r][t], x, kPushSeed, s, r);
+    for (size_t i = 0; ef && i < x.size(); ++i) residual[i] = x[i] - decoded[i];
+    return decoded;
+  }
+
+ private:
+  const CompressionConfig compression_;
+  const CompressionPlan plan_;
+  std::vector<std::vector<std::unique_ptr<Compressor>>> methods_;  // by worker, tensor
+  std::vector<Parameters> residuals_;
+};
+
 // Replays `steps` steps of the strategy on plain vectors, one element at a time.
 Outcome replay(const PsOptions& o, int steps) {
+  Pushes pushes(o.compression, o.placement.workers);
   const int workers = o.placement.workers;
   const auto k = static_cast<int64_t>(o.delaySteps);
   Parameters global = initialParameters();
@@ -35,11 +75,13 @@ Outcome replay(const PsOptions& o, int steps) {
     const int64_t since = s - o.warmupSteps;
     const bool quantized = delayed && o.delay == Delay::kCompressed && s % k != 0;
     for (size_t t = 0; t < kTensors.size(); ++t) {
+      std::vector<std::vector<float>> pushedOf;
+      for (int r = 0; r < workers; ++r) pushedOf.push_back(pushes.of(r, t, s));
       for (size_t i = 0; i < kTensors[t].elements; ++i) {
         float sum = 0;
         for (int r = 0; r < workers; ++r) {
           float g = gradient(r, t, i, s);
-          float pushed = g;
+          float pushed = pushedOf[r][i];
           if (quantized) {
             float x = residual[r][t][i] + g;
             pushed = x >= o.threshold ? o.threshold : x <= -o.threshold ? -o.threshold : 0.0f;
@@ -82,6 +124,9 @@ struct Case {
   int servers = 2;
   bool colocated = true;
   float threshold = 0.2f;  // cdsgd
+  std::string compress = "none";
+
+  friend void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
 };
 
 class DelayedSgd : public ::testing::TestWithParam<Case> {};
@@ -93,7 +138,8 @@ TEST_P(DelayedSgd, MatchesTheNaiveReplay) {
           .servers = c.servers,
           .colocated = c.colocated,
           .server = {.momentum = kMomentum},
-          .schedule = c.schedule};
+          .schedule = c.schedule,
+          .compression = {.spec = c.compress, .minElements = 100}};
   PsOptions options = job.options();
   options.delay = c.delay;
   options.warmupSteps = c.warmup;
@@ -102,6 +148,7 @@ TEST_P(DelayedSgd, MatchesTheNaiveReplay) {
   options.localMomentum = 0.9;
   options.glu = 0.5;
   options.threshold = c.threshold;
+  options.seed = kPushSeed;
   Outcome expected = replay(options, kSteps);
   runJob(job, [&](Transport& t) {
     Parameters p = initialParameters();
@@ -123,7 +170,10 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(Case{"odsgd", Delay::kOneStep, 2},
                       Case{"odsgd_no_warmup", Delay::kOneStep, 0},
                       Case{"odsgd_p3_apart", Delay::kOneStep, 1, "p3:slice=1000", 1, false},
+                      Case{"odsgd_topk", Delay::kOneStep, 2, "wfbp", 2, true, 0.2f, "topk:0.05"},
                       Case{"ssdsgd", Delay::kSeveralSteps, 2},
+                      Case{"ssdsgd_qsgd", Delay::kSeveralSteps, 1, "wfbp", 1, false, 0.2f,
+                           "qsgd:8"},
                       Case{"ssdsgd_fusion", Delay::kSeveralSteps, 1, "fusion:0.01", 1},
                       Case{"cdsgd", Delay::kCompressed, 2},
                       Case{"cdsgd_p3", Delay::kCompressed, 1, "p3:slice=5", 2, false}),

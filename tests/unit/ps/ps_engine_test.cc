@@ -188,7 +188,7 @@ TEST(PsFailure, LostServerIsNamed) {
         if (t.rank() == 3) return;  // server 1 leaves at once
         if (t.rank() == 2) {
           ParameterServer server(t, job.placement(), 0,
-                                 PsEngine::unitElements(kTensors, ScheduleSpec::parse("wfbp")),
+                                 servedUnits(kTensors, ScheduleSpec::parse("wfbp"), {}),
                                  job.server);
           try {
             server.wait();  // the workers stop it, or it sees them leave

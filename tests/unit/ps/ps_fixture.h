@@ -66,9 +66,12 @@ struct Job {
   TransportKind kind = TransportKind::kLoopback;
   ServerOptions server;
   std::string schedule = "wfbp";
+  CompressionConfig compression;  // pushes' compression (default: dense)
 
   PsPlacement placement() const { return {workers, servers, colocated}; }
-  PsOptions options() const { return {.placement = placement(), .server = server}; }
+  PsOptions options() const {
+    return {.placement = placement(), .server = server, .compression = compression};
+  }
 };
 
 // Runs worker(transport) on the workers' threads; separate servers serve until they stop.
@@ -79,9 +82,9 @@ inline void runJob(const Job& job, const std::function<void(Transport&)>& worker
       job.kind, placement.worldSize(),
       [&](Transport& t) {
         if (t.rank() < job.workers) return worker(t);
-        ParameterServer server(t, placement, t.rank() - job.workers,
-                               PsEngine::unitElements(kTensors, ScheduleSpec::parse(job.schedule)),
-                               job.server);
+        ParameterServer server(
+            t, placement, t.rank() - job.workers,
+            servedUnits(kTensors, ScheduleSpec::parse(job.schedule), job.compression), job.server);
         server.wait();
       },
       transport);

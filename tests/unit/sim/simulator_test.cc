@@ -256,7 +256,7 @@ TEST(Simulator, RefusesWhatTrainRefuses) {
   EXPECT_THROW(simulate(o), ConfigError);
   o = options(chain(3, 0.001), 4, "wfbp");
   o.strategy.ps = true;
-  o.compression.spec = "topk:0.01";
+  o.compression.spec = "powersgd:2";  // needs rounds among the workers
   EXPECT_THROW(simulate(o), ConfigError);
   o = options(chain(3, 0.001), 0, "wfbp");
   EXPECT_THROW(simulate(o), ConfigError);
@@ -335,6 +335,20 @@ TEST(Simulator, RefusesCompressionWhereTrainDoes) {
   o.compression.spec = "topk:0.01";
   o.sync = "localsgd:2";
   EXPECT_THROW(simulate(o), ConfigError);
+  o.sync = "cdsgd:4";
+  EXPECT_THROW(simulate(o), ConfigError);
+}
+
+// Through servers a compressed push costs its encoding; the replies (parameters) stay dense.
+TEST(Simulator, CompressedPushesToServers) {
+  SimOptions o = options(profileOf({layer("fc", {400000}, 0, 0)}), 4, "wfbp");
+  o.strategy.ps = true;
+  const double dense = simulate(o).bytesSentPerStep;
+  o.compression.spec = "topk:0.01";
+  const double topk = simulate(o).bytesSentPerStep;
+  EXPECT_LT(topk, dense);
+  // A push is 1% as (index, value) pairs, 2% of the dense push: the saving is at most the push.
+  EXPECT_NEAR(dense - topk, 400000 * 4 * 0.98, 400000 * 4 * 0.01);
 }
 
 }  // namespace

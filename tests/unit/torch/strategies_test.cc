@@ -131,10 +131,15 @@ TEST(Strategies, InvalidCombinationsAreRefusedUpFront) {
   o.sync = "sharded";
   o.strategy.ps = true;
   EXPECT_THROW(validateTrainOptions(o), ConfigError);
-  o = smallSteps();
-  o.sync = "odsgd";
-  o.compression.spec = "topk:0.01";
-  EXPECT_THROW(validateTrainOptions(o), ConfigError);
+  // Through servers a compressor works where one rank can encode alone (topk, qsgd, ...), not
+  // beside cdsgd's own 2-bit codes, nor for methods that exchange in rounds (powersgd).
+  for (const auto& [sync, compress] :
+       {std::pair{"cdsgd:4", "topk:0.01"}, {"odsgd", "powersgd:2"}}) {
+    o = smallSteps();
+    o.sync = sync;
+    o.compression.spec = compress;
+    EXPECT_THROW(validateTrainOptions(o), ConfigError) << sync << " with " << compress;
+  }
   o = smallSteps();
   o.strategy.servers = 2;
   EXPECT_THROW(train(2, o), ConfigError);  // no rank left to train

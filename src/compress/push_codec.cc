@@ -1,0 +1,125 @@
+#include "compress/push_codec.h"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "common/half.h"
+#include "compress/registry.h"
+#include "data/random.h"
+#include "gradsync/error.h"
+
+namespace gradsync {
+namespace {
+
+// Why a method cannot push, or null when it can (see the header).
+const char* refusal(const std::string& method) {
+  if (method == "powersgd" || method == "gradiveq") {
+    return "it exchanges in rounds among the workers, which parameter servers do not have";
+  }
+  if (method == "gtopk") return "its global selection merges the workers' top-k among them";
+  if (method == "dgc") {
+    return "its momentum correction would apply momentum beside the servers' own";
+  }
+  return nullptr;
+}
+
+size_t elementsOf(std::span<const TensorShape> unit) {
+  size_t elements = 0;
+  for (const TensorShape& t : unit) elements += t.elements;
+  return elements;
+}
+
+}  // namespace
+
+bool PushCodec::pushable(const CompressSpec& spec, std::string* why) {
+  const char* reason = refusal(spec.method);
+  if (reason != nullptr && why != nullptr) *why = reason;
+  return reason == nullptr;
+}
+
+PushCodec::PushCodec(const CompressSpec& spec, std::span<const TensorShape> unit)
+    : elements_(elementsOf(unit)) {
+  std::string why;
+  if (spec.dense() || !pushable(spec, &why)) {
+    throw ConfigError(fmt::format("--compress {} does not apply through parameter servers{}{}",
+                                  spec.toString(), why.empty() ? "" : ": ", why),
+                      {.hint = "over servers use fp16, topk, mstopk, randomk, qsgd, terngrad, "
+                               "onebit or signsgd; or ring ssgd for any method"});
+  }
+  method_ = findMethod(spec.method).make(spec.args, unit);
+  codec_ = dynamic_cast<CodecCompressor*>(method_.get());
+  linear_ = dynamic_cast<LinearCompressor*>(method_.get());
+  if (codec_ == nullptr && linear_ == nullptr) {
+    throw InternalError(fmt::format("compressor {} has no one-rank encoding", spec.method));
+  }
+  if (spec.errorFeedback) residual_.assign(elements_, 0.0f);
+  input_.resize(elements_);
+  sent_.resize(elements_);
+}
+
+PushCodec::~PushCodec() = default;
+
+uint64_t PushCodec::seedFor(uint64_t runSeed, uint64_t step, int rank) const {
+  const uint64_t shared = data::mixSeed(runSeed, step);
+  return codec_ != nullptr ? data::mixSeed(shared, static_cast<uint64_t>(rank)) : shared;
+}
+
+size_t PushCodec::maxBytes() const {
+  return method_->encodedBytes(elements_);
+}
+
+void PushCodec::encode(std::span<const float> grad, std::vector<uint8_t>& out, uint64_t seed) {
+  std::span<const float> x = grad;
+  if (!residual_.empty()) {  // error feedback: the corrected input
+    for (size_t i = 0; i < elements_; ++i) input_[i] = grad[i] + residual_[i];
+    x = input_;
+  }
+  if (codec_ != nullptr) {
+    codec_->encode(x, out, seed);
+  } else {
+    code_.resize(linear_->codeLength(elements_));
+    linear_->encode(x, code_, seed);
+    if (linear_->halfOnWire()) {
+      half_.resize(code_.size());
+      halfFromFloat(code_.data(), half_.data(), code_.size());
+      out.resize(half_.size() * sizeof(uint16_t));
+      std::memcpy(out.data(), half_.data(), out.size());
+    } else {
+      out.resize(code_.size() * sizeof(float));
+      std::memcpy(out.data(), code_.data(), out.size());
+    }
+  }
+  if (residual_.empty()) return;
+  std::fill(sent_.begin(), sent_.end(), 0.0f);
+  decodeAdd(out, sent_, seed);
+  for (size_t i = 0; i < elements_; ++i) residual_[i] = input_[i] - sent_[i];
+}
+
+void PushCodec::decodeAdd(std::span<const uint8_t> in, std::span<float> out, uint64_t seed) const {
+  if (codec_ != nullptr) {
+    codec_->decodeAdd(in, out);
+    return;
+  }
+  const size_t length = linear_->codeLength(out.size());
+  const size_t width = linear_->halfOnWire() ? sizeof(uint16_t) : sizeof(float);
+  if (in.size() != length * width) {
+    throw ProtocolError(fmt::format("a push of {} elements carries {} bytes, expected {}",
+                                    out.size(), in.size(), length * width));
+  }
+  code_.resize(length);
+  if (width == sizeof(uint16_t)) {
+    half_.resize(length);
+    std::memcpy(half_.data(), in.data(), in.size());
+    floatFromHalf(half_.data(), code_.data(), length);
+  } else {
+    std::memcpy(code_.data(), in.data(), in.size());
+  }
+  decoded_.resize(out.size());
+  linear_->decode(code_, decoded_, seed);
+  for (size_t i = 0; i < out.size(); ++i) out[i] += decoded_[i];
+}
+
+}  // namespace gradsync

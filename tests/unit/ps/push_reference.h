@@ -1,0 +1,41 @@
+// The naive reference of a compressed push (compress/push_codec.h), shared by the
+// parameter-server tests: the method's own codec, applied as the contract says.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "common/half.h"
+#include "compress/compressor.h"
+#include "compress/registry.h"
+#include "data/random.h"
+
+namespace gradsync::testing {
+
+// Run seed of the compressed parameter-server tests.
+inline constexpr uint64_t kPushSeed = 11;
+
+// What the server decodes from worker `rank`'s push of `x` at `step` (x is corrected by error
+// feedback already). The seeds are the ring's: codecs per rank and step, linear per step.
+inline std::vector<float> decodedPush(Compressor& method, std::span<const float> x,
+                                      uint64_t runSeed, uint64_t step, int rank) {
+  std::vector<float> out(x.size(), 0.0f);
+  const uint64_t shared = data::mixSeed(runSeed, step);
+  if (auto* codec = dynamic_cast<CodecCompressor*>(&method)) {
+    std::vector<uint8_t> bytes;
+    codec->encode(x, bytes, data::mixSeed(shared, static_cast<uint64_t>(rank)));
+    codec->decodeAdd(bytes, out);
+    return out;
+  }
+  auto& linear = dynamic_cast<LinearCompressor&>(method);
+  std::vector<float> code(linear.codeLength(x.size()));
+  linear.encode(x, code, shared);
+  for (float& c : code) {
+    if (linear.halfOnWire()) c = floatFromHalf(halfFromFloat(c));
+  }
+  linear.decode(code, out, shared);
+  return out;
+}
+
+}  // namespace gradsync::testing
