@@ -20,12 +20,23 @@ struct SyncOptions {
   std::vector<std::string> compressOverrides;  // GLOB=SPEC by parameter name, first match wins
   size_t compressMinElements = 1024;           // smaller tensors go dense
   int64_t compressWarmup = 0;                  // dense steps before compressing
-  // ssgd (averaged gradients) | sharded (Lee et al.: reduce-scatter, update 1/P, allgather).
+  // ssgd (averaged gradients) | sharded (Lee et al.: reduce-scatter, update 1/P, allgather) |
+  // localsgd:H (local steps, models averaged every H) | asgd | ssp:S | odsgd | ssdsgd:K | cdsgd:K
+  // (through parameter servers; docs/algorithms.md) (--sync).
   std::string sync = "ssgd";
+  // ssgd through parameter servers co-located with the workers (server s is a thread of rank s)
+  // instead of the ring (--ps); asgd, ssp and the delayed strategies always use them.
+  bool parameterServers = false;
+  // The delayed strategies' knobs, as gradsync train's flags of the same names.
+  int64_t delayWarmup = -1;   // --delay-warmup: plain ssgd steps first (-1: the paper's)
+  double localLr = 0;         // --local-lr: their local step's learning rate (0: the optimizer's)
+  double localMomentum = -1;  // --local-momentum: its momentum (-1: the optimizer's)
+  double glu = 0.5;           // --glu: ssdsgd's weight of the global direction
+  double cdThreshold = 0.5;   // --cd-threshold: cdsgd's 2-bit quantization threshold
   // The same on every rank: stochastic compressors draw from it.
   uint64_t seed = 0;
   // Ranks may run out of data at different steps (DistributedOptimizer::join). Costs one small
-  // allreduce per step (how many ranks still have data); gradient mode only.
+  // allreduce per step (how many ranks still have data); ring ssgd in gradient mode only.
   bool join = false;
 };
 

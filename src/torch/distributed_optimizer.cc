@@ -80,47 +80,94 @@ UpdateRule engineRule(const torch::optim::Optimizer& optimizer) {
   return rule;
 }
 
-EngineOptions engineOptionsFor(torch::optim::Optimizer& optimizer, const SyncOptions& sync) {
-  SyncStrategy strategy = SyncStrategy::parse(sync.sync);
-  if (strategy.kind != SyncStrategy::Kind::kSsgd && strategy.kind != SyncStrategy::Kind::kSharded) {
-    refuse(fmt::format("sync '{}' is not available through DistributedOptimizer yet", sync.sync),
-           "use ssgd or sharded here; parameter servers, the delayed strategies and localsgd run "
-           "through gradsync train");
+// The servers apply SGD with momentum (ps/parameter_server.h): the optimizer must be that.
+UpdateRule serverRule(const torch::optim::Optimizer& optimizer) {
+  const UpdateRule rule = engineRule(optimizer);
+  if (rule.kind != UpdateRule::Kind::kSgd || rule.nesterov || rule.dampening != 0 ||
+      rule.weightDecay != 0) {
+    refuse("parameter servers apply SGD with momentum: not " + rule.describe(),
+           "give torch::optim::SGD without Nesterov, dampening or weight decay, or use ring "
+           "ssgd (any optimizer) or p3/sharded (SGD, Adam, AdamW)");
   }
-  EngineOptions options{.schedule = ScheduleSpec::parse(sync.schedule),
-                        .compression = {.spec = sync.compress,
-                                        .overrides = sync.compressOverrides,
-                                        .minElements = sync.compressMinElements,
-                                        .warmupSteps = sync.compressWarmup},
-                        .seed = sync.seed,
-                        .sharded = strategy.kind == SyncStrategy::Kind::kSharded};
-  if (GradientEngine::updatesParameters(options)) {
+  return rule;
+}
+
+StrategyKnobs knobsOf(const SyncOptions& sync) {
+  return {.ps = sync.parameterServers,
+          .warmup = sync.delayWarmup,
+          .localLr = sync.localLr,
+          .localMomentum = sync.localMomentum,
+          .glu = sync.glu,
+          .threshold = sync.cdThreshold};
+}
+
+// How DistributedModel synchronizes for `sync`: through servers (co-located, one per rank), by
+// local SGD, or over the ring (gradient mode, or p3/sharded applying the optimizer's rule).
+SyncSetup setupFor(torch::optim::Optimizer& optimizer, const SyncOptions& sync, int workers) {
+  const SyncStrategy strategy = SyncStrategy::parse(sync.sync);
+  EngineOptions engine{.schedule = ScheduleSpec::parse(sync.schedule),
+                       .compression = {.spec = sync.compress,
+                                       .overrides = sync.compressOverrides,
+                                       .minElements = sync.compressMinElements,
+                                       .warmupSteps = sync.compressWarmup},
+                       .seed = sync.seed,
+                       .sharded = strategy.kind == SyncStrategy::Kind::kSharded};
+  checkCompressionApplies(strategy, engine.compression, sync.sync);
+  const StrategyKnobs knobs = knobsOf(sync);
+  const bool local = strategy.kind == SyncStrategy::Kind::kLocalSgd;
+  const bool servers = psOptionsFor(strategy, knobs, workers, 0.1, 0).has_value();
+  if (sync.join && (servers || local)) {
+    refuse("join works with ring ssgd only", "drop join, or use sync ssgd without servers");
+  }
+  if (servers) {
+    engine.update = serverRule(optimizer);
+    std::optional<PsOptions> ps =
+        psOptionsFor(strategy, knobs, workers, engine.update.lr, engine.update.momentum);
+    ps->compression = engine.compression;
+    ps->seed = sync.seed;
+    return {.engine = std::move(engine), .ps = std::move(ps)};
+  }
+  if (local) return {.engine = std::move(engine), .local = true};
+  if (GradientEngine::updatesParameters(engine)) {
     if (sync.join) {
       refuse(
           "join works in gradient mode only: with p3 and sharded the engine updates by the "
           "average over every rank",
           "use schedule fifo, wfbp or fusion with join");
     }
-    options.update = engineRule(optimizer);
+    engine.update = engineRule(optimizer);
   }
-  GS_LOG(kInfo, "distributed optimizer: {}, {}", sync.schedule,
-         GradientEngine::updatesParameters(options)
-             ? "the engine applies " + options.update.describe()
-             : "the optimizer steps on the averages");
-  return options;
+  return {.engine = std::move(engine)};
+}
+
+void logSetup(const SyncOptions& sync, const SyncSetup& setup) {
+  const char* how = setup.ps      ? "the parameter servers apply "
+                    : setup.local ? "local steps, models averaged periodically; "
+                                  : nullptr;
+  if (how == nullptr && !GradientEngine::updatesParameters(setup.engine)) {
+    GS_LOG(kInfo, "distributed optimizer: {}, {}, the optimizer steps on the averages", sync.sync,
+           sync.schedule);
+    return;
+  }
+  GS_LOG(kInfo, "distributed optimizer: {}, {}, {}{}", sync.sync, sync.schedule,
+         how ? how : "the engine applies ", setup.local ? "" : setup.engine.update.describe());
 }
 
 // Every rank must synchronize the same parameters with the same options: checked before any
 // gradient moves, so that a difference fails at once on every rank, naming it.
 void checkSameEverywhere(Transport& transport, const SyncOptions& sync,
                          const std::vector<std::pair<std::string, torch::Tensor>>& parameters) {
-  Settings settings{{"schedule", sync.schedule},
-                    {"compress", sync.compress},
-                    {"compress overrides", fmt::format("{}", sync.compressOverrides)},
-                    {"sync", sync.sync},
-                    {"seed", std::to_string(sync.seed)},
-                    {"join", sync.join ? "on" : "off"},
-                    {"number of parameters", std::to_string(parameters.size())}};
+  Settings settings{
+      {"schedule", sync.schedule},
+      {"compress", sync.compress},
+      {"compress overrides", fmt::format("{}", sync.compressOverrides)},
+      {"sync", sync.sync},
+      {"parameter servers", sync.parameterServers ? "on" : "off"},
+      {"delayed strategies' knobs", fmt::format("{} {} {} {} {}", sync.delayWarmup, sync.localLr,
+                                                sync.localMomentum, sync.glu, sync.cdThreshold)},
+      {"seed", std::to_string(sync.seed)},
+      {"join", sync.join ? "on" : "off"},
+      {"number of parameters", std::to_string(parameters.size())}};
   for (size_t i = 0; i < parameters.size(); ++i) {
     settings.emplace_back(
         fmt::format("parameter {}", i),
@@ -176,10 +223,12 @@ DistributedOptimizer::DistributedOptimizer(torch::optim::Optimizer& optimizer,
     if (item.value().requires_grad()) synchronized.emplace_back(item.key(), item.value());
   }
   checkOptimizerCoversModule(optimizer, synchronized);
-  EngineOptions engine = engineOptionsFor(optimizer, options);
+  SyncSetup setup = setupFor(optimizer, options, transport.size());
+  logSetup(options, setup);
   checkSameEverywhere(transport, options, synchronized);
-  engineLr_ = engine.update.lr;
-  model_ = std::make_unique<DistributedModel>(std::move(module), transport, std::move(engine));
+  engineLr_ = setup.engine.update.lr;
+  if (setup.local) localPeriod_ = SyncStrategy::parse(options.sync).parameter;
+  model_ = std::make_unique<DistributedModel>(std::move(module), transport, std::move(setup));
   checkMomentumAppliedOnce(optimizer, *model_, options.compress);
 }
 
@@ -191,6 +240,11 @@ void DistributedOptimizer::zeroGrad() {
 }
 
 void DistributedOptimizer::step() {
+  if (localPeriod_ > 0) {  // localsgd: a local step; every H-th, the models' average
+    optimizer_.step();
+    if (++localSteps_ % localPeriod_ == 0) model_->averageParameters();
+    return;
+  }
   if (!model_->updatesParameters()) {
     synchronize();
     optimizer_.step();
@@ -198,8 +252,8 @@ void DistributedOptimizer::step() {
   }
   const double lr = optimizer_.param_groups().front().options().get_lr();
   if (lr != engineLr_) {
-    refuse(fmt::format("the learning rate changed from {} to {}, and with p3 and sharded the "
-                       "engine applies the rule it was given",
+    refuse(fmt::format("the learning rate changed from {} to {}, and with p3, sharded and "
+                       "parameter servers the engine applies the rule it was given",
                        engineLr_, lr),
            "learning-rate schedules need schedule fifo, wfbp or fusion for now");
   }
@@ -226,6 +280,7 @@ void DistributedOptimizer::join() {
 }
 
 void DistributedOptimizer::synchronize() {
+  if (localPeriod_ > 0) refuse("synchronize() is for gradient mode, not localsgd", "call step()");
   if (model_->updatesParameters()) {
     refuse("synchronize() is for gradient mode: with p3 and sharded the engine updates",
            "call step() after backward");
@@ -235,6 +290,14 @@ void DistributedOptimizer::synchronize() {
       joinable_ ? static_cast<float>(transport_.size()) / static_cast<float>(ranksWithData(true))
                 : 1.0f;
   model_->synchronizeGradients(scale);
+}
+
+void DistributedOptimizer::synchronizeModel() {
+  if (localPeriod_ > 0) {
+    model_->averageParameters();
+  } else {
+    model_->pullGlobalModel();
+  }
 }
 
 void DistributedOptimizer::waitFor(const torch::nn::Module& layer) {

@@ -34,7 +34,11 @@ class DistributedModel;
 // p3 and sharded (update mode), applies the optimizer's rule (SGD, Adam or AdamW, read from its
 // options) in the engine as each slice's average arrives, so the update overlaps the next
 // forward. In update mode the optimizer's state lives in the engine: the torch optimizer itself
-// never steps and its state stays empty.
+// never steps and its state stays empty. Through parameter servers (SyncOptions::sync asgd,
+// ssp, odsgd, ssdsgd, cdsgd, or ssgd with parameterServers; one server thread per rank) each
+// worker pushes gradients (compressed, if asked) and the servers apply SGD with the
+// optimizer's learning rate and momentum: update mode too. With localsgd the optimizer steps
+// locally and the models are averaged every H steps. examples/03_parameter_server shows both.
 //
 // Not thread-safe: one training thread calls every method. Collective: every rank constructs
 // it with the same parameter names and shapes and the same options, or the constructor throws
@@ -46,8 +50,9 @@ class DistributedOptimizer {
   // be among them. Keeps `optimizer` and `transport` by reference (they must outlive this) and
   // shares `module`. Throws ConfigError for an impossible combination: update mode with an
   // optimizer other than SGD, Adam and AdamW, with amsgrad, or with groups whose options differ
-  // (the engine applies one rule); a compressor that applies momentum itself (dgc) beside SGD
-  // momentum; parameters that are not contiguous CPU float32.
+  // (the engine applies one rule); parameter servers with anything but SGD with momentum (what
+  // the servers apply); a compressor that applies momentum itself (dgc) beside SGD momentum, or
+  // one that cannot push to servers; parameters that are not contiguous CPU float32.
   DistributedOptimizer(torch::optim::Optimizer& optimizer,
                        std::shared_ptr<torch::nn::Module> module, Transport& transport,
                        SyncOptions options = {});
@@ -72,7 +77,13 @@ class DistributedOptimizer {
   void waitFor(const torch::nn::Module& layer);
   // Waits for every parameter (update mode); call before reading or saving them.
   void waitForParameters();
-  // Whether the engine applies the update (p3, sharded): then step() does not call the
+  // Makes every rank's parameters the one global model, where ranks may differ: the servers'
+  // model (asgd, ssp and the delayed strategies let each worker train its own copy) or the
+  // average (localsgd, between its periodic averages). No-op otherwise (the replicas are
+  // equal). Collective: every rank calls it at the same step; e.g. before evaluating or saving.
+  void synchronizeModel();
+  // Whether the engine applies the update (p3, sharded, parameter servers): then step() does
+  // not call the
   // optimizer.
   bool updatesParameters() const;
   // Bytes this rank sent for gradients so far, and what dense ring allreduces would have sent.
@@ -96,6 +107,8 @@ class DistributedOptimizer {
   Transport& transport_;
   const bool joinable_;
   double engineLr_ = 0;  // update mode: the learning rate the engine applies
+  int localPeriod_ = 0;  // localsgd: H (steps between model averages); else 0
+  int64_t localSteps_ = 0;
   std::unique_ptr<DistributedModel> model_;
 };
 
