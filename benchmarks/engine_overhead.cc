@@ -1,4 +1,4 @@
-// The gradient engine's overhead per tensor per step: a GradientEngine on the tensors of a model
+// The engine's overhead per tensor per step: an Engine over the ring on the tensors of a model
 // (resnet20 by default, the model with the most tensors), ranks as threads over loopback,
 // against the same allreduces called directly in the same order. The difference is what the
 // engine adds (slots, readiness, the communication thread's hand-offs, statistics), divided by
@@ -19,7 +19,7 @@
 #include "gradsync/clock.h"
 #include "gradsync/collectives.h"
 #include "gradsync/loopback.h"
-#include "sync/gradient_engine.h"
+#include "sync/engine.h"
 #include "torch/trainer.h"
 
 namespace gradsync {
@@ -67,7 +67,7 @@ int run(const Options& options) {
     };
   });
   double engine = msPerStep(options, tensors, [&](Transport& transport, auto& gradients) {
-    auto engine = std::make_shared<GradientEngine>(
+    auto engine = std::make_shared<Engine>(
         transport, tensors, EngineOptions{.schedule = ScheduleSpec::parse(options.schedule)});
     return [engine, &gradients] {
       for (size_t t = gradients.size(); t-- > 0;) {

@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <deque>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -11,11 +10,11 @@
 #include "compress/two_bit.h"
 #include "gradsync/error.h"
 #include "ps/served_units.h"
-#include "schedule/priority_scheduler.h"
+#include "schedule/step_planner.h"
 #include "sim/event_queue.h"
 #include "sim/server_links.h"
 #include "sim/unit_costs.h"
-#include "sync/gradient_engine.h"
+#include "sync/engine.h"
 
 namespace gradsync::sim {
 namespace {
@@ -24,9 +23,9 @@ namespace {
 constexpr double kAnyLr = 0.1;
 constexpr double kAnyMomentum = 0.9;
 
-// How the strategy moves data, as far as timing goes (the engines of src/sync/).
+// What the worker's compute thread does around the engine's operations (sync/engine.h).
 enum class Mode {
-  kRing,       // ssgd: allreduce per unit (p3: and the unit's update), GradientEngine
+  kRing,       // ssgd: allreduce per unit (p3: and the unit's update)
   kSharded,    // reduce-scatter per unit, then allgather per unit in forward order
   kLocalSgd,   // every H-th step, after the local step: an allreduce per parameter tensor
   kPsSync,     // push per unit; the reply is the unit's new parameters (ssgd, asgd, ssp)
@@ -39,10 +38,6 @@ class Simulation {
   SimResult run();
 
  private:
-  struct Op {
-    enum class Kind { kExchange, kReduceScatter, kAllgather, kPush } kind = Kind::kExchange;
-    size_t unit = 0;
-  };
   struct Transfer {  // one operation on the communication thread
     double start = 0, seconds = 0, bytes = 0;
   };
@@ -56,27 +51,23 @@ class Simulation {
   void computeFor(double seconds, std::function<void()> then);
   void gradientsReady(size_t layer);
   void endBackward();
-  // Communication thread.
-  void unitReady(size_t unit);
+  // Communication thread: the engine's planner (rank 0's) on simulated time.
   void pump();
-  std::optional<Op> nextOp();
-  void startOp(const Op& op);
-  double startPush(size_t unit);  // returns when this worker's push is out
+  void startOp(const PlannedOp& op);
+  double startPush(const PlannedOp& op);  // returns when this worker's push is out
   void unitDone(size_t unit);
-  void finishOp(const Op& op);
+  void finishOp(const PlannedOp& op);
   double updateSeconds(size_t unit) const;  // the optimizer's share for one unit
-  double decisionWait() const;
-  std::vector<Op> fixedOrder() const;
+  double decisionWait(size_t unit) const;
   bool exchangesThisStep(int step) const;
-  size_t pushBytes(size_t unit, int step) const;  // what a push puts on the wire
-  bool pullsThisStep(int step) const;
+  size_t pushBytes(size_t unit, uint64_t step) const;  // what a push puts on the wire
 
   const SimOptions& o_;
   const ClusterSpec& cluster_;
   const SyncStrategy strategy_;
   Mode mode_ = Mode::kRing;
-  bool perLayer_ = false;  // the next forward waits per layer (not for the whole step)
-  std::optional<PsPlacement> placement_;
+  bool perLayer_ = false;        // the next forward waits per layer (not for the whole step)
+  std::optional<PsOptions> ps_;  // through parameter servers
   ScheduleSpec schedule_;
   const std::vector<TensorShape> tensors_;
   CompressionPlan plan_;
@@ -99,20 +90,14 @@ class Simulation {
   std::vector<double> stepStart_;
 
   // Communication thread state.
-  int commStep_ = 0;
+  std::unique_ptr<StepPlanner> planner_;
   bool commBusy_ = false;
-  std::vector<int> readySteps_;     // by unit: steps whose gradient is ready
+  std::vector<double> pickedAt_;    // ring p3: by unit, when rank 0 picked it this step
   std::vector<int> doneSteps_;      // by unit: steps whose result is in the parameters
   std::vector<size_t> unitsDone_;   // by step count n: units whose doneSteps_ >= n
   size_t waitingLayer_ = SIZE_MAX;  // the layer whose parameters the forward waits for,
   int waitingStep_ = -1;            // in this step,
   size_t waitingCursor_ = 0;        // and how many of its units are known done
-  std::vector<Op> order_;           // every step's operations in order (not p3)
-  size_t nextInOrder_ = 0;
-  size_t opsDone_ = 0;
-  std::unique_ptr<PriorityScheduler> scheduler_;
-  std::deque<std::pair<size_t, double>> committed_;  // ring p3: picked units, and when
-  double pickedAt_ = 0;                              // when the starting op was picked
   std::vector<size_t> stepOrder_;
   std::vector<size_t> lastOrder_;
   std::vector<Transfer> transfers_;
@@ -136,22 +121,25 @@ Simulation::Simulation(const SimOptions& options)
   cluster_.validate();
   if (o_.steps < 3) throw ConfigError(fmt::format("--steps must be at least 3, not {}", o_.steps));
   checkCompressionApplies(strategy_, o_.compression, o_.sync);
-  if (auto ps = psOptionsFor(strategy_, o_.strategy, cluster_.workers, kAnyLr, kAnyMomentum))
-    placement_ = ps->placement;
-  mode_ = modeOf(strategy_, placement_.has_value());
+  ps_ = psOptionsFor(strategy_, o_.strategy, cluster_.workers, kAnyLr, kAnyMomentum);
+  // The steady state after the delayed strategies' warm-up (a few hundred ssgd steps) is what
+  // the simulation measures.
+  if (ps_) ps_->warmupSteps = 0;
+  mode_ = modeOf(strategy_, ps_.has_value());
   // Local SGD averages the model one parameter tensor at a time, whatever --schedule says.
   if (mode_ == Mode::kLocalSgd) schedule_ = ScheduleSpec::parse("wfbp");
-  // Through servers, planPushes also refuses the methods that cannot push.
-  plan_ = placement_ ? planPushes(o_.compression, tensors_)
-                     : planCompression(o_.compression, tensors_, kAnyMomentum);
-  if (!placement_) {
-    GradientEngine::validate(
-        {.schedule = schedule_, .compression = o_.compression, .sharded = mode_ == Mode::kSharded},
-        tensors_);
-  }
+  // The engine's checks and compression plan (through servers, the pushes').
+  const EngineOptions engine{.schedule = schedule_,
+                             .compression = o_.compression,
+                             .update = UpdateRule::sgd(kAnyLr, kAnyMomentum),
+                             .sharded = mode_ == Mode::kSharded,
+                             .servers = ps_};
+  Engine::validate(engine, tensors_);
+  plan_ = ps_ ? planPushes(o_.compression, tensors_)
+              : planCompression(o_.compression, tensors_, kAnyMomentum);
   layout_ = planLayout(tensors_, schedule_, plan_.groups());
   costs_ = unitCosts(cluster_, layout_, tensors_, plan_, o_.codecSecondsPerElement);
-  perLayer_ = placement_ || mode_ == Mode::kSharded || schedule_.prioritized();
+  perLayer_ = ps_ || mode_ == Mode::kSharded || schedule_.prioritized();
   // Whole periods are measured: localsgd averages, ssdsgd pulls and cdsgd sends full precision
   // every K steps.
   const bool periodic = strategy_.parameter > 0 && strategy_.kind != SyncStrategy::Kind::kSsp;
@@ -159,9 +147,13 @@ Simulation::Simulation(const SimOptions& options)
   measuredFrom_ = period * ((2 + period - 1) / period);
   lastStep_ = measuredFrom_ + period * std::max(1, (o_.steps - measuredFrom_) / period);
   index();
-  if (schedule_.prioritized())
-    scheduler_ = std::make_unique<PriorityScheduler>(prioritiesOf(layout_), schedule_.window);
-  if (placement_) links_ = std::make_unique<ServerLinks>(cluster_, *placement_);
+  const StepPlanner::Route route = ps_                       ? StepPlanner::Route::kServers
+                                   : mode_ == Mode::kSharded ? StepPlanner::Route::kSharded
+                                                             : StepPlanner::Route::kRing;
+  planner_ = std::make_unique<StepPlanner>(
+      layout_, schedule_, route, StepPlanner::Role::kLeader,
+      [this](const PlannedOp& pick) { pickedAt_[pick.unit] = queue_.now(); });
+  if (ps_) links_ = std::make_unique<ServerLinks>(cluster_, ps_->placement);
 }
 
 void Simulation::index() {
@@ -177,24 +169,10 @@ void Simulation::index() {
       if (units.empty() || units.back() != u) units.push_back(u);
     }
   }
-  readySteps_.assign(layout_.units.size(), 0);
   doneSteps_.assign(layout_.units.size(), 0);
   tensorsWaiting_.assign(layout_.units.size(), 0);
   pullAt_.assign(layout_.units.size(), 0);
-  order_ = fixedOrder();
-}
-
-// GradientEngine::fixedOrder's operations (PsEngine pushes in the same unit order).
-std::vector<Simulation::Op> Simulation::fixedOrder() const {
-  std::vector<Op> order;
-  const size_t units = layout_.units.size();
-  const Op::Kind kind = placement_                ? Op::Kind::kPush
-                        : mode_ == Mode::kSharded ? Op::Kind::kReduceScatter
-                                                  : Op::Kind::kExchange;
-  for (size_t u = 0; u < units; ++u) order.push_back({kind, u});
-  for (size_t u = units; mode_ == Mode::kSharded && u-- > 0;)
-    order.push_back({Op::Kind::kAllgather, u});
-  return order;
+  pickedAt_.assign(layout_.units.size(), 0);
 }
 
 // ---- compute thread: forward layer by layer (each waiting for its parameters when the engine
@@ -279,7 +257,7 @@ void Simulation::afterBackward() {
     return computeFor(update, [this] {
       phase_ = Phase::kAwaitAverage;
       if (exchangesThisStep(step_))
-        for (size_t u = 0; u < layout_.units.size(); ++u) unitReady(u);
+        for (size_t u = 0; u < layout_.units.size(); ++u) planner_->unitReady(u);
       pump();
     });
   }
@@ -292,14 +270,14 @@ void Simulation::gradientsReady(size_t layer) {
   if (mode_ == Mode::kLocalSgd || schedule_.kind == ScheduleSpec::Kind::kFifo) return;
   for (size_t t = firstTensorOf_[layer]; t < firstTensorOf_[layer + 1]; ++t)
     for (int u = layout_.unitOf[t]; u < layout_.unitOf[t] + layout_.unitCount[t]; ++u)
-      if (--tensorsWaiting_[u] == 0) unitReady(u);
+      if (--tensorsWaiting_[u] == 0) planner_->unitReady(u);
   pump();
 }
 
 void Simulation::endBackward() {
   phase_ = Phase::kAfterBackward;
   if (mode_ != Mode::kLocalSgd && schedule_.kind == ScheduleSpec::Kind::kFifo)
-    for (size_t u = 0; u < layout_.units.size(); ++u) unitReady(u);
+    for (size_t u = 0; u < layout_.units.size(); ++u) planner_->unitReady(u);
   pump();
 }
 
@@ -307,51 +285,27 @@ bool Simulation::exchangesThisStep(int step) const {  // local SGD: every H-th s
   return mode_ != Mode::kLocalSgd || (step + 1) % strategy_.parameter == 0;
 }
 
-// ---- communication thread: one operation at a time, every step's in the same fixed order, or
-// (p3) by the real PriorityScheduler: the ring engine commits as many picks as its window
-// allows whenever it is idle; PsEngine picks one unit per push.
-
-// Units ready at one instant are all queued before the scheduler picks (as
-// simulatePriorityOrder does): the caller pumps once it has marked them all.
-void Simulation::unitReady(size_t unit) {
-  if (++readySteps_[unit] == commStep_ + 1 && scheduler_) scheduler_->ready(unit);
-}
-
-std::optional<Simulation::Op> Simulation::nextOp() {
-  if (scheduler_ && placement_) {
-    auto pick = scheduler_->next();
-    if (!pick) return std::nullopt;
-    return Op{Op::Kind::kPush, pick->unit};
-  }
-  if (scheduler_) {
-    while (auto pick = scheduler_->next()) committed_.emplace_back(pick->unit, queue_.now());
-    if (committed_.empty()) return std::nullopt;
-    const auto [unit, pickedAt] = committed_.front();
-    committed_.pop_front();
-    pickedAt_ = pickedAt;
-    return Op{Op::Kind::kExchange, unit};
-  }
-  if (nextInOrder_ == order_.size()) return std::nullopt;
-  const Op op = order_[nextInOrder_];
-  if (op.kind != Op::Kind::kAllgather && readySteps_[op.unit] <= commStep_) return std::nullopt;
-  ++nextInOrder_;
-  return op;
-}
+// ---- communication thread: one operation at a time, in the order the engine's planner gives
+// (schedule/step_planner.h): every step's in the same fixed order, or (p3) by the real
+// PriorityScheduler, whose picks rank 0 commits as far as its window allows (over the ring) or
+// one per push (through servers). Units ready at one instant are all marked before the planner
+// picks (as simulatePriorityOrder does): the callers pump once they have marked them all.
 
 void Simulation::pump() {
   if (commBusy_) return;
-  if (std::optional<Op> op = nextOp()) startOp(*op);
+  if (std::optional<PlannedOp> op = planner_->next()) startOp(*op);
 }
 
 // Ring p3: rank 0 sends each pick to the other ranks, who start the unit's allreduce once it has
 // arrived (hidden when the window picked it early enough): P - 1 small messages from rank 0,
 // the last to a rank on another host when there is one.
-double Simulation::decisionWait() const {
+double Simulation::decisionWait(size_t unit) const {
   const int p = cluster_.workers;
   if (p == 1) return 0;
   const int farthest = cluster_.hosts() > 1 ? cluster_.gpusPerHost : 1;
   const double message = transferSeconds(cluster_, 0, farthest, sizeof(uint64_t));
-  const double arrives = pickedAt_ + message + (p - 2) * sizeof(uint64_t) / cluster_.bandwidth;
+  const double arrives =
+      pickedAt_[unit] + message + (p - 2) * sizeof(uint64_t) / cluster_.bandwidth;
   return std::max(0.0, arrives - queue_.now());
 }
 
@@ -360,52 +314,54 @@ double Simulation::updateSeconds(size_t unit) const {
          static_cast<double>(layout_.totalElements);
 }
 
-void Simulation::startOp(const Op& op) {
+void Simulation::startOp(const PlannedOp& op) {
   const CommUnit& unit = layout_.units[op.unit];
   const UnitCost& cost = costs_[op.unit];
   const double p = cluster_.workers;
   double seconds = 0;
   double bytes = static_cast<double>(unit.elements * sizeof(float)) * (p - 1) / p;
   switch (op.kind) {
-    case Op::Kind::kExchange:
+    case PlannedOp::Kind::kAllreduce:
       seconds = cost.allreduceSeconds + cost.codecSeconds;
-      if (scheduler_) seconds += decisionWait() + updateSeconds(op.unit);
+      if (schedule_.prioritized()) seconds += decisionWait(op.unit) + updateSeconds(op.unit);
       bytes = cost.bytesSent;
       break;
-    case Op::Kind::kReduceScatter:  // then SGD on the block this rank owns
+    case PlannedOp::Kind::kReduceScatter:  // then SGD on the block this rank owns
       seconds =
           reduceScatterSeconds(cluster_, unit.elements, sizeof(float)) + updateSeconds(op.unit) / p;
       break;
-    case Op::Kind::kAllgather:
+    case PlannedOp::Kind::kAllgather:
       seconds = allgatherSeconds(cluster_, unit.elements, sizeof(float));
       break;
-    case Op::Kind::kPush:
-      bytes = static_cast<double>(pushBytes(op.unit, commStep_));
-      seconds = startPush(op.unit) - queue_.now();
+    case PlannedOp::Kind::kPush:
+      bytes = static_cast<double>(pushBytes(op.unit, op.step));
+      seconds = startPush(op) - queue_.now();
       break;
   }
-  if (op.kind != Op::Kind::kAllgather) stepOrder_.push_back(op.unit);
+  if (op.kind != PlannedOp::Kind::kAllgather) stepOrder_.push_back(op.unit);
   commBusy_ = true;
   transfers_.push_back({queue_.now(), seconds, bytes});
   queue_.at(queue_.now() + seconds, [this, op] { finishOp(op); });
 }
 
-// PsEngine::pushUnit: a delayed strategy first waits for the unit's last requested pull and
+// PsWorkerClient::run: a delayed strategy first waits for the unit's last requested pull and
 // applies the local step to it (the next forward may then use it); then the push goes out. The
 // server updates the unit and replies; for synchronous strategies the reply is the new model.
-double Simulation::startPush(size_t unit) {
+double Simulation::startPush(const PlannedOp& op) {
+  const size_t unit = op.unit;
+  const PushPlan plan = planPush(*ps_, op.step);
   double begin = queue_.now();
-  if (mode_ == Mode::kPsDelayed) {
+  if (plan.delayed) {
     begin = std::max(begin, pullAt_[unit]) + updateSeconds(unit);
     queue_.at(begin, [this, unit] { unitDone(unit); });
   }
-  const int server = placement_->serverOf(unit);
+  const int server = ps_->placement.serverOf(unit);
   const ServerLinks::Push push =
-      links_->push(server, begin, static_cast<double>(pushBytes(unit, commStep_)));
-  if (pullsThisStep(commStep_)) {
+      links_->push(server, begin, static_cast<double>(pushBytes(unit, op.step)));
+  if (plan.wantReply) {
     const double reply = static_cast<double>(layout_.units[unit].elements * sizeof(float));
     const double replied = links_->reply(server, push.arrived + updateSeconds(unit), reply);
-    if (mode_ == Mode::kPsDelayed) {
+    if (plan.delayed) {
       pullAt_[unit] = replied;
     } else {
       queue_.at(replied, [this, unit] { unitDone(unit); });
@@ -414,18 +370,13 @@ double Simulation::startPush(size_t unit) {
   return push.sent;
 }
 
-// PsEngine::planPush: cdsgd pushes 2-bit codes except every K-th global step; ssdsgd asks for a
-// reply on the last step of every K.
-size_t Simulation::pushBytes(size_t unit, int step) const {
-  if (costs_[unit].compressed && step >= plan_.warmupSteps) return costs_[unit].wireBytes;
+// A compressor's encoding, cdsgd's 2-bit codes (planPush: except every K-th global step), or
+// the dense gradient.
+size_t Simulation::pushBytes(size_t unit, uint64_t step) const {
+  if (costs_[unit].compressed && step >= static_cast<uint64_t>(plan_.warmupSteps))
+    return costs_[unit].wireBytes;
   const size_t elements = layout_.units[unit].elements;
-  const bool cdsgd = strategy_.kind == SyncStrategy::Kind::kCdsgd;
-  return cdsgd && step % strategy_.parameter != 0 ? twoBitBytes(elements) : elements * 4;
-}
-
-bool Simulation::pullsThisStep(int step) const {
-  return strategy_.kind != SyncStrategy::Kind::kSsdsgd ||
-         step % strategy_.parameter == strategy_.parameter - 1;
+  return planPush(*ps_, step).quantized ? twoBitBytes(elements) : elements * sizeof(float);
 }
 
 void Simulation::unitDone(size_t unit) {
@@ -435,22 +386,14 @@ void Simulation::unitDone(size_t unit) {
   tryCompute();
 }
 
-void Simulation::finishOp(const Op& op) {
+void Simulation::finishOp(const PlannedOp& op) {
   commBusy_ = false;
-  if (op.kind == Op::Kind::kExchange || op.kind == Op::Kind::kAllgather) unitDone(op.unit);
-  if (scheduler_) scheduler_->completed(op.unit);
-  const size_t opsPerStep = scheduler_ ? layout_.units.size() : order_.size();
-  if (++opsDone_ == opsPerStep) {
+  if (op.kind == PlannedOp::Kind::kAllreduce || op.kind == PlannedOp::Kind::kAllgather)
+    unitDone(op.unit);
+  planner_->done(op);
+  if (planner_->step() != op.step) {  // the step's last operation
     lastOrder_ = std::move(stepOrder_);
     stepOrder_.clear();
-    ++commStep_;
-    opsDone_ = 0;
-    nextInOrder_ = 0;
-    if (scheduler_) {
-      scheduler_->reset();
-      for (size_t u = 0; u < readySteps_.size(); ++u)
-        if (readySteps_[u] > commStep_) scheduler_->ready(u);
-    }
   }
   pump();
 }

@@ -14,7 +14,7 @@
 #include <string>
 
 #include "compress/policy.h"
-#include "sync/ps_engine.h"
+#include "ps/push_plan.h"
 
 namespace gradsync {
 
@@ -49,7 +49,8 @@ int64_t paperWarmup(SyncStrategy::Kind kind);
 // sharded, a negative knob).
 // Throws ConfigError when `compression` asks for compression that `strategy` cannot apply:
 // localsgd exchanges whole models, cdsgd its own 2-bit codes (through parameter servers, which
-// methods can push is PsEngine's check). `syncText` is the --sync value as given, for the message.
+// methods can push is planPushes's check). `syncText` is the --sync value as given, for the
+// message.
 void checkCompressionApplies(const SyncStrategy& strategy, const CompressionConfig& compression,
                              const std::string& syncText);
 

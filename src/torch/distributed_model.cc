@@ -36,26 +36,22 @@ DistributedModel::DistributedModel(std::shared_ptr<torch::nn::Module> module, Tr
   }
   EngineOptions& options = setup.engine;
   if (setup.local) return;
-  if (setup.ps) {
-    setup.ps->clock = clock_;  // one clock for every measurement: the engine options'
-    Transport& all = setup.psTransport ? *setup.psTransport : transport;
-    engine_ = std::make_unique<PsEngine>(all, tensors, options.schedule, options.update.lr,
-                                         *setup.ps, storage);
-    servers_ = true;
-  } else if (transport.size() == 1) {
+  servers_ = options.servers.has_value();
+  if (!servers_ && transport.size() == 1) {
     // Alone, the average of the gradients is the gradient: no hooks, no copies, no engine.
     if (options.compression.spec != "none" || !options.compression.overrides.empty()) {
       GS_LOG(kWarn, "one worker communicates nothing: --compress has no effect");
     }
     return;
-  } else {
-    bool updates = GradientEngine::updatesParameters(options);
-    engine_ = std::make_unique<GradientEngine>(transport, tensors, std::move(options),
-                                               updates ? storage : std::vector<std::span<float>>{});
   }
+  // Through separate servers the engine's transport spans them too.
+  Transport& engineTransport = servers_ && setup.psTransport ? *setup.psTransport : transport;
+  const bool updates = Engine::updatesParameters(options);
+  engine_ = std::make_unique<Engine>(engineTransport, tensors, std::move(options),
+                                     updates ? storage : std::vector<std::span<float>>{});
   updates_ = engine_->updatesParameters();
   for (size_t i = 0; i < parameters_.size(); ++i) {
-    SyncEngine* engine = engine_.get();
+    Engine* engine = engine_.get();
     int index = static_cast<int>(i);
     // Fires once per backward, as soon as this parameter's gradient is computed (before it is
     // accumulated into .grad); the hook returns nothing, leaving the gradient unchanged.
@@ -117,7 +113,7 @@ void DistributedModel::waitForModule(const torch::nn::Module& layer) {
   auto found = layers_.find(&layer);
   if (found == layers_.end() || found->second.parameters.empty()) return;
   const Nanos start = clock_->now();
-  for (int t : found->second.parameters) engine_->waitParameters(t);
+  for (int t : found->second.parameters) engine_->waitFor(t);
   const double waited = secondsSince(*clock_, start);
   waitSeconds_ += waited;
   // Only waits long enough to see: a layer whose parameters were ready costs ~1 us.
@@ -207,7 +203,7 @@ void DistributedModel::pullGlobalModel() {
   if (!servers_) return;
   waitForParameters();
   barrier(transport_, kStateTag);  // every worker's pushes are applied: one model for all
-  engine_->velocity();
+  engine_->pullGlobalModel();
 }
 
 void DistributedModel::keepLocalModel(const std::function<void()>& fn) {

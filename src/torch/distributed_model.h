@@ -4,7 +4,7 @@
 // (Model) also give layer-by-layer waits in update mode; the public DistributedOptimizer
 // (include/gradsync/torch/distributed_optimizer.h) wraps this class for users' modules.
 //
-// Two ways a step ends, by engine (SyncEngine::updatesParameters):
+// Two ways a step ends (Engine::updatesParameters, sync/engine.h):
 //  - fifo, wfbp, fusion: synchronizeGradients() waits for the averages and writes them into
 //    each parameter's .grad; the caller's optimizer then steps.
 //  - p3, sharded, and every parameter-server strategy: endBackward() returns at once; the
@@ -23,16 +23,14 @@
 #include <unordered_map>
 
 #include "gradsync/transport.h"
-#include "sync/gradient_engine.h"
-#include "sync/ps_engine.h"
+#include "sync/engine.h"
 #include "torch/models.h"
 
 namespace gradsync {
 
 // How a DistributedModel synchronizes; the trainer builds it from --sync and its companions.
 struct SyncSetup {
-  EngineOptions engine;              // collectives among the workers (schedule, compression, ...)
-  std::optional<PsOptions> ps;       // through parameter servers instead
+  EngineOptions engine;              // schedule, compression, rule, parameter servers, ...
   Transport* psTransport = nullptr;  // workers and separate servers (null: the workers')
   bool local = false;                // localsgd: no communication per step
 };
@@ -120,9 +118,9 @@ class DistributedModel {
   Transport& transport_;
   const Clock* clock_;
   std::vector<torch::Tensor> parameters_;
-  std::unique_ptr<SyncEngine> engine_;  // null for a world of one, and for localsgd
+  std::unique_ptr<Engine> engine_;  // null for a world of one, and for localsgd
   bool updates_ = false;
-  bool servers_ = false;         // engine_ is a PsEngine
+  bool servers_ = false;         // through parameter servers
   StepStats averaging_;          // localsgd: what averageParameters() cost
   std::vector<unsigned> hooks_;  // by parameter, when engine_ is set
   // By layer: its name and the parameters its pre-forward hook waits for (update mode).

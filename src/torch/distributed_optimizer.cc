@@ -121,14 +121,12 @@ SyncSetup setupFor(torch::optim::Optimizer& optimizer, const SyncOptions& sync, 
   }
   if (servers) {
     engine.update = serverRule(optimizer);
-    std::optional<PsOptions> ps =
+    engine.servers =
         psOptionsFor(strategy, knobs, workers, engine.update.lr, engine.update.momentum);
-    ps->compression = engine.compression;
-    ps->seed = sync.seed;
-    return {.engine = std::move(engine), .ps = std::move(ps)};
+    return {.engine = std::move(engine)};
   }
   if (local) return {.engine = std::move(engine), .local = true};
-  if (GradientEngine::updatesParameters(engine)) {
+  if (Engine::updatesParameters(engine)) {
     if (sync.join) {
       refuse(
           "join works in gradient mode only: with p3 and sharded the engine updates by the "
@@ -141,10 +139,10 @@ SyncSetup setupFor(torch::optim::Optimizer& optimizer, const SyncOptions& sync, 
 }
 
 void logSetup(const SyncOptions& sync, const SyncSetup& setup) {
-  const char* how = setup.ps      ? "the parameter servers apply "
-                    : setup.local ? "local steps, models averaged periodically; "
-                                  : nullptr;
-  if (how == nullptr && !GradientEngine::updatesParameters(setup.engine)) {
+  const char* how = setup.engine.servers ? "the parameter servers apply "
+                    : setup.local        ? "local steps, models averaged periodically; "
+                                         : nullptr;
+  if (how == nullptr && !Engine::updatesParameters(setup.engine)) {
     GS_LOG(kInfo, "distributed optimizer: {}, {}, the optimizer steps on the averages", sync.sync,
            sync.schedule);
     return;

@@ -5,41 +5,36 @@
 #include "common/logging.h"
 #include "gradsync/error.h"
 #include "ps/parameter_server.h"
+#include "ps/served_units.h"
 #include "sync/strategy.h"
 
 namespace gradsync {
+namespace {
 
-EngineOptions engineOptions(const TrainOptions& options) {
-  return {.schedule = ScheduleSpec::parse(options.schedule),
-          .compression = options.compression,
-          .update = UpdateRule::sgd(options.lr, options.momentum),
-          .seed = options.seed,
-          .sharded = SyncStrategy::parse(options.sync).kind == SyncStrategy::Kind::kSharded};
+// `workers`: the training ranks (what the parameter-server placement counts).
+EngineOptions engineOptions(const TrainOptions& options, int workers) {
+  const SyncStrategy strategy = SyncStrategy::parse(options.sync);
+  return {
+      .schedule = ScheduleSpec::parse(options.schedule),
+      .compression = options.compression,
+      .update = UpdateRule::sgd(options.lr, options.momentum),
+      .seed = options.seed,
+      .sharded = strategy.kind == SyncStrategy::Kind::kSharded,
+      .servers = psOptionsFor(strategy, options.strategy, workers, options.lr, options.momentum)};
 }
 
+}  // namespace
+
 SyncSetup syncSetup(const TrainOptions& options, Transport& workers, Transport& all) {
-  SyncStrategy strategy = SyncStrategy::parse(options.sync);
-  std::optional<PsOptions> ps =
-      psOptionsFor(strategy, options.strategy, workers.size(), options.lr, options.momentum);
-  if (ps) {
-    ps->compression = options.compression;
-    ps->seed = options.seed;
-  }
-  return {.engine = engineOptions(options),
-          .ps = ps,
+  return {.engine = engineOptions(options, workers.size()),
           .psTransport = &all,
-          .local = strategy.kind == SyncStrategy::Kind::kLocalSgd};
+          .local = SyncStrategy::parse(options.sync).kind == SyncStrategy::Kind::kLocalSgd};
 }
 
 void validateSyncOptions(const TrainOptions& options) {
   SyncStrategy strategy = SyncStrategy::parse(options.sync);
   checkCompressionApplies(strategy, options.compression, options.sync);
-  if (psOptionsFor(strategy, options.strategy, 1, options.lr, 0)) {
-    servedUnits(describeModel(options.model), ScheduleSpec::parse(options.schedule),
-                options.compression);
-  } else {
-    GradientEngine::validate(engineOptions(options), describeModel(options.model));
-  }
+  Engine::validate(engineOptions(options, 1), describeModel(options.model));
 }
 
 void serveParameters(Transport& transport, const TrainOptions& options) {

@@ -8,7 +8,6 @@
 
 namespace gradsync {
 
-EngineOptions engineOptions(const TrainOptions& options);
 // `workers` are the training ranks; `all` adds the separate parameter servers, if any.
 SyncSetup syncSetup(const TrainOptions& options, Transport& workers, Transport& all);
 // Throws ConfigError for --sync, its companions and --compress/--schedule combinations that

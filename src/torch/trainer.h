@@ -8,7 +8,7 @@
 
 #include "compress/policy.h"
 #include "gradsync/transport.h"
-#include "sync/gradient_engine.h"
+#include "sync/engine.h"
 #include "sync/strategy.h"
 
 namespace gradsync {

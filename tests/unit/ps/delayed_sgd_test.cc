@@ -59,8 +59,8 @@ class Pushes {
 };
 
 // Replays `steps` steps of the strategy on plain vectors, one element at a time.
-Outcome replay(const PsOptions& o, int steps) {
-  Pushes pushes(o.compression, o.placement.workers);
+Outcome replay(const PsOptions& o, const CompressionConfig& compression, int steps) {
+  Pushes pushes(compression, o.placement.workers);
   const int workers = o.placement.workers;
   const auto k = static_cast<int64_t>(o.delaySteps);
   Parameters global = initialParameters();
@@ -148,11 +148,10 @@ TEST_P(DelayedSgd, MatchesTheNaiveReplay) {
   options.localMomentum = 0.9;
   options.glu = 0.5;
   options.threshold = c.threshold;
-  options.seed = kPushSeed;
-  Outcome expected = replay(options, kSteps);
+  Outcome expected = replay(options, job.compression, kSteps);
   runJob(job, [&](Transport& t) {
     Parameters p = initialParameters();
-    PsEngine engine(t, kTensors, ScheduleSpec::parse(c.schedule), kLr, options, spansOf(p));
+    Engine engine(t, kTensors, job.engine(options, kPushSeed), spansOf(p));
     for (int s = 0; s < kSteps; ++s) step(engine, t.rank(), s, backwardOrder(t.rank()));
     engine.drain();
     expectClose(p, expected.local[t.rank()], fmt::format("worker {}'s local model", t.rank()));

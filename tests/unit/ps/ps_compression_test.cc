@@ -117,9 +117,7 @@ TEST_P(PsCompressionMethods, MatchesTheNaiveReference) {
   Parameters dense = initialParameters();
   runJob(job, [&](Transport& t) {
     Parameters p = initialParameters();
-    PsOptions options = job.options();
-    options.seed = kPushSeed;
-    PsEngine engine(t, kTensors, ScheduleSpec::parse(c.schedule), kLr, options, spansOf(p));
+    Engine engine(t, kTensors, job.engine(job.options(), kPushSeed), spansOf(p));
     for (int s = 0; s < kSteps; ++s) step(engine, t.rank(), s, backwardOrder(t.rank()));
     engine.drain();
     expectClose(p, expected, fmt::format("worker {}", t.rank()), kTolerance);
@@ -161,7 +159,7 @@ TEST(PsCompression, SendsLessThanDense) {
       .workers = 2, .servers = 2, .colocated = false, .compression = compressionOf("topk:0.01")};
   runJob(job, [&](Transport& t) {
     Parameters p = initialParameters();
-    PsEngine engine(t, kTensors, ScheduleSpec::parse("wfbp"), kLr, job.options(), spansOf(p));
+    Engine engine(t, kTensors, job.engine(), spansOf(p));
     step(engine, t.rank(), 0, backwardOrder(t.rank()));  // rank 0 also sends the servers' state
     engine.drain();
     const StepStats first = engine.totals();
@@ -189,8 +187,7 @@ TEST(PsCompression, RefusesWhatCannotPush) {
   options.delay = PsOptions::Delay::kCompressed;
   runJob(job, [&](Transport& t) {
     Parameters p = initialParameters();
-    EXPECT_THROW(PsEngine(t, kTensors, ScheduleSpec::parse("wfbp"), kLr, options, spansOf(p)),
-                 ConfigError);
+    EXPECT_THROW(Engine(t, kTensors, job.engine(options), spansOf(p)), ConfigError);
   });
 }
 

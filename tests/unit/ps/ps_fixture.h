@@ -14,7 +14,7 @@
 #include "common/tensor_shape.h"
 #include "ps/parameter_server.h"
 #include "support/transports.h"
-#include "sync/ps_engine.h"
+#include "sync/engine.h"
 
 namespace gradsync::testing {
 
@@ -69,10 +69,26 @@ struct Job {
   CompressionConfig compression;  // pushes' compression (default: dense)
 
   PsPlacement placement() const { return {workers, servers, colocated}; }
-  PsOptions options() const {
-    return {.placement = placement(), .server = server, .compression = compression};
-  }
+  PsOptions options() const { return {.placement = placement(), .server = server}; }
+  // A worker's engine: pushes to the job's servers as `ps` says, with its schedule and
+  // compression.
+  EngineOptions engine(const PsOptions& ps, uint64_t seed = 0) const;
+  EngineOptions engine() const { return engine(options()); }
 };
+
+// A worker's engine pushing to servers as `ps` says, the servers applying SGD with kLr.
+inline EngineOptions pushing(const std::string& schedule, const PsOptions& ps,
+                             const CompressionConfig& compression = {}, uint64_t seed = 0) {
+  return {.schedule = ScheduleSpec::parse(schedule),
+          .compression = compression,
+          .update = UpdateRule::sgd(kLr),
+          .seed = seed,
+          .servers = ps};
+}
+
+inline EngineOptions Job::engine(const PsOptions& ps, uint64_t seed) const {
+  return pushing(schedule, ps, compression, seed);
+}
 
 // Runs worker(transport) on the workers' threads; separate servers serve until they stop.
 inline void runJob(const Job& job, const std::function<void(Transport&)>& worker,
@@ -92,8 +108,8 @@ inline void runJob(const Job& job, const std::function<void(Transport&)>& worker
 
 // One training step as the trainer drives it: the forward waits for each tensor (input layer
 // first), then backward produces the gradients (here in `order`), then the step ends.
-inline void step(PsEngine& engine, int rank, int stepIndex, const std::vector<int>& order) {
-  for (size_t t = 0; t < kTensors.size(); ++t) engine.waitParameters(static_cast<int>(t));
+inline void step(Engine& engine, int rank, int stepIndex, const std::vector<int>& order) {
+  for (size_t t = 0; t < kTensors.size(); ++t) engine.waitFor(static_cast<int>(t));
   for (int t : order) {
     std::span<float> slot = engine.slot(t);
     for (size_t i = 0; i < slot.size(); ++i) slot[i] = gradient(rank, t, i, stepIndex);

@@ -8,7 +8,7 @@
 
 #include "gradsync/error.h"
 #include "support/transports.h"
-#include "sync/gradient_engine.h"
+#include "sync/engine.h"
 
 namespace gradsync::testing {
 namespace {
@@ -88,12 +88,12 @@ TEST_P(UpdateEngine, AppliesSgdOnTheAverage) {
   runWithTransports(std::get<3>(GetParam()), ranks(), [&](Transport& t) {
     Model model = initialModel();
     std::vector<std::span<float>> spans(model.parameters.begin(), model.parameters.end());
-    GradientEngine engine(t, kTensors, options(), spans);
-    ASSERT_TRUE(GradientEngine::updatesParameters(options()));
+    Engine engine(t, kTensors, options(), spans);
+    ASSERT_TRUE(Engine::updatesParameters(options()));
     std::vector<int> order = {4, 3, 2, 1, 0};
     if (t.rank() == 1) order = {1, 4, 0, 3, 2};
     for (int step = 0; step < kSteps; ++step) {
-      for (int tensor = 0; tensor < 5; ++tensor) engine.waitParameters(tensor);
+      for (int tensor = 0; tensor < 5; ++tensor) engine.waitFor(tensor);
       for (int tensor : order) {
         std::span<float> slot = engine.slot(tensor);
         for (size_t i = 0; i < slot.size(); ++i) slot[i] = gradient(t.rank(), tensor, i, step);
@@ -140,7 +140,7 @@ TEST(UpdateEngine, VelocityRoundTripsThroughACheckpoint) {
     Model model = initialModel();
     std::vector<std::span<float>> spans(model.parameters.begin(), model.parameters.end());
     EngineOptions options{.update = UpdateRule::sgd(kLr), .sharded = true};
-    GradientEngine engine(t, kTensors, options, spans);
+    Engine engine(t, kTensors, options, spans);
     std::vector<float> saved(engine.layout().totalElements);
     for (size_t i = 0; i < saved.size(); ++i) saved[i] = static_cast<float>(i);
     engine.setVelocity(saved);
@@ -152,12 +152,12 @@ TEST(UpdateEngine, RefusesWhatShardedCannotRun) {
   runWithTransports(TransportKind::kLoopback, 1, [&](Transport& t) {
     Model model = initialModel();
     std::vector<std::span<float>> spans(model.parameters.begin(), model.parameters.end());
-    EXPECT_THROW(GradientEngine(t, kTensors,
-                                {.schedule = ScheduleSpec::parse("p3"), .sharded = true}, spans),
-                 ConfigError);
     EXPECT_THROW(
-        GradientEngine(t, kTensors,
-                       {.compression = {.spec = "topk", .minElements = 1}, .sharded = true}, spans),
+        Engine(t, kTensors, {.schedule = ScheduleSpec::parse("p3"), .sharded = true}, spans),
+        ConfigError);
+    EXPECT_THROW(
+        Engine(t, kTensors, {.compression = {.spec = "topk", .minElements = 1}, .sharded = true},
+               spans),
         ConfigError);
   });
 }
@@ -174,9 +174,9 @@ TEST(UpdateEngine, LostPeerIsRethrownNamingIt) {
           if (t.rank() == leaver) return;
           Model model = initialModel();
           std::vector<std::span<float>> spans(model.parameters.begin(), model.parameters.end());
-          GradientEngine engine(
-              t, kTensors, {.schedule = ScheduleSpec::parse("p3"), .update = UpdateRule::sgd(kLr)},
-              spans);
+          Engine engine(t, kTensors,
+                        {.schedule = ScheduleSpec::parse("p3"), .update = UpdateRule::sgd(kLr)},
+                        spans);
           try {
             for (int tensor = 4; tensor >= 0; --tensor) engine.markReady(tensor);
             engine.endBackward();

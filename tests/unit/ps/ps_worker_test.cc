@@ -55,7 +55,7 @@ TEST_P(PsSync, MatchesSgdOnTheAverage) {
   Parameters expected = syncReference(workers, kSteps, &expectedVelocity);
   runJob(job, [&](Transport& t) {
     Parameters p = initialParameters();
-    PsEngine engine(t, kTensors, ScheduleSpec::parse(schedule), kLr, job.options(), spansOf(p));
+    Engine engine(t, kTensors, pushing(schedule, job.options()), spansOf(p));
     for (int s = 0; s < kSteps; ++s) step(engine, t.rank(), s, backwardOrder(t.rank()));
     engine.drain();
     expectClose(p, expected, "parameters");
@@ -97,7 +97,7 @@ TEST(PsSync, SumIsIndependentOfArrivalOrder) {
     Parameters rank0;
     runJob(job, [&](Transport& t) {
       Parameters p = initialParameters();
-      PsEngine engine(t, kTensors, ScheduleSpec::parse("fifo"), kLr, job.options(), spansOf(p));
+      Engine engine(t, kTensors, pushing("fifo", job.options()), spansOf(p));
       const int position = ascending ? t.rank() : job.workers - 1 - t.rank();
       for (int s = 0; s < 3; ++s) {
         std::this_thread::sleep_for(std::chrono::milliseconds(40 * position));
@@ -131,11 +131,11 @@ TEST(PsAsync, AppliesEveryPushOnce) {
   }
   runJob(job, [&](Transport& t) {
     Parameters p = initialParameters();
-    PsEngine engine(t, kTensors, ScheduleSpec::parse("wfbp"), kLr, job.options(), spansOf(p));
+    Engine engine(t, kTensors, pushing("wfbp", job.options()), spansOf(p));
     for (int s = 0; s < kSteps; ++s) step(engine, t.rank(), s, backwardOrder(t.rank()));
     engine.drain();
-    barrier(t);         // every worker's pushes are in
-    engine.velocity();  // the servers' final parameters
+    barrier(t);                // every worker's pushes are in
+    engine.pullGlobalModel();  // the servers' final parameters
     expectClose(p, expected, "parameters", 1e-4);
   });
 }
@@ -152,10 +152,10 @@ TEST(PsStale, NoWorkerRunsMoreThanSStepsAhead) {
     std::atomic<int> largestLead{0};
     runJob(job, [&](Transport& t) {
       Parameters p = initialParameters();
-      PsEngine engine(t, kTensors, ScheduleSpec::parse("wfbp"), kLr, job.options(), spansOf(p));
+      Engine engine(t, kTensors, pushing("wfbp", job.options()), spansOf(p));
       const bool slow = t.rank() == job.workers - 1;
       for (int s = 0; s < kSteps; ++s) {
-        for (size_t i = 0; i < kTensors.size(); ++i) engine.waitParameters(static_cast<int>(i));
+        for (size_t i = 0; i < kTensors.size(); ++i) engine.waitFor(static_cast<int>(i));
         if (slow) {
           std::this_thread::sleep_for(std::chrono::milliseconds(30));
           ++slowEnded;  // before its first push of the step can reach a server
@@ -197,7 +197,7 @@ TEST(PsFailure, LostServerIsNamed) {
           return;
         }
         Parameters p = initialParameters();
-        PsEngine engine(t, kTensors, ScheduleSpec::parse("wfbp"), kLr, job.options(), spansOf(p));
+        Engine engine(t, kTensors, pushing("wfbp", job.options()), spansOf(p));
         try {
           for (int s = 0; s < 3; ++s) step(engine, t.rank(), s, backwardOrder(t.rank()));
           engine.drain();
@@ -213,12 +213,11 @@ TEST(PsFailure, LostServerIsNamed) {
       transport);
 }
 
-TEST(PsEngine, RefusesMoreColocatedServersThanWorkers) {
+TEST(PsWorker, RefusesMoreColocatedServersThanWorkers) {
   runWithTransports(TransportKind::kLoopback, 2, [&](Transport& t) {
     Parameters p = initialParameters();
     PsOptions options{.placement = {.workers = 2, .servers = 3}};
-    EXPECT_THROW(PsEngine(t, kTensors, ScheduleSpec::parse("wfbp"), kLr, options, spansOf(p)),
-                 ConfigError);
+    EXPECT_THROW(Engine(t, kTensors, pushing("wfbp", options), spansOf(p)), ConfigError);
   });
 }
 

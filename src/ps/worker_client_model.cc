@@ -1,32 +1,33 @@
-// The worker's side of PsEngine's model (ps_engine.h): copies between the flat buffers and the
-// model's tensors, the delayed strategies' local step, and the servers' state in and out
+// The worker's model in PsWorkerClient (worker_client.h): copies between the flat buffers and
+// the model's tensors, the delayed strategies' local step, and the servers' state in and out
 // (publishing it before the first push, pulling it for checkpoints and evaluations).
 #include <algorithm>
 #include <cstring>
 
 #include "common/check.h"
+#include "common/tags.h"
 #include "gradsync/error.h"
-#include "sync/ps_engine.h"
+#include "ps/worker_client.h"
 
 namespace gradsync {
 
 template <typename Fn>
-void PsEngine::forEachSegment(size_t unit, Fn&& fn) const {
-  const CommUnit& u = layout_.units[unit];
+void PsWorkerClient::forEachSegment(size_t unit, Fn&& fn) const {
+  const CommUnit& u = s_.layout.units[unit];
   for (int t : u.tensors) {
-    size_t lo = std::max(u.offset, layout_.offsetOf[t]);
-    size_t hi = std::min(u.offset + u.elements, layout_.offsetOf[t] + tensors_[t].elements);
-    if (lo < hi) fn(parameters_[t].subspan(lo - layout_.offsetOf[t], hi - lo), lo);
+    size_t lo = std::max(u.offset, s_.layout.offsetOf[t]);
+    size_t hi = std::min(u.offset + u.elements, s_.layout.offsetOf[t] + s_.tensors[t].elements);
+    if (lo < hi) fn(s_.parameters[t].subspan(lo - s_.layout.offsetOf[t], hi - lo), lo);
   }
 }
 
-void PsEngine::copyToParameters(size_t unit, const std::vector<float>& flat) {
+void PsWorkerClient::copyToParameters(size_t unit, const std::vector<float>& flat) {
   forEachSegment(unit, [&](std::span<float> parameter, size_t at) {
     std::memcpy(parameter.data(), flat.data() + at, parameter.size_bytes());
   });
 }
 
-void PsEngine::copyFromParameters(size_t unit, std::vector<float>& flat) const {
+void PsWorkerClient::copyFromParameters(size_t unit, std::vector<float>& flat) const {
   forEachSegment(unit, [&](std::span<float> parameter, size_t at) {
     std::memcpy(flat.data() + at, parameter.data(), parameter.size_bytes());
   });
@@ -35,14 +36,14 @@ void PsEngine::copyFromParameters(size_t unit, std::vector<float>& flat) const {
 // The local step of the delayed strategies, on this worker's parameters only: SGD with momentum
 // whose velocity restarts, at each pull, from the global models' last displacement per step, so
 // that the local model follows the global trajectory with the worker's own gradients.
-void PsEngine::localUpdate(size_t unit, bool freshPull) {
+void PsWorkerClient::localUpdate(size_t unit, bool freshPull) {
   const auto lr = static_cast<float>(options_.localLr);
   const auto momentum = static_cast<float>(options_.localMomentum);
   const auto glu = static_cast<float>(options_.glu);
   const bool several = options_.delay == PsOptions::Delay::kSeveralSteps;
   const float seed = 1.0f / (lr * static_cast<float>(span_[unit]));
   forEachSegment(unit, [&](std::span<float> parameter, size_t at) {
-    const float* g = gradients_.data() + at;
+    const float* g = s_.gradients.data() + at;
     const float* global = global_.data() + at;
     const float* previous = previous_.data() + at;
     float* velocity = localVelocity_.data() + at;
@@ -60,18 +61,17 @@ void PsEngine::localUpdate(size_t unit, bool freshPull) {
 
 // Rank 0 gives every server its units' parameters (and velocity, after a resume) before its
 // first push; the servers hold every push back until then.
-void PsEngine::publishState() {
-  for (size_t unit = 0; unit < layout_.units.size(); ++unit) {
-    copyFromParameters(unit, global_);
-  }
+void PsWorkerClient::publishState() {
+  for (size_t unit = 0; unit < s_.layout.units.size(); ++unit) copyFromParameters(unit, global_);
   previous_ = global_;
   published_ = true;
   if (transport_.rank() != 0) return;
-  std::vector<float> velocity = velocity_.empty() ? std::vector<float>(layout_.totalElements, 0.0f)
-                                                  : tensorsToLayout(layout_, tensors_, velocity_);
+  std::vector<float> velocity = velocity_.empty()
+                                    ? std::vector<float>(s_.layout.totalElements, 0.0f)
+                                    : tensorsToLayout(s_.layout, s_.tensors, velocity_);
   std::vector<float> state;
-  for (size_t unit = 0; unit < layout_.units.size(); ++unit) {
-    const CommUnit& u = layout_.units[unit];
+  for (size_t unit = 0; unit < s_.layout.units.size(); ++unit) {
+    const CommUnit& u = s_.layout.units[unit];
     auto begin = static_cast<std::ptrdiff_t>(u.offset);
     auto end = begin + static_cast<std::ptrdiff_t>(u.elements);
     state.assign(global_.begin() + begin, global_.begin() + end);
@@ -84,12 +84,11 @@ void PsEngine::publishState() {
   }
 }
 
-std::vector<float> PsEngine::velocity() {
-  drain();
-  std::vector<float> parameters(layout_.totalElements), velocity(layout_.totalElements);
+std::vector<float> PsWorkerClient::velocity() {
+  std::vector<float> parameters(s_.layout.totalElements), velocity(s_.layout.totalElements);
   std::vector<float> state;
-  for (size_t unit = 0; unit < layout_.units.size(); ++unit) {
-    const CommUnit& u = layout_.units[unit];
+  for (size_t unit = 0; unit < s_.layout.units.size(); ++unit) {
+    const CommUnit& u = s_.layout.units[unit];
     const int server = options_.placement.serverOf(unit);
     state.resize(2 * u.elements);
     WorkPtr answer = transport_.recv(options_.placement.serverRank(server), tags::kPsState,
@@ -107,12 +106,11 @@ std::vector<float> PsEngine::velocity() {
     std::copy_n(state.begin() + n, n, velocity.begin() + at);
     copyToParameters(unit, parameters);
   }
-  return layoutToTensors(layout_, tensors_, velocity);
+  return layoutToTensors(s_.layout, s_.tensors, velocity);
 }
 
-void PsEngine::setVelocity(std::span<const float> velocity) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  GS_CHECK(!published_ && velocity.size() == layout_.totalElements);
+void PsWorkerClient::setVelocity(std::span<const float> velocity) {
+  GS_CHECK(!published_ && velocity.size() == s_.layout.totalElements);
   velocity_.assign(velocity.begin(), velocity.end());
 }
 

@@ -1,5 +1,6 @@
-// The engine against a naive average, for every schedule, over loopback and TCP ranks.
-#include "sync/gradient_engine.h"
+// The engine over the ring against a naive average, for every schedule, over loopback and TCP
+// ranks.
+#include "sync/engine.h"
 
 #include <gtest/gtest.h>
 
@@ -7,8 +8,12 @@
 #include <cmath>
 #include <thread>
 
+#include <nlohmann/json.hpp>
+
 #include "gradsync/error.h"
+#include "schedule/step_planner.h"
 #include "support/transports.h"
+#include "trace/trace_recorder.h"
 
 namespace gradsync::testing {
 namespace {
@@ -21,17 +26,18 @@ float gradient(int rank, int tensor, size_t i, int step) {
   return static_cast<float>((i % 13) + 3 * tensor + 7 * rank + step);
 }
 
-class Engine : public ::testing::TestWithParam<std::tuple<std::string, TransportKind>> {
+class EngineSchedules : public ::testing::TestWithParam<std::tuple<std::string, TransportKind>> {
  protected:
   ScheduleSpec schedule() const { return ScheduleSpec::parse(std::get<0>(GetParam())); }
   TransportKind kind() const { return std::get<1>(GetParam()); }
 };
 
-TEST_P(Engine, AveragesEveryTensorOverSteps) {
+TEST_P(EngineSchedules, AveragesEveryTensorOverSteps) {
   constexpr int kSize = 3;
   runWithTransports(kind(), kSize, [&](Transport& t) {
-    GradientEngine engine(t, kTensors, {.schedule = schedule()});
+    Engine engine(t, kTensors, {.schedule = schedule()});
     for (int step = 0; step < 3; ++step) {
+      const uint64_t bytesBefore = engine.totals().bytesSent;
       // Backward produces gradients last layer first; rank 1 uses another order to show that
       // the communication order does not depend on it.
       std::vector<int> order = {3, 2, 1, 0};
@@ -50,14 +56,14 @@ TEST_P(Engine, AveragesEveryTensorOverSteps) {
           ASSERT_FLOAT_EQ(slot[i], expected / kSize) << "tensor " << tensor << " i " << i;
         }
       }
-      EXPECT_GT(engine.lastStep().bytesSent, 0u);
+      EXPECT_GT(engine.totals().bytesSent, bytesBefore);
     }
   });
 }
 
-TEST_P(Engine, UnusedParametersCountAsZero) {
+TEST_P(EngineSchedules, UnusedParametersCountAsZero) {
   runWithTransports(kind(), 2, [&](Transport& t) {
-    GradientEngine engine(t, kTensors, {.schedule = schedule()});
+    Engine engine(t, kTensors, {.schedule = schedule()});
     for (int tensor : {3, 2, 0}) {  // fc1.bias never gets a gradient
       std::span<float> slot = engine.slot(tensor);
       std::fill(slot.begin(), slot.end(), 1.0f + t.rank());
@@ -70,7 +76,7 @@ TEST_P(Engine, UnusedParametersCountAsZero) {
 }
 
 INSTANTIATE_TEST_SUITE_P(
-    Schedules, Engine,
+    Schedules, EngineSchedules,
     ::testing::Combine(::testing::Values("fifo", "wfbp", "fusion:0.1"),
                        ::testing::Values(TransportKind::kLoopback, TransportKind::kTcp)),
     [](const auto& info) {
@@ -81,7 +87,7 @@ INSTANTIATE_TEST_SUITE_P(
     });
 
 // Fills every tensor with rank- and step-dependent values and completes the step.
-void runStep(GradientEngine& engine, int rank, int step) {
+void runStep(Engine& engine, int rank, int step) {
   for (int tensor = 3; tensor >= 0; --tensor) {
     std::span<float> slot = engine.slot(tensor);
     for (size_t i = 0; i < slot.size(); ++i) slot[i] = gradient(rank, tensor, i, step) / 64;
@@ -107,7 +113,7 @@ TEST(EngineClock, StatisticsReadOnlyTheInjectedClock) {
                           .compression = {.spec = "topk:0.1", .minElements = 500},
                           .clock = clock};
     runWithTransports(TransportKind::kLoopback, 2, [&](Transport& t) {
-      GradientEngine engine(t, kTensors, options);
+      Engine engine(t, kTensors, options);
       for (int step = 0; step < 2; ++step) runStep(engine, t.rank(), step);
       StepStats totals = engine.totals();
       if (clock == &frozen) {
@@ -127,12 +133,15 @@ TEST(EngineCompression, CompressesLargeTensorsAfterTheWarmUp) {
   EngineOptions options{.schedule = ScheduleSpec::parse("fusion:1"),
                         .compression = {.spec = "fp16", .minElements = 500, .warmupSteps = 1}};
   runWithTransports(TransportKind::kLoopback, kSize, [&](Transport& t) {
-    GradientEngine engine(t, kTensors, options);
+    Engine engine(t, kTensors, options);
     // fp16 weights and dense biases never share a fusion bucket.
     EXPECT_EQ(engine.layout().units.size(), 4u);
     for (int step = 0; step < 2; ++step) {
+      const StepStats before = engine.totals();
       runStep(engine, t.rank(), step);
-      const StepStats& stats = engine.lastStep();
+      const StepStats after = engine.totals();
+      const uint64_t bytesSent = after.bytesSent - before.bytesSent;
+      const uint64_t denseBytes = after.denseBytes - before.denseBytes;
       for (int tensor = 0; tensor < 4; ++tensor) {
         bool compressed = step >= 1 && (tensor == 0 || tensor == 2);
         std::span<float> slot = engine.slot(tensor);
@@ -147,7 +156,7 @@ TEST(EngineCompression, CompressesLargeTensorsAfterTheWarmUp) {
       }
       // Dense: what the ring sent is what a dense ring sends (2(P-1)/P of the floats, plus
       // per-block rounding); fp16 halves the weights' share.
-      double ratio = static_cast<double>(stats.bytesSent) / static_cast<double>(stats.denseBytes);
+      double ratio = static_cast<double>(bytesSent) / static_cast<double>(denseBytes);
       if (step == 0) {
         EXPECT_NEAR(ratio, 1.0, 0.01);
       } else {
@@ -157,11 +166,49 @@ TEST(EngineCompression, CompressesLargeTensorsAfterTheWarmUp) {
   });
 }
 
+// The engine carries out exactly the operations of its planner, in the planner's order (the
+// simulator runs the same StepPlanner): read back from the engine's trace, every gradient ready
+// at once, for the ring's fixed order and sharded's reduce-scatters then allgathers.
+TEST(EngineOrder, RunsThePlannersOperationsInOrder) {
+  for (const bool sharded : {false, true}) {
+    EngineOptions options{.schedule = ScheduleSpec::parse("wfbp"),
+                          .update = UpdateRule::sgd(0.1),
+                          .sharded = sharded};
+    const GradientLayout layout = planLayout(kTensors, options.schedule);
+    StepPlanner planner(layout, options.schedule,
+                        sharded ? StepPlanner::Route::kSharded : StepPlanner::Route::kRing);
+    for (size_t u = 0; u < layout.units.size(); ++u) planner.unitReady(u);
+    std::vector<std::string> expected;
+    while (std::optional<PlannedOp> op = planner.next()) {
+      expected.push_back(std::string(toString(op->kind)) + " " +
+                         kTensors[layout.units[op->unit].tensors.front()].name);
+      planner.done(*op);
+    }
+    runWithTransports(TransportKind::kLoopback, 2, [&](Transport& t) {
+      std::vector<std::vector<float>> parameters;
+      for (const TensorShape& shape : kTensors) parameters.emplace_back(shape.elements, 0.5f);
+      TraceRecorder trace(t.rank(), {.first = 0, .last = 0}, SteadyClock::instance());
+      Engine engine(t, kTensors, options, {parameters.begin(), parameters.end()});
+      engine.setTrace(&trace);
+      trace.setStep(0);
+      runStep(engine, t.rank(), 0);
+      trace.endStep();
+      std::vector<std::string> ran;
+      for (const auto& event : nlohmann::json::parse(trace.serialize())) {
+        if (event.value("tid", -1) != kCommLane || event.value("ph", "") != "X" ||
+            event.value("cat", "") == "queue")
+          continue;
+        ran.push_back(event["cat"].get<std::string>() + " " + event["name"].get<std::string>());
+      }
+      EXPECT_EQ(ran, expected) << (sharded ? "sharded" : "ring");
+    });
+  }
+}
+
 TEST(EngineCompression, BadSpecsFailAtConstruction) {
   runWithTransports(TransportKind::kLoopback, 1, [&](Transport& t) {
-    EXPECT_THROW(GradientEngine(t, kTensors, {.compression = {.spec = "zip"}}), ConfigError);
-    EXPECT_THROW(GradientEngine(t, kTensors, {.compression = {.overrides = {"fc1*"}}}),
-                 ConfigError);
+    EXPECT_THROW(Engine(t, kTensors, {.compression = {.spec = "zip"}}), ConfigError);
+    EXPECT_THROW(Engine(t, kTensors, {.compression = {.overrides = {"fc1*"}}}), ConfigError);
   });
 }
 
@@ -172,7 +219,7 @@ TEST(EngineErrors, LostPeerIsRethrownOnTheTrainingThread) {
       TransportKind::kTcp, 2,
       [&](Transport& t) {
         if (t.rank() == 1) return;  // rank 1 leaves before the step
-        GradientEngine engine(t, kTensors, {.schedule = ScheduleSpec::parse("wfbp")});
+        Engine engine(t, kTensors, {.schedule = ScheduleSpec::parse("wfbp")});
         for (int tensor = 3; tensor >= 0; --tensor) engine.markReady(tensor);
         try {
           engine.finishStep();

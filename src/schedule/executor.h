@@ -1,0 +1,61 @@
+// What carries out the planner's operations (step_planner.h) for the engine (sync/engine.h):
+// over the ring among the workers (sync/ring_executor.h) or through parameter servers
+// (ps/worker_client.h). The engine owns the slots, readiness, the communication thread, waits,
+// errors, statistics and tracing; an executor only moves data and applies updates.
+#pragma once
+
+#include <cstdint>
+#include <exception>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "gradsync/clock.h"
+#include "schedule/step_planner.h"
+
+namespace gradsync {
+
+// What one operation did.
+struct OpOutcome {
+  bool unitDone = false;     // the unit's result for op.step is in place (average or parameters)
+  uint64_t bytesSent = 0;    // what this rank put on the network for it
+  std::string method;        // the compressor that encoded it; empty: dense
+  double encodeSeconds = 0;  // the compressor's encoding time (part of the operation's)
+  double decodeSeconds = 0;
+  int server = -1;  // a push: the parameter server it went to
+};
+
+// How an executor tells its engine what happens off the communication thread (a server's reply
+// on a receiver thread). Every method is thread-safe.
+class EngineEvents {
+ public:
+  virtual ~EngineEvents() = default;
+  // The unit's result for `step` is in place.
+  virtual void unitDone(size_t unit, uint64_t step) = 0;
+  // Communication outside any operation (a reply on its way) starts (+1) or ends (-1): the
+  // engine counts the time anything is outstanding as communication time.
+  virtual void busy(int delta) = 0;
+  // Traces a span of communication on the unit that no operation covers (a push's reply).
+  virtual void traceSpan(size_t unit, const std::string& name, Nanos start,
+                         const std::string& detail) = 0;
+  // Fails the engine: its waits rethrow `error`.
+  virtual void fail(std::exception_ptr error) = 0;
+};
+
+class Executor {
+ public:
+  virtual ~Executor() = default;
+  // Carries out `op` on the engine's communication thread, without the engine's lock, reading
+  // the unit's gradients from the engine's slots. Blocking; throws the transport's errors.
+  virtual OpOutcome run(const PlannedOp& op) = 0;
+  // The optimizer state the executor keeps (SGD's velocity, by tensor in registration order;
+  // empty when the caller's optimizer keeps it), and back. Between steps, after the engine
+  // drained; collective (every rank calls it).
+  virtual std::vector<float> velocity() = 0;
+  virtual void setVelocity(std::span<const float> velocity) = 0;
+  // Makes this worker's parameters the one global model where workers may differ (the
+  // servers'); nothing to do where they cannot. Between steps; collective.
+  virtual void pullGlobalModel() = 0;
+};
+
+}  // namespace gradsync

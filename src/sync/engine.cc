@@ -1,0 +1,277 @@
+#include "sync/engine.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "common/check.h"
+#include "common/logging.h"
+#include "common/tags.h"
+#include "gradsync/error.h"
+#include "ps/served_units.h"
+#include "sync/ring_executor.h"
+
+namespace gradsync {
+namespace {
+
+void checkSharded(const EngineOptions& options, const CompressionPlan& plan) {
+  if (!options.sharded) return;
+  if (options.schedule.prioritized()) {
+    throw ConfigError("--sync sharded does not combine with --schedule p3",
+                      {.hint = "sharded orders its own traffic (reduce-scatter during backward, "
+                               "allgather in forward order); use fifo, wfbp or fusion:MB"});
+  }
+  if (plan.any()) {
+    throw ConfigError(
+        "--sync sharded exchanges dense gradients: it does not combine with --compress",
+        {.hint = "drop --compress, or use --sync ssgd"});
+  }
+}
+
+// Through servers the pushes' plan (which also refuses methods that cannot push); over the ring
+// the exchanges' (DGC takes the optimizer's momentum).
+CompressionPlan planFor(const EngineOptions& options, const std::vector<TensorShape>& tensors) {
+  if (options.servers) return planPushes(options.compression, tensors);
+  CompressionPlan plan = planCompression(options.compression, tensors, options.update.momentum);
+  checkSharded(options, plan);
+  return plan;
+}
+
+StepPlanner::Route routeOf(const EngineOptions& options) {
+  return options.servers   ? StepPlanner::Route::kServers
+         : options.sharded ? StepPlanner::Route::kSharded
+                           : StepPlanner::Route::kRing;
+}
+
+}  // namespace
+
+StepStats& StepStats::operator+=(const StepStats& other) {
+  commSeconds += other.commSeconds;
+  bytesSent += other.bytesSent;
+  denseBytes += other.denseBytes;
+  encodeSeconds += other.encodeSeconds;
+  decodeSeconds += other.decodeSeconds;
+  return *this;
+}
+
+void Engine::validate(const EngineOptions& options, const std::vector<TensorShape>& tensors) {
+  planFor(options, tensors);
+}
+
+Engine::Engine(Transport& transport, const std::vector<TensorShape>& tensors, EngineOptions options,
+               std::vector<std::span<float>> parameters)
+    : transport_(transport),
+      tensors_(tensors),
+      options_(std::move(options)),
+      plan_(planFor(options_, tensors)),
+      layout_(planLayout(tensors, options_.schedule, plan_.groups())),
+      updates_(updatesParameters(options_)),
+      workers_(options_.servers ? options_.servers->placement.workers : transport.size()),
+      gradients_(layout_.totalElements),
+      planner_(layout_, options_.schedule, routeOf(options_),
+               !options_.servers && transport.rank() != 0 ? StepPlanner::Role::kFollower
+                                                          : StepPlanner::Role::kLeader,
+               [this](const PlannedOp& pick) { announce(pick); }),
+      decisions_(layout_.units.size()),
+      ready_(tensors.size(), false),
+      waitingIn_(layout_.units.size()),
+      readyAt_(layout_.units.size(), Nanos{0}),
+      doneSteps_(layout_.units.size(), 0),
+      warnedUnused_(tensors.size(), false) {
+  GS_CHECK(!updates_ || parameters.size() == tensors_.size());
+  for (size_t u = 0; u < layout_.units.size(); ++u) waitingIn_[u] = layout_.units[u].tensors.size();
+  executor_ = makeExecutor(std::move(parameters));
+  thread_ = std::thread([this, rank = transport.rank()] {
+    setThreadLogRank(rank);
+    communicate();
+  });
+}
+
+std::unique_ptr<Executor> Engine::makeExecutor(std::vector<std::span<float>> parameters) {
+  if (options_.servers) {
+    return std::make_unique<PsWorkerClient>(transport_,
+                                            WorkerSetup{.tensors = tensors_,
+                                                        .layout = layout_,
+                                                        .plan = plan_,
+                                                        .gradients = gradients_,
+                                                        .parameters = std::move(parameters),
+                                                        .lr = options_.update.lr,
+                                                        .seed = options_.seed,
+                                                        .clock = options_.clock},
+                                            *options_.servers, static_cast<EngineEvents&>(*this));
+  }
+  return std::make_unique<RingExecutor>(transport_, RingSetup{.tensors = tensors_,
+                                                              .layout = layout_,
+                                                              .plan = plan_,
+                                                              .gradients = gradients_,
+                                                              .parameters = std::move(parameters),
+                                                              .updates = updates_,
+                                                              .sharded = options_.sharded,
+                                                              .rule = options_.update,
+                                                              .seed = options_.seed,
+                                                              .clock = options_.clock});
+}
+
+Engine::~Engine() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+  executor_.reset();  // a server client tells the servers it is done; its threads still report
+}
+
+std::span<float> Engine::slot(int t) {
+  return {gradients_.data() + layout_.offsetOf[t], tensors_[t].elements};
+}
+
+void Engine::markUnitReady(size_t unit) {
+  readyAt_[unit] = options_.clock->now();
+  planner_.unitReady(unit);
+}
+
+// fifo marks every unit ready at the end of backward instead (endBackward).
+void Engine::markTensorReady(int t) {
+  ready_[t] = true;
+  if (!options_.schedule.overlapsBackward()) return;
+  for (int u = layout_.unitOf[t]; u < layout_.unitOf[t] + layout_.unitCount[t]; ++u) {
+    if (--waitingIn_[u] == 0) markUnitReady(u);
+  }
+}
+
+void Engine::markReady(int t) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    GS_CHECK(!ready_[t]);
+    markTensorReady(t);
+  }
+  cv_.notify_all();
+}
+
+void Engine::endBackward() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (error_) std::rethrow_exception(error_);
+    for (size_t t = 0; t < tensors_.size(); ++t) {
+      if (ready_[t]) continue;
+      if (!warnedUnused_[t]) {
+        GS_LOG(kWarn, "parameter '{}' got no gradient this step; communicating zeros for it",
+               tensors_[t].name);
+        warnedUnused_[t] = true;
+      }
+      std::span<float> s = slot(static_cast<int>(t));
+      std::fill(s.begin(), s.end(), 0.0f);
+      markTensorReady(static_cast<int>(t));
+    }
+    if (!options_.schedule.overlapsBackward()) {
+      for (size_t u = 0; u < layout_.units.size(); ++u) markUnitReady(u);
+    }
+    std::fill(ready_.begin(), ready_.end(), false);
+    for (size_t u = 0; u < layout_.units.size(); ++u)
+      waitingIn_[u] = layout_.units[u].tensors.size();
+    ++stepsEnded_;
+  }
+  cv_.notify_all();
+}
+
+std::chrono::milliseconds Engine::waitBound() const {
+  return transport_.options().timeout * static_cast<int>(planner_.opsPerStep() + 1);
+}
+
+template <typename Done>
+void Engine::waitUntil(std::unique_lock<std::mutex>& lock, Done done, const std::string& what) {
+  const bool finished = cv_.wait_for(lock, waitBound(), [&] { return error_ || done(); });
+  if (error_) std::rethrow_exception(error_);
+  if (!finished) throw InternalError(what + " never completed", {.rank = transport_.rank()});
+}
+
+void Engine::waitFor(int t) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  for (int u = layout_.unitOf[t]; u < layout_.unitOf[t] + layout_.unitCount[t]; ++u) {
+    waitUntil(
+        lock, [&] { return doneSteps_[u] >= stepsEnded_; },
+        fmt::format("the communication of '{}'", tensors_[t].name));
+  }
+}
+
+void Engine::drain() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  waitUntil(
+      lock,
+      [&] {
+        return active_ == 0 && std::all_of(doneSteps_.begin(), doneSteps_.end(),
+                                           [&](uint64_t s) { return s >= stepsEnded_; });
+      },
+      "the steps' communication");
+}
+
+void Engine::finishStep() {
+  endBackward();
+  drain();
+}
+
+std::vector<float> Engine::velocity() {
+  drain();
+  return executor_->velocity();
+}
+
+void Engine::setVelocity(std::span<const float> velocity) {
+  drain();
+  executor_->setVelocity(velocity);
+}
+
+void Engine::pullGlobalModel() {
+  drain();
+  executor_->pullGlobalModel();
+}
+
+void Engine::setStep(uint64_t step) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  GS_CHECK(active_ == 0);
+  planner_.setStep(step);
+  stepsEnded_ = step;
+  doneSteps_.assign(layout_.units.size(), step);
+}
+
+StepStats Engine::totals() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return totals_;
+}
+
+void Engine::markDone(size_t unit, uint64_t step) {
+  doneSteps_[unit] = std::max(doneSteps_[unit], step + 1);
+}
+
+void Engine::unitDone(size_t unit, uint64_t step) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    markDone(unit, step);
+  }
+  cv_.notify_all();
+}
+
+// Communication time is the time during which an operation or a reply is in flight.
+void Engine::busyLocked(int delta) {
+  if (active_ == 0 && delta > 0) busySince_ = options_.clock->now();
+  active_ += delta;
+  if (delta < 0 && active_ == 0) totals_.commSeconds += secondsSince(*options_.clock, busySince_);
+}
+
+void Engine::busy(int delta) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    busyLocked(delta);
+  }
+  cv_.notify_all();
+}
+
+void Engine::fail(std::exception_ptr error) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!error_) error_ = std::move(error);
+  }
+  cv_.notify_all();
+}
+
+}  // namespace gradsync

@@ -1,0 +1,161 @@
+#include "sync/ring_executor.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "common/check.h"
+#include "common/tags.h"
+#include "gradsync/collectives.h"
+
+namespace gradsync {
+namespace {
+
+// The gradient stream (tags.h); checkpoints gather the velocity on a stream of their own.
+const CollectiveOptions kGradientStream{.tag = tags::kGradients};
+const CollectiveOptions kVelocityStream{.tag = tags::kVelocity};
+
+}  // namespace
+
+RingExecutor::RingExecutor(Transport& transport, RingSetup setup)
+    : transport_(transport), s_(std::move(setup)) {
+  GS_CHECK(s_.gradients.size() == s_.layout.totalElements);
+  GS_CHECK(!s_.updates || s_.parameters.size() == s_.tensors.size());
+  size_t largest = 0;
+  for (size_t u = 0; u < s_.layout.units.size(); ++u) {
+    const CommUnit& unit = s_.layout.units[u];
+    compressors_.push_back(
+        makeCompressor(s_.plan.perTensor[unit.tensors[0]], unitShapes(s_.layout, u, s_.tensors)));
+    if (compressors_.back()) largest = std::max(largest, unit.elements);
+  }
+  sent_.resize(largest);
+  if (!s_.updates) return;
+  for (const CommUnit& unit : s_.layout.units) {
+    velocityAt_.push_back(s_.sharded ? velocity_.size() : unit.offset);
+    const size_t own = s_.sharded
+                           ? blockOf(unit.elements, transport.size(), transport.rank()).size()
+                           : unit.elements;
+    velocity_.resize(velocity_.size() + own, 0.0f);
+  }
+  if (s_.rule.stateSlots() == 2) secondMoment_.assign(velocity_.size(), 0.0f);
+}
+
+OpOutcome RingExecutor::run(const PlannedOp& op) {
+  const CommUnit& unit = s_.layout.units[op.unit];
+  const uint64_t before = transport_.bytesSent();
+  OpOutcome outcome;
+  switch (op.kind) {
+    case PlannedOp::Kind::kAllreduce:
+      outcome.method = exchange(op, outcome);
+      if (s_.updates) update(op.unit, 0, unit.elements, op.step);
+      outcome.unitDone = true;
+      break;
+    case PlannedOp::Kind::kReduceScatter: {
+      reduceScatter(transport_, s_.gradients.subspan(unit.offset, unit.elements),
+                    ReduceOp::kAverage, kGradientStream);
+      const Block own = blockOf(unit.elements, transport_.size(), transport_.rank());
+      update(op.unit, own.begin, own.end, op.step);
+      break;  // done once the allgather brought every block
+    }
+    case PlannedOp::Kind::kAllgather:
+      allgatherParameters(op.unit);
+      outcome.unitDone = true;
+      break;
+    case PlannedOp::Kind::kPush:
+      GS_CHECK(false && "the ring has no parameter servers to push to");
+  }
+  outcome.bytesSent = transport_.bytesSent() - before;
+  return outcome;
+}
+
+std::string RingExecutor::exchange(const PlannedOp& op, OpOutcome& outcome) {
+  const CommUnit& u = s_.layout.units[op.unit];
+  std::span<float> data = s_.gradients.subspan(u.offset, u.elements);
+  Compressor* compressor = compressors_[op.unit].get();
+  if (compressor == nullptr || op.step < static_cast<uint64_t>(s_.plan.warmupSteps)) {
+    allreduce(transport_, data, ReduceOp::kAverage, kGradientStream);
+    return {};
+  }
+  ExchangeContext context{transport_, kGradientStream, op.step, s_.seed, s_.clock};
+  ExchangeStats stats;
+  compressor->exchange(context, data, {sent_.data(), u.elements}, stats);
+  outcome.encodeSeconds = stats.encodeSeconds;
+  outcome.decodeSeconds = stats.decodeSeconds;
+  return s_.plan.perTensor[u.tensors.front()].toString();
+}
+
+void RingExecutor::update(size_t unit, size_t begin, size_t end, uint64_t step) {
+  const CommUnit& u = s_.layout.units[unit];
+  const size_t first = u.offset + begin;
+  const size_t last = u.offset + end;
+  for (int t : u.tensors) {
+    const size_t lo = std::max(first, s_.layout.offsetOf[t]);
+    const size_t hi = std::min(last, s_.layout.offsetOf[t] + s_.tensors[t].elements);
+    if (lo >= hi) continue;
+    UpdateRule rule = s_.rule;
+    if (s_.plan.absorbsMomentum(t)) rule.momentum = 0;  // the compressor applied it
+    const size_t at = velocityAt_[unit] + (lo - first);
+    UpdateState state{
+        std::span(velocity_).subspan(at, hi - lo),
+        secondMoment_.empty() ? std::span<float>{} : std::span(secondMoment_).subspan(at, hi - lo)};
+    // The step in progress, counted from 1: Adam's bias correction.
+    applyUpdate(rule, s_.parameters[t].subspan(lo - s_.layout.offsetOf[t], hi - lo),
+                std::span<const float>(s_.gradients).subspan(lo, hi - lo), state, step + 1);
+  }
+}
+
+// The unit's slot stages the parameters: this rank's block (just updated) goes in, the
+// allgather fills the rest, and every tensor of the unit takes its values back.
+void RingExecutor::allgatherParameters(size_t unit) {
+  const CommUnit& u = s_.layout.units[unit];
+  const Block own = blockOf(u.elements, transport_.size(), transport_.rank());
+  auto copy = [&](size_t begin, size_t end, bool toParameters) {
+    for (int t : u.tensors) {
+      const size_t lo = std::max(u.offset + begin, s_.layout.offsetOf[t]);
+      const size_t hi = std::min(u.offset + end, s_.layout.offsetOf[t] + s_.tensors[t].elements);
+      if (lo >= hi) continue;
+      float* parameter = s_.parameters[t].data() + (lo - s_.layout.offsetOf[t]);
+      float* staged = s_.gradients.data() + lo;
+      std::memcpy(toParameters ? parameter : staged, toParameters ? staged : parameter,
+                  (hi - lo) * sizeof(float));
+    }
+  };
+  copy(own.begin, own.end, false);
+  allgather(transport_, s_.gradients.subspan(u.offset, u.elements), kGradientStream);
+  copy(0, u.elements, true);
+}
+
+std::vector<float> RingExecutor::velocity() {
+  if (!s_.updates) return {};
+  GS_CHECK(s_.rule.kind == UpdateRule::Kind::kSgd);
+  std::vector<float> flat(s_.layout.totalElements);
+  if (s_.sharded) {
+    for (size_t u = 0; u < s_.layout.units.size(); ++u) {
+      const CommUnit& unit = s_.layout.units[u];
+      const Block own = blockOf(unit.elements, transport_.size(), transport_.rank());
+      std::copy_n(velocity_.begin() + static_cast<std::ptrdiff_t>(velocityAt_[u]), own.size(),
+                  flat.begin() + static_cast<std::ptrdiff_t>(unit.offset + own.begin));
+      allgather(transport_, {flat.data() + unit.offset, unit.elements}, kVelocityStream);
+    }
+  } else {
+    flat = velocity_;
+  }
+  return layoutToTensors(s_.layout, s_.tensors, flat);
+}
+
+void RingExecutor::setVelocity(std::span<const float> byTensor) {
+  GS_CHECK(s_.updates && s_.rule.kind == UpdateRule::Kind::kSgd &&
+           byTensor.size() == s_.layout.totalElements);
+  std::vector<float> flat = tensorsToLayout(s_.layout, s_.tensors, byTensor);
+  if (!s_.sharded) {
+    velocity_ = std::move(flat);
+    return;
+  }
+  for (size_t u = 0; u < s_.layout.units.size(); ++u) {
+    const CommUnit& unit = s_.layout.units[u];
+    const Block own = blockOf(unit.elements, transport_.size(), transport_.rank());
+    std::copy_n(flat.begin() + static_cast<std::ptrdiff_t>(unit.offset + own.begin), own.size(),
+                velocity_.begin() + static_cast<std::ptrdiff_t>(velocityAt_[u]));
+  }
+}
+
+}  // namespace gradsync

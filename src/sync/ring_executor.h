@@ -1,0 +1,70 @@
+// Carries out the engine's operations with collectives among the workers (the ring):
+//   allreduce       the unit's average (through its compressor after the plan's warm-up); in
+//                   update mode (p3) the optimizer's rule then applies it to the parameters
+//   reduce-scatter  sharded (Lee et al.): the average of this rank's block, whose parameters it
+//                   updates (its velocity is that block only: 1/P of the optimizer state)
+//   allgather       sharded: every rank's updated block, into the parameters
+// Used by the engine's communication thread only (not thread-safe).
+#pragma once
+
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "common/tensor_shape.h"
+#include "compress/compressor.h"
+#include "compress/policy.h"
+#include "gradsync/clock.h"
+#include "gradsync/transport.h"
+#include "optim/update_rule.h"
+#include "schedule/executor.h"
+#include "schedule/schedule.h"
+
+namespace gradsync {
+
+struct RingSetup {
+  const std::vector<TensorShape>& tensors;
+  const GradientLayout& layout;
+  const CompressionPlan& plan;
+  std::span<float> gradients;  // the engine's slots, flat by layout
+  // The parameters by tensor (the model's storage): updated when `updates`; else unused.
+  std::vector<std::span<float>> parameters;
+  bool updates = false;  // apply `rule` (p3, sharded) instead of returning averages
+  bool sharded = false;
+  UpdateRule rule;
+  uint64_t seed = 0;  // stochastic compressors draw from it
+  const Clock* clock = &SteadyClock::instance();
+};
+
+class RingExecutor final : public Executor {
+ public:
+  // Keeps references to `transport` and to setup's tensors, layout and plan (they must outlive
+  // it). Throws ConfigError for a compressor it cannot build.
+  RingExecutor(Transport& transport, RingSetup setup);
+
+  OpOutcome run(const PlannedOp& op) override;
+  // Update mode with SGD: the velocity of every tensor (sharded: gathered from the ranks that
+  // own each block, a collective); gradient mode: empty (the caller's optimizer keeps it).
+  std::vector<float> velocity() override;
+  void setVelocity(std::span<const float> byTensor) override;
+  void pullGlobalModel() override {}  // every worker holds the one model already
+
+ private:
+  // Averages the unit in its slot; returns the compressor's method, or empty when dense.
+  std::string exchange(const PlannedOp& op, OpOutcome& outcome);
+  // Applies the rule to the flat elements [begin, end) of `unit`, whose optimizer state starts
+  // at velocity_[velocityAt_[unit]].
+  void update(size_t unit, size_t begin, size_t end, uint64_t step);
+  void allgatherParameters(size_t unit);
+
+  Transport& transport_;
+  const RingSetup s_;
+  std::vector<std::unique_ptr<Compressor>> compressors_;  // by unit; null: dense
+  std::vector<float> sent_;                               // scratch for exchanges
+  std::vector<float> velocity_;      // update mode: by flat element (sharded: own blocks only);
+                                     // SGD's velocity or Adam's first moment
+  std::vector<float> secondMoment_;  // Adam's, laid out as velocity_ (empty for SGD)
+  std::vector<size_t> velocityAt_;   // by unit: where its state starts in velocity_
+};
+
+}  // namespace gradsync
