@@ -1,5 +1,5 @@
-// The encoding shared by the quantized methods (qsgd, terngrad, onebit, signsgd): a unit is cut
-// into buckets, each bucket is described by a few float32 parameters (its scale, norm or
+// The encoding shared by the quantized methods (qsgd, terngrad, twobit, onebit, signsgd): a unit is
+// cut into buckets, each bucket is described by a few float32 parameters (its scale, norm or
 // means), and each element by a code of 1..8 bits. Wire layout, little-endian:
 //
 //   [parameters of bucket 0][parameters of bucket 1]...   kParams float32 per bucket

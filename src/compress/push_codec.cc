@@ -47,7 +47,7 @@ PushCodec::PushCodec(const CompressSpec& spec, std::span<const TensorShape> unit
     throw ConfigError(fmt::format("--compress {} does not apply through parameter servers{}{}",
                                   spec.toString(), why.empty() ? "" : ": ", why),
                       {.hint = "over servers use fp16, topk, mstopk, randomk, qsgd, terngrad, "
-                               "onebit or signsgd; or ring ssgd for any method"});
+                               "twobit, onebit or signsgd; or ring ssgd for any method"});
   }
   method_ = findMethod(spec.method).make(spec.args, unit);
   codec_ = dynamic_cast<CodecCompressor*>(method_.get());

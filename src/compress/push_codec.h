@@ -1,8 +1,8 @@
 // Compression over parameter servers (ps/, docs/algorithms.md "Compression over parameter
 // servers"): a worker encodes its own gradient for a push and the server decodes each worker's
 // push and sums them. The workers never combine among themselves, so a method applies when one
-// rank can produce its encoding alone: fp16, topk, mstopk, randomk, qsgd, terngrad, onebit and
-// signsgd. The others are refused with the reason: powersgd and gradiveq exchange in rounds
+// rank can produce its encoding alone: fp16, topk, mstopk, randomk, qsgd, terngrad, twobit, onebit
+// and signsgd. The others are refused with the reason: powersgd and gradiveq exchange in rounds
 // among the workers (P then Q; a basis learned from the summed gradient), gtopk merges the
 // workers' selections pairwise among them, and dgc's momentum correction would apply momentum
 // beside the servers' own.

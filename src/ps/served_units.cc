@@ -19,8 +19,9 @@ CompressionPlan planPushes(const CompressionConfig& compression,
       throw ConfigError(
           fmt::format("--compress {} does not apply through parameter servers: {}", spec.toString(),
                       why),
-          {.hint = "over servers use fp16, topk, mstopk, randomk, qsgd, terngrad, onebit or "
-                   "signsgd; or ring ssgd for any method"});
+          {.hint =
+               "over servers use fp16, topk, mstopk, randomk, qsgd, terngrad, twobit, onebit or "
+               "signsgd; or ring ssgd for any method"});
     }
   }
   return plan;

@@ -13,6 +13,7 @@ std::unique_ptr<Compressor> makeRandomK(const MethodArgs& args, std::span<const 
 std::unique_ptr<Compressor> makeDgc(const MethodArgs& args, std::span<const TensorShape> unit);
 std::unique_ptr<Compressor> makeQsgd(const MethodArgs& args, std::span<const TensorShape> unit);
 std::unique_ptr<Compressor> makeTernGrad(const MethodArgs& args, std::span<const TensorShape> unit);
+std::unique_ptr<Compressor> makeTwoBit(const MethodArgs& args, std::span<const TensorShape> unit);
 std::unique_ptr<Compressor> makeOneBit(const MethodArgs& args, std::span<const TensorShape> unit);
 std::unique_ptr<Compressor> makeSignSgd(const MethodArgs& args, std::span<const TensorShape> unit);
 std::unique_ptr<Compressor> makePowerSgd(const MethodArgs& args, std::span<const TensorShape> unit);
