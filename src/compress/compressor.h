@@ -39,7 +39,19 @@ struct ExchangeContext {
   const Clock* clock = &SteadyClock::instance();
 };
 
-// Measurements of one exchange, summed by the gradient engine into its step statistics.
+// A sparsifier that selects elements by magnitude (topk, mstopk) and can be told how many to
+// select at its next encode, instead of its density's share of the unit: p3 allots a whole
+// tensor's k among the tensor's slices (sync/slice_budgets.h). Once told, it also accepts
+// encodings of any count from the other ranks (theirs are allotted by their own gradients).
+class SparseBudget {
+ public:
+  virtual ~SparseBudget() = default;
+  virtual double density() const = 0;
+  // The next encode selects min(k, its input's size) elements.
+  virtual void setBudget(size_t k) = 0;
+};
+
+// Measurements of one exchange, summed by the engine into its step statistics.
 struct ExchangeStats {
   double encodeSeconds = 0;
   double decodeSeconds = 0;
@@ -63,6 +75,9 @@ class Compressor {
   // Throws the transport's errors, and ProtocolError on a malformed encoding from a peer.
   virtual void exchange(ExchangeContext& context, std::span<float> grad, std::span<float> sent,
                         ExchangeStats& stats) = 0;
+
+  // The method's selection budget, if it has one (a sparsifier by magnitude); else null.
+  virtual SparseBudget* sparseBudget() { return nullptr; }
 };
 
 // A compressor whose encoding is a byte string that ranks all-gather (kAllgather). Subclasses

@@ -19,6 +19,8 @@ class ErrorFeedback : public Compressor {
   void exchange(ExchangeContext& context, std::span<float> grad, std::span<float> sent,
                 ExchangeStats& stats) override;
 
+  SparseBudget* sparseBudget() override { return inner_->sparseBudget(); }
+
   std::span<const float> residual() const { return residual_; }
   const Compressor& inner() const { return *inner_; }
 

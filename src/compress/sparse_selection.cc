@@ -1,6 +1,8 @@
 // The sparse-selection codec (sparse_selection.h): k pairs out, k validated pairs in.
 #include "compress/sparse_selection.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "common/check.h"
@@ -21,8 +23,14 @@ size_t SparseSelectionCodec::encodedBytes(size_t elements) const {
   return sparseBytes(selectionCount(elements, density_));
 }
 
+void SparseSelectionCodec::setBudget(size_t k) {
+  budget_ = k;
+  budgeted_ = true;
+}
+
 void SparseSelectionCodec::encode(std::span<const float> x, std::vector<uint8_t>& out, uint64_t) {
-  const size_t k = selectionCount(x.size(), density_);
+  const size_t k = budget_ ? std::min(*budget_, x.size()) : selectionCount(x.size(), density_);
+  budget_.reset();
   select(x, k, indices_);
   GS_CHECK_EQ(indices_.size(), k);
   encodeSparseGather(x, indices_, out);
@@ -31,7 +39,7 @@ void SparseSelectionCodec::encode(std::span<const float> x, std::vector<uint8_t>
 void SparseSelectionCodec::decodeAdd(std::span<const uint8_t> in, std::span<float> out) const {
   const SparseView view = viewSparse(in, out.size());
   const size_t k = selectionCount(out.size(), density_);
-  if (view.count != k) {
+  if (view.count != k && !budgeted_) {
     throw ProtocolError(fmt::format("sparse encoding carries {} pairs, expected {} for {} elements",
                                     view.count, k, out.size()));
   }

@@ -1,10 +1,13 @@
 // The codec shared by the methods that send k = selectionCount(n, R) elements of the input as
 // they are (topk, mstopk): a subclass chooses the indices, this class writes them in the sparse
 // wire format (sparse.h: 4 + 8k bytes) and decodes with stricter checks than the format alone,
-// since these encodings always carry exactly k pairs at strictly ascending indices.
+// since these encodings carry exactly k pairs at strictly ascending indices. With a budget
+// (SparseBudget: p3's share of a tensor's k) the count is the budget's, and any count is
+// accepted from other ranks; encodedBytes stays the density's share (the typical size).
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -16,14 +19,18 @@ namespace gradsync {
 // it is in range.
 double checkedDensity(const MethodArgs& args, const char* method);
 
-class SparseSelectionCodec : public CodecCompressor {
+class SparseSelectionCodec : public CodecCompressor, public SparseBudget {
  public:
   explicit SparseSelectionCodec(double density) : density_(density) {}
 
+  SparseBudget* sparseBudget() override { return this; }
+  double density() const override { return density_; }
+  void setBudget(size_t k) override;
+
   size_t encodedBytes(size_t elements) const override;
   void encode(std::span<const float> x, std::vector<uint8_t>& out, uint64_t seed) override;
-  // Throws ProtocolError unless `in` is a well-formed encoding of exactly k pairs with strictly
-  // ascending indices inside `out`; `out` is untouched then.
+  // Throws ProtocolError unless `in` is a well-formed encoding of exactly k pairs (any count,
+  // once budgeted) with strictly ascending indices inside `out`; `out` is untouched then.
   void decodeAdd(std::span<const uint8_t> in, std::span<float> out) const override;
 
  protected:
@@ -32,6 +39,8 @@ class SparseSelectionCodec : public CodecCompressor {
 
  private:
   double density_;
+  std::optional<size_t> budget_;   // for the next encode
+  bool budgeted_ = false;          // budgets are in use: counts vary
   std::vector<uint32_t> indices_;  // reused across steps
 };
 

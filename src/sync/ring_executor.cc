@@ -14,18 +14,28 @@ namespace {
 const CollectiveOptions kGradientStream{.tag = tags::kGradients};
 const CollectiveOptions kVelocityStream{.tag = tags::kVelocity};
 
+// Each unit's compressor (null: dense), as the plan says for its tensors.
+std::vector<std::unique_ptr<Compressor>> makeCompressors(const RingSetup& s) {
+  std::vector<std::unique_ptr<Compressor>> compressors;
+  for (size_t u = 0; u < s.layout.units.size(); ++u) {
+    compressors.push_back(makeCompressor(s.plan.perTensor[s.layout.units[u].tensors[0]],
+                                         unitShapes(s.layout, u, s.tensors)));
+  }
+  return compressors;
+}
+
 }  // namespace
 
 RingExecutor::RingExecutor(Transport& transport, RingSetup setup)
-    : transport_(transport), s_(std::move(setup)) {
+    : transport_(transport),
+      s_(std::move(setup)),
+      compressors_(makeCompressors(s_)),
+      budgets_(s_.tensors, s_.layout, compressors_) {
   GS_CHECK(s_.gradients.size() == s_.layout.totalElements);
   GS_CHECK(!s_.updates || s_.parameters.size() == s_.tensors.size());
   size_t largest = 0;
   for (size_t u = 0; u < s_.layout.units.size(); ++u) {
-    const CommUnit& unit = s_.layout.units[u];
-    compressors_.push_back(
-        makeCompressor(s_.plan.perTensor[unit.tensors[0]], unitShapes(s_.layout, u, s_.tensors)));
-    if (compressors_.back()) largest = std::max(largest, unit.elements);
+    if (compressors_[u]) largest = std::max(largest, s_.layout.units[u].elements);
   }
   sent_.resize(largest);
   if (!s_.updates) return;
@@ -75,6 +85,7 @@ std::string RingExecutor::exchange(const PlannedOp& op, OpOutcome& outcome) {
     allreduce(transport_, data, ReduceOp::kAverage, kGradientStream);
     return {};
   }
+  budgets_.allot(op.unit, op.step, s_.gradients);
   ExchangeContext context{transport_, kGradientStream, op.step, s_.seed, s_.clock};
   ExchangeStats stats;
   compressor->exchange(context, data, {sent_.data(), u.elements}, stats);

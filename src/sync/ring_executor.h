@@ -1,6 +1,8 @@
 // Carries out the engine's operations with collectives among the workers (the ring):
-//   allreduce       the unit's average (through its compressor after the plan's warm-up); in
-//                   update mode (p3) the optimizer's rule then applies it to the parameters
+//   allreduce       the unit's average (through its compressor after the plan's warm-up; a p3
+//                   slice of a sparsified tensor selects its share of the tensor's k:
+//                   slice_budgets.h); in update mode (p3) the optimizer's rule then applies it
+//                   to the parameters
 //   reduce-scatter  sharded (Lee et al.): the average of this rank's block, whose parameters it
 //                   updates (its velocity is that block only: 1/P of the optimizer state)
 //   allgather       sharded: every rank's updated block, into the parameters
@@ -19,6 +21,7 @@
 #include "optim/update_rule.h"
 #include "schedule/executor.h"
 #include "schedule/schedule.h"
+#include "sync/slice_budgets.h"
 
 namespace gradsync {
 
@@ -60,6 +63,7 @@ class RingExecutor final : public Executor {
   Transport& transport_;
   const RingSetup s_;
   std::vector<std::unique_ptr<Compressor>> compressors_;  // by unit; null: dense
+  SliceBudgets budgets_;                                  // p3 slices of sparsified tensors
   std::vector<float> sent_;                               // scratch for exchanges
   std::vector<float> velocity_;      // update mode: by flat element (sharded: own blocks only);
                                      // SGD's velocity or Adam's first moment

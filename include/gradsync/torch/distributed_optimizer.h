@@ -83,8 +83,7 @@ class DistributedOptimizer {
   // equal). Collective: every rank calls it at the same step; e.g. before evaluating or saving.
   void synchronizeModel();
   // Whether the engine applies the update (p3, sharded, parameter servers): then step() does
-  // not call the
-  // optimizer.
+  // not call the optimizer.
   bool updatesParameters() const;
   // Bytes this rank sent for gradients so far, and what dense ring allreduces would have sent.
   uint64_t bytesSent() const;
