@@ -14,8 +14,9 @@ namespace gradsync {
 struct SyncOptions {
   // fifo | wfbp | fusion[:MB] | p3[:slice=N,window=W] (--schedule).
   std::string schedule = "wfbp";
-  // none | fp16 | topk:D | mstopk:D | gtopk:D | dgc:D | randomk:D | qsgd:L | terngrad | onebit |
-  // signsgd | powersgd:R | gradiveq:R, each with ,ef=on|off where it applies (--compress).
+  // none | fp16 | topk:D | mstopk:D | gtopk:D | dgc:D | randomk:D | qsgd:L | terngrad | twobit:T |
+  // onebit | signsgd | powersgd:R | gradiveq:R, each with ,ef=on|off where it applies
+  // (--compress).
   std::string compress = "none";
   std::vector<std::string> compressOverrides;  // GLOB=SPEC by parameter name, first match wins
   size_t compressMinElements = 1024;           // smaller tensors go dense
@@ -27,6 +28,9 @@ struct SyncOptions {
   // ssgd through parameter servers co-located with the workers (server s is a thread of rank s)
   // instead of the ring (--ps); asgd, ssp and the delayed strategies always use them.
   bool parameterServers = false;
+  // Separate parameter-server ranks instead (--servers K): the last K ranks of the transport
+  // serve (DistributedOptimizer::serve) and the others train. 0: servers are co-located.
+  int servers = 0;
   // The delayed strategies' knobs, as gradsync train's flags of the same names.
   int64_t delayWarmup = -1;   // --delay-warmup: plain ssgd steps first (-1: the paper's)
   double localLr = 0;         // --local-lr: their local step's learning rate (0: the optimizer's)

@@ -40,13 +40,13 @@
 #include "common/tensor_shape.h"
 #include "compress/policy.h"
 #include "gradsync/clock.h"
+#include "gradsync/trace.h"
 #include "gradsync/transport.h"
 #include "optim/update_rule.h"
 #include "ps/worker_client.h"
 #include "schedule/executor.h"
 #include "schedule/schedule.h"
 #include "schedule/step_planner.h"
-#include "trace/trace_recorder.h"
 
 namespace gradsync {
 

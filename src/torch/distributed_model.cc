@@ -123,12 +123,6 @@ void DistributedModel::waitForModule(const torch::nn::Module& layer) {
   }
 }
 
-double DistributedModel::takeWaitSeconds() {
-  double seconds = waitSeconds_;
-  waitSeconds_ = 0;
-  return seconds;
-}
-
 void DistributedModel::broadcastState() {
   torch::NoGradGuard noGrad;
   for (auto& parameter : module_->parameters())

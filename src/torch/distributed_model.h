@@ -78,8 +78,8 @@ class DistributedModel {
   // step's update: for a forward that overlaps the previous step's communication, called before
   // each layer runs. No-op outside update mode and for modules that are not submodules.
   void waitForModule(const torch::nn::Module& layer);
-  // Seconds the waits for parameters took since the last call (exposed communication).
-  double takeWaitSeconds();
+  // Seconds the waits for parameters took so far (exposed communication).
+  double waitSeconds() const { return waitSeconds_; }
   // Averages BatchNorm running statistics across ranks, so evaluation and checkpoints see one
   // model (each rank normalises with its own batch statistics while training, as DDP does
   // without SyncBatchNorm).

@@ -13,142 +13,14 @@
 #include "job/agreement.h"
 #include "sync/strategy.h"
 #include "torch/distributed_model.h"
+#include "torch/sync_setup.h"
+#include "transport/prefix_transport.h"
 
 namespace gradsync {
 namespace {
 
 [[noreturn]] void refuse(const std::string& message, const std::string& hint) {
   throw ConfigError(message, {.operation = "distributed optimizer", .hint = hint});
-}
-
-// The optimizer's rule as the engine applies it per slice (p3, sharded): SGD, Adam or AdamW,
-// with every option torch has but amsgrad. The engine applies one rule to every parameter, so
-// the optimizer's groups must agree. What it cannot compute exactly is refused, never
-// approximated.
-UpdateRule ruleOfGroup(const torch::optim::Optimizer& optimizer,
-                       const torch::optim::OptimizerParamGroup& group) {
-  const torch::optim::OptimizerOptions& options = group.options();
-  if (dynamic_cast<const torch::optim::SGD*>(&optimizer) != nullptr) {
-    const auto& o = static_cast<const torch::optim::SGDOptions&>(options);
-    return {.kind = UpdateRule::Kind::kSgd,
-            .lr = o.lr(),
-            .momentum = o.momentum(),
-            .dampening = o.dampening(),
-            .nesterov = o.nesterov(),
-            .weightDecay = o.weight_decay()};
-  }
-  auto adamLike = [](UpdateRule::Kind kind, const auto& o) {
-    if (o.amsgrad()) {
-      refuse("p3 and sharded apply the update in the engine, which has no amsgrad",
-             "drop amsgrad, or schedule fifo, wfbp or fusion (the optimizer then runs as given)");
-    }
-    return UpdateRule{.kind = kind,
-                      .lr = o.lr(),
-                      .beta1 = std::get<0>(o.betas()),
-                      .beta2 = std::get<1>(o.betas()),
-                      .eps = o.eps(),
-                      .weightDecay = o.weight_decay()};
-  };
-  if (dynamic_cast<const torch::optim::AdamW*>(&optimizer) != nullptr) {
-    return adamLike(UpdateRule::Kind::kAdamW,
-                    static_cast<const torch::optim::AdamWOptions&>(options));
-  }
-  if (dynamic_cast<const torch::optim::Adam*>(&optimizer) != nullptr) {
-    return adamLike(UpdateRule::Kind::kAdam,
-                    static_cast<const torch::optim::AdamOptions&>(options));
-  }
-  refuse("p3 and sharded apply the update in the engine, which implements SGD, Adam and AdamW",
-         "use one of those, or schedule fifo, wfbp or fusion (any optimizer)");
-}
-
-bool sameRule(const UpdateRule& a, const UpdateRule& b) {
-  return a.kind == b.kind && a.lr == b.lr && a.momentum == b.momentum &&
-         a.dampening == b.dampening && a.nesterov == b.nesterov && a.beta1 == b.beta1 &&
-         a.beta2 == b.beta2 && a.eps == b.eps && a.weightDecay == b.weightDecay;
-}
-
-UpdateRule engineRule(const torch::optim::Optimizer& optimizer) {
-  UpdateRule rule = ruleOfGroup(optimizer, optimizer.param_groups().front());
-  for (const auto& group : optimizer.param_groups()) {
-    if (!sameRule(ruleOfGroup(optimizer, group), rule)) {
-      refuse(
-          "p3 and sharded apply one rule to every parameter: the optimizer's parameter groups "
-          "differ in their options",
-          "use one group, or schedule fifo, wfbp or fusion");
-    }
-  }
-  return rule;
-}
-
-// The servers apply SGD with momentum (ps/parameter_server.h): the optimizer must be that.
-UpdateRule serverRule(const torch::optim::Optimizer& optimizer) {
-  const UpdateRule rule = engineRule(optimizer);
-  if (rule.kind != UpdateRule::Kind::kSgd || rule.nesterov || rule.dampening != 0 ||
-      rule.weightDecay != 0) {
-    refuse("parameter servers apply SGD with momentum: not " + rule.describe(),
-           "give torch::optim::SGD without Nesterov, dampening or weight decay, or use ring "
-           "ssgd (any optimizer) or p3/sharded (SGD, Adam, AdamW)");
-  }
-  return rule;
-}
-
-StrategyKnobs knobsOf(const SyncOptions& sync) {
-  return {.ps = sync.parameterServers,
-          .warmup = sync.delayWarmup,
-          .localLr = sync.localLr,
-          .localMomentum = sync.localMomentum,
-          .glu = sync.glu,
-          .threshold = sync.cdThreshold};
-}
-
-// How DistributedModel synchronizes for `sync`: through servers (co-located, one per rank), by
-// local SGD, or over the ring (gradient mode, or p3/sharded applying the optimizer's rule).
-SyncSetup setupFor(torch::optim::Optimizer& optimizer, const SyncOptions& sync, int workers) {
-  const SyncStrategy strategy = SyncStrategy::parse(sync.sync);
-  EngineOptions engine{.schedule = ScheduleSpec::parse(sync.schedule),
-                       .compression = {.spec = sync.compress,
-                                       .overrides = sync.compressOverrides,
-                                       .minElements = sync.compressMinElements,
-                                       .warmupSteps = sync.compressWarmup},
-                       .seed = sync.seed,
-                       .sharded = strategy.kind == SyncStrategy::Kind::kSharded};
-  checkCompressionApplies(strategy, engine.compression, sync.sync);
-  const StrategyKnobs knobs = knobsOf(sync);
-  const bool local = strategy.kind == SyncStrategy::Kind::kLocalSgd;
-  const bool servers = psOptionsFor(strategy, knobs, workers, 0.1, 0).has_value();
-  if (sync.join && (servers || local)) {
-    refuse("join works with ring ssgd only", "drop join, or use sync ssgd without servers");
-  }
-  if (servers) {
-    engine.update = serverRule(optimizer);
-    engine.servers =
-        psOptionsFor(strategy, knobs, workers, engine.update.lr, engine.update.momentum);
-    return {.engine = std::move(engine)};
-  }
-  if (local) return {.engine = std::move(engine), .local = true};
-  if (Engine::updatesParameters(engine)) {
-    if (sync.join) {
-      refuse(
-          "join works in gradient mode only: with p3 and sharded the engine updates by the "
-          "average over every rank",
-          "use schedule fifo, wfbp or fusion with join");
-    }
-    engine.update = engineRule(optimizer);
-  }
-  return {.engine = std::move(engine)};
-}
-
-void logSetup(const SyncOptions& sync, const SyncSetup& setup) {
-  const char* how = setup.engine.servers ? "the parameter servers apply "
-                    : setup.local        ? "local steps, models averaged periodically; "
-                                         : nullptr;
-  if (how == nullptr && !Engine::updatesParameters(setup.engine)) {
-    GS_LOG(kInfo, "distributed optimizer: {}, {}, the optimizer steps on the averages", sync.sync,
-           sync.schedule);
-    return;
-  }
-  GS_LOG(kInfo, "distributed optimizer: {}, {}, {}{}", sync.sync, sync.schedule,
-         how ? how : "the engine applies ", setup.local ? "" : setup.engine.update.describe());
 }
 
 // Every rank must synchronize the same parameters with the same options: checked before any
@@ -160,7 +32,7 @@ void checkSameEverywhere(Transport& transport, const SyncOptions& sync,
       {"compress", sync.compress},
       {"compress overrides", fmt::format("{}", sync.compressOverrides)},
       {"sync", sync.sync},
-      {"parameter servers", sync.parameterServers ? "on" : "off"},
+      {"parameter servers", fmt::format("{} {}", sync.parameterServers, sync.servers)},
       {"delayed strategies' knobs", fmt::format("{} {} {} {} {}", sync.delayWarmup, sync.localLr,
                                                 sync.localMomentum, sync.glu, sync.cdThreshold)},
       {"seed", std::to_string(sync.seed)},
@@ -191,23 +63,74 @@ void checkOptimizerCoversModule(
   }
 }
 
-// A compressor that applies momentum itself (DGC's momentum correction) beside SGD momentum
-// would apply it twice.
+using Parameters = std::vector<std::pair<std::string, torch::Tensor>>;
+
+// Whether each parameter's compressor applies momentum itself (dgc), by its tensor.
+std::function<bool(const torch::Tensor&)> absorbsOf(const Parameters& parameters,
+                                                    const SyncOptions& options) {
+  std::vector<TensorShape> shapes;
+  for (const auto& [name, tensor] : parameters)
+    shapes.push_back(tensorShape(name, tensor.sizes().vec()));
+  std::vector<bool> absorbs = absorbsMomentum(options, shapes);
+  std::unordered_set<const void*> absorbing;
+  for (size_t i = 0; i < parameters.size(); ++i) {
+    if (absorbs[i]) absorbing.insert(parameters[i].second.unsafeGetTensorImpl());
+  }
+  return
+      [absorbing](const torch::Tensor& p) { return absorbing.count(p.unsafeGetTensorImpl()) > 0; };
+}
+
+// A compressor that applies momentum itself (DGC's momentum correction) beside SGD momentum in
+// its parameter's group would apply it twice.
 void checkMomentumAppliedOnce(const torch::optim::Optimizer& optimizer,
-                              const DistributedModel& model, const std::string& compress) {
+                              const std::function<bool(const torch::Tensor&)>& absorbs,
+                              const std::string& compress) {
   if (dynamic_cast<const torch::optim::SGD*>(&optimizer) == nullptr) return;
-  const auto& groups = optimizer.param_groups();
-  bool momentum = std::any_of(groups.begin(), groups.end(), [](const auto& group) {
-    return static_cast<const torch::optim::SGDOptions&>(group.options()).momentum() != 0;
-  });
-  for (size_t i = 0; momentum && i < model.parameters().size(); ++i) {
-    if (model.absorbsMomentum(i)) {
+  for (const auto& group : optimizer.param_groups()) {
+    if (static_cast<const torch::optim::SGDOptions&>(group.options()).momentum() == 0) continue;
+    for (const auto& p : group.params()) {
+      if (!absorbs(p)) continue;
       refuse(fmt::format("'{}' applies momentum itself (momentum correction) and the optimizer "
                          "applies it again",
                          compress),
-             "give SGD momentum 0 with this compressor, or compress with another method");
+             "put the parameters it compresses (DistributedOptimizer::absorbsMomentum) in an SGD "
+             "group with momentum 0, or compress with another method");
     }
   }
+}
+
+Transport* workerViewOf(Transport& transport, const SyncOptions& options) {
+  if (options.servers <= 0) return nullptr;
+  if (options.servers >= transport.size()) {
+    refuse(fmt::format("{} ranks cannot hold {} parameter servers and a worker", transport.size(),
+                       options.servers),
+           "start more ranks, or fewer servers");
+  }
+  if (DistributedOptimizer::isServer(transport.rank(), transport.size(), options)) {
+    refuse(fmt::format("rank {} is a parameter server (the last {} of {} ranks)", transport.rank(),
+                       options.servers, transport.size()),
+           "call DistributedOptimizer::serve on the server ranks");
+  }
+  return new PrefixTransport(transport, transport.size() - options.servers);
+}
+
+std::vector<TensorShape> shapesOf(const torch::nn::Module& module) {
+  std::vector<TensorShape> shapes;
+  for (const auto& item : module.named_parameters()) {
+    if (item.value().requires_grad()) {
+      shapes.push_back(tensorShape(item.key(), item.value().sizes().vec()));
+    }
+  }
+  return shapes;
+}
+
+torch::optim::SGD& sgdOf(torch::optim::Optimizer& optimizer) {
+  auto* sgd = dynamic_cast<torch::optim::SGD*>(&optimizer);
+  if (sgd == nullptr) {
+    refuse("in update mode, checkpoints of the engine's Adam and AdamW state are not built yet",
+           "use SGD, or schedule fifo, wfbp or fusion (the optimizer keeps its own state)");
+  }
+  return *sgd;
 }
 
 }  // namespace
@@ -215,19 +138,23 @@ void checkMomentumAppliedOnce(const torch::optim::Optimizer& optimizer,
 DistributedOptimizer::DistributedOptimizer(torch::optim::Optimizer& optimizer,
                                            std::shared_ptr<torch::nn::Module> module,
                                            Transport& transport, SyncOptions options)
-    : optimizer_(optimizer), transport_(transport), joinable_(options.join) {
-  std::vector<std::pair<std::string, torch::Tensor>> synchronized;
+    : optimizer_(optimizer),
+      workerView_(workerViewOf(transport, options)),
+      transport_(workerView_ ? *workerView_ : transport),
+      joinable_(options.join) {
+  Parameters synchronized;
   for (const auto& item : module->named_parameters()) {
     if (item.value().requires_grad()) synchronized.emplace_back(item.key(), item.value());
   }
   checkOptimizerCoversModule(optimizer, synchronized);
-  SyncSetup setup = setupFor(optimizer, options, transport.size());
-  logSetup(options, setup);
-  checkSameEverywhere(transport, options, synchronized);
+  const auto absorbs = absorbsOf(synchronized, options);
+  SyncSetup setup = setupFor(optimizer, options, transport_.size(), absorbs);
+  setup.psTransport = &transport;
+  checkSameEverywhere(transport_, options, synchronized);
   engineLr_ = setup.engine.update.lr;
   if (setup.local) localPeriod_ = SyncStrategy::parse(options.sync).parameter;
-  model_ = std::make_unique<DistributedModel>(std::move(module), transport, std::move(setup));
-  checkMomentumAppliedOnce(optimizer, *model_, options.compress);
+  model_ = std::make_unique<DistributedModel>(std::move(module), transport_, std::move(setup));
+  checkMomentumAppliedOnce(optimizer, absorbs, options.compress);
 }
 
 DistributedOptimizer::~DistributedOptimizer() = default;
@@ -316,6 +243,73 @@ uint64_t DistributedOptimizer::bytesSent() const {
 
 uint64_t DistributedOptimizer::denseBytes() const {
   return model_->totals().denseBytes;
+}
+
+SyncStats DistributedOptimizer::stats() const {
+  const StepStats totals = model_->totals();
+  return {.bytesSent = totals.bytesSent,
+          .denseBytes = totals.denseBytes,
+          .commSeconds = totals.commSeconds,
+          .encodeSeconds = totals.encodeSeconds,
+          .decodeSeconds = totals.decodeSeconds,
+          .waitSeconds = model_->waitSeconds()};
+}
+
+void DistributedOptimizer::setTrace(TraceRecorder* trace) {
+  model_->setTrace(trace);
+}
+
+void DistributedOptimizer::setStep(int64_t step) {
+  model_->setStep(static_cast<uint64_t>(step));
+  localSteps_ = step;
+}
+
+void DistributedOptimizer::withOptimizerState(const std::function<void()>& fn) {
+  if (!model_->updatesParameters()) return fn();
+  torch::optim::SGD& sgd = sgdOf(optimizer_);
+  model_->keepLocalModel([&] {
+    model_->velocityToOptimizer(sgd);  // through servers, the parameters become theirs too
+    fn();
+  });
+  // The engine keeps the state (sharded: 1/P of it); a full copy here would undo that.
+  optimizer_.state().clear();
+}
+
+void DistributedOptimizer::loadOptimizerState() {
+  if (!model_->updatesParameters()) return;
+  model_->velocityFromOptimizer(sgdOf(optimizer_));
+  optimizer_.state().clear();
+}
+
+void DistributedOptimizer::withGlobalModel(const std::function<void()>& fn) {
+  model_->keepLocalModel([&] {
+    model_->pullGlobalModel();
+    fn();
+  });
+}
+
+void DistributedOptimizer::averageBuffers() {
+  model_->averageBuffers();
+}
+
+Transport& DistributedOptimizer::workers() {
+  return transport_;
+}
+
+std::vector<bool> DistributedOptimizer::absorbsMomentum(const torch::nn::Module& module,
+                                                        const SyncOptions& options) {
+  return gradsync::absorbsMomentum(options, shapesOf(module));
+}
+
+void DistributedOptimizer::serve(const torch::optim::Optimizer& optimizer,
+                                 const torch::nn::Module& module, Transport& transport,
+                                 const SyncOptions& options) {
+  if (!isServer(transport.rank(), transport.size(), options)) {
+    refuse(fmt::format("rank {} of {} is not one of the last {} ranks, the parameter servers",
+                       transport.rank(), transport.size(), options.servers),
+           "set SyncOptions::servers, and build a DistributedOptimizer on the other ranks");
+  }
+  serveParameters(transport, shapesOf(module), options, optimizer);
 }
 
 }  // namespace gradsync

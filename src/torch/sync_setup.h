@@ -1,20 +1,36 @@
-// How `gradsync train` synchronizes, from its options: the engine and parameter-server setup of
-// the workers' DistributedModel, and the life of a separate parameter-server rank.
+// From the public SyncOptions and the user's optimizer to the engine's setup
+// (DistributedOptimizer, and so `gradsync train`): which rule the engine or the servers apply,
+// checked against what they can compute exactly; and a separate parameter server's life.
 #pragma once
 
+#include <torch/torch.h>
+
+#include <functional>
+#include <vector>
+
+#include "common/tensor_shape.h"
+#include "gradsync/sync_options.h"
 #include "gradsync/transport.h"
 #include "torch/distributed_model.h"
-#include "torch/trainer.h"
 
 namespace gradsync {
 
-// `workers` are the training ranks; `all` adds the separate parameter servers, if any.
-SyncSetup syncSetup(const TrainOptions& options, Transport& workers, Transport& all);
-// Throws ConfigError for --sync, its companions and --compress/--schedule combinations that
-// cannot run.
-void validateSyncOptions(const TrainOptions& options);
-// A separate parameter server's life (--servers K, the last K ranks): serves the model's units
-// until every worker stopped; rethrows a failure.
-void serveParameters(Transport& transport, const TrainOptions& options);
+// The setup of DistributedModel for `sync` on `workers` training ranks: through servers, by
+// local SGD, or over the ring (gradient mode, or p3/sharded applying the optimizer's rule).
+// `absorbs` by optimizer parameter (as in its groups): whether that parameter's compressor
+// applies momentum itself (dgc), so its group may differ from the others in momentum only.
+// Throws ConfigError for a combination that cannot run, with the reason.
+SyncSetup setupFor(const torch::optim::Optimizer& optimizer, const SyncOptions& sync, int workers,
+                   const std::function<bool(const torch::Tensor&)>& absorbs);
+// The checks of setupFor and of the engine that need no optimizer and no transport (`gradsync
+// train` runs them before starting its ranks): specs, combinations, what can push to servers.
+void validateSync(const SyncOptions& sync, const std::vector<TensorShape>& tensors);
+// Which of `tensors` a compressor applies momentum to itself (dgc under `sync`).
+std::vector<bool> absorbsMomentum(const SyncOptions& sync, const std::vector<TensorShape>& tensors);
+// A separate parameter server's life (SyncOptions::servers: the last ranks of `transport`):
+// serves the units of `tensors`, applying `optimizer`'s SGD learning rate and momentum, until
+// every worker stopped; rethrows a failure.
+void serveParameters(Transport& transport, const std::vector<TensorShape>& tensors,
+                     const SyncOptions& sync, const torch::optim::Optimizer& optimizer);
 
 }  // namespace gradsync

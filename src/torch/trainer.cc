@@ -1,4 +1,5 @@
-// The training loop: data-parallel SGD with momentum, gradients averaged by DistributedModel.
+// The training loop: data-parallel SGD with momentum through the public API, the same
+// DistributedOptimizer a user's own program builds (include/gradsync/torch/).
 #include "torch/trainer.h"
 
 #include <dlfcn.h>
@@ -18,15 +19,15 @@
 #include "data/sampler.h"
 #include "gradsync/collectives.h"
 #include "gradsync/error.h"
-#include "schedule/schedule.h"
+#include "gradsync/torch/collectives.h"
+#include "gradsync/torch/distributed_optimizer.h"
+#include "gradsync/trace.h"
 #include "torch/checkpointing.h"
 #include "torch/data_source.h"
-#include "torch/distributed_model.h"
 #include "torch/metrics.h"
 #include "torch/progress.h"
 #include "torch/sync_setup.h"
 #include "trace/trace_merge.h"
-#include "trace/trace_recorder.h"
 #include "transport/prefix_transport.h"
 
 namespace gradsync {
@@ -51,6 +52,35 @@ void enterTrainingMode(torch::nn::Module& model, bool freezeBatchNorm) {
   }
 }
 
+// The network of --model, initialised from --seed (every rank alike).
+std::shared_ptr<Model> makeSeededModel(const TrainOptions& options) {
+  std::shared_ptr<Model> model = makeModel(options.model);
+  initializeParameters(*model, options.seed);
+  return model;
+}
+
+// One group with the optimizer's momentum, and one without for the parameters whose compressor
+// applies momentum itself (DGC's momentum correction).
+std::vector<torch::optim::OptimizerParamGroup> parameterGroups(const Model& net,
+                                                               const TrainOptions& options) {
+  std::vector<torch::Tensor> plain;
+  std::vector<torch::Tensor> absorbed;
+  const std::vector<bool> absorbs =
+      DistributedOptimizer::absorbsMomentum(net, syncOptionsOf(options));
+  std::vector<torch::Tensor> parameters = net.parameters();
+  for (size_t i = 0; i < parameters.size(); ++i) {
+    (absorbs[i] ? absorbed : plain).push_back(parameters[i]);
+  }
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  auto sgd = [&](double momentum) {
+    return std::make_unique<torch::optim::SGDOptions>(
+        torch::optim::SGDOptions(options.lr).momentum(momentum));
+  };
+  groups.emplace_back(plain, sgd(options.momentum));
+  if (!absorbed.empty()) groups.emplace_back(absorbed, sgd(0));
+  return groups;
+}
+
 class Trainer {
  public:
   // `transport`: the workers; `all`: with the separate parameter servers, if any.
@@ -63,11 +93,11 @@ class Trainer {
         sampler_(data_->trainSize(), transport.rank(), transport.size(), options.batchSize,
                  options.seed),
         net_(makeSeededModel(options)),
-        model_(net_, transport, syncSetup(options, transport, all)),
-        optimizer_(parameterGroups(model_, options), torch::optim::SGDOptions(options.lr)),
+        optimizer_(parameterGroups(*net_, options), torch::optim::SGDOptions(options.lr)),
+        distributed_(optimizer_, net_, all, syncOptionsOf(options)),
         inputs_(options.batchSize * data_->sampleElements()),
         labels_(options.batchSize) {
-    model_.broadcastState();
+    broadcastParameters(*net_, transport_);
     if (!options.checkpointDir.empty()) {
       checkpoints_ = std::make_unique<CheckpointDir>(options.checkpointDir);
     }
@@ -75,39 +105,13 @@ class Trainer {
       StepWindow window = options.traceSteps.empty() ? defaultStepWindow(totalSteps())
                                                      : parseStepWindow(options.traceSteps);
       trace_ = std::make_unique<TraceRecorder>(transport.rank(), window, SteadyClock::instance());
-      model_.setTrace(trace_.get());
+      distributed_.setTrace(trace_.get());
     }
   }
 
   TrainResult run();
 
  private:
-  static std::shared_ptr<Model> makeSeededModel(const TrainOptions& options) {
-    std::shared_ptr<Model> model = makeModel(options.model);
-    initializeParameters(*model, options.seed);
-    return model;
-  }
-
-  // One group with the optimizer's momentum, and one without for the parameters whose
-  // compressor applies momentum itself (DGC's momentum correction).
-  static std::vector<torch::optim::OptimizerParamGroup> parameterGroups(
-      const DistributedModel& model, const TrainOptions& options) {
-    std::vector<torch::Tensor> plain;
-    std::vector<torch::Tensor> absorbed;
-    std::vector<torch::Tensor> parameters = model.parameters();
-    for (size_t i = 0; i < parameters.size(); ++i) {
-      (model.absorbsMomentum(i) ? absorbed : plain).push_back(parameters[i]);
-    }
-    std::vector<torch::optim::OptimizerParamGroup> groups;
-    auto sgd = [&](double momentum) {
-      return std::make_unique<torch::optim::SGDOptions>(
-          torch::optim::SGDOptions(options.lr).momentum(momentum));
-    };
-    groups.emplace_back(plain, sgd(options.momentum));
-    if (!absorbed.empty()) groups.emplace_back(absorbed, sgd(0));
-    return groups;
-  }
-
   int64_t totalSteps() const {
     int64_t perEpoch = static_cast<int64_t>(sampler_.stepsPerEpoch());
     return options_.steps > 0 ? options_.steps : perEpoch * options_.epochs;
@@ -116,6 +120,7 @@ class Trainer {
   float trainStep(int64_t epoch, size_t step, int64_t globalStep);
   double updateParameters(int64_t globalStep, TraceRecorder* trace, double& optimizerSeconds);
   void settle();
+  double takeWaitSeconds();  // the waits for parameters since the last call
   // Accuracy on the first `samples` test samples (all of them by default).
   double evaluate(size_t samples = SIZE_MAX);
   double globalMean(double localSum, double localCount);
@@ -131,9 +136,10 @@ class Trainer {
   const TrainOptions options_;
   std::unique_ptr<DataSource> data_;
   DistributedSampler sampler_;
-  std::shared_ptr<Model> net_;  // the model; model_ synchronizes it
-  DistributedModel model_;
+  std::shared_ptr<Model> net_;  // the model; distributed_ synchronizes it
   torch::optim::SGD optimizer_;
+  DistributedOptimizer distributed_;
+  double waitsSeen_ = 0;  // distributed_.stats().waitSeconds at the last takeWaitSeconds()
   std::vector<float> inputs_;
   std::vector<int64_t> labels_;
   StepProfile sums_;                            // accumulated, divided by the step count at the end
@@ -141,31 +147,30 @@ class Trainer {
   std::unique_ptr<TraceRecorder> trace_;        // null without --trace
 };
 
-// After backward: either the engine applies the update as the averages arrive (p3, sharded),
-// or this waits for the averages and steps the optimizer. Returns the seconds spent waiting.
+// After backward: either the engine applies the update as the averages arrive (p3, sharded,
+// servers), or this waits for the averages and steps the optimizer. Returns the seconds spent
+// waiting.
 double Trainer::updateParameters(int64_t globalStep, TraceRecorder* trace,
                                  double& optimizerSeconds) {
-  if (model_.updatesParameters()) {
-    model_.endBackward();
+  optimizerSeconds = 0;
+  if (distributed_.updatesParameters()) {
+    distributed_.step();
     return 0;
+  }
+  if (strategy_.kind == SyncStrategy::Kind::kLocalSgd) {
+    optimizer_.step();  // on this worker's gradient alone
+    if ((globalStep + 1) % strategy_.parameter != 0) return 0;
+    auto start = Clock::now();
+    ScopedEvent event(trace, kMainLane, "communication", "average models");
+    distributed_.synchronizeModel();
+    return since(start);
   }
   auto start = Clock::now();
   {
     ScopedEvent event(trace, kMainLane, "communication", "wait");
-    model_.synchronizeGradients();
+    distributed_.synchronize();
   }
   double waited = since(start);
-  if (strategy_.kind == SyncStrategy::Kind::kLocalSgd) {
-    optimizer_.step();  // on this worker's gradient alone
-    if ((globalStep + 1) % strategy_.parameter == 0) {
-      start = Clock::now();
-      ScopedEvent event(trace, kMainLane, "communication", "average models");
-      model_.averageParameters();
-      waited += since(start);
-    }
-    optimizerSeconds = 0;
-    return waited;
-  }
   auto synchronized = Clock::now();
   {
     ScopedEvent event(trace, kMainLane, "compute", "optimizer");
@@ -175,11 +180,18 @@ double Trainer::updateParameters(int64_t globalStep, TraceRecorder* trace,
   return waited;
 }
 
+double Trainer::takeWaitSeconds() {
+  const double waits = distributed_.stats().waitSeconds;
+  const double since = waits - waitsSeen_;
+  waitsSeen_ = waits;
+  return since;
+}
+
 // Waits for the last step's communication (p3, sharded), counted as exposed communication and
 // as part of the step: the training time must include it.
 void Trainer::settle() {
-  model_.waitForParameters();
-  double waited = model_.takeWaitSeconds() * 1e3;
+  distributed_.waitForParameters();
+  double waited = takeWaitSeconds() * 1e3;
   sums_.exposedCommMs += waited;
   sums_.stepMs += waited;  // the last step ends only now
 }
@@ -201,14 +213,14 @@ float Trainer::trainStep(int64_t epoch, size_t step, int64_t globalStep) {
     // pre-forward hook waits for that layer's parameters only.
     ScopedEvent event(trace, kMainLane, "compute", "forward");
     loss = torch::nn::functional::cross_entropy(net_->forward(x), y);
-    model_.waitForParameters();
+    distributed_.waitForParameters();
   }
   {
     ScopedEvent event(trace, kMainLane, "compute", "backward");
     loss.backward();
   }
   auto computed = Clock::now();
-  const double forwardWait = model_.takeWaitSeconds();  // in the forward (p3, sharded)
+  const double forwardWait = takeWaitSeconds();  // in the forward (p3, sharded, servers)
   double optimizerSeconds = 0;
   double waited = forwardWait + updateParameters(globalStep, trace, optimizerSeconds);
   sums_.computeMs +=
@@ -245,11 +257,10 @@ double Trainer::globalMean(double localSum, double localCount) {
 // Each rank evaluates every size()-th test sample; the counts are summed across ranks.
 double Trainer::evaluate(size_t samples) {
   const size_t testSize = std::min(samples, data_->testSize());
-  model_.averageBuffers();
+  distributed_.averageBuffers();
   size_t correct = 0;
   size_t seen = 0;
-  model_.keepLocalModel([&] {
-    model_.pullGlobalModel();
+  distributed_.withGlobalModel([&] {
     torch::NoGradGuard noGrad;
     net_->eval();
     constexpr size_t kBatch = 500;
@@ -284,8 +295,7 @@ RunPosition Trainer::startingPosition() {
   std::optional<RunPosition> position =
       loadCheckpoint(*checkpoints_, *net_, optimizer_, identity(), transport_.rank());
   if (!position) return {};
-  model_.velocityFromOptimizer(optimizer_);
-  if (model_.updatesParameters()) optimizer_.state().clear();
+  distributed_.loadOptimizerState();
   if (transport_.rank() == 0 && !options_.quiet) {
     std::printf("resuming from step %lld (%s)\n", static_cast<long long>(position->step),
                 checkpoints_->pathForStep(position->step).c_str());
@@ -304,14 +314,12 @@ void Trainer::maybeCheckpoint(const RunPosition& position, bool last) {
   std::vector<size_t> counts(transport_.size(), sizeof(double));
   allgatherv(transport_, {reinterpret_cast<uint8_t*>(sums.data()), sums.size() * sizeof(double)},
              counts, kTrainerTag);
-  model_.keepLocalModel([&] {
-    model_.velocityToOptimizer(optimizer_);  // with servers, the parameters become theirs
+  // Through servers the saved model is theirs, the global one.
+  distributed_.withOptimizerState([&] {
     if (transport_.rank() == 0) {
       saveCheckpoint(*checkpoints_, *net_, optimizer_, identity(), position, sums);
     }
   });
-  // The engine keeps the velocity (sharded: 1/P of it); a full copy here would undo that.
-  if (model_.updatesParameters()) optimizer_.state().clear();
 }
 
 // --eval-every: records the accuracy at `step`; returns the seconds the evaluation took, which
@@ -339,7 +347,7 @@ TrainResult Trainer::run() {
   const auto perEpoch = static_cast<int64_t>(sampler_.stepsPerEpoch());
   const int epochs = static_cast<int>((total + perEpoch - 1) / perEpoch);
   RunPosition position = startingPosition();
-  model_.setStep(static_cast<uint64_t>(position.step));
+  distributed_.setStep(position.step);
   Progress progress(transport_.rank() == 0 && !options_.quiet, total, epochs);
   int64_t stepsRun = 0;
   while (position.step < total) {
@@ -392,11 +400,11 @@ TrainResult Trainer::run() {
       result.seconds > 0 ? static_cast<double>(sampler_.globalBatch()) * stepsHere / result.seconds
                          : 0;
   result.finalTestAccuracy = result.epochs.empty() ? 0 : result.epochs.back().testAccuracy;
-  for (const torch::Tensor& p : model_.parameters()) {
+  for (const torch::Tensor& p : net_->parameters()) {
     const float* data = p.data_ptr<float>();
     result.parameters.insert(result.parameters.end(), data, data + p.numel());
   }
-  StepStats totals = model_.totals();
+  const SyncStats totals = distributed_.stats();
   sums_.commMs = totals.commSeconds * 1e3;
   sums_.bytesSent = static_cast<double>(totals.bytesSent);
   sums_.denseBytes = static_cast<double>(totals.denseBytes);
@@ -411,9 +419,26 @@ TrainResult Trainer::run() {
 
 }  // namespace
 
+SyncOptions syncOptionsOf(const TrainOptions& options) {
+  return {.schedule = options.schedule,
+          .compress = options.compression.spec,
+          .compressOverrides = options.compression.overrides,
+          .compressMinElements = options.compression.minElements,
+          .compressWarmup = options.compression.warmupSteps,
+          .sync = options.sync,
+          .parameterServers = options.strategy.ps,
+          .servers = options.strategy.servers,
+          .delayWarmup = options.strategy.warmup,
+          .localLr = options.strategy.localLr,
+          .localMomentum = options.strategy.localMomentum,
+          .glu = options.strategy.glu,
+          .cdThreshold = options.strategy.threshold,
+          .seed = options.seed};
+}
+
 void validateTrainOptions(const TrainOptions& options) {
   makeModel(options.model);  // throws with the valid names
-  validateSyncOptions(options);
+  validateSync(syncOptionsOf(options), describeModel(options.model));
   if (options.dataset != "fashion-mnist" && options.dataset != "synthetic") {
     throw ConfigError(fmt::format("unknown dataset '{}'", options.dataset),
                       {.hint = "choose fashion-mnist or synthetic"});
@@ -460,7 +485,10 @@ TrainResult runTraining(Transport& transport, const TrainOptions& options) {
                                   transport.size(), options.strategy.servers));
   }
   if (isServerRank(options, transport.rank(), transport.size())) {
-    serveParameters(transport, options);
+    std::shared_ptr<Model> net = makeModel(options.model);  // its shapes, and SGD's settings
+    torch::optim::SGD optimizer(net->parameters(),
+                                torch::optim::SGDOptions(options.lr).momentum(options.momentum));
+    DistributedOptimizer::serve(optimizer, *net, transport, syncOptionsOf(options));
     return {};
   }
   limitComputeThreads(options.threads);

@@ -6,9 +6,10 @@
 #include <string>
 #include <vector>
 
+#include "common/tensor_shape.h"
 #include "compress/policy.h"
+#include "gradsync/sync_options.h"
 #include "gradsync/transport.h"
-#include "sync/engine.h"
 #include "sync/strategy.h"
 
 namespace gradsync {
@@ -93,6 +94,8 @@ std::vector<int64_t> modelOutputShape(const std::string& model, int64_t batch);
 
 // Throws ConfigError (with the valid choices) for an invalid option, before any work starts.
 void validateTrainOptions(const TrainOptions& options);
+// The public SyncOptions that train's flags amount to (the DistributedOptimizer it trains with).
+SyncOptions syncOptionsOf(const TrainOptions& options);
 
 // Trains on this rank; every rank of `transport` must call it with the same options. Rank 0
 // shows progress (unless quiet) and writes the metrics file. With --servers K the last K ranks

@@ -1,5 +1,7 @@
 #include "trace/trace_json.h"
 
+#include "gradsync/trace.h"
+
 #include <fmt/format.h>
 
 #include <charconv>

@@ -10,7 +10,7 @@
 
 #include "common/socket.h"
 #include "gradsync/error.h"
-#include "trace/trace_recorder.h"
+#include "gradsync/trace.h"
 
 namespace gradsync {
 namespace {

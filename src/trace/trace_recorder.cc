@@ -1,4 +1,6 @@
-#include "trace/trace_recorder.h"
+#include "gradsync/trace.h"
+
+#include "trace/trace_json.h"
 
 #include <fmt/format.h>
 

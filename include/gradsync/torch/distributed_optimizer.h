@@ -13,21 +13,38 @@
 //     distributed.step();                                 // averages in .grad, then optimizer
 //   }
 //
-// Parameters are contiguous float32 tensors on the CPU. Requires the library gradsync::torch
-// (find_package(gradsync COMPONENTS torch)); docs/api.md documents every call.
+// With SyncOptions::servers the job's last ranks are parameter servers: they call serve()
+// instead (see isServer). Parameters are contiguous float32 tensors on the CPU. Requires the
+// library gradsync::torch (find_package(gradsync COMPONENTS torch)); docs/api.md documents every
+// call.
 #pragma once
 
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <vector>
 
 #include "gradsync/sync_options.h"
+#include "gradsync/trace.h"
 #include "gradsync/transport.h"
 
 namespace gradsync {
 
 class DistributedModel;
+
+// What synchronizing has cost on this rank so far, summed over every step.
+struct SyncStats {
+  uint64_t bytesSent = 0;    // what this rank sent for gradients (pushes and replies included)
+  uint64_t denseBytes = 0;   // what dense ring allreduces of the same gradients would send
+  double commSeconds = 0;    // time during which communication was in flight
+  double encodeSeconds = 0;  // compressors' encoding (part of commSeconds)
+  double decodeSeconds = 0;  // compressors' decoding (part of commSeconds)
+  // Time the training thread waited for parameters (update mode: the forward's waits, and
+  // waitForParameters): communication that compute did not hide.
+  double waitSeconds = 0;
+};
 
 // Averages gradients across the ranks of `transport` while backward runs, then steps the
 // user's optimizer (gradient mode: fifo, wfbp, fusion, any compressor, any optimizer); or, with
@@ -88,6 +105,51 @@ class DistributedOptimizer {
   // Bytes this rank sent for gradients so far, and what dense ring allreduces would have sent.
   uint64_t bytesSent() const;
   uint64_t denseBytes() const;
+  SyncStats stats() const;
+  // Records the engine's communication (queueing and each operation, on the recorder's
+  // communication lane) and the training thread's waits. Null: none. Set before the first step;
+  // the recorder must outlive this object.
+  void setTrace(TraceRecorder* trace);
+  // The global step the next step() is (compression warm-up, seeds, the delayed strategies'
+  // warm-up); set it after resuming from a checkpoint, before the first step.
+  void setStep(int64_t step);
+
+  // Checkpoints. In update mode the optimizer's state lives in the engine or the servers:
+  // withOptimizerState(fn) copies it into the torch optimizer's state (SGD's momentum buffers)
+  // for `fn` (which saves the optimizer as usual) and clears it again afterwards, and, through
+  // servers, runs `fn` on the global model (as withGlobalModel). loadOptimizerState() hands a
+  // loaded optimizer's state to the engine or the servers (a parameter without a momentum buffer
+  // starts from zero) and clears it from the optimizer. In gradient mode the optimizer keeps its
+  // own state: `fn` just runs, and loading does nothing. Update mode with Adam or AdamW:
+  // ConfigError (not built yet). Between steps; collective; servers: load before the first step.
+  void withOptimizerState(const std::function<void()>& fn);
+  void loadOptimizerState();
+  // Runs `fn` with this worker's parameters being the one global model (the servers', where
+  // workers train their own copies: asgd, ssp, the delayed strategies), then gives the worker
+  // its own parameters back, so that evaluating or saving the global model leaves training
+  // undisturbed. Without servers `fn` just runs. Collective; `fn` may use collectives.
+  void withGlobalModel(const std::function<void()>& fn);
+  // Averages the module's floating-point buffers (BatchNorm running statistics) across the
+  // workers, so evaluation and checkpoints see one model. Collective.
+  void averageBuffers();
+  // The workers' transport: with SyncOptions::servers, the training ranks alone (rank and size
+  // among the workers, for the program's own collectives); else the transport given.
+  Transport& workers();
+
+  // Which parameters of `module` (those requiring a gradient, in order) have a compressor that
+  // applies momentum itself under `options` (dgc's momentum correction): put them in an SGD
+  // group with momentum 0; the compressor applies the other group's momentum.
+  static std::vector<bool> absorbsMomentum(const torch::nn::Module& module,
+                                           const SyncOptions& options);
+  // Whether `rank` of a job of `size` ranks is a separate parameter server (SyncOptions::servers).
+  static bool isServer(int rank, int size, const SyncOptions& options) {
+    return options.servers > 0 && rank >= size - options.servers;
+  }
+  // A separate parameter server's life, instead of training: serves `module`'s parameters (their
+  // shapes; rank 0 sends the values) with `optimizer`'s SGD learning rate and momentum until
+  // every worker has stopped. Blocking; rethrows a failure (a lost worker, named).
+  static void serve(const torch::optim::Optimizer& optimizer, const torch::nn::Module& module,
+                    Transport& transport, const SyncOptions& options);
 
   // With SyncOptions::join, for ranks whose data ends before the others' (Horovod's and DDP's
   // join): a rank out of data calls join(), which takes part in the other ranks' remaining
@@ -103,7 +165,8 @@ class DistributedOptimizer {
   int ranksWithData(bool mine);
 
   torch::optim::Optimizer& optimizer_;
-  Transport& transport_;
+  std::unique_ptr<Transport> workerView_;  // with separate servers: the training ranks
+  Transport& transport_;                   // the workers'
   const bool joinable_;
   double engineLr_ = 0;  // update mode: the learning rate the engine applies
   int localPeriod_ = 0;  // localsgd: H (steps between model averages); else 0

@@ -11,9 +11,9 @@
 #include <nlohmann/json.hpp>
 
 #include "gradsync/error.h"
+#include "gradsync/trace.h"
 #include "schedule/step_planner.h"
 #include "support/transports.h"
-#include "trace/trace_recorder.h"
 
 namespace gradsync::testing {
 namespace {

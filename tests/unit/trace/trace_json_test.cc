@@ -1,5 +1,7 @@
 #include "trace/trace_json.h"
 
+#include "gradsync/trace.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>

@@ -9,7 +9,7 @@
 #include <sstream>
 
 #include "gradsync/error.h"
-#include "trace/trace_recorder.h"
+#include "gradsync/trace.h"
 
 namespace gradsync {
 namespace {

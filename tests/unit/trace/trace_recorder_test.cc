@@ -1,4 +1,4 @@
-#include "trace/trace_recorder.h"
+#include "gradsync/trace.h"
 
 #include <gtest/gtest.h>
 

@@ -10,22 +10,61 @@
 // instrumented code costs ~1 ns per event when tracing is off.
 //
 // Output: serialize() returns this rank's events as a JSON array (pid = rank, tid = lane);
-// mergeTraces() (trace_merge.h) joins the arrays of all ranks into one file for Perfetto.
+// mergeTraces() (src/trace/trace_merge.h) joins the arrays of all ranks into one file for Perfetto.
 #pragma once
 
 #include <atomic>
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "gradsync/clock.h"
-#include "trace/trace_json.h"
 
 namespace gradsync {
+
+// Key/value arguments attached to a trace event ("args" in the Chrome trace format), e.g.
+// TraceArgs().add("tensor", name).add("bytes", n).add("priority", p).
+// Holds the members already encoded as JSON, so attaching them to an event is one string move.
+// Keys are not de-duplicated: add each key once. Not thread-safe (a value type).
+class TraceArgs {
+ public:
+  TraceArgs& add(std::string_view key, std::string_view value);
+  TraceArgs& add(std::string_view key, const char* value) {
+    return add(key, std::string_view(value));
+  }
+  TraceArgs& add(std::string_view key, const std::string& value) {
+    return add(key, std::string_view(value));
+  }
+  TraceArgs& add(std::string_view key, double value);
+  TraceArgs& add(std::string_view key, bool value);
+  // Integers of any width and signedness (a template, so add("bytes", 3) is not ambiguous
+  // between the double and the 64-bit overloads).
+  template <std::integral T>
+  requires(!std::same_as<T, bool>) TraceArgs& add(std::string_view key, T value) {
+    if constexpr (std::is_signed_v<T>) {
+      return addSigned(key, static_cast<int64_t>(value));
+    } else {
+      return addUnsigned(key, static_cast<uint64_t>(value));
+    }
+  }
+
+  bool empty() const { return members_.empty(); }
+  // The members without the surrounding braces: "\"k\":1,\"s\":\"v\"".
+  const std::string& members() const { return members_; }
+
+ private:
+  TraceArgs& addSigned(std::string_view key, int64_t value);
+  TraceArgs& addUnsigned(std::string_view key, uint64_t value);
+  void appendKey(std::string_view key);
+
+  std::string members_;
+};
 
 // Inclusive range of step numbers (the trainer's global step counter, starting at 0).
 struct StepWindow {
