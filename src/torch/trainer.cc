@@ -2,15 +2,8 @@
 // DistributedOptimizer a user's own program builds (include/gradsync/torch/).
 #include "torch/trainer.h"
 
-#include <dlfcn.h>
-#include <sys/resource.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <chrono>
 #include <cstdio>
-#include <cstring>
 
 #include <fmt/format.h>
 
@@ -25,8 +18,8 @@
 #include "torch/checkpointing.h"
 #include "torch/data_source.h"
 #include "torch/metrics.h"
+#include "torch/models.h"
 #include "torch/progress.h"
-#include "torch/sync_setup.h"
 #include "trace/trace_merge.h"
 #include "transport/prefix_transport.h"
 
@@ -418,64 +411,6 @@ TrainResult Trainer::run() {
 }
 
 }  // namespace
-
-SyncOptions syncOptionsOf(const TrainOptions& options) {
-  return {.schedule = options.schedule,
-          .compress = options.compression.spec,
-          .compressOverrides = options.compression.overrides,
-          .compressMinElements = options.compression.minElements,
-          .compressWarmup = options.compression.warmupSteps,
-          .sync = options.sync,
-          .parameterServers = options.strategy.ps,
-          .servers = options.strategy.servers,
-          .delayWarmup = options.strategy.warmup,
-          .localLr = options.strategy.localLr,
-          .localMomentum = options.strategy.localMomentum,
-          .glu = options.strategy.glu,
-          .cdThreshold = options.strategy.threshold,
-          .seed = options.seed};
-}
-
-void validateTrainOptions(const TrainOptions& options) {
-  makeModel(options.model);  // throws with the valid names
-  validateSync(syncOptionsOf(options), describeModel(options.model));
-  if (options.dataset != "fashion-mnist" && options.dataset != "synthetic") {
-    throw ConfigError(fmt::format("unknown dataset '{}'", options.dataset),
-                      {.hint = "choose fashion-mnist or synthetic"});
-  }
-  if (options.batchSize == 0) throw ConfigError("--batch-size must be at least 1");
-  if (options.epochs < 1 && options.steps <= 0) throw ConfigError("--epochs must be at least 1");
-  if (options.threads < 1) throw ConfigError("--threads must be at least 1");
-  if (options.evalEvery < 0) throw ConfigError("--eval-every must be >= 0");
-  if (options.lr <= 0) throw ConfigError("--lr must be positive");
-  if (options.momentum < 0 || options.momentum >= 1)
-    throw ConfigError("--momentum must be in [0, 1)");
-}
-
-// --threads bounds every compute pool of the rank. torch::set_num_threads sets ATen's OpenMP
-// pool but not OpenBLAS's own pthread pool (Debian's LibTorch calls BLAS through libblas.so.3,
-// OpenBLAS with libopenblas0-pthread), which would otherwise run (and spin) one thread per core
-// in every rank. Looked up at run time, so nothing depends on which BLAS is installed.
-void limitComputeThreads(int threads) {
-  torch::set_num_threads(threads);
-  using SetThreads = void (*)(int);
-  if (auto setBlasThreads =
-          reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) {
-    setBlasThreads(threads);
-  }
-}
-
-// Communication overlapping compute must not wait for a core: on a host where the ranks' compute
-// keeps every core busy (CPU training), a communication thread that wakes for its next segment
-// otherwise queues behind compute and the link idles. The training thread alone (Linux nice is
-// per thread) gives way; the engine's and the transport's threads, which sleep on I/O most of
-// the time, keep the default priority. Idle cores (GPU training) make this a no-op.
-void yieldToCommunication() {
-  constexpr int kComputeNice = 10;
-  if (setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), kComputeNice) != 0) {
-    GS_LOG(kDebug, "could not lower the training thread's priority: {}", std::strerror(errno));
-  }
-}
 
 TrainResult runTraining(Transport& transport, const TrainOptions& options) {
   validateTrainOptions(options);

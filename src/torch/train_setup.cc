@@ -1,0 +1,79 @@
+// The process-level setup of `gradsync train` (trainer.h): its options checked and turned into
+// the public SyncOptions, and the compute threads' budget and priority.
+#include <dlfcn.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "common/logging.h"
+#include "gradsync/error.h"
+#include "torch/models.h"
+#include "torch/sync_setup.h"
+#include "torch/trainer.h"
+
+namespace gradsync {
+
+SyncOptions syncOptionsOf(const TrainOptions& options) {
+  return {.schedule = options.schedule,
+          .compress = options.compression.spec,
+          .compressOverrides = options.compression.overrides,
+          .compressMinElements = options.compression.minElements,
+          .compressWarmup = options.compression.warmupSteps,
+          .sync = options.sync,
+          .parameterServers = options.strategy.ps,
+          .servers = options.strategy.servers,
+          .delayWarmup = options.strategy.warmup,
+          .localLr = options.strategy.localLr,
+          .localMomentum = options.strategy.localMomentum,
+          .glu = options.strategy.glu,
+          .cdThreshold = options.strategy.threshold,
+          .seed = options.seed};
+}
+
+void validateTrainOptions(const TrainOptions& options) {
+  makeModel(options.model);  // throws with the valid names
+  validateSync(syncOptionsOf(options), describeModel(options.model));
+  if (options.dataset != "fashion-mnist" && options.dataset != "synthetic") {
+    throw ConfigError(fmt::format("unknown dataset '{}'", options.dataset),
+                      {.hint = "choose fashion-mnist or synthetic"});
+  }
+  if (options.batchSize == 0) throw ConfigError("--batch-size must be at least 1");
+  if (options.epochs < 1 && options.steps <= 0) throw ConfigError("--epochs must be at least 1");
+  if (options.threads < 1) throw ConfigError("--threads must be at least 1");
+  if (options.evalEvery < 0) throw ConfigError("--eval-every must be >= 0");
+  if (options.lr <= 0) throw ConfigError("--lr must be positive");
+  if (options.momentum < 0 || options.momentum >= 1)
+    throw ConfigError("--momentum must be in [0, 1)");
+}
+
+// --threads bounds every compute pool of the rank. torch::set_num_threads sets ATen's OpenMP
+// pool but not OpenBLAS's own pthread pool (Debian's LibTorch calls BLAS through libblas.so.3,
+// OpenBLAS with libopenblas0-pthread), which would otherwise run (and spin) one thread per core
+// in every rank. Looked up at run time, so nothing depends on which BLAS is installed.
+void limitComputeThreads(int threads) {
+  torch::set_num_threads(threads);
+  using SetThreads = void (*)(int);
+  if (auto setBlasThreads =
+          reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) {
+    setBlasThreads(threads);
+  }
+}
+
+// Communication overlapping compute must not wait for a core: on a host where the ranks' compute
+// keeps every core busy (CPU training), a communication thread that wakes for its next segment
+// otherwise queues behind compute and the link idles. The training thread alone (Linux nice is
+// per thread) gives way; the engine's and the transport's threads, which sleep on I/O most of
+// the time, keep the default priority. Idle cores (GPU training) make this a no-op.
+void yieldToCommunication() {
+  constexpr int kComputeNice = 10;
+  if (setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), kComputeNice) != 0) {
+    GS_LOG(kDebug, "could not lower the training thread's priority: {}", std::strerror(errno));
+  }
+}
+
+}  // namespace gradsync
