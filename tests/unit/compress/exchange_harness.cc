@@ -33,6 +33,13 @@ TensorShape tensorShape(size_t elements, std::vector<int64_t> dims) {
   return {"t", std::move(dims), elements};
 }
 
+MethodArgs withValue(double value) {
+  MethodArgs args;
+  args.value = value;
+  args.hasValue = true;
+  return args;
+}
+
 MethodArgs withOption(const std::string& key, double value) {
   MethodArgs args;
   args.keys.emplace_back(key, fmt::format("{}", value));

@@ -30,6 +30,8 @@ TensorShape tensorShape(size_t elements, std::vector<int64_t> dims = {});
 
 // Arguments with one ",key=value" option, as CompressSpec::parse would give them.
 MethodArgs withOption(const std::string& key, double value);
+// Arguments with the ":value" (a density, a threshold...), as CompressSpec::parse gives them.
+MethodArgs withValue(double value);
 
 // Bitwise equality with the first difference named (gtest would print a million elements).
 ::testing::AssertionResult sameBits(const std::vector<float>& got,

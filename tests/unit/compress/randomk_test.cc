@@ -19,10 +19,7 @@ using testing::gaussian;
 using testing::runExchange;
 
 MethodArgs density(double r) {
-  MethodArgs args;
-  args.value = r;
-  args.hasValue = true;
-  return args;
+  return testing::withValue(r);
 }
 
 // Inputs that are never zero, so the non-zeros of `sent` are exactly the selected indices.

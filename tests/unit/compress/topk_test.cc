@@ -177,10 +177,7 @@ TEST(TopKSelector, SelectsByAnyKeyWidthAndReturnsTheKthKey) {
 using testing::sameBits;
 
 MethodArgs density(double r) {
-  MethodArgs args;
-  args.value = r;
-  args.hasValue = true;
-  return args;
+  return testing::withValue(r);
 }
 
 std::unique_ptr<Compressor> makeTopK(double r) {

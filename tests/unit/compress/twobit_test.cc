@@ -21,10 +21,7 @@ using testing::encodeOnce;
 using testing::gaussian;
 
 MethodArgs thresholdArgs(double threshold) {
-  MethodArgs args;
-  args.value = threshold;
-  args.hasValue = true;
-  return args;
+  return testing::withValue(threshold);
 }
 
 TEST(TwoBit, EachElementDecodesByItsOwnComparison) {
