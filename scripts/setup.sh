@@ -4,9 +4,9 @@ set -euo pipefail
 
 packages=(
   build-essential cmake ninja-build pkg-config ccache clang libclang-rt-14-dev clang-format
-  zlib1g-dev libcli11-dev libfmt-dev nlohmann-json3-dev libeigen3-dev
+  zlib1g-dev libssl-dev libcli11-dev libfmt-dev nlohmann-json3-dev libeigen3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  libopenmpi-dev openmpi-bin libgloo-dev iproute2
+  libopenmpi-dev openmpi-bin libgloo-dev iproute2 tcpdump
   # LibTorch without OpenBLAS falls back to the reference BLAS, ~25x slower.
   libtorch-dev libopenblas0-pthread python3-torch
   dataset-fashion-mnist

@@ -38,7 +38,7 @@ class TcpStoreClient final : public Store {
   TcpStoreClient(const SocketAddress& server, const TcpStoreOptions& options)
       : server_(server), options_(options) {
     if (options.jobId.size() > wire::kMaxJobFieldBytes ||
-        options.jobToken.size() > wire::kMaxJobFieldBytes) {
+        options.jobToken.size() > wire::kMaxJobFieldBytes) {  // the token's limit: bootstrap's
       throw ConfigError(
           "job id and job token must be at most 256 bytes each",
           {.operation = "store connect", .hint = "use a shorter --job-id/--job-token"});
@@ -84,6 +84,8 @@ class TcpStoreClient final : public Store {
   }
 
   Fd connect();
+  // Throws the ProtocolError of a handshake that ended with `reply` instead of going on.
+  [[noreturn]] void throwRefusal(const wire::Message& reply) const;
   void release(Fd fd);
   Fd acquire();
   wire::Message exchange(int fd, const Bytes& frame, const Deadline& deadline);
@@ -97,13 +99,29 @@ class TcpStoreClient final : public Store {
   std::vector<Fd> idle_;
 };
 
+// The handshake (tcp_store_wire.h): this side's nonce, the store's challenge, checked before
+// this side's proof goes out (a store without the token never sees it), then the verdict.
 Fd TcpStoreClient::connect() {
   Deadline deadline(rendezvous::clampTimeout(options_.connectTimeout));
   Fd fd = connectTcp(server_, deadline);
-  wire::Message reply;
+  const auth::Nonce mine = auth::freshNonce();
   try {
-    reply = exchange(fd.get(), wire::encodeFrame(wire::Hello{options_.jobId, options_.jobToken}),
-                     deadline);
+    wire::Message reply =
+        exchange(fd.get(), wire::encodeFrame(wire::Hello{options_.jobId, mine}), deadline);
+    const auto* challenge = std::get_if<wire::Challenge>(&reply);
+    if (challenge == nullptr) throwRefusal(reply);
+    const auth::Exchange proved{
+        .jobId = options_.jobId, .initiator = mine, .responder = challenge->nonce};
+    if (!auth::verify(options_.jobToken, auth::kStoreServer, proved, challenge->proof)) {
+      const Bytes refusal = wire::encodeFrame(wire::Proof{.refused = true});
+      writeFully(fd.get(), refusal.data(), refusal.size(), deadline);
+      throwRefusal(wire::ErrorReply{"wrong job token"});
+    }
+    reply = exchange(
+        fd.get(),
+        wire::encodeFrame(wire::Proof{auth::prove(options_.jobToken, auth::kStoreClient, proved)}),
+        deadline);
+    if (!std::holds_alternative<wire::HelloOk>(reply)) throwRefusal(reply);
   } catch (const TimeoutError&) {
     throw TimeoutError(
         fmt::format("{} accepted the connection but did not answer the handshake "
@@ -111,8 +129,11 @@ Fd TcpStoreClient::connect() {
                     where(), options_.connectTimeout.count()),
         {.operation = "store connect", .hint = "is another program listening on the master port?"});
   }
-  if (std::holds_alternative<wire::HelloOk>(reply)) return fd;
-  if (auto* error = std::get_if<wire::ErrorReply>(&reply)) {
+  return fd;
+}
+
+void TcpStoreClient::throwRefusal(const wire::Message& reply) const {
+  if (const auto* error = std::get_if<wire::ErrorReply>(&reply)) {
     bool token = error->message.find("token") != std::string::npos;
     throw ProtocolError(
         fmt::format("{} refused the handshake: {}", where(), error->message),

@@ -33,8 +33,10 @@ using SteadyTime = std::chrono::steady_clock::time_point;
 constexpr size_t kReadChunk = 64 * 1024;
 // Read at most this much per connection per loop turn, so one busy client cannot starve others.
 constexpr size_t kReadPerTurn = 16 * kReadChunk;
-// A hello carries two fields of at most kMaxJobFieldBytes, each with a 4-byte length.
-constexpr uint32_t kMaxHelloPayload = 2 * (4 + rendezvous::wire::kMaxJobFieldBytes);
+// The largest handshake frame, a hello: the job id (at most kMaxJobFieldBytes) and a nonce,
+// each with a 4-byte length.
+constexpr uint32_t kMaxHelloPayload =
+    4 + rendezvous::wire::kMaxJobFieldBytes + 4 + auth::kNonceBytes;
 constexpr size_t kMaxPendingOutput = 1 << 20;
 constexpr auto kAcceptPause = std::chrono::milliseconds(100);
 
@@ -42,8 +44,10 @@ struct Connection {
   uint64_t id = 0;
   Fd fd;
   std::string peer;
+  bool challenged = false;  // its hello is answered; its proof is due
   bool authenticated = false;
   bool closed = false;
+  auth::Exchange exchange;  // the handshake's nonces (jobId and binding: the store's options)
   SteadyTime handshakeDeadline;
   Bytes in;   // received, not yet decoded
   Bytes out;  // encoded replies; out[0..outSent) already written
@@ -51,14 +55,6 @@ struct Connection {
 
   size_t pendingOut() const { return out.size() - outSent; }
 };
-
-// Compares secrets in time independent of where they first differ.
-bool sameSecret(const std::string& a, const std::string& b) {
-  if (a.size() != b.size()) return false;
-  unsigned char diff = 0;
-  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
-  return diff == 0;
-}
 
 }  // namespace
 
@@ -79,6 +75,7 @@ class TcpStoreServer::Impl {
   void processInput(Connection& c);
   void handleMessage(Connection& c, rendezvous::wire::Message message);
   void handshake(Connection& c, const rendezvous::wire::Message& message);
+  void challenge(Connection& c, const rendezvous::wire::Message& message);
   void deliver(const std::vector<rendezvous::KeyTable::Reply>& replies, uint64_t current);
   void send(Connection& c, const rendezvous::wire::Message& message);
   void flush(Connection& c);
@@ -293,7 +290,26 @@ void TcpStoreServer::Impl::deliver(const std::vector<rendezvous::KeyTable::Reply
   }
 }
 
+// The handshake (tcp_store_wire.h): a hello is answered with this store's nonce and proof, and
+// the client's proof that follows decides. The token is never logged, echoed or sent.
 void TcpStoreServer::Impl::handshake(Connection& c, const rendezvous::wire::Message& message) {
+  namespace wire = rendezvous::wire;
+  if (!c.challenged) return challenge(c, message);
+  const auto* proof = std::get_if<wire::Proof>(&message);
+  if (proof == nullptr) {
+    return refuse(
+        c, fmt::format("expected a proof frame, got {}", wire::typeName(wire::typeOf(message))));
+  }
+  if (proof->refused) return refuse(c, "wrong job token (the client could not verify the store)");
+  if (!auth::verify(options_.jobToken, auth::kStoreClient, c.exchange, proof->proof)) {
+    return refuse(c, "wrong job token");
+  }
+  c.authenticated = true;
+  send(c, wire::HelloOk{});
+  GS_LOG(kDebug, "rendezvous store: {} joined job '{}'", c.peer, options_.jobId);
+}
+
+void TcpStoreServer::Impl::challenge(Connection& c, const rendezvous::wire::Message& message) {
   namespace wire = rendezvous::wire;
   const auto* hello = std::get_if<wire::Hello>(&message);
   if (hello == nullptr) {
@@ -304,11 +320,11 @@ void TcpStoreServer::Impl::handshake(Connection& c, const rendezvous::wire::Mess
     return refuse(c, fmt::format("wrong job id '{}' (this store serves job '{}')", hello->jobId,
                                  options_.jobId));
   }
-  // The token itself is never logged or echoed: it is the job's secret.
-  if (!sameSecret(hello->jobToken, options_.jobToken)) return refuse(c, "wrong job token");
-  c.authenticated = true;
-  send(c, wire::HelloOk{});
-  GS_LOG(kDebug, "rendezvous store: {} joined job '{}'", c.peer, options_.jobId);
+  c.exchange = {
+      .jobId = options_.jobId, .initiator = hello->nonce, .responder = auth::freshNonce()};
+  c.challenged = true;
+  send(c, wire::Challenge{c.exchange.responder,
+                          auth::prove(options_.jobToken, auth::kStoreServer, c.exchange)});
 }
 
 void TcpStoreServer::Impl::send(Connection& c, const rendezvous::wire::Message& message) {

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <array>
 #include <cstring>
 
 namespace gradsync::rendezvous::wire {
@@ -66,6 +67,19 @@ class Reader {
     pos_ += n;
     return out;
   }
+  // A field of exactly N bytes (a nonce, a proof), or of none when `emptyAllowed` (then false).
+  template <size_t N>
+  bool fixed(const char* what, std::array<uint8_t, N>& out, bool emptyAllowed = false) {
+    const auto field = str<std::string>(what, N);
+    if (!error_.empty()) return false;
+    if (field.empty() && emptyAllowed) return false;
+    if (field.size() != N) {
+      error_ = fmt::format("{} is {} bytes, not {}", what, field.size(), N);
+      return false;
+    }
+    std::memcpy(out.data(), field.data(), N);
+    return true;
+  }
   size_t left() const { return in_.size() - pos_; }
   bool ok() const { return error_.empty(); }
   // The error of the first failed read, or of trailing bytes after a complete message.
@@ -109,8 +123,20 @@ void writeKeys(const std::vector<std::string>& keys, Writer& w) {
 Message readMessage(MessageType type, Reader& r) {
   switch (type) {
     case MessageType::kHello: {
-      auto id = r.str<std::string>("job id", kMaxJobFieldBytes);
-      return Hello{std::move(id), r.str<std::string>("job token", kMaxJobFieldBytes)};
+      Hello hello{.jobId = r.str<std::string>("job id", kMaxJobFieldBytes)};
+      r.fixed("nonce", hello.nonce);
+      return hello;
+    }
+    case MessageType::kChallenge: {
+      Challenge challenge;
+      r.fixed("nonce", challenge.nonce);
+      r.fixed("proof", challenge.proof);
+      return challenge;
+    }
+    case MessageType::kProof: {
+      Proof proof;
+      proof.refused = !r.fixed("proof", proof.proof, /*emptyAllowed=*/true) && r.ok();
+      return proof;
     }
     case MessageType::kHelloOk:
       return HelloOk{};
@@ -149,9 +175,17 @@ void writePayload(const Message& message, Writer& w) {
   std::visit(
       [&w](const auto& m) {
         using T = std::decay_t<decltype(m)>;
+        auto raw = [](const auto& array) {
+          return std::string_view(reinterpret_cast<const char*>(array.data()), array.size());
+        };
         if constexpr (std::is_same_v<T, Hello>) {
           w.str(m.jobId);
-          w.str(m.jobToken);
+          w.str(raw(m.nonce));
+        } else if constexpr (std::is_same_v<T, Challenge>) {
+          w.str(raw(m.nonce));
+          w.str(raw(m.proof));
+        } else if constexpr (std::is_same_v<T, Proof>) {
+          w.str(m.refused ? std::string_view() : raw(m.proof));
         } else if constexpr (std::is_same_v<T, SetRequest>) {
           w.str(m.key);
           w.str(m.value);
@@ -181,16 +215,17 @@ void writePayload(const Message& message, Writer& w) {
 
 MessageType typeOf(const Message& message) {
   static constexpr MessageType kTypes[] = {
-      MessageType::kHello,   MessageType::kHelloOk, MessageType::kSet,     MessageType::kGet,
-      MessageType::kAdd,     MessageType::kWait,    MessageType::kOk,      MessageType::kValue,
-      MessageType::kInteger, MessageType::kError,   MessageType::kTimedOut};
+      MessageType::kHello,   MessageType::kHelloOk, MessageType::kSet,      MessageType::kGet,
+      MessageType::kAdd,     MessageType::kWait,    MessageType::kOk,       MessageType::kValue,
+      MessageType::kInteger, MessageType::kError,   MessageType::kTimedOut, MessageType::kChallenge,
+      MessageType::kProof};
   return kTypes[message.index()];
 }
 
 std::string typeName(MessageType type) {
-  static constexpr const char* kNames[] = {"hello",   "hello-ok", "set",      "get",
-                                           "add",     "wait",     "ok",       "value",
-                                           "integer", "error",    "timed-out"};
+  static constexpr const char* kNames[] = {"hello",     "hello-ok",  "set",   "get",     "add",
+                                           "wait",      "ok",        "value", "integer", "error",
+                                           "timed-out", "challenge", "proof"};
   auto index = static_cast<unsigned>(type);
   if (index >= 1 && index <= std::size(kNames)) return kNames[index - 1];
   return fmt::format("unknown({})", index);

@@ -14,6 +14,7 @@
 #include <variant>
 #include <vector>
 
+#include "common/auth.h"
 #include "gradsync/store.h"
 
 namespace gradsync::rendezvous::wire {
@@ -25,12 +26,13 @@ namespace gradsync::rendezvous::wire {
 //   [6..8)  reserved, zero
 //   [8..12) payload length, big-endian u32, at most kMaxPayloadBytes
 inline constexpr uint8_t kMagic[4] = {'G', 'S', 'K', 'V'};
-inline constexpr uint8_t kVersion = 1;
+// 2: challenge-response on the job token (1 sent the token itself).
+inline constexpr uint8_t kVersion = 2;
 inline constexpr size_t kHeaderBytes = 12;
 // Far above any rendezvous value (addresses, small metadata), yet small enough that a hostile
 // length prefix cannot make the server reserve much memory.
 inline constexpr uint32_t kMaxPayloadBytes = 64u << 20;
-// Limit on the job id and the job token carried by the handshake.
+// Limit on the job id carried by the handshake (and on the job token, which never travels).
 inline constexpr size_t kMaxJobFieldBytes = 256;
 
 enum class MessageType : uint8_t {
@@ -43,14 +45,28 @@ enum class MessageType : uint8_t {
   kOk = 7,
   kValue = 8,
   kInteger = 9,
-  kError = 10,     // server -> client: request failed, or connection refused (then closed)
-  kTimedOut = 11,  // server -> client: a get/wait expired; names the keys still missing
+  kError = 10,      // server -> client: request failed, or connection refused (then closed)
+  kTimedOut = 11,   // server -> client: a get/wait expired; names the keys still missing
+  kChallenge = 12,  // server -> client, answers kHello: the server's nonce and proof
+  kProof = 13,      // client -> server, answers kChallenge: the client's proof (or refusal)
 };
 
-// Payload encodings (integers big-endian; str = u32 length + bytes):
-struct Hello {  // str jobId, str jobToken
+// Payload encodings (integers big-endian; str = u32 length + bytes). The handshake authenticates
+// both sides on the job token without sending it (common/auth.h): Hello, Challenge, Proof, then
+// HelloOk (or ErrorReply, and the connection closes).
+struct Hello {  // str jobId, str nonce (32 bytes)
   std::string jobId;
-  std::string jobToken;
+  auth::Nonce nonce{};
+};
+struct Challenge {  // str nonce (32 bytes), str proof (32 bytes)
+  auth::Nonce nonce{};
+  auth::Proof proof{};
+};
+// The client's proof; `refused`: the server's proof did not verify (sent as an empty proof,
+// since the client shows its proof only to a server that holds the token).
+struct Proof {  // str proof (32 bytes, or 0: refused)
+  auth::Proof proof{};
+  bool refused = false;
 };
 struct HelloOk {};   // empty
 struct SetRequest {  // str key, str value
@@ -86,8 +102,9 @@ struct TimedOutReply {  // u32 count, count x str key
 };
 
 // Alternatives in MessageType order (typeOf relies on it).
-using Message = std::variant<Hello, HelloOk, SetRequest, GetRequest, AddRequest, WaitRequest,
-                             OkReply, ValueReply, IntegerReply, ErrorReply, TimedOutReply>;
+using Message =
+    std::variant<Hello, HelloOk, SetRequest, GetRequest, AddRequest, WaitRequest, OkReply,
+                 ValueReply, IntegerReply, ErrorReply, TimedOutReply, Challenge, Proof>;
 
 MessageType typeOf(const Message& message);
 // "hello", "set", ... or "unknown(N)", for logs and error messages.

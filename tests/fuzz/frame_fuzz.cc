@@ -1,4 +1,5 @@
-// Feeds arbitrary bytes to the TCP transport's decoders (frame header, hello, ack), as a hostile
+// Feeds arbitrary bytes to the TCP transport's decoders (frame header, hello, challenge, proof,
+// ack), as a hostile
 // or broken peer could. They must never crash, read out of bounds, or accept an oversized length.
 #include <cstddef>
 #include <cstdint>
@@ -16,11 +17,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   if (size >= kHelloFixedBytes) {
     Hello hello;
-    size_t idLength = 0, tokenLength = 0;
-    if (decodeHelloFixed(data, &hello, &idLength, &tokenLength).empty() &&
-        (idLength > kMaxHelloField || tokenLength > kMaxHelloField)) {
+    size_t idLength = 0;
+    if (decodeHelloFixed(data, &hello, &idLength).empty() && idLength > kMaxHelloField) {
       std::abort();
     }
+  }
+  if (size >= kChallengeBytes) {
+    Challenge challenge;
+    decodeChallenge(data, &challenge);
+  }
+  if (size >= kProofMessageBytes) {
+    ProofMessage proof;
+    decodeProof(data, &proof);
   }
   if (size >= kAckBytes) {
     AckStatus status{};

@@ -54,22 +54,20 @@ std::string decodeFrameHeader(const uint8_t* data, uint64_t maxLength, FrameHead
 }
 
 std::vector<uint8_t> encodeHello(const Hello& hello) {
-  std::vector<uint8_t> out(kHelloFixedBytes + hello.jobId.size() + hello.jobToken.size());
+  std::vector<uint8_t> out(kHelloFixedBytes + hello.jobId.size());
   put<uint32_t>(out.data(), kHelloMagic);
   put<uint16_t>(out.data() + 4, kProtocolVersion);
   put<uint16_t>(out.data() + 6, 0);
   put<int32_t>(out.data() + 8, hello.rank);
   put<int32_t>(out.data() + 12, hello.size);
   put<uint16_t>(out.data() + 16, static_cast<uint16_t>(hello.jobId.size()));
-  put<uint16_t>(out.data() + 18, static_cast<uint16_t>(hello.jobToken.size()));
+  put<uint16_t>(out.data() + 18, 0);
+  std::copy(hello.nonce.begin(), hello.nonce.end(), out.begin() + 20);
   std::copy(hello.jobId.begin(), hello.jobId.end(), out.begin() + kHelloFixedBytes);
-  std::copy(hello.jobToken.begin(), hello.jobToken.end(),
-            out.begin() + kHelloFixedBytes + hello.jobId.size());
   return out;
 }
 
-std::string decodeHelloFixed(const uint8_t* data, Hello* out, size_t* idLength,
-                             size_t* tokenLength) {
+std::string decodeHelloFixed(const uint8_t* data, Hello* out, size_t* idLength) {
   uint32_t magic = get<uint32_t>(data);
   if (magic != kHelloMagic) {
     return fmt::format("bad handshake magic {:#010x} (not a gradsync peer?)", magic);
@@ -81,10 +79,8 @@ std::string decodeHelloFixed(const uint8_t* data, Hello* out, size_t* idLength,
   out->rank = get<int32_t>(data + 8);
   out->size = get<int32_t>(data + 12);
   *idLength = get<uint16_t>(data + 16);
-  *tokenLength = get<uint16_t>(data + 18);
-  if (*idLength > kMaxHelloField || *tokenLength > kMaxHelloField) {
-    return "handshake field longer than 256 bytes";
-  }
+  std::copy(data + 20, data + 20 + auth::kNonceBytes, out->nonce.begin());
+  if (*idLength > kMaxHelloField) return "handshake field longer than 256 bytes";
   return "";
 }
 
@@ -109,14 +105,49 @@ void encodeAck(AckStatus status, uint8_t out[kAckBytes]) {
   put<uint32_t>(out + 4, static_cast<uint32_t>(status));
 }
 
-std::string decodeAck(const uint8_t* data, AckStatus* out) {
-  if (get<uint32_t>(data) != kAckMagic) return "bad handshake reply (not a gradsync peer?)";
-  uint32_t status = get<uint32_t>(data + 4);
+namespace {
+
+std::string decodeStatus(uint32_t status, AckStatus* out) {
   if (status > static_cast<uint32_t>(AckStatus::kDuplicateRank)) {
     return fmt::format("unknown handshake status {}", status);
   }
   *out = static_cast<AckStatus>(status);
   return "";
+}
+
+}  // namespace
+
+std::string decodeAck(const uint8_t* data, AckStatus* out) {
+  if (get<uint32_t>(data) != kAckMagic) return "bad handshake reply (not a gradsync peer?)";
+  return decodeStatus(get<uint32_t>(data + 4), out);
+}
+
+void encodeChallenge(const Challenge& challenge, uint8_t out[kChallengeBytes]) {
+  put<uint32_t>(out, kChallengeMagic);
+  put<uint32_t>(out + 4, static_cast<uint32_t>(challenge.status));
+  std::copy(challenge.nonce.begin(), challenge.nonce.end(), out + 8);
+  std::copy(challenge.proof.begin(), challenge.proof.end(), out + 8 + auth::kNonceBytes);
+}
+
+std::string decodeChallenge(const uint8_t* data, Challenge* out) {
+  if (get<uint32_t>(data) != kChallengeMagic) {
+    return "bad handshake challenge (not a gradsync peer, or an older version?)";
+  }
+  std::copy(data + 8, data + 8 + auth::kNonceBytes, out->nonce.begin());
+  std::copy(data + 8 + auth::kNonceBytes, data + kChallengeBytes, out->proof.begin());
+  return decodeStatus(get<uint32_t>(data + 4), &out->status);
+}
+
+void encodeProof(const ProofMessage& proof, uint8_t out[kProofMessageBytes]) {
+  put<uint32_t>(out, kProofMagic);
+  put<uint32_t>(out + 4, static_cast<uint32_t>(proof.status));
+  std::copy(proof.proof.begin(), proof.proof.end(), out + 8);
+}
+
+std::string decodeProof(const uint8_t* data, ProofMessage* out) {
+  if (get<uint32_t>(data) != kProofMagic) return "bad handshake proof (not a gradsync peer?)";
+  std::copy(data + 8, data + kProofMessageBytes, out->proof.begin());
+  return decodeStatus(get<uint32_t>(data + 4), &out->status);
 }
 
 }  // namespace gradsync::tcp

@@ -1,10 +1,11 @@
 // Connects every pair of ranks with one authenticated TCP connection (a full mesh).
 //
 // Each rank listens on an ephemeral port and publishes "host:port" in the Store. Rank r then
-// connects to every lower rank and accepts a connection from every higher rank. The connecting
-// side sends a Hello (rank, size, job id, job token); the accepting side checks it and answers
-// an Ack. A connection with a wrong job, token, rank, or garbage bytes is logged and closed,
-// never trusted; the accepting rank keeps waiting for the real peer.
+// connects to every lower rank and accepts a connection from every higher rank. The handshake
+// (frame.h) authenticates both sides on the job token without sending it: a Hello (rank, size,
+// job id, a nonce), the acceptor's Challenge (its nonce and its HMAC proof), the connector's
+// Proof, and an Ack (common/auth.h). A connection with a wrong job, token, rank, or garbage
+// bytes is logged and closed, never trusted; the accepting rank keeps waiting for the real peer.
 #pragma once
 
 #include <chrono>

@@ -65,10 +65,22 @@ class TcpStoreTest : public ::testing::Test {
     return false;
   }
 
-  void handshakeRaw(const Fd& fd) {
-    sendRaw(fd, wire::encodeFrame(wire::Hello{options_.jobId, options_.jobToken}));
+  // The client's side of the handshake, by hand: returns the proof frame it sent.
+  Bytes handshakeRaw(const Fd& fd) {
+    const auth::Nonce mine = auth::freshNonce();
+    sendRaw(fd, wire::encodeFrame(wire::Hello{options_.jobId, mine}));
     wire::Message reply = readFrame(fd);
-    ASSERT_TRUE(std::holds_alternative<wire::HelloOk>(reply));
+    const auto* challenge = std::get_if<wire::Challenge>(&reply);
+    EXPECT_NE(challenge, nullptr);
+    if (challenge == nullptr) return {};
+    const auth::Exchange exchange{
+        .jobId = options_.jobId, .initiator = mine, .responder = challenge->nonce};
+    EXPECT_TRUE(auth::verify(options_.jobToken, auth::kStoreServer, exchange, challenge->proof));
+    Bytes proof = wire::encodeFrame(
+        wire::Proof{auth::prove(options_.jobToken, auth::kStoreClient, exchange)});
+    sendRaw(fd, proof);
+    EXPECT_TRUE(std::holds_alternative<wire::HelloOk>(readFrame(fd)));
+    return proof;
   }
 
   static wire::Message readFrame(const Fd& fd) {
@@ -122,6 +134,31 @@ TEST_F(TcpStoreTest, WrongJobIdIsRefused) {
   expectServing();
 }
 
+// A recorded handshake (a hello and a valid proof) replayed on a new connection is refused:
+// the store's nonce differs, so the recorded proof proves nothing there. So is a proof reflected
+// back to the store (its own, in the client's role).
+TEST_F(TcpStoreTest, ReplayedOrReflectedHandshakesAreRefused) {
+  const Fd first = raw();
+  const Bytes recordedProof = handshakeRaw(first);
+  const Fd replay = raw();
+  sendRaw(replay, wire::encodeFrame(wire::Hello{options_.jobId, {}}));
+  wire::Message challenge = readFrame(replay);
+  ASSERT_TRUE(std::holds_alternative<wire::Challenge>(challenge));
+  sendRaw(replay, recordedProof);
+  wire::Message verdict = readFrame(replay);
+  ASSERT_TRUE(std::holds_alternative<wire::ErrorReply>(verdict));
+  EXPECT_NE(std::get<wire::ErrorReply>(verdict).message.find("wrong job token"), std::string::npos);
+  EXPECT_TRUE(closedByServer(replay));
+  const Fd reflect = raw();
+  sendRaw(reflect, wire::encodeFrame(wire::Hello{options_.jobId, {}}));
+  wire::Message second = readFrame(reflect);
+  ASSERT_TRUE(std::holds_alternative<wire::Challenge>(second));
+  sendRaw(reflect, wire::encodeFrame(wire::Proof{std::get<wire::Challenge>(second).proof}));
+  ASSERT_TRUE(std::holds_alternative<wire::ErrorReply>(readFrame(reflect)));
+  EXPECT_TRUE(closedByServer(reflect));
+  expectServing();
+}
+
 TEST_F(TcpStoreTest, GarbageBytesCloseTheConnection) {
   Fd fd = raw();
   std::string http = "GET / HTTP/1.1\r\nHost: example\r\n\r\n";
@@ -132,7 +169,7 @@ TEST_F(TcpStoreTest, GarbageBytesCloseTheConnection) {
 
 TEST_F(TcpStoreTest, TruncatedFrameClosesTheConnection) {
   Fd fd = raw();
-  Bytes frame = wire::encodeFrame(wire::Hello{options_.jobId, options_.jobToken});
+  Bytes frame = wire::encodeFrame(wire::Hello{options_.jobId, {}});
   frame.resize(frame.size() - 3);
   sendRaw(fd, frame);
   ::shutdown(fd.get(), SHUT_WR);
@@ -142,7 +179,7 @@ TEST_F(TcpStoreTest, TruncatedFrameClosesTheConnection) {
 
 TEST_F(TcpStoreTest, FieldLongerThanItsFrameClosesTheConnection) {
   Fd fd = raw();
-  Bytes frame = wire::encodeFrame(wire::Hello{"x", "y"});
+  Bytes frame = wire::encodeFrame(wire::Hello{"x", {}});
   frame[wire::kHeaderBytes + 2] = 0x10;  // the job id now claims 4 KiB inside a 10-byte payload
   sendRaw(fd, frame);
   EXPECT_TRUE(closedByServer(fd));

@@ -24,9 +24,17 @@ wire::Message roundTrip(const wire::Message& message) {
 }
 
 TEST(TcpStoreWire, EveryMessageRoundTrips) {
-  auto hello = std::get<wire::Hello>(roundTrip(wire::Hello{"job", "token"}));
+  const auth::Nonce nonce = auth::freshNonce();
+  auto hello = std::get<wire::Hello>(roundTrip(wire::Hello{"job", nonce}));
   EXPECT_EQ(hello.jobId, "job");
-  EXPECT_EQ(hello.jobToken, "token");
+  EXPECT_EQ(hello.nonce, nonce);
+  const auth::Proof proof = auth::prove("token", auth::kStoreServer, {.jobId = "job"});
+  auto challenge = std::get<wire::Challenge>(roundTrip(wire::Challenge{nonce, proof}));
+  EXPECT_EQ(challenge.nonce, nonce);
+  EXPECT_EQ(challenge.proof, proof);
+  EXPECT_EQ(std::get<wire::Proof>(roundTrip(wire::Proof{proof})).proof, proof);
+  EXPECT_FALSE(std::get<wire::Proof>(roundTrip(wire::Proof{proof})).refused);
+  EXPECT_TRUE(std::get<wire::Proof>(roundTrip(wire::Proof{.refused = true})).refused);
   auto set = std::get<wire::SetRequest>(roundTrip(wire::SetRequest{"k", Bytes{0, 1, 0}}));
   EXPECT_EQ(set.key, "k");
   EXPECT_EQ(set.value, (Bytes{0, 1, 0}));
@@ -48,7 +56,7 @@ TEST(TcpStoreWire, EveryMessageRoundTrips) {
 }
 
 TEST(TcpStoreWire, HeaderPrefixesNeedMore) {
-  Bytes frame = wire::encodeFrame(wire::Hello{"job", "token"});
+  Bytes frame = wire::encodeFrame(wire::Hello{"job", {}});
   for (size_t n = 0; n < wire::kHeaderBytes; ++n) {
     EXPECT_EQ(wire::decodeHeader(std::span<const uint8_t>(frame.data(), n)).status,
               Status::kNeedMore)
@@ -66,8 +74,8 @@ TEST(TcpStoreWire, GarbageIsRefusedFromItsFirstByte) {
 TEST(TcpStoreWire, BadHeadersAreRefused) {
   Bytes frame = wire::encodeFrame(wire::OkReply{});
   Bytes version = frame;
-  version[4] = 2;
-  EXPECT_NE(wire::decodeHeader(version).error.find("version 2"), std::string::npos);
+  version[4] = 1;  // version 1 clients sent the job token itself: refused
+  EXPECT_NE(wire::decodeHeader(version).error.find("version 1"), std::string::npos);
   Bytes reserved = frame;
   reserved[7] = 1;
   EXPECT_EQ(wire::decodeHeader(reserved).status, Status::kInvalid);

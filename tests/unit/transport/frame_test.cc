@@ -32,16 +32,39 @@ TEST(Frame, RejectsBadMagicVersionTypeAndOversize) {
 }
 
 TEST(Frame, HelloRoundTripAndLimits) {
-  std::vector<uint8_t> bytes = encodeHello({3, 8, "job", "token"});
+  const auth::Nonce nonce = auth::freshNonce();
+  std::vector<uint8_t> bytes = encodeHello({3, 8, "job", nonce});
+  EXPECT_EQ(bytes.size(), kHelloFixedBytes + 3);  // the job id follows; no token travels
   Hello hello;
-  size_t idLength = 0, tokenLength = 0;
-  ASSERT_EQ(decodeHelloFixed(bytes.data(), &hello, &idLength, &tokenLength), "");
+  size_t idLength = 0;
+  ASSERT_EQ(decodeHelloFixed(bytes.data(), &hello, &idLength), "");
   EXPECT_EQ(hello.rank, 3);
   EXPECT_EQ(hello.size, 8);
+  EXPECT_EQ(hello.nonce, nonce);
   EXPECT_EQ(idLength, 3u);
-  EXPECT_EQ(tokenLength, 5u);
   bytes[17] = 0xff;  // idLength high byte: 65283 > 256
-  EXPECT_NE(decodeHelloFixed(bytes.data(), &hello, &idLength, &tokenLength), "");
+  EXPECT_NE(decodeHelloFixed(bytes.data(), &hello, &idLength), "");
+  bytes[17] = 0;
+  bytes[4] = 1;  // a version 1 peer, which sent its token
+  EXPECT_NE(decodeHelloFixed(bytes.data(), &hello, &idLength).find("version"), std::string::npos);
+}
+
+TEST(Frame, ChallengeAndProofRoundTrip) {
+  Challenge challenge{.status = AckStatus::kOk, .nonce = auth::freshNonce()};
+  challenge.proof = auth::prove("token", auth::kMeshAcceptor, {.initiator = challenge.nonce});
+  uint8_t bytes[kChallengeBytes];
+  encodeChallenge(challenge, bytes);
+  Challenge decoded;
+  ASSERT_EQ(decodeChallenge(bytes, &decoded), "");
+  EXPECT_EQ(decoded.nonce, challenge.nonce);
+  EXPECT_EQ(decoded.proof, challenge.proof);
+  ProofMessage proof{.status = AckStatus::kWrongToken};
+  uint8_t proofBytes[kProofMessageBytes];
+  encodeProof(proof, proofBytes);
+  ProofMessage back;
+  ASSERT_EQ(decodeProof(proofBytes, &back), "");
+  EXPECT_EQ(back.status, AckStatus::kWrongToken);
+  EXPECT_NE(decodeProof(bytes, &back), "") << "a challenge is not a proof";
 }
 
 TEST(Frame, AckRoundTrip) {
