@@ -50,7 +50,8 @@ sim-papers: build
 	scripts/sim_papers.py --build $(BUILD)
 
 # AddressSanitizer and ThreadSanitizer builds of the library and tests, without LibTorch (it is
-# not instrumented, so it would only add false reports). make test runs the `fast` label only.
+# not instrumented, so it would only add false reports), every torch-free suite. make test runs
+# the suites labelled asan and tsan only (scripts/ci_test.sh).
 SANITIZE_LABELS ?=
 test-sanitize: deps
 	@SANITIZE_LABELS=$(SANITIZE_LABELS) $(CI_TEST) asan tsan

@@ -9,13 +9,17 @@
 #          convergence_test runs alone (RUN_SERIAL), never beside the timing-sensitive suites.
 # long     the long suites (convergence_long: the convergence cases make test leaves out).
 # fuzz     libFuzzer on the wire decoders for FUZZ_SECONDS each.
-# asan     AddressSanitizer build (no LibTorch) and its ctest (labels SANITIZE_LABELS).
-# tsan     ThreadSanitizer build, the same.
+# asan     AddressSanitizer build (no LibTorch) and its ctest: the suites labelled asan (every
+#          torch-free unit suite, the collectives, the conformance and multi-process suites).
+# tsan     ThreadSanitizer build and its ctest: the suites labelled tsan (those whose code runs
+#          threads: transports, collectives, rendezvous, engine, servers, trace, multi-process).
+#          Both build at -O1 -g1 and size their largest cases down (cmake/Sanitize.cmake).
 # kernels  the numerically sensitive suites (torch, convergence, compress, sync, ps) under two
 #          forced OpenBLAS kernel families besides the default (KERNELS): the cross-machine check
 #          to run before changing any numerical bound (docs/testing.md).
 #
-# Environment: BUILD (build), JOBS (nproc), FUZZ_SECONDS (20), SANITIZE_LABELS (fast),
+# Environment: BUILD (build), JOBS (nproc), FUZZ_SECONDS (20), SANITIZE_LABELS (unset: asan for
+# the asan stage and tsan for the tsan stage; empty: every suite),
 # KERNELS (Haswell Sandybridge), RESULTS (BUILD/test-results).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -23,7 +27,6 @@ ROOT=$PWD
 BUILD=${BUILD:-build}
 JOBS=${JOBS:-$(nproc)}
 FUZZ_SECONDS=${FUZZ_SECONDS:-20}
-SANITIZE_LABELS=${SANITIZE_LABELS-fast}
 KERNELS=${KERNELS:-Haswell Sandybridge}
 RESULTS=$(realpath -m "${RESULTS:-$BUILD/test-results}")
 rm -rf "$RESULTS"
@@ -49,18 +52,18 @@ ctest_in() {  # ctest_in DIR JUNIT [ctest args...]
   (cd "$dir" && ctest --output-on-failure --output-junit "$junit" "$@")
 }
 
-# build_sanitized KIND DIR: configures DIR with the sanitizer and builds the test binaries of
-# SANITIZE_LABELS only (every target when it is empty): the CLI, the MPI transport and the
-# multi-process suites would take minutes to build for suites that do not run.
+# build_sanitized KIND DIR LABELS: configures DIR with the sanitizer and builds the test binaries
+# of the suites labelled LABELS only (every target when it is empty): the CLI and the MPI
+# transport would take minutes to build for suites that do not run.
 build_sanitized() {
-  local kind=$1 dir=$2 targets=()
+  local kind=$1 dir=$2 labels=$3 targets=()
   cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGRADSYNC_SANITIZE="$kind" \
     -DGRADSYNC_BUILD_BENCHMARKS=OFF -DGRADSYNC_WITH_TORCH=OFF >/dev/null || return
-  if [ -n "$SANITIZE_LABELS" ]; then
+  if [ -n "$labels" ]; then
     # Every test binary is named after its suite (gradsync_add_test).
-    mapfile -t targets < <(cd "$dir" && ctest -N -L "$SANITIZE_LABELS" |
+    mapfile -t targets < <(cd "$dir" && ctest -N -L "$labels" |
       sed -n 's/^ *Test *#[0-9]*: //p')
-    [ "${#targets[@]}" -gt 0 ] || { echo "no suites labelled $SANITIZE_LABELS"; return 1; }
+    [ "${#targets[@]}" -gt 0 ] || { echo "no suites labelled $labels"; return 1; }
     targets=(--target "${targets[@]}")
   fi
   cmake --build "$dir" -j "$JOBS" "${targets[@]}"
@@ -68,10 +71,11 @@ build_sanitized() {
 
 sanitizer_stage() {  # sanitizer_stage address|thread
   local kind=$1 dir="$BUILD-${1:0:1}san"
-  run_stage "$kind sanitizer build" "" build_sanitized "$kind" "$dir"
+  local labels=${SANITIZE_LABELS-${1:0:1}san}
+  run_stage "$kind sanitizer build" "" build_sanitized "$kind" "$dir" "$labels"
   TSAN_OPTIONS="halt_on_error=1 suppressions=$ROOT/tests/tsan.supp" \
     run_stage "$kind sanitizer ctest" "$RESULTS/$kind.xml" \
-    ctest_in "$dir" "$RESULTS/$kind.xml" ${SANITIZE_LABELS:+-L "$SANITIZE_LABELS"}
+    ctest_in "$dir" "$RESULTS/$kind.xml" ${labels:+-L "$labels"}
 }
 
 for stage in "$@"; do
