@@ -44,6 +44,9 @@ void printSummary(const TrainOptions& options, int workers, const TrainResult& r
                 options.compression.spec.c_str(), p.denseBytes / p.bytesSent, p.encodeMs,
                 p.decodeMs);
   }
+  if (result.stopped) {
+    std::printf("; stopped early by a signal (exit %d: resume with --resume)", kStoppedExitCode);
+  }
   std::printf("\n");
   std::fflush(stdout);
 }
@@ -148,11 +151,12 @@ void addTrainCommand(CLI::App& app, CommandContext& context) {
     RankFlags ranks = flags->ranks;
     ranks.workers += flags->options.strategy.servers;  // separate servers are ranks too
     Settings settings = trainSettings(flags->options, ranks.transport);
+    flags->options.stopOnSignal = true;  // SIGTERM/SIGINT: finish the step, checkpoint, exit 75
     context.exitCode = runRanks(ranks, context.env, context.argv, settings, [&](Transport& t) {
       TrainResult result = runTraining(t, flags->options);
       int workers = t.size() - flags->options.strategy.servers;
       if (t.rank() == 0) printSummary(flags->options, workers, result);
-      return 0;
+      return result.stopped ? kStoppedExitCode : 0;
     });
   });
 }

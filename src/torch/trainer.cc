@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "common/logging.h"
+#include "common/stop_request.h"
 #include "common/tags.h"
 #include "data/sampler.h"
 #include "gradsync/collectives.h"
@@ -114,6 +115,8 @@ class Trainer {
   double updateParameters(int64_t globalStep, TraceRecorder* trace, double& optimizerSeconds);
   void settle();
   double takeWaitSeconds();  // the waits for parameters since the last call
+  // Whether any rank was asked to stop (stopOnSignal): the same answer on every rank.
+  bool stopAgreed();
   // Accuracy on the first `samples` test samples (all of them by default).
   double evaluate(size_t samples = SIZE_MAX);
   double globalMean(double localSum, double localCount);
@@ -171,6 +174,13 @@ double Trainer::updateParameters(int64_t globalStep, TraceRecorder* trace,
   }
   optimizerSeconds = since(synchronized);
   return waited;
+}
+
+bool Trainer::stopAgreed() {
+  if (!options_.stopOnSignal) return false;
+  float asked = stopRequested() != 0 ? 1.0f : 0.0f;
+  allreduce(transport_, std::span<float>(&asked, 1), ReduceOp::kSum, kTrainerTag);
+  return asked > 0;
 }
 
 double Trainer::takeWaitSeconds() {
@@ -307,12 +317,23 @@ void Trainer::maybeCheckpoint(const RunPosition& position, bool last) {
   std::vector<size_t> counts(transport_.size(), sizeof(double));
   allgatherv(transport_, {reinterpret_cast<uint8_t*>(sums.data()), sums.size() * sizeof(double)},
              counts, kTrainerTag);
-  // Through servers the saved model is theirs, the global one.
+  // Through servers the saved model is theirs, the global one. A periodic checkpoint that cannot
+  // be written (disk full, a directory that became unwritable) costs only itself: the previous
+  // one stays, and training goes on; the last one's failure ends the run with the error.
+  std::exception_ptr failure;
   distributed_.withOptimizerState([&] {
-    if (transport_.rank() == 0) {
+    if (transport_.rank() != 0) return;
+    try {
       saveCheckpoint(*checkpoints_, *net_, optimizer_, identity(), position, sums);
+    } catch (const SystemError& e) {
+      if (last) failure = std::current_exception();
+      if (!last) {
+        GS_LOG(kError, "checkpoint of step {} not written, training goes on: {}", position.step,
+               e.what());
+      }
     }
   });
+  if (failure) std::rethrow_exception(failure);
 }
 
 // --eval-every: records the accuracy at `step`; returns the seconds the evaluation took, which
@@ -343,7 +364,7 @@ TrainResult Trainer::run() {
   distributed_.setStep(position.step);
   Progress progress(transport_.rank() == 0 && !options_.quiet, total, epochs);
   int64_t stepsRun = 0;
-  while (position.step < total) {
+  while (position.step < total && !result.stopped) {
     const int epoch = static_cast<int>(position.step / perEpoch);
     const int64_t epochEnd = std::min(total, (epoch + 1) * perEpoch);
     const int64_t epochFirst = position.step;
@@ -355,13 +376,16 @@ TrainResult Trainer::run() {
       result.losses.push_back(loss);
       position.epochLossSum += loss;
       ++position.step;
+      result.stopped = stopAgreed();
+      const bool last = position.step == total || result.stopped;
       // When the epoch is complete the checkpoint waits for its record (below); a run stopping
-      // mid-epoch (--steps) saves the partial epoch, so a resume continues it.
-      if (position.step % perEpoch != 0) maybeCheckpoint(position, position.step == total);
+      // mid-epoch (--steps, or asked to stop) saves the partial epoch, so a resume continues it.
+      if (position.step % perEpoch != 0) maybeCheckpoint(position, last);
       double trained = since(epochStart) - evalSeconds;
       double rate =
           static_cast<double>(sampler_.globalBatch() * (position.step - epochFirst)) / trained;
       progress.step(position.step, epoch + 1, inEpoch + 1, perEpoch, loss, rate);
+      if (result.stopped) break;
       if (options_.evalEvery > 0 && position.step % options_.evalEvery == 0 &&
           position.step < epochEnd) {
         settle();
@@ -372,6 +396,7 @@ TrainResult Trainer::run() {
     settle();
     double seconds = since(epochStart) - evalSeconds;
     result.seconds += seconds;
+    if (result.stopped && position.step % perEpoch != 0) break;  // a partial epoch: no record
     EpochRecord record =
         finishEpoch(epoch, position.epochLossSum, position.step - epoch * perEpoch, seconds);
     // The epoch's throughput counts only the steps this process ran.
@@ -383,7 +408,15 @@ TrainResult Trainer::run() {
     position.epochs.push_back(record);
     result.evaluations.push_back({position.step, result.seconds, record.testAccuracy});
     position.epochLossSum = 0;
-    if (position.step % perEpoch == 0) maybeCheckpoint(position, position.step == total);
+    if (position.step % perEpoch == 0) {
+      maybeCheckpoint(position, position.step == total || result.stopped);
+    }
+  }
+  if (result.stopped) {
+    progress.line(fmt::format(
+        "stopped by signal {} after step {}{}", stopRequested(), position.step,
+        checkpoints_ ? fmt::format("; checkpoint {}", checkpoints_->pathForStep(position.step))
+                     : ""));
   }
   writeTrace();
   result.epochs = position.epochs;
@@ -419,6 +452,7 @@ TrainResult runTraining(Transport& transport, const TrainOptions& options) {
     throw ConfigError(fmt::format("{} ranks cannot hold {} parameter servers and a worker",
                                   transport.size(), options.strategy.servers));
   }
+  if (options.stopOnSignal) installStopHandlers();
   if (isServerRank(options, transport.rank(), transport.size())) {
     std::shared_ptr<Model> net = makeModel(options.model);  // its shapes, and SGD's settings
     torch::optim::SGD optimizer(net->parameters(),

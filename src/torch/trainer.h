@@ -43,6 +43,11 @@ struct TrainOptions {
   // fine-tuning). The equivalence tests use it: batch statistics over a few samples turn a
   // one-ulp difference into percent-level differences within a few steps.
   bool freezeBatchNorm = false;
+  // SIGTERM or SIGINT stop the run gracefully (common/stop_request.h): every step boundary the
+  // ranks agree whether any rank was asked to stop (a 4-byte allreduce), and then all of them
+  // finish the step, write a final checkpoint (with --checkpoint-dir) and return
+  // TrainResult::stopped. `gradsync train` turns it on.
+  bool stopOnSignal = false;
 };
 
 struct EpochRecord {
@@ -83,7 +88,12 @@ struct TrainResult {
   double samplesPerSecond = 0;  // global
   double finalTestAccuracy = 0;
   StepProfile perStep;
+  bool stopped = false;  // a stop was asked for (stopOnSignal): the run ended early, checkpointed
 };
+
+// `gradsync train`'s exit status after a graceful stop (EX_TEMPFAIL: "try again"), so that a
+// scheduler can requeue the job and resume it with --resume.
+inline constexpr int kStoppedExitCode = 75;
 
 // The parameters of a model (registration order): names as in PyTorch, element counts.
 // Throws ConfigError listing the valid names.
