@@ -43,10 +43,10 @@ struct TrainOptions {
   // fine-tuning). The equivalence tests use it: batch statistics over a few samples turn a
   // one-ulp difference into percent-level differences within a few steps.
   bool freezeBatchNorm = false;
-  // SIGTERM or SIGINT stop the run gracefully (common/stop_request.h): every step boundary the
-  // ranks agree whether any rank was asked to stop (a 4-byte allreduce), and then all of them
-  // finish the step, write a final checkpoint (with --checkpoint-dir) and return
-  // TrainResult::stopped. `gradsync train` turns it on.
+  // SIGTERM or SIGINT stop the run gracefully (common/stop_request.h): about every half second
+  // of training, after the same step, the ranks agree whether any rank was asked to stop, and
+  // then all of them finish the step, write a final checkpoint (with --checkpoint-dir) and
+  // return TrainResult::stopped. `gradsync train` turns it on.
   bool stopOnSignal = false;
 };
 
