@@ -1,7 +1,7 @@
 // One rank of a multi-process test, started with the rendezvous environment (RANK, WORLD_SIZE,
 // MASTER_ADDR, MASTER_PORT, GRADSYNC_JOB_TOKEN). Modes:
-//   verify      run every collective at counts 0, 1, non-divisible and large; exit 3 on a wrong
-//               element
+//   verify [N]  run every collective at counts 0, 1, non-divisible and large (N elements, by
+//               default 4 Mi); exit 3 on a wrong element
 //   loop        allreduce 4 MiB forever, touching FILE.<rank> after the first iteration (the
 //               kill test waits for it); exits 1 with the error when a peer is lost
 #include <cstdio>
@@ -58,10 +58,8 @@ bool verifyCount(Transport& t, size_t count) {
   return true;
 }
 
-int verify(Transport& t) {
-  // Large: 4 Mi elements; 64 Ki under a sanitizer (tests/support/sanitized.h).
-  constexpr size_t kLarge = testing::sanitizedSize((1 << 22) + 3, (1 << 16) + 3);
-  for (size_t count : {size_t{0}, size_t{1}, size_t{1003}, kLarge}) {
+int verify(Transport& t, size_t large) {
+  for (size_t count : {size_t{0}, size_t{1}, size_t{1003}, large}) {
     if (!verifyCount(t, count)) {
       std::fprintf(stderr, "rank %d: wrong result at count %zu\n", t.rank(), count);
       return 3;
@@ -86,8 +84,11 @@ int main(int argc, char** argv) {
   std::string mode = argc > 1 ? argv[1] : "verify";
   try {
     Context context = init();
-    return mode == "loop" ? loop(context.transport(), argc > 2 ? argv[2] : "/tmp/gs-ready")
-                          : verify(context.transport());
+    if (mode == "loop") return loop(context.transport(), argc > 2 ? argv[2] : "/tmp/gs-ready");
+    // Large: 4 Mi elements; 64 Ki under a sanitizer (tests/support/sanitized.h).
+    const size_t large =
+        argc > 2 ? std::stoul(argv[2]) : testing::sanitizedSize((1 << 22) + 3, (1 << 16) + 3);
+    return verify(context.transport(), large);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "collective_rank: %s\n", e.what());
     return 1;
