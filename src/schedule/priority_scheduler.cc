@@ -30,8 +30,8 @@ size_t PriorityScheduler::queuedBefore(uint64_t order) const {
 }
 
 // Only the queued units' relative ready order matters (what a pick overtook), so when the
-// numbering reaches the tree's size (an engine that never calls reset(), like PsEngine, goes on
-// numbering across steps) the queued units are renumbered 0..q-1 in their order.
+// numbering reaches the tree's size (a caller that never calls reset() goes on numbering across
+// rounds) the queued units are renumbered 0..q-1 in their order.
 void PriorityScheduler::renumberQueued() {
   std::vector<size_t> queued = queue_;
   std::sort(queued.begin(), queued.end(),

@@ -65,11 +65,14 @@ class DistributedOptimizer {
  public:
   // Hooks every parameter of `module` that requires a gradient; the optimizer's parameters must
   // be among them. Keeps `optimizer` and `transport` by reference (they must outlive this) and
-  // shares `module`. Throws ConfigError for an impossible combination: update mode with an
-  // optimizer other than SGD, Adam and AdamW, with amsgrad, or with groups whose options differ
-  // (the engine applies one rule); parameter servers with anything but SGD with momentum (what
-  // the servers apply); a compressor that applies momentum itself (dgc) beside SGD momentum, or
-  // one that cannot push to servers; parameters that are not contiguous CPU float32.
+  // shares `module`. With SyncOptions::servers, `transport` spans the whole job, servers
+  // included. Throws ConfigError for an impossible combination: update mode with an optimizer
+  // other than SGD, Adam and AdamW, with amsgrad, or with groups whose options differ (the engine
+  // applies one rule; dgc's parameters may have a group of their own with momentum 0); parameter
+  // servers with anything but SGD with momentum (what the servers apply); a compressor that
+  // applies momentum itself (dgc) in an SGD group with momentum (see absorbsMomentum), or one
+  // that cannot push to servers; parameters that are not contiguous CPU float32; this rank
+  // being a separate server.
   DistributedOptimizer(torch::optim::Optimizer& optimizer,
                        std::shared_ptr<torch::nn::Module> module, Transport& transport,
                        SyncOptions options = {});

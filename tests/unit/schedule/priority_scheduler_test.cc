@@ -82,7 +82,7 @@ TEST(PriorityScheduler, CountsTheUnitsAPickOvertook) {
   EXPECT_FALSE(scheduler.next().has_value());  // nothing left
 }
 
-// PsEngine never calls reset(): rounds follow one another, each unit ready once per round, and
+// A caller that never calls reset(): rounds follow one another, each unit ready once per round, and
 // the overtaken counts stay those of a naive count over the queue (the numbering behind the fast
 // count is renumbered as it runs out).
 TEST(PriorityScheduler, CountsStayExactOverRoundsWithoutReset) {

@@ -140,7 +140,7 @@ ModelProfile chain(size_t layers, double seconds) {
   return profileOf(std::move(all), seconds);
 }
 
-// A naive replay of the ring engine's rule (GradientEngine::nextPrioritized): whenever the
+// A naive replay of the ring engine's rule (StepPlanner's leader over the ring): whenever the
 // communication thread is idle, rank 0 commits every pick its window allows; committed units
 // go on the wire in order, each once rank 0's pick has reached the others.
 std::vector<size_t> replayRingP3(const std::vector<int>& priorities,
