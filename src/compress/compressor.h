@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "common/state_bytes.h"
 #include "common/tensor_shape.h"
 #include "gradsync/clock.h"
 #include "gradsync/collectives.h"
@@ -78,6 +79,14 @@ class Compressor {
 
   // The method's selection budget, if it has one (a sparsifier by magnitude); else null.
   virtual SparseBudget* sparseBudget() { return nullptr; }
+
+  // The state this instance carries from one exchange to the next (error feedback's residual,
+  // PowerSGD's Q, DGC's momentum and velocity, GradiVeQ's basis), for checkpoints: restored into
+  // a fresh instance for the same unit, the next exchanges repeat the uninterrupted ones
+  // bitwise. Stateless methods write nothing. loadState throws DataError when the bytes do not
+  // fit this instance (another method or unit). Between exchanges.
+  virtual void saveState(StateWriter& out) const { (void)out; }
+  virtual void loadState(StateReader& in) { (void)in; }
 };
 
 // A compressor whose encoding is a byte string that ranks all-gather (kAllgather). Subclasses

@@ -19,4 +19,14 @@ void ErrorFeedback::exchange(ExchangeContext& context, std::span<float> grad, st
   for (size_t i = 0; i < residual_.size(); ++i) residual_[i] -= sent[i];
 }
 
+void ErrorFeedback::saveState(StateWriter& out) const {
+  out.write(residual_);
+  inner_->saveState(out);
+}
+
+void ErrorFeedback::loadState(StateReader& in) {
+  in.readExact(residual_);
+  inner_->loadState(in);
+}
+
 }  // namespace gradsync

@@ -20,6 +20,8 @@ class ErrorFeedback : public Compressor {
                 ExchangeStats& stats) override;
 
   SparseBudget* sparseBudget() override { return inner_->sparseBudget(); }
+  void saveState(StateWriter& out) const override;
+  void loadState(StateReader& in) override;
 
   std::span<const float> residual() const { return residual_; }
   const Compressor& inner() const { return *inner_; }

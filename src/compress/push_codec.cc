@@ -122,4 +122,14 @@ void PushCodec::decodeAdd(std::span<const uint8_t> in, std::span<float> out, uin
   for (size_t i = 0; i < out.size(); ++i) out[i] += decoded_[i];
 }
 
+void PushCodec::saveState(StateWriter& out) const {
+  out.write(residual_);
+  method_->saveState(out);
+}
+
+void PushCodec::loadState(StateReader& in) {
+  in.readExact(residual_);
+  method_->loadState(in);
+}
+
 }  // namespace gradsync

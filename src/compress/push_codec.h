@@ -47,6 +47,9 @@ class PushCodec {
   void decodeAdd(std::span<const uint8_t> in, std::span<float> out, uint64_t seed) const;
   // The most bytes an encoding of this unit takes (a push longer than that is malformed).
   size_t maxBytes() const;
+  // Worker: the residual and the method's state, for checkpoints (Compressor::saveState).
+  void saveState(StateWriter& out) const;
+  void loadState(StateReader& in);
 
  private:
   std::unique_ptr<Compressor> method_;  // a CodecCompressor or a LinearCompressor

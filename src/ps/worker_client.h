@@ -87,6 +87,12 @@ class PsWorkerClient final : public Executor {
   // Only before the first push: rank 0 sends it to the servers with the parameters.
   void setVelocity(std::span<const float> velocity) override;
   void pullGlobalModel() override { velocity(); }
+  // The compressors' residuals, the delayed strategies' local state (the last two pulled
+  // models, local velocity, CD-SGD's residual) and, where workers train their own copies (asgd,
+  // ssp, the delayed strategies), this worker's parameters. loadState makes the parameters the
+  // worker's own and keeps the model they held (the checkpoint's: the servers') for the servers.
+  void saveState(StateWriter& out) const override;
+  void loadState(StateReader& in) override;
 
  private:
   struct Expected {  // a reply a receiver thread waits for
@@ -105,6 +111,8 @@ class PsWorkerClient final : public Executor {
   void receive(int server);
   void arrived(const Expected& expected, int server);
   void publishState();
+  // Whether this worker's parameters may differ from the servers' between steps.
+  bool trainsOwnCopy() const;
   // Sends a request (and its payload) and waits until both are on the wire.
   void sendRequest(int server, PsHeader header, const void* payload);
   // Rethrows a transport failure as one that names the parameter server.
@@ -132,6 +140,8 @@ class PsWorkerClient final : public Executor {
   std::vector<float> localVelocity_;  // flat: the delayed strategies' local momentum
   std::vector<int> span_;             // by unit: steps between previous_ and global_
   std::vector<float> velocity_;       // by tensor, set by setVelocity, sent with the first push
+  std::vector<float> serverModel_;    // flat, after loadState: the servers' model to publish
+  bool restoredDelayed_ = false;      // loadState restored global_ and previous_
   uint64_t bytesReported_ = 0;        // the transport's bytes counted in outcomes so far
 
   std::mutex mutex_;  // guards what follows

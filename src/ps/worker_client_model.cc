@@ -62,9 +62,19 @@ void PsWorkerClient::localUpdate(size_t unit, bool freshPull) {
 // Rank 0 gives every server its units' parameters (and velocity, after a resume) before its
 // first push; the servers hold every push back until then.
 void PsWorkerClient::publishState() {
-  for (size_t unit = 0; unit < s_.layout.units.size(); ++unit) copyFromParameters(unit, global_);
-  previous_ = global_;
+  if (serverModel_.empty()) {  // the parameters are the servers' model
+    serverModel_.resize(s_.layout.totalElements);
+    for (size_t unit = 0; unit < s_.layout.units.size(); ++unit) {
+      copyFromParameters(unit, serverModel_);
+    }
+  }
+  if (!restoredDelayed_) {
+    global_ = serverModel_;
+    previous_ = global_;
+  }
   published_ = true;
+  const std::vector<float> model = std::move(serverModel_);
+  serverModel_.clear();
   if (transport_.rank() != 0) return;
   std::vector<float> velocity = velocity_.empty()
                                     ? std::vector<float>(s_.layout.totalElements, 0.0f)
@@ -74,7 +84,7 @@ void PsWorkerClient::publishState() {
     const CommUnit& u = s_.layout.units[unit];
     auto begin = static_cast<std::ptrdiff_t>(u.offset);
     auto end = begin + static_cast<std::ptrdiff_t>(u.elements);
-    state.assign(global_.begin() + begin, global_.begin() + end);
+    state.assign(model.begin() + begin, model.begin() + end);
     state.insert(state.end(), velocity.begin() + begin, velocity.begin() + end);
     sendRequest(options_.placement.serverOf(unit),
                 {.request = PsRequest::kSetState,
@@ -112,6 +122,55 @@ std::vector<float> PsWorkerClient::velocity() {
 void PsWorkerClient::setVelocity(std::span<const float> velocity) {
   GS_CHECK(!published_ && velocity.size() == s_.layout.totalElements);
   velocity_.assign(velocity.begin(), velocity.end());
+}
+
+bool PsWorkerClient::trainsOwnCopy() const {
+  return options_.delay != PsOptions::Delay::kNone ||
+         options_.server.consistency != ServerOptions::Consistency::kSync;
+}
+
+void PsWorkerClient::saveState(StateWriter& out) const {
+  for (const auto& codec : codecs_) {
+    if (codec) codec->saveState(out);
+  }
+  if (options_.delay != PsOptions::Delay::kNone) {
+    for (const auto* buffer : {&global_, &previous_, &residual_, &localVelocity_}) {
+      out.write(*buffer);
+    }
+    out.write(span_);
+    out.write(std::vector<uint8_t>(freshPull_.begin(), freshPull_.end()));
+  }
+  if (trainsOwnCopy()) {
+    std::vector<float> own(s_.layout.totalElements);
+    for (size_t unit = 0; unit < s_.layout.units.size(); ++unit) copyFromParameters(unit, own);
+    out.write(own);
+  }
+}
+
+void PsWorkerClient::loadState(StateReader& in) {
+  GS_CHECK(!published_);
+  for (const auto& codec : codecs_) {
+    if (codec) codec->loadState(in);
+  }
+  if (options_.delay != PsOptions::Delay::kNone) {
+    for (auto* buffer : {&global_, &previous_, &residual_, &localVelocity_}) {
+      in.readExact(*buffer);
+    }
+    in.readExact(span_);
+    std::vector<uint8_t> fresh(freshPull_.size());
+    in.readExact(fresh);
+    freshPull_.assign(fresh.begin(), fresh.end());
+    restoredDelayed_ = true;
+  }
+  if (trainsOwnCopy()) {
+    std::vector<float> own(s_.layout.totalElements);
+    in.readExact(own);
+    serverModel_.resize(s_.layout.totalElements);
+    for (size_t unit = 0; unit < s_.layout.units.size(); ++unit) {
+      copyFromParameters(unit, serverModel_);
+      copyToParameters(unit, own);
+    }
+  }
 }
 
 }  // namespace gradsync

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "common/state_bytes.h"
 #include "gradsync/clock.h"
 #include "schedule/step_planner.h"
 
@@ -56,6 +57,12 @@ class Executor {
   // Makes this worker's parameters the one global model where workers may differ (the
   // servers'); nothing to do where they cannot. Between steps; collective.
   virtual void pullGlobalModel() = 0;
+  // This rank's state beyond the model and the velocity above, for checkpoints: compressors'
+  // state, Adam's moments in update mode, the delayed strategies' local models. This rank's
+  // own (not collective). saveState between steps, after the engine drained; loadState before
+  // the first step, after setVelocity. loadState throws DataError for another run's state.
+  virtual void saveState(StateWriter& out) const = 0;
+  virtual void loadState(StateReader& in) = 0;
 };
 
 }  // namespace gradsync

@@ -226,6 +226,37 @@ void Engine::pullGlobalModel() {
   executor_->pullGlobalModel();
 }
 
+namespace {
+constexpr uint64_t kStateFormat = 1;
+}  // namespace
+
+std::vector<uint8_t> Engine::saveState() {
+  drain();
+  StateWriter out;
+  out.write(kStateFormat);
+  out.write(uint64_t{layout_.units.size()});
+  executor_->saveState(out);
+  return out.take();
+}
+
+void Engine::loadState(std::span<const uint8_t> state) {
+  drain();
+  StateReader in(state, fmt::format("the synchronization state of rank {}", transport_.rank()));
+  if (in.readU64() != kStateFormat) {
+    throw DataError(fmt::format("{}: unknown format (written by another gradsync)", in.what()));
+  }
+  // Stateless units (dense, SGD) may change: say, the schedule from wfbp to fusion.
+  const uint64_t units = in.readU64();
+  if (units != layout_.units.size() && !in.atEnd()) {
+    throw DataError(
+        fmt::format("{}: {} communication units where this run has {} (another "
+                    "schedule or model)",
+                    in.what(), units, layout_.units.size()));
+  }
+  executor_->loadState(in);
+  in.expectEnd();
+}
+
 void Engine::setStep(uint64_t step) {
   std::lock_guard<std::mutex> lock(mutex_);
   GS_CHECK(active_ == 0);

@@ -121,6 +121,13 @@ class Engine final : private EngineEvents {
   // Makes this worker's parameters the one global model (the servers', where each worker may
   // train its own copy); nothing to do over the ring. Between steps; collective.
   void pullGlobalModel();
+  // This rank's state beyond the parameters and the velocity (Executor::saveState: compressors,
+  // Adam's moments in update mode, the delayed strategies' local models), as bytes for a
+  // checkpoint, and back into a fresh engine of the same run before its first step (after
+  // setVelocity). This rank's own, not collective. loadState throws DataError for state of
+  // another run (another schedule, compressor, strategy or model).
+  std::vector<uint8_t> saveState();
+  void loadState(std::span<const uint8_t> state);
 
   // Sums over every completed operation. Thread-safe.
   StepStats totals() const;

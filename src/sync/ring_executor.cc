@@ -169,4 +169,24 @@ void RingExecutor::setVelocity(std::span<const float> byTensor) {
   }
 }
 
+void RingExecutor::saveState(StateWriter& out) const {
+  if (!secondMoment_.empty()) {  // Adam's moments (this rank's blocks, when sharded)
+    out.write(velocity_);
+    out.write(secondMoment_);
+  }
+  for (const auto& compressor : compressors_) {
+    if (compressor) compressor->saveState(out);
+  }
+}
+
+void RingExecutor::loadState(StateReader& in) {
+  if (!secondMoment_.empty()) {
+    in.readExact(velocity_);
+    in.readExact(secondMoment_);
+  }
+  for (const auto& compressor : compressors_) {
+    if (compressor) compressor->loadState(in);
+  }
+}
+
 }  // namespace gradsync

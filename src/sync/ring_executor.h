@@ -51,6 +51,9 @@ class RingExecutor final : public Executor {
   std::vector<float> velocity() override;
   void setVelocity(std::span<const float> byTensor) override;
   void pullGlobalModel() override {}  // every worker holds the one model already
+  // The compressors' state, and Adam's moments (SGD's velocity goes through velocity()).
+  void saveState(StateWriter& out) const override;
+  void loadState(StateReader& in) override;
 
  private:
   // Averages the unit in its slot; returns the compressor's method, or empty when dense.

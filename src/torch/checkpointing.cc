@@ -10,7 +10,12 @@
 namespace gradsync {
 namespace {
 
-constexpr int kRunFormat = 1;
+// 2: every rank's synchronization state (format 1 had none).
+constexpr int kRunFormat = 2;
+
+std::string syncSectionName(int rank) {
+  return fmt::format("sync-state/rank-{}", rank);
+}
 
 template <typename Save>
 std::vector<uint8_t> archiveBytes(Save&& save) {
@@ -47,6 +52,9 @@ nlohmann::json runJson(const RunIdentity& identity, const RunPosition& position,
           {"workers", identity.workers},
           {"batch_size", identity.batchSize},
           {"seed", identity.seed},
+          {"sync", identity.sync},
+          {"compress", identity.compress},
+          {"schedule", identity.schedule},
           {"step", position.step},
           {"epoch_loss_sums", lossSums},
           {"epochs", epochs}};
@@ -66,6 +74,8 @@ void checkIdentity(const nlohmann::json& run, const RunIdentity& identity,
   differs("workers", identity.workers);
   differs("batch_size", identity.batchSize);
   differs("seed", identity.seed);
+  differs("sync", identity.sync);
+  differs("compress", identity.compress);
 }
 
 RunPosition positionFrom(const nlohmann::json& run, int rank) {
@@ -83,12 +93,16 @@ RunPosition positionFrom(const nlohmann::json& run, int rank) {
 
 void saveCheckpoint(CheckpointDir& dir, torch::nn::Module& model,
                     torch::optim::Optimizer& optimizer, const RunIdentity& identity,
-                    const RunPosition& position, const std::vector<double>& lossSums) {
+                    const RunPosition& position, const std::vector<double>& lossSums,
+                    const std::vector<std::vector<uint8_t>>& syncStates) {
   std::string run = runJson(identity, position, lossSums).dump();
   std::vector<Section> sections = {
       {"run", {run.begin(), run.end()}},
       {"model", archiveBytes([&](auto& archive) { model.save(archive); })},
       {"optimizer", archiveBytes([&](auto& archive) { optimizer.save(archive); })}};
+  for (size_t rank = 0; rank < syncStates.size(); ++rank) {
+    sections.push_back({syncSectionName(static_cast<int>(rank)), syncStates[rank]});
+  }
   dir.write(position.step, sections);
 }
 
@@ -99,8 +113,14 @@ std::optional<RunPosition> loadCheckpoint(const CheckpointDir& dir, torch::nn::M
   LoadedCheckpoint checkpoint = dir.loadLatest();
   const Section& runSection = findSection(checkpoint.sections, "run");
   nlohmann::json run = nlohmann::json::parse(runSection.data, nullptr, /*allow_exceptions=*/false);
-  if (run.is_discarded() || !run.is_object() || run.value("format", 0) != kRunFormat) {
+  if (run.is_discarded() || !run.is_object()) {
     throw DataError(fmt::format("{}: the run section is not a gradsync run", checkpoint.path));
+  }
+  if (run.value("format", 0) != kRunFormat) {
+    throw DataError(
+        fmt::format("{}: run format {} (this gradsync reads {}; format 1 was "
+                    "written without the ranks' synchronization state)",
+                    checkpoint.path, run.value("format", 0), kRunFormat));
   }
   checkIdentity(run, identity, checkpoint.path);
   // Module::load points each parameter at new storage (Tensor::set_); the gradient engine
@@ -118,7 +138,9 @@ std::optional<RunPosition> loadCheckpoint(const CheckpointDir& dir, torch::nn::M
   }
   loadArchive(findSection(checkpoint.sections, "optimizer"), checkpoint.path,
               [&](auto& archive) { optimizer.load(archive); });
-  return positionFrom(run, rank);
+  RunPosition position = positionFrom(run, rank);
+  position.syncState = findSection(checkpoint.sections, syncSectionName(rank)).data;
+  return position;
 }
 
 }  // namespace gradsync

@@ -1,7 +1,9 @@
-// Checkpoints of a training run: the model, the optimizer (momentum buffers) and where the run
-// stands, as sections of a ckpt/ file. All other randomness of a run is a pure function of
-// (seed, epoch, step) (data order, synthetic data, initialisation), so the position is the
-// whole random state: a resumed run repeats the uninterrupted one exactly.
+// Checkpoints of a training run: the model, the optimizer (momentum buffers), every rank's
+// synchronization state (DistributedOptimizer::syncState: compressors, Adam's moments in update
+// mode, the delayed strategies' local state) and where the run stands, as sections of a ckpt/
+// file (docs/checkpoints.md lists them). All other randomness of a run is a pure function of
+// (seed, epoch, step) (data order, synthetic data, initialisation, stochastic compressors), so
+// the position is the whole random state: a resumed run repeats the uninterrupted one exactly.
 #pragma once
 
 #include <torch/torch.h>
@@ -19,6 +21,7 @@ struct RunPosition {
   int64_t step = 0;                 // steps completed
   double epochLossSum = 0;          // this rank's sum of this epoch's losses so far
   std::vector<EpochRecord> epochs;  // finished epochs
+  std::vector<uint8_t> syncState;   // loaded: this rank's DistributedOptimizer::syncState()
 };
 
 // The settings a checkpoint must agree with to be resumed (the rest may change, e.g. --steps).
@@ -28,12 +31,17 @@ struct RunIdentity {
   int workers = 0;
   size_t batchSize = 0;
   uint64_t seed = 0;
+  std::string sync;      // the strategy, with its parameter (--sync)
+  std::string compress;  // the compressors (--compress and its overrides)
+  std::string schedule;  // recorded, not compared: the engine checks that its state fits
 };
 
-// `lossSums` holds every rank's epochLossSum (rank order), so each rank resumes its own.
+// `lossSums` and `syncStates` hold every rank's epochLossSum and syncState() (rank order), so
+// each rank resumes its own.
 void saveCheckpoint(CheckpointDir& dir, torch::nn::Module& model,
                     torch::optim::Optimizer& optimizer, const RunIdentity& identity,
-                    const RunPosition& position, const std::vector<double>& lossSums);
+                    const RunPosition& position, const std::vector<double>& lossSums,
+                    const std::vector<std::vector<uint8_t>>& syncStates);
 
 // Loads the newest checkpoint into model and optimizer; nullopt if the directory holds none.
 // Every parameter keeps its storage (its values are overwritten in place).

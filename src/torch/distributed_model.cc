@@ -210,6 +210,21 @@ void DistributedModel::keepLocalModel(const std::function<void()>& fn) {
   for (size_t i = 0; i < parameters_.size(); ++i) parameters_[i].copy_(local[i]);
 }
 
+std::vector<uint8_t> DistributedModel::engineState() {
+  if (!engine_) return {};
+  waitForParameters();
+  return engine_->saveState();
+}
+
+void DistributedModel::loadEngineState(std::span<const uint8_t> state) {
+  if (engine_) return engine_->loadState(state);
+  if (!state.empty()) {
+    throw DataError(
+        "the checkpoint holds synchronization state where this run has no engine "
+        "(one rank, or localsgd)");
+  }
+}
+
 void DistributedModel::velocityToOptimizer(torch::optim::SGD& optimizer) {
   if (!updates_) return;
   waitForParameters();

@@ -99,6 +99,9 @@ class DistributedModel {
   // back after one is loaded, so checkpoints have one format whatever the schedule.
   void velocityToOptimizer(torch::optim::SGD& optimizer);
   void velocityFromOptimizer(torch::optim::SGD& optimizer);
+  // The engine's state for checkpoints (Engine::saveState), empty without an engine, and back.
+  std::vector<uint8_t> engineState();
+  void loadEngineState(std::span<const uint8_t> state);
 
   // Sums over every completed step (none for a world of one).
   StepStats totals() const { return engine_ ? engine_->totals() : averaging_; }

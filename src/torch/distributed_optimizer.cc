@@ -5,9 +5,11 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <sstream>
 #include <unordered_set>
 
 #include "common/logging.h"
+#include "common/state_bytes.h"
 #include "common/tags.h"
 #include "gradsync/error.h"
 #include "job/agreement.h"
@@ -124,13 +126,28 @@ std::vector<TensorShape> shapesOf(const torch::nn::Module& module) {
   return shapes;
 }
 
-torch::optim::SGD& sgdOf(torch::optim::Optimizer& optimizer) {
-  auto* sgd = dynamic_cast<torch::optim::SGD*>(&optimizer);
-  if (sgd == nullptr) {
-    refuse("in update mode, checkpoints of the engine's Adam and AdamW state are not built yet",
-           "use SGD, or schedule fifo, wfbp or fusion (the optimizer keeps its own state)");
+template <typename Save>
+std::vector<uint8_t> archiveBytes(Save&& save) {
+  torch::serialize::OutputArchive archive;
+  save(archive);
+  std::ostringstream out;
+  archive.save_to(out);
+  const std::string text = out.str();
+  return {text.begin(), text.end()};
+}
+
+void loadArchive(const std::vector<uint8_t>& bytes, torch::optim::Optimizer& optimizer) {
+  std::istringstream in(std::string(bytes.begin(), bytes.end()));
+  torch::serialize::InputArchive archive;
+  try {
+    archive.load_from(in);
+    optimizer.load(archive);
+  } catch (const c10::Error& e) {
+    throw DataError(
+        fmt::format("the optimizer state in the synchronization state cannot be "
+                    "loaded: {}",
+                    e.what_without_backtrace()));
   }
-  return *sgd;
 }
 
 }  // namespace
@@ -264,11 +281,12 @@ void DistributedOptimizer::setStep(int64_t step) {
   localSteps_ = step;
 }
 
+// Adam's moments in update mode travel in syncState() (by rank: sharded keeps 1/P per rank).
 void DistributedOptimizer::withOptimizerState(const std::function<void()>& fn) {
-  if (!model_->updatesParameters()) return fn();
-  torch::optim::SGD& sgd = sgdOf(optimizer_);
+  auto* sgd = dynamic_cast<torch::optim::SGD*>(&optimizer_);
+  if (!model_->updatesParameters() || sgd == nullptr) return fn();
   model_->keepLocalModel([&] {
-    model_->velocityToOptimizer(sgd);  // through servers, the parameters become theirs too
+    model_->velocityToOptimizer(*sgd);  // through servers, the parameters become theirs too
     fn();
   });
   // The engine keeps the state (sharded: 1/P of it); a full copy here would undo that.
@@ -276,9 +294,37 @@ void DistributedOptimizer::withOptimizerState(const std::function<void()>& fn) {
 }
 
 void DistributedOptimizer::loadOptimizerState() {
-  if (!model_->updatesParameters()) return;
-  model_->velocityFromOptimizer(sgdOf(optimizer_));
+  auto* sgd = dynamic_cast<torch::optim::SGD*>(&optimizer_);
+  if (!model_->updatesParameters() || sgd == nullptr) return;
+  model_->velocityFromOptimizer(*sgd);
   optimizer_.state().clear();
+}
+
+std::vector<uint8_t> DistributedOptimizer::syncState() {
+  StateWriter out;
+  out.write(model_->engineState());
+  if (localPeriod_ > 0) {  // between averages, every rank's model and optimizer are its own
+    for (const torch::Tensor& p : model_->parameters()) {
+      out.write(std::span<const float>(p.data_ptr<float>(), static_cast<size_t>(p.numel())));
+    }
+    out.write(archiveBytes([&](auto& archive) { optimizer_.save(archive); }));
+  }
+  return out.take();
+}
+
+void DistributedOptimizer::loadSyncState(std::span<const uint8_t> state) {
+  StateReader in(state, fmt::format("the synchronization state of rank {}", transport_.rank()));
+  std::vector<uint8_t> bytes;
+  in.read(bytes);
+  model_->loadEngineState(bytes);
+  if (localPeriod_ > 0) {
+    for (const torch::Tensor& p : model_->parameters()) {
+      in.readExact(std::span<float>(p.data_ptr<float>(), static_cast<size_t>(p.numel())));
+    }
+    in.read(bytes);
+    loadArchive(bytes, optimizer_);
+  }
+  in.expectEnd();
 }
 
 void DistributedOptimizer::withGlobalModel(const std::function<void()>& fn) {

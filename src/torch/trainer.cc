@@ -303,7 +303,10 @@ double Trainer::evaluate(size_t samples) {
 }
 
 RunIdentity Trainer::identity() const {
-  return {options_.model, options_.dataset, transport_.size(), options_.batchSize, options_.seed};
+  std::string compress = options_.compression.spec;
+  for (const std::string& o : options_.compression.overrides) compress += " " + o;
+  return {options_.model, options_.dataset, transport_.size(), options_.batchSize,
+          options_.seed,  options_.sync,    compress,          options_.schedule};
 }
 
 // Resumes from the newest checkpoint when asked (every rank reads it: the directory must be
@@ -314,6 +317,7 @@ RunPosition Trainer::startingPosition() {
       loadCheckpoint(*checkpoints_, *net_, optimizer_, identity(), transport_.rank());
   if (!position) return {};
   distributed_.loadOptimizerState();
+  distributed_.loadSyncState(position->syncState);
   if (transport_.rank() == 0 && !options_.quiet) {
     std::printf("resuming from step %lld (%s)\n", static_cast<long long>(position->step),
                 checkpoints_->pathForStep(position->step).c_str());
@@ -321,8 +325,8 @@ RunPosition Trainer::startingPosition() {
   return *position;
 }
 
-// Every rank takes part (its partial epoch loss is gathered exactly, as raw doubles); rank 0
-// writes.
+// Every rank takes part (its partial epoch loss is gathered exactly, as raw doubles, and its
+// synchronization state as bytes); rank 0 writes.
 void Trainer::maybeCheckpoint(const RunPosition& position, bool last) {
   if (!checkpoints_) return;
   bool due = options_.checkpointEvery > 0 && position.step % options_.checkpointEvery == 0;
@@ -332,6 +336,9 @@ void Trainer::maybeCheckpoint(const RunPosition& position, bool last) {
   std::vector<size_t> counts(transport_.size(), sizeof(double));
   allgatherv(transport_, {reinterpret_cast<uint8_t*>(sums.data()), sums.size() * sizeof(double)},
              counts, kTrainerTag);
+  const std::vector<uint8_t> mine = distributed_.syncState();
+  const std::vector<std::vector<uint8_t>> syncStates =
+      allgatherBytes(transport_, mine, kTrainerTag);
   // Through servers the saved model is theirs, the global one. A periodic checkpoint that cannot
   // be written (disk full, a directory that became unwritable) costs only itself: the previous
   // one stays, and training goes on; the last one's failure ends the run with the error.
@@ -339,7 +346,7 @@ void Trainer::maybeCheckpoint(const RunPosition& position, bool last) {
   distributed_.withOptimizerState([&] {
     if (transport_.rank() != 0) return;
     try {
-      saveCheckpoint(*checkpoints_, *net_, optimizer_, identity(), position, sums);
+      saveCheckpoint(*checkpoints_, *net_, optimizer_, identity(), position, sums, syncStates);
     } catch (const SystemError& e) {
       if (last) failure = std::current_exception();
       if (!last) {

@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "gradsync/sync_options.h"
@@ -123,10 +124,24 @@ class DistributedOptimizer {
   // servers, runs `fn` on the global model (as withGlobalModel). loadOptimizerState() hands a
   // loaded optimizer's state to the engine or the servers (a parameter without a momentum buffer
   // starts from zero) and clears it from the optimizer. In gradient mode the optimizer keeps its
-  // own state: `fn` just runs, and loading does nothing. Update mode with Adam or AdamW:
-  // ConfigError (not built yet). Between steps; collective; servers: load before the first step.
+  // own state: `fn` just runs, and loading does nothing. Update mode with Adam or AdamW: the
+  // moments are part of syncState(), `fn` just runs. Between steps; collective; servers: load
+  // before the first step.
   void withOptimizerState(const std::function<void()>& fn);
   void loadOptimizerState();
+  // This rank's synchronization state beyond the model and the optimizer: the compressors'
+  // (error-feedback residuals, PowerSGD's Q, DGC's momentum and velocity, GradiVeQ's basis),
+  // Adam's moments in update mode, the delayed strategies' local state (the last two pulled
+  // models, the local velocity, CD-SGD's residual) and, where each rank trains its own copy
+  // (asgd, ssp, the delayed strategies, localsgd), this rank's parameters (and with localsgd its
+  // optimizer). Opaque bytes that differ per rank: save every rank's beside the model and the
+  // optimizer (e.g. gathered to rank 0 with allgatherBytes), and give each rank its own back
+  // with loadSyncState after loadOptimizerState, before the first step; the run then repeats
+  // the uninterrupted one bitwise. Not collective; call syncState() before withOptimizerState.
+  // loadSyncState throws DataError for state of another run (another schedule, compressor,
+  // strategy or model), saying what differs.
+  std::vector<uint8_t> syncState();
+  void loadSyncState(std::span<const uint8_t> state);
   // Runs `fn` with this worker's parameters being the one global model (the servers', where
   // workers train their own copies: asgd, ssp, the delayed strategies), then gives the worker
   // its own parameters back, so that evaluating or saving the global model leaves training

@@ -94,6 +94,16 @@ void Dgc::encode(std::span<const float> x, std::vector<uint8_t>& out, uint64_t s
   }
 }
 
+void Dgc::saveState(StateWriter& out) const {
+  out.write(momentum_);
+  out.write(velocity_);
+}
+
+void Dgc::loadState(StateReader& in) {
+  in.readExact(momentum_);
+  in.readExact(velocity_);
+}
+
 void Dgc::decodeAdd(std::span<const uint8_t> in, std::span<float> out) const {
   decodeSparseAdd(in, out);
 }

@@ -41,6 +41,8 @@ class Dgc final : public CodecCompressor {
 
   std::span<const float> velocity() const { return velocity_; }
   std::span<const float> momentumBuffer() const { return momentum_; }
+  void saveState(StateWriter& out) const override;
+  void loadState(StateReader& in) override;
 
  private:
   float clipScale(std::span<const float> x) const;

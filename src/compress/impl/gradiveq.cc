@@ -86,6 +86,22 @@ class GradiVeQ final : public Compressor {
     }
   }
 
+  // Mid-phase, the covariance accumulated so far is state too.
+  void saveState(StateWriter& out) const override {
+    out.write(step_);
+    out.write(basis_);
+    out.write(covariance_);
+  }
+  void loadState(StateReader& in) override {
+    step_ = in.readU64();
+    in.read(basis_);
+    if (!basis_.empty() && basis_.size() != o_.dims * o_.slice) {
+      throw DataError(fmt::format("{}: a basis of {} values where this run has {} x {}", in.what(),
+                                  basis_.size(), o_.dims, o_.slice));
+    }
+    in.readExact(covariance_);
+  }
+
  private:
   bool dense(uint64_t step) const {
     return step < o_.train || (o_.refresh > 0 && step % o_.refresh < o_.refreshLength());

@@ -92,6 +92,15 @@ class PowerSgd final : public Compressor {
   void exchange(ExchangeContext& context, std::span<float> grad, std::span<float> sent,
                 ExchangeStats& stats) override;
 
+  void saveState(StateWriter& out) const override {
+    out.write(uint64_t{started_});
+    out.write(q_);
+  }
+  void loadState(StateReader& in) override {
+    started_ = in.readU64() != 0;
+    in.readExact(q_);
+  }
+
  private:
   linalg::MatrixView matrix(std::span<float> unit, const Slot& s) const {
     return {unit.data() + s.offset, s.rows, s.cols};

@@ -45,47 +45,57 @@ Buffers momentumOf(SequenceClassifier& model, torch::optim::Optimizer& optimizer
 void restore(SequenceClassifier& model, torch::optim::Optimizer& optimizer,
              const Buffers& buffers) {
   for (const auto& item : model->named_parameters()) {
+    if (!buffers.contains(item.key())) continue;
     auto state = std::make_unique<torch::optim::SGDParamState>();
     state->momentum_buffer(buffers.at(item.key()).clone());
     optimizer.state()[c10::guts::to_string(item.value().unsafeGetTensorImpl())] = std::move(state);
   }
 }
 
-// A run of 6 steps, and the same run stopped after 3 (parameters and the optimizer state
-// saved through withOptimizerState) and resumed in fresh objects: the same parameters, bitwise.
+// A run of 6 steps, and the same run stopped after 3 (parameters, the optimizer state saved
+// through withOptimizerState and each rank's syncState) and resumed in fresh objects: the same
+// parameters, bitwise. Adam's moments in update mode and the compressors' residuals travel in
+// syncState.
 TEST(DistributedState, CheckpointsResumeBitwiseInEveryMode) {
   constexpr int kWorkers = 2;
   constexpr int64_t kStop = 3, kTotal = 6;
-  for (const SyncOptions& sync :
-       {SyncOptions{.schedule = "p3:slice=50"}, SyncOptions{.sync = "sharded"},
-        SyncOptions{.schedule = "wfbp", .parameterServers = true}, SyncOptions{}}) {
-    std::vector<SequenceClassifier> uninterrupted = trained(kWorkers, "sgd", sync, kTotal, 0);
+  for (const auto& [kind, sync] :
+       {std::pair{"sgd", SyncOptions{.schedule = "p3:slice=50"}},
+        std::pair{"sgd", SyncOptions{.sync = "sharded"}},
+        std::pair{"sgd", SyncOptions{.schedule = "wfbp", .parameterServers = true}},
+        std::pair{"sgd", SyncOptions{}}, std::pair{"adamw", SyncOptions{.schedule = "p3:slice=50"}},
+        std::pair{"adamw", SyncOptions{.sync = "sharded"}},
+        std::pair{"sgd", SyncOptions{.compress = "topk:0.1", .compressMinElements = 1}}}) {
+    std::vector<SequenceClassifier> uninterrupted = trained(kWorkers, kind, sync, kTotal, 0);
     std::vector<SequenceClassifier> resumed;
     for (int r = 0; r < kWorkers; ++r) resumed.push_back(freshModel());
     std::vector<Buffers> saved(kWorkers);
+    std::vector<std::vector<uint8_t>> syncStates(kWorkers);
     runWithTransports(TransportKind::kLoopback, kWorkers, [&](Transport& t) {
       SequenceClassifier& model = resumed[static_cast<size_t>(t.rank())];
-      auto optimizer = makeOptimizer("sgd", model);
+      auto optimizer = makeOptimizer(kind, model);
       DistributedOptimizer distributed(*optimizer, model.ptr(), t, sync);
       for (int64_t s = 0; s < kStop; ++s) trainStep(model, distributed, t.rank(), kWorkers, s);
       distributed.waitForParameters();
+      syncStates[static_cast<size_t>(t.rank())] = distributed.syncState();
       distributed.withOptimizerState(
           [&] { saved[static_cast<size_t>(t.rank())] = momentumOf(model, *optimizer); });
     });
     runWithTransports(TransportKind::kLoopback, kWorkers, [&](Transport& t) {
       SequenceClassifier& model = resumed[static_cast<size_t>(t.rank())];
-      auto optimizer = makeOptimizer("sgd", model);
+      auto optimizer = makeOptimizer(kind, model);
       restore(model, *optimizer, saved[static_cast<size_t>(t.rank())]);
       DistributedOptimizer distributed(*optimizer, model.ptr(), t, sync);
       distributed.loadOptimizerState();
+      distributed.loadSyncState(syncStates[static_cast<size_t>(t.rank())]);
       distributed.setStep(kStop);
       for (int64_t s = kStop; s < kTotal; ++s) trainStep(model, distributed, t.rank(), kWorkers, s);
       distributed.waitForParameters();
     });
     for (int r = 0; r < kWorkers; ++r) {
       EXPECT_EQ(maxRelativeDifference(uninterrupted[r], resumed[r]), 0.0)
-          << sync.schedule << " " << sync.sync << (sync.parameterServers ? " servers" : "")
-          << ", rank " << r;
+          << kind << " " << sync.schedule << " " << sync.sync << " " << sync.compress
+          << (sync.parameterServers ? " servers" : "") << ", rank " << r;
     }
   }
 }

@@ -89,39 +89,6 @@ TEST(Strategies, EveryStrategyTrains) {
   EXPECT_EQ(train(2, ps).parameters, plain.parameters);
 }
 
-std::string scratchDir(const std::string& name) {
-  auto dir = std::filesystem::temp_directory_path() /
-             ("gradsync-strategies-" + std::to_string(::getpid()) + "-" + name);
-  std::filesystem::remove_all(dir);
-  return dir.string();
-}
-
-// The servers' parameters and velocity are the checkpoint's model and momentum buffers: PS ssgd
-// resumed from step 8 repeats the uninterrupted run bitwise, with separate servers too.
-TEST(Strategies, ParameterServerStateResumesExactly) {
-  for (int servers : {0, 2}) {
-    TrainOptions o = smallSteps();
-    o.syntheticSamples = 60;
-    o.batchSize = 6;
-    o.steps = 12;
-    o.strategy.ps = true;
-    o.strategy.servers = servers;
-    TrainResult uninterrupted = train(2 + servers, o);
-    TrainOptions first = o;
-    first.checkpointDir = scratchDir("resume" + std::to_string(servers));
-    first.checkpointEvery = 4;
-    first.steps = 8;
-    train(2 + servers, first);
-    TrainOptions rest = o;
-    rest.checkpointDir = first.checkpointDir;
-    rest.resume = true;
-    TrainResult resumed = train(2 + servers, rest);
-    EXPECT_EQ(resumed.parameters, uninterrupted.parameters) << servers << " servers";
-    EXPECT_EQ(resumed.losses,
-              std::vector<float>(uninterrupted.losses.begin() + 8, uninterrupted.losses.end()));
-  }
-}
-
 TEST(Strategies, InvalidCombinationsAreRefusedUpFront) {
   TrainOptions o = smallSteps();
   for (const char* sync : {"ssp", "asgd:2", "ssdsgd:0", "localsgd", "gossip"}) {

@@ -166,46 +166,6 @@ TrainOptions resumableOptions() {
   return o;
 }
 
-// Interrupted after the checkpoint at step 8 (mid-epoch), then resumed: the loss curve, the
-// epoch means and the final parameters are exactly those of the uninterrupted run. With p3
-// and sharded the velocity lives in the engine (sharded: 1/P per rank) and must travel too.
-class Resume : public ::testing::TestWithParam<std::pair<const char*, const char*>> {};
-
-TEST_P(Resume, ResumedRunRepeatsTheUninterruptedOne) {
-  auto resumableOptions = [this] {
-    TrainOptions o = gradsync::testing::resumableOptions();
-    o.schedule = GetParam().first;
-    o.sync = GetParam().second;
-    return o;
-  };
-  TrainResult uninterrupted = train(2, resumableOptions());
-  TrainOptions first = resumableOptions();
-  first.checkpointDir = scratchDir("resume");
-  first.checkpointEvery = 4;
-  first.steps = 8;
-  train(2, first);
-  TrainOptions rest = resumableOptions();
-  rest.checkpointDir = first.checkpointDir;
-  rest.checkpointEvery = 4;
-  rest.resume = true;
-  TrainResult resumed = train(2, rest);
-  ASSERT_EQ(uninterrupted.losses.size(), 12u);
-  EXPECT_EQ(resumed.losses,
-            std::vector<float>(uninterrupted.losses.begin() + 8, uninterrupted.losses.end()));
-  EXPECT_EQ(resumed.parameters, uninterrupted.parameters);
-  ASSERT_EQ(resumed.epochs.size(), uninterrupted.epochs.size());
-  for (size_t e = 0; e < resumed.epochs.size(); ++e) {
-    EXPECT_EQ(resumed.epochs[e].trainLoss, uninterrupted.epochs[e].trainLoss) << "epoch " << e;
-  }
-}
-
-INSTANTIATE_TEST_SUITE_P(Modes, Resume,
-                         ::testing::Values(std::pair{"wfbp", "ssgd"}, std::pair{"p3", "ssgd"},
-                                           std::pair{"wfbp", "sharded"}),
-                         [](const auto& info) {
-                           return std::string(info.param.first) + "_" + info.param.second;
-                         });
-
 // A checkpoint at an epoch's end holds that epoch's record: resuming from it loses nothing.
 TEST(Trainer, ResumeFromAnEpochBoundary) {
   TrainResult uninterrupted = train(2, resumableOptions());
@@ -249,18 +209,6 @@ TEST(Trainer, CorruptCheckpointIsAClearErrorNamingThePreviousGoodOne) {
     EXPECT_NE(what.find("000000000008"), std::string::npos) << what;  // the corrupt one
     EXPECT_NE(what.find("000000000004"), std::string::npos) << what;  // the intact one
   }
-}
-
-TEST(Trainer, ResumeRefusesACheckpointOfAnotherRun) {
-  TrainOptions first = resumableOptions();
-  first.checkpointDir = scratchDir("other");
-  first.steps = 4;
-  train(2, first);
-  TrainOptions other = resumableOptions();
-  other.checkpointDir = first.checkpointDir;
-  other.resume = true;
-  other.batchSize = 3;
-  EXPECT_THROW(train(2, other), ConfigError);
 }
 
 TEST(Trainer, TraceMergesEveryRankForTheStepWindow) {

@@ -1,0 +1,54 @@
+#include "common/state_bytes.h"
+
+#include <fmt/format.h>
+
+#include "gradsync/error.h"
+
+namespace gradsync {
+
+void StateWriter::writeRaw(uint64_t count, const void* data, size_t size) {
+  const size_t at = bytes_.size();
+  bytes_.resize(at + sizeof(count) + size);
+  std::memcpy(bytes_.data() + at, &count, sizeof(count));
+  if (size > 0) std::memcpy(bytes_.data() + at + sizeof(count), data, size);
+}
+
+uint64_t StateReader::readCount(size_t elementSize) {
+  uint64_t count = 0;
+  take(&count, sizeof(count));
+  const size_t left = bytes_.size() - at_;
+  if (count > left / elementSize) {
+    throw DataError(
+        fmt::format("{}: an array of {} values of {} bytes but only {} bytes left "
+                    "(state of another run, or corrupt)",
+                    what_, count, elementSize, left));
+  }
+  return count;
+}
+
+void StateReader::take(void* into, size_t size) {
+  if (size > bytes_.size() - at_) {
+    throw DataError(fmt::format("{}: truncated: {} bytes needed at byte {} of {}", what_, size, at_,
+                                bytes_.size()));
+  }
+  if (size > 0) std::memcpy(into, bytes_.data() + at_, size);
+  at_ += size;
+}
+
+void StateReader::mismatch(uint64_t stored, size_t expected) const {
+  throw DataError(
+      fmt::format("{}: the checkpoint holds {} values where this run has {} "
+                  "(state of another model, schedule or compressor)",
+                  what_, stored, expected));
+}
+
+void StateReader::expectEnd() const {
+  if (at_ != bytes_.size()) {
+    throw DataError(
+        fmt::format("{}: {} bytes left over after the state (state of another "
+                    "model, schedule or compressor)",
+                    what_, bytes_.size() - at_));
+  }
+}
+
+}  // namespace gradsync

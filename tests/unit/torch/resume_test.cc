@@ -1,0 +1,195 @@
+// Resuming from a checkpoint repeats the uninterrupted run bitwise, for every strategy and every
+// compressor with state (docs/checkpoints.md): the checkpoint holds every rank's
+// synchronization state beside the model and the optimizer. And a checkpoint of another run is
+// refused, naming what differs.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+
+#include "gradsync/error.h"
+#include "train_on_threads.h"
+
+namespace gradsync::testing {
+namespace {
+
+std::string scratchDir(const std::string& name) {
+  auto dir = std::filesystem::temp_directory_path() /
+             ("gradsync-resume-" + std::to_string(::getpid()) + "-" + name);
+  std::filesystem::remove_all(dir);
+  return dir.string();
+}
+
+struct Case {
+  const char* schedule;
+  const char* sync;
+  const char* compress;
+  bool ps = false;  // ssgd through co-located parameter servers
+  int servers = 0;  // separate server ranks
+};
+
+std::string caseName(const Case& c) {
+  std::string name = std::string(c.schedule) + "_" + c.sync + "_" + c.compress +
+                     (c.ps ? "_ps" : "") + (c.servers > 0 ? "_servers" : "");
+  for (char& ch : name) {
+    if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+  }
+  return name;
+}
+
+// 2 workers, batch 6, 60 samples: 5 steps per epoch, so the checkpoint of step 8 is mid-epoch.
+// Compression starts at once and on every tensor of the mlp; the delayed strategies' warm-up
+// ends at step 2, so their local state is in use when the checkpoint is written.
+TrainOptions optionsFor(const Case& c) {
+  TrainOptions o = quickOptions();
+  o.syntheticSamples = 60;
+  o.batchSize = 6;
+  o.steps = 12;
+  o.schedule = c.schedule;
+  o.sync = c.sync;
+  o.compression.spec = c.compress;
+  o.compression.minElements = 1;
+  o.strategy.ps = c.ps;
+  o.strategy.servers = c.servers;
+  o.strategy.warmup = 2;
+  return o;
+}
+
+class Resume : public ::testing::TestWithParam<Case> {};
+
+// Interrupted after the checkpoint at step 8, then resumed: the loss curve, the epoch means and
+// the final parameters are exactly those of the uninterrupted run.
+TEST_P(Resume, ResumedRunRepeatsTheUninterruptedOne) {
+  const Case& c = GetParam();
+  const int ranks = 2 + c.servers;
+  TrainResult uninterrupted = train(ranks, optionsFor(c));
+  TrainOptions first = optionsFor(c);
+  first.checkpointDir = scratchDir(caseName(c));
+  first.checkpointEvery = 4;
+  first.steps = 8;
+  train(ranks, first);
+  TrainOptions rest = optionsFor(c);
+  rest.checkpointDir = first.checkpointDir;
+  rest.resume = true;
+  TrainResult resumed = train(ranks, rest);
+  ASSERT_EQ(uninterrupted.losses.size(), 12u);
+  EXPECT_EQ(resumed.losses,
+            std::vector<float>(uninterrupted.losses.begin() + 8, uninterrupted.losses.end()));
+  EXPECT_EQ(resumed.parameters, uninterrupted.parameters);
+  ASSERT_EQ(resumed.epochs.size(), uninterrupted.epochs.size());
+  for (size_t e = 0; e < resumed.epochs.size(); ++e) {
+    EXPECT_EQ(resumed.epochs[e].trainLoss, uninterrupted.epochs[e].trainLoss) << "epoch " << e;
+  }
+  std::filesystem::remove_all(first.checkpointDir);
+}
+
+// Every strategy dense; every compressor (those with state: error feedback's residual in the
+// sparsifiers and quantizers, PowerSGD's Q, DGC's momentum and velocity, GradiVeQ's basis
+// mid-phase) over the ring, with p3 and through servers; the delayed strategies with their
+// local state (cdsgd's residual, ssdsgd's two last models). asgd and ssp apply pushes in
+// arrival order, which no checkpoint can repeat: not in the matrix.
+INSTANTIATE_TEST_SUITE_P(
+    Strategies, Resume,
+    ::testing::Values(Case{"wfbp", "ssgd", "none"}, Case{"fusion:0.1", "ssgd", "none"},
+                      Case{"p3", "ssgd", "none"}, Case{"wfbp", "sharded", "none"},
+                      Case{"wfbp", "localsgd:3", "none"}, Case{"wfbp", "ssgd", "none", true},
+                      Case{"p3", "ssgd", "none", true}, Case{"wfbp", "ssgd", "none", false, 2},
+                      Case{"wfbp", "odsgd", "none"}, Case{"wfbp", "ssdsgd:3", "none"},
+                      Case{"wfbp", "cdsgd:3", "none"}),
+    [](const auto& info) { return caseName(info.param); });
+
+INSTANTIATE_TEST_SUITE_P(
+    Compressors, Resume,
+    ::testing::Values(Case{"wfbp", "ssgd", "topk:0.05"}, Case{"wfbp", "ssgd", "mstopk:0.05"},
+                      Case{"wfbp", "ssgd", "gtopk:0.05"}, Case{"wfbp", "ssgd", "randomk:0.1"},
+                      Case{"wfbp", "ssgd", "dgc:0.05"}, Case{"wfbp", "ssgd", "qsgd:4"},
+                      Case{"wfbp", "ssgd", "terngrad"}, Case{"wfbp", "ssgd", "twobit:0.01"},
+                      Case{"wfbp", "ssgd", "onebit"}, Case{"wfbp", "ssgd", "signsgd"},
+                      Case{"wfbp", "ssgd", "fp16"}, Case{"wfbp", "ssgd", "powersgd:2"},
+                      Case{"wfbp", "ssgd", "gradiveq:2,slice=16,train=3,refresh=5"},
+                      Case{"p3", "ssgd", "topk:0.05"}, Case{"fusion:0.1", "ssgd", "qsgd:4"},
+                      Case{"wfbp", "ssgd", "topk:0.05", true}, Case{"p3", "ssgd", "onebit", true},
+                      Case{"wfbp", "odsgd", "topk:0.05"}, Case{"wfbp", "ssdsgd:3", "qsgd:4"}),
+    [](const auto& info) { return caseName(info.param); });
+
+void expectRefused(const TrainOptions& changed, const std::string& dir, const char* named) {
+  TrainOptions rest = changed;
+  rest.checkpointDir = dir;
+  rest.resume = true;
+  try {
+    train(2, rest);
+    ADD_FAILURE() << "a checkpoint of another run was resumed (" << named << ")";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find(named), std::string::npos) << e.what();
+  }
+}
+
+// The checkpoint records the world, the strategy and the compressors; a resume that differs in
+// one of them is refused naming it (docs/checkpoints.md, "Resuming with other settings").
+TEST(ResumeRules, ACheckpointOfAnotherRunIsRefusedNamingTheDifference) {
+  const Case c{"wfbp", "ssgd", "topk:0.05"};
+  TrainOptions first = optionsFor(c);
+  first.checkpointDir = scratchDir("rules");
+  first.steps = 4;
+  train(2, first);
+  TrainOptions other = optionsFor(c);
+  other.batchSize = 3;
+  expectRefused(other, first.checkpointDir, "batch_size");
+  other = optionsFor(c);
+  other.compression.spec = "qsgd:4";
+  expectRefused(other, first.checkpointDir, "compress");
+  other = optionsFor(c);
+  other.sync = "sharded";
+  expectRefused(other, first.checkpointDir, "sync");
+  other = optionsFor(c);
+  try {
+    train(3, [&] {
+      TrainOptions o = other;
+      o.checkpointDir = first.checkpointDir;
+      o.resume = true;
+      return o;
+    }());
+    ADD_FAILURE() << "a checkpoint of 2 workers was resumed on 3";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("workers"), std::string::npos) << e.what();
+  }
+  std::filesystem::remove_all(first.checkpointDir);
+}
+
+// A dense run's engine holds no state that depends on its units: the schedule may change.
+TEST(ResumeRules, ADenseRunMayChangeItsSchedule) {
+  const Case c{"wfbp", "ssgd", "none"};
+  TrainResult uninterrupted = train(2, optionsFor(c));
+  TrainOptions first = optionsFor(c);
+  first.checkpointDir = scratchDir("schedule");
+  first.checkpointEvery = 4;
+  first.steps = 8;
+  train(2, first);
+  TrainOptions rest = optionsFor(c);
+  rest.schedule = "fusion:0.1";
+  rest.checkpointDir = first.checkpointDir;
+  rest.resume = true;
+  TrainResult resumed = train(2, rest);
+  EXPECT_LT(maxRelativeDifference(resumed.parameters, uninterrupted.parameters), 1e-4);
+  std::filesystem::remove_all(first.checkpointDir);
+}
+
+// With a compressor, the units are the state's layout: another schedule is refused.
+TEST(ResumeRules, ACompressedRunKeepsItsSchedule) {
+  const Case c{"wfbp", "ssgd", "topk:0.05"};
+  TrainOptions first = optionsFor(c);
+  first.checkpointDir = scratchDir("compressed-schedule");
+  first.steps = 4;
+  train(2, first);
+  TrainOptions rest = optionsFor(c);
+  rest.schedule = "fusion:0.1";
+  rest.checkpointDir = first.checkpointDir;
+  rest.resume = true;
+  EXPECT_THROW(train(2, rest), DataError);
+  std::filesystem::remove_all(first.checkpointDir);
+}
+
+}  // namespace
+}  // namespace gradsync::testing
