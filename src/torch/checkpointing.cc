@@ -1,11 +1,10 @@
 #include "torch/checkpointing.h"
 
-#include <sstream>
-
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "gradsync/error.h"
+#include "torch/archive_bytes.h"
 
 namespace gradsync {
 namespace {
@@ -15,29 +14,6 @@ constexpr int kRunFormat = 2;
 
 std::string syncSectionName(int rank) {
   return fmt::format("sync-state/rank-{}", rank);
-}
-
-template <typename Save>
-std::vector<uint8_t> archiveBytes(Save&& save) {
-  torch::serialize::OutputArchive archive;
-  save(archive);
-  std::ostringstream out;
-  archive.save_to(out);
-  std::string text = out.str();
-  return {text.begin(), text.end()};
-}
-
-template <typename Load>
-void loadArchive(const Section& section, const std::string& path, Load&& load) {
-  std::istringstream in(std::string(section.data.begin(), section.data.end()));
-  torch::serialize::InputArchive archive;
-  try {
-    archive.load_from(in);
-    load(archive);
-  } catch (const c10::Error& e) {
-    throw DataError(fmt::format("{}: section '{}' cannot be loaded: {}", path, section.name,
-                                e.what_without_backtrace()));
-  }
 }
 
 nlohmann::json runJson(const RunIdentity& identity, const RunPosition& position,
@@ -128,16 +104,18 @@ std::optional<RunPosition> loadCheckpoint(const CheckpointDir& dir, torch::nn::M
   // into the original storage.
   std::vector<torch::Tensor> storage;
   for (const torch::Tensor& p : model.parameters()) storage.push_back(p.detach());
-  loadArchive(findSection(checkpoint.sections, "model"), checkpoint.path,
-              [&](auto& archive) { model.load(archive); });
+  loadArchiveBytes(findSection(checkpoint.sections, "model").data,
+                   fmt::format("{}: section 'model'", checkpoint.path),
+                   [&](auto& archive) { model.load(archive); });
   torch::NoGradGuard noGrad;
   std::vector<torch::Tensor> parameters = model.parameters();
   for (size_t i = 0; i < parameters.size(); ++i) {
     storage[i].copy_(parameters[i]);
     parameters[i].set_(storage[i]);
   }
-  loadArchive(findSection(checkpoint.sections, "optimizer"), checkpoint.path,
-              [&](auto& archive) { optimizer.load(archive); });
+  loadArchiveBytes(findSection(checkpoint.sections, "optimizer").data,
+                   fmt::format("{}: section 'optimizer'", checkpoint.path),
+                   [&](auto& archive) { optimizer.load(archive); });
   RunPosition position = positionFrom(run, rank);
   position.syncState = findSection(checkpoint.sections, syncSectionName(rank)).data;
   return position;

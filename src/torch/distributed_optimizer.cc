@@ -5,7 +5,6 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
-#include <sstream>
 #include <unordered_set>
 
 #include "common/logging.h"
@@ -14,6 +13,7 @@
 #include "gradsync/error.h"
 #include "job/agreement.h"
 #include "sync/strategy.h"
+#include "torch/archive_bytes.h"
 #include "torch/distributed_model.h"
 #include "torch/sync_setup.h"
 #include "transport/prefix_transport.h"
@@ -124,30 +124,6 @@ std::vector<TensorShape> shapesOf(const torch::nn::Module& module) {
     }
   }
   return shapes;
-}
-
-template <typename Save>
-std::vector<uint8_t> archiveBytes(Save&& save) {
-  torch::serialize::OutputArchive archive;
-  save(archive);
-  std::ostringstream out;
-  archive.save_to(out);
-  const std::string text = out.str();
-  return {text.begin(), text.end()};
-}
-
-void loadArchive(const std::vector<uint8_t>& bytes, torch::optim::Optimizer& optimizer) {
-  std::istringstream in(std::string(bytes.begin(), bytes.end()));
-  torch::serialize::InputArchive archive;
-  try {
-    archive.load_from(in);
-    optimizer.load(archive);
-  } catch (const c10::Error& e) {
-    throw DataError(
-        fmt::format("the optimizer state in the synchronization state cannot be "
-                    "loaded: {}",
-                    e.what_without_backtrace()));
-  }
 }
 
 }  // namespace
@@ -322,7 +298,8 @@ void DistributedOptimizer::loadSyncState(std::span<const uint8_t> state) {
       in.readExact(std::span<float>(p.data_ptr<float>(), static_cast<size_t>(p.numel())));
     }
     in.read(bytes);
-    loadArchive(bytes, optimizer_);
+    loadArchiveBytes(bytes, "the optimizer state in the synchronization state",
+                     [&](auto& archive) { optimizer_.load(archive); });
   }
   in.expectEnd();
 }

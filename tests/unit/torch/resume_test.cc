@@ -57,6 +57,23 @@ TrainOptions optionsFor(const Case& c) {
   return o;
 }
 
+// Runs `o` for its first `steps` steps, checkpointing every 4 into a fresh directory named
+// after `name`; returns the directory.
+std::string checkpointedRun(TrainOptions o, const std::string& name, int64_t steps) {
+  o.checkpointDir = scratchDir(name);
+  o.checkpointEvery = 4;
+  o.steps = steps;
+  train(2 + o.strategy.servers, o);
+  return o.checkpointDir;
+}
+
+// `o`, resuming from the newest checkpoint in `dir`.
+TrainOptions resumed(TrainOptions o, const std::string& dir) {
+  o.checkpointDir = dir;
+  o.resume = true;
+  return o;
+}
+
 class Resume : public ::testing::TestWithParam<Case> {};
 
 // Interrupted after the checkpoint at step 8, then resumed: the loss curve, the epoch means and
@@ -65,24 +82,17 @@ TEST_P(Resume, ResumedRunRepeatsTheUninterruptedOne) {
   const Case& c = GetParam();
   const int ranks = 2 + c.servers;
   TrainResult uninterrupted = train(ranks, optionsFor(c));
-  TrainOptions first = optionsFor(c);
-  first.checkpointDir = scratchDir(caseName(c));
-  first.checkpointEvery = 4;
-  first.steps = 8;
-  train(ranks, first);
-  TrainOptions rest = optionsFor(c);
-  rest.checkpointDir = first.checkpointDir;
-  rest.resume = true;
-  TrainResult resumed = train(ranks, rest);
+  const std::string dir = checkpointedRun(optionsFor(c), caseName(c), 8);
+  TrainResult rest = train(ranks, resumed(optionsFor(c), dir));
   ASSERT_EQ(uninterrupted.losses.size(), 12u);
-  EXPECT_EQ(resumed.losses,
+  EXPECT_EQ(rest.losses,
             std::vector<float>(uninterrupted.losses.begin() + 8, uninterrupted.losses.end()));
-  EXPECT_EQ(resumed.parameters, uninterrupted.parameters);
-  ASSERT_EQ(resumed.epochs.size(), uninterrupted.epochs.size());
-  for (size_t e = 0; e < resumed.epochs.size(); ++e) {
-    EXPECT_EQ(resumed.epochs[e].trainLoss, uninterrupted.epochs[e].trainLoss) << "epoch " << e;
+  EXPECT_EQ(rest.parameters, uninterrupted.parameters);
+  ASSERT_EQ(rest.epochs.size(), uninterrupted.epochs.size());
+  for (size_t e = 0; e < rest.epochs.size(); ++e) {
+    EXPECT_EQ(rest.epochs[e].trainLoss, uninterrupted.epochs[e].trainLoss) << "epoch " << e;
   }
-  std::filesystem::remove_all(first.checkpointDir);
+  std::filesystem::remove_all(dir);
 }
 
 // Every strategy dense; every compressor (those with state: error feedback's residual in the
@@ -114,12 +124,12 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"wfbp", "odsgd", "topk:0.05"}, Case{"wfbp", "ssdsgd:3", "qsgd:4"}),
     [](const auto& info) { return caseName(info.param); });
 
-void expectRefused(const TrainOptions& changed, const std::string& dir, const char* named) {
-  TrainOptions rest = changed;
-  rest.checkpointDir = dir;
-  rest.resume = true;
+// A resume of the checkpoint in `dir` on `ranks` ranks with `changed` settings is refused with
+// a ConfigError naming `named`.
+void expectRefused(const TrainOptions& changed, const std::string& dir, const char* named,
+                   int ranks = 2) {
   try {
-    train(2, rest);
+    train(ranks, resumed(changed, dir));
     ADD_FAILURE() << "a checkpoint of another run was resumed (" << named << ")";
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find(named), std::string::npos) << e.what();
@@ -130,65 +140,40 @@ void expectRefused(const TrainOptions& changed, const std::string& dir, const ch
 // one of them is refused naming it (docs/checkpoints.md, "Resuming with other settings").
 TEST(ResumeRules, ACheckpointOfAnotherRunIsRefusedNamingTheDifference) {
   const Case c{"wfbp", "ssgd", "topk:0.05"};
-  TrainOptions first = optionsFor(c);
-  first.checkpointDir = scratchDir("rules");
-  first.steps = 4;
-  train(2, first);
+  const std::string dir = checkpointedRun(optionsFor(c), "rules", 4);
   TrainOptions other = optionsFor(c);
   other.batchSize = 3;
-  expectRefused(other, first.checkpointDir, "batch_size");
+  expectRefused(other, dir, "batch_size");
   other = optionsFor(c);
   other.compression.spec = "qsgd:4";
-  expectRefused(other, first.checkpointDir, "compress");
+  expectRefused(other, dir, "compress");
   other = optionsFor(c);
   other.sync = "sharded";
-  expectRefused(other, first.checkpointDir, "sync");
-  other = optionsFor(c);
-  try {
-    train(3, [&] {
-      TrainOptions o = other;
-      o.checkpointDir = first.checkpointDir;
-      o.resume = true;
-      return o;
-    }());
-    ADD_FAILURE() << "a checkpoint of 2 workers was resumed on 3";
-  } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("workers"), std::string::npos) << e.what();
-  }
-  std::filesystem::remove_all(first.checkpointDir);
+  expectRefused(other, dir, "sync");
+  expectRefused(optionsFor(c), dir, "workers", 3);
+  std::filesystem::remove_all(dir);
 }
 
 // A dense run's engine holds no state that depends on its units: the schedule may change.
 TEST(ResumeRules, ADenseRunMayChangeItsSchedule) {
   const Case c{"wfbp", "ssgd", "none"};
   TrainResult uninterrupted = train(2, optionsFor(c));
-  TrainOptions first = optionsFor(c);
-  first.checkpointDir = scratchDir("schedule");
-  first.checkpointEvery = 4;
-  first.steps = 8;
-  train(2, first);
-  TrainOptions rest = optionsFor(c);
-  rest.schedule = "fusion:0.1";
-  rest.checkpointDir = first.checkpointDir;
-  rest.resume = true;
-  TrainResult resumed = train(2, rest);
-  EXPECT_LT(maxRelativeDifference(resumed.parameters, uninterrupted.parameters), 1e-4);
-  std::filesystem::remove_all(first.checkpointDir);
+  const std::string dir = checkpointedRun(optionsFor(c), "schedule", 8);
+  TrainOptions fusion = optionsFor(c);
+  fusion.schedule = "fusion:0.1";
+  TrainResult rest = train(2, resumed(fusion, dir));
+  EXPECT_LT(maxRelativeDifference(rest.parameters, uninterrupted.parameters), 1e-4);
+  std::filesystem::remove_all(dir);
 }
 
 // With a compressor, the units are the state's layout: another schedule is refused.
 TEST(ResumeRules, ACompressedRunKeepsItsSchedule) {
   const Case c{"wfbp", "ssgd", "topk:0.05"};
-  TrainOptions first = optionsFor(c);
-  first.checkpointDir = scratchDir("compressed-schedule");
-  first.steps = 4;
-  train(2, first);
-  TrainOptions rest = optionsFor(c);
-  rest.schedule = "fusion:0.1";
-  rest.checkpointDir = first.checkpointDir;
-  rest.resume = true;
-  EXPECT_THROW(train(2, rest), DataError);
-  std::filesystem::remove_all(first.checkpointDir);
+  const std::string dir = checkpointedRun(optionsFor(c), "compressed-schedule", 4);
+  TrainOptions fusion = optionsFor(c);
+  fusion.schedule = "fusion:0.1";
+  EXPECT_THROW(train(2, resumed(fusion, dir)), DataError);
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
