@@ -2,14 +2,14 @@
 #   make demo   install dependencies, build, run the main job, print the result
 #   make test   install dependencies, build, check formatting, run every test but the long ones
 # Other targets: deps, build, bench, bench-peers, sim-validate, sim-papers, test-long,
-# test-sanitize, test-kernels, fuzz, format, format-check, clean.
+# test-sanitize, test-kernels, fuzz, fuzz-seeds, format, format-check, clean.
 
 BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 CTEST_FLAGS ?= --output-on-failure
 
-.PHONY: all deps build test demo bench bench-peers sim-validate sim-papers test-long test-sanitize test-kernels fuzz format format-check clean
+.PHONY: all deps build test demo bench bench-peers sim-validate sim-papers test-long test-sanitize test-kernels fuzz fuzz-seeds format format-check clean
 
 all: build
 
@@ -66,14 +66,23 @@ test-long: build
 test-kernels: build
 	@$(CI_TEST) kernels
 
-# libFuzzer (clang) on the wire decoders; runs FUZZ_SECONDS per target.
+# libFuzzer (clang) on every decoder of untrusted bytes: TCP frames, store wire, checkpoints, IDX
+# files, model-profile JSON, compressed payloads (tests/fuzz, docs/testing.md "Fuzzing"); runs
+# FUZZ_SECONDS per target from the committed seeds (scripts/fuzz.sh).
 FUZZ_SECONDS ?= 60
+FUZZERS = frame_fuzz store_wire_fuzz checkpoint_fuzz idx_fuzz profile_fuzz codec_fuzz
 fuzz: deps
 	cmake -S tests/fuzz -B $(BUILD)-fuzz -G Ninja -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo
 	cmake --build $(BUILD)-fuzz -j $(JOBS)
-	mkdir -p $(BUILD)-fuzz/corpus-frame $(BUILD)-fuzz/corpus-store
-	$(BUILD)-fuzz/frame_fuzz -max_total_time=$(FUZZ_SECONDS) -max_len=4096 $(BUILD)-fuzz/corpus-frame
-	@if [ -x $(BUILD)-fuzz/store_wire_fuzz ]; then $(BUILD)-fuzz/store_wire_fuzz -max_total_time=$(FUZZ_SECONDS) -max_len=4096 $(BUILD)-fuzz/corpus-store; fi
+	scripts/fuzz.sh $(BUILD)-fuzz $(FUZZ_SECONDS) $(FUZZERS)
+
+# Rewrites the committed seed corpora from the writers and encoders (tests/fuzz/make_seeds.cc):
+# after a change of a format or of the compression registry.
+fuzz-seeds: deps
+	cmake -S tests/fuzz -B $(BUILD)-fuzz -G Ninja -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo
+	cmake --build $(BUILD)-fuzz -j $(JOBS) --target make_seeds
+	rm -rf tests/fuzz/corpus
+	$(BUILD)-fuzz/make_seeds tests/fuzz/corpus
 
 FORMAT_FILES = $(shell git ls-files '*.cc' '*.h')
 format:

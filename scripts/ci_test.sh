@@ -8,7 +8,8 @@
 # release  ctest on BUILD (the release build): every suite but the long ones (label long);
 #          convergence_test runs alone (RUN_SERIAL), never beside the timing-sensitive suites.
 # long     the long suites (convergence_long: the convergence cases make test leaves out).
-# fuzz     libFuzzer on the wire decoders for FUZZ_SECONDS each.
+# fuzz     libFuzzer on every decoder of untrusted bytes (six targets: tests/fuzz) for
+#          FUZZ_SECONDS each, from the committed seed corpora.
 # asan     AddressSanitizer build (no LibTorch) and its ctest: the suites labelled asan (every
 #          torch-free unit suite, the collectives, the conformance and multi-process suites).
 # tsan     ThreadSanitizer build and its ctest: the suites labelled tsan (those whose code runs
@@ -18,7 +19,7 @@
 #          forced OpenBLAS kernel families besides the default (KERNELS): the cross-machine check
 #          to run before changing any numerical bound (docs/testing.md).
 #
-# Environment: BUILD (build), JOBS (nproc), FUZZ_SECONDS (20), SANITIZE_LABELS (unset: asan for
+# Environment: BUILD (build), JOBS (nproc), FUZZ_SECONDS (10), SANITIZE_LABELS (unset: asan for
 # the asan stage and tsan for the tsan stage; empty: every suite),
 # KERNELS (Haswell Sandybridge), RESULTS (BUILD/test-results).
 set -uo pipefail
@@ -26,7 +27,7 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 BUILD=${BUILD:-build}
 JOBS=${JOBS:-$(nproc)}
-FUZZ_SECONDS=${FUZZ_SECONDS:-20}
+FUZZ_SECONDS=${FUZZ_SECONDS:-10}
 KERNELS=${KERNELS:-Haswell Sandybridge}
 RESULTS=$(realpath -m "${RESULTS:-$BUILD/test-results}")
 rm -rf "$RESULTS"

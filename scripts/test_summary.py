@@ -14,46 +14,78 @@ import sys
 import xml.etree.ElementTree as ElementTree
 
 GTEST_SKIPPED = re.compile(r"^\[  SKIPPED \] ([A-Za-z_][\w/.]*) \(\d+ ms\)")
+GTEST_SKIP_AT = re.compile(r"^.*:\d+: Skipped$")
+GTEST_NONE_PASSED = re.compile(r"^\[  PASSED  \] 0 tests\.")
+# The CTest messages of a test it skipped on purpose; any other "notrun" (executable missing, a
+# fixture failed) is a failure: ctest itself counts it as one.
+CTEST_SKIPS = ("SKIP_RETURN_CODE", "SKIP_REGULAR_EXPRESSION")
+NO_REASON = "no reason given"
 
 
 def gtest_skips(output):
-    """The test cases a GoogleTest binary skipped, each with the message GTEST_SKIP gave."""
+    """The test cases a GoogleTest binary skipped, each with the message GTEST_SKIP gave (its
+    lines joined), found between the case's "file:line: Skipped" and "[  SKIPPED ]" lines."""
     skips = []
     lines = output.splitlines()
     for i, line in enumerate(lines):
         match = GTEST_SKIPPED.match(line)
         if not match:
             continue
-        reason = ""
-        for back in range(i - 1, max(i - 6, -1), -1):
-            if lines[back].endswith("Skipped") and back + 1 < i:
-                reason = lines[back + 1].strip()
+        message = []
+        for back in range(i - 1, max(i - 20, -1), -1):
+            if lines[back].startswith("[ RUN      ]"):
                 break
-        skips.append((match[1], reason))
+            if GTEST_SKIP_AT.match(lines[back]):
+                message = [text.strip() for text in lines[back + 1:i] if text.strip()]
+                break
+        skips.append((match[1], " ".join(message) or NO_REASON))
     return skips
 
 
 def skip_reason(case):
-    """A skipped ctest entry's reason: its 'skipped: ...' line, or the CTest message."""
+    """A skipped ctest entry's reason: what follows 'skipped:' in its output (the convention of
+    the suites that exit 77), or else the CTest message."""
     output = case.findtext("system-out") or ""
     for line in output.splitlines():
         if line.lower().startswith("skipped"):
-            return line.strip()
+            return line.strip()[len("skipped"):].lstrip(": ") or NO_REASON
     skipped = case.find("skipped")
-    return skipped.get("message", "") if skipped is not None else ""
+    message = skipped.get("message", "") if skipped is not None else ""
+    return f"{message}, {NO_REASON}" if message else NO_REASON
 
 
 def ctest_rows(junit):
+    """(suite, status, seconds, note, skips) per ctest entry; skips lists (what, reason) for the
+    suite itself or for each GoogleTest case it skipped."""
     rows = []
     for case in ElementTree.parse(junit).getroot().iter("testcase"):
-        status = {"run": "passed", "fail": "FAILED", "notrun": "skipped"}.get(
-            case.get("status"), case.get("status"))
-        note = skip_reason(case) if status == "skipped" else ""
-        if status == "passed":
-            skips = gtest_skips(case.findtext("system-out") or "")
-            if skips:
-                note = "; ".join(f"{name} skipped: {reason}" for name, reason in skips)
-        rows.append((case.get("name"), status, float(case.get("time", 0)), note))
+        name, status, output = case.get("name"), case.get("status"), case.findtext("system-out")
+        output = output or ""
+        note, skips = "", []
+        if status in ("run", "fail"):
+            status = "passed" if status == "run" else "FAILED"
+            cases = gtest_skips(output)
+            skips = [(f"{name} {test}", reason) for test, reason in cases]
+            if cases:
+                note = "; ".join(f"{test} skipped: {reason}" for test, reason in cases)
+                # Every case skipped and none passed: the suite as a whole did not run.
+                if status == "passed" and any(
+                        GTEST_NONE_PASSED.match(line) for line in output.splitlines()):
+                    status = "skipped"
+        elif status == "notrun":
+            skipped = case.find("skipped")
+            message = skipped.get("message", "") if skipped is not None else ""
+            if message.startswith(CTEST_SKIPS):
+                reason = skip_reason(case)
+                status, note = "skipped", f"skipped: {reason}"
+                skips = [(name, reason)]
+            else:
+                status = "FAILED"
+                note = f"not run: {output.strip().splitlines()[0] if output.strip() else message}"
+        elif status == "disabled":
+            status, note = "skipped", "disabled (the test's DISABLED property)"
+            skips = [(name, note)]
+        rows.append((name, status, float(case.get("time", 0)), note, skips))
     return rows
 
 
@@ -62,6 +94,7 @@ def main():
         sys.exit(__doc__)
     results = sys.argv[1]
     counts = {"passed": 0, "FAILED": 0, "skipped": 0}
+    skipped = []
     print("\n== make test: summary ==")
     print(f"{'stage / suite':<40} {'result':<8} {'time':>8}")
     total = 0
@@ -72,8 +105,9 @@ def main():
             status = "passed" if code == "0" else "FAILED"
             print(f"{name:<40} {status:<8} {int(seconds):>7}s")
             if junit and os.path.exists(junit):
-                for suite, suite_status, suite_seconds, note in ctest_rows(junit):
+                for suite, suite_status, suite_seconds, note, skips in ctest_rows(junit):
                     counts[suite_status] = counts.get(suite_status, 0) + 1
+                    skipped += skips
                     print(f"  {suite:<38} {suite_status:<8} {suite_seconds:>7.1f}s"
                           + (f"  ({note})" if note else ""))
             elif junit:
@@ -82,6 +116,11 @@ def main():
             else:
                 counts[status] += 1
     print(f"{'total':<40} {'':<8} {total:>7}s")
+    # Every skip again in one place, so that none goes unnoticed in a long table.
+    if skipped:
+        print(f"skipped ({len(skipped)}):")
+        for name, reason in skipped:
+            print(f"  {name}: {reason}")
     print(f"summary: {counts['passed']} passed, {counts['FAILED']} failed, "
           f"{counts['skipped']} skipped")
 
