@@ -86,10 +86,10 @@ void PushCodec::encode(std::span<const float> grad, std::vector<uint8_t>& out, u
       half_.resize(code_.size());
       halfFromFloat(code_.data(), half_.data(), code_.size());
       out.resize(half_.size() * sizeof(uint16_t));
-      std::memcpy(out.data(), half_.data(), out.size());
+      std::copy_n(reinterpret_cast<const uint8_t*>(half_.data()), out.size(), out.data());
     } else {
       out.resize(code_.size() * sizeof(float));
-      std::memcpy(out.data(), code_.data(), out.size());
+      std::copy_n(reinterpret_cast<const uint8_t*>(code_.data()), out.size(), out.data());
     }
   }
   if (residual_.empty()) return;
@@ -112,10 +112,11 @@ void PushCodec::decodeAdd(std::span<const uint8_t> in, std::span<float> out, uin
   code_.resize(length);
   if (width == sizeof(uint16_t)) {
     half_.resize(length);
-    std::memcpy(half_.data(), in.data(), in.size());
+    std::copy_n(in.data(), in.size(), reinterpret_cast<uint8_t*>(half_.data()));
     floatFromHalf(half_.data(), code_.data(), length);
   } else {
-    std::memcpy(code_.data(), in.data(), in.size());
+    // std::copy_n, not memcpy: an empty unit's buffers may be null.
+    std::copy_n(in.data(), in.size(), reinterpret_cast<uint8_t*>(code_.data()));
   }
   decoded_.resize(out.size());
   linear_->decode(code_, decoded_, seed);

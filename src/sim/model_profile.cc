@@ -2,9 +2,12 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <type_traits>
+#include <vector>
 
 #include "gradsync/error.h"
 
@@ -68,16 +71,30 @@ std::string profileToJson(const ModelProfile& profile) {
 
 namespace {
 
+// Whether `value` holds a T without a lossy conversion: nlohmann converts a float such as 1e32
+// to int64_t by a cast that is undefined out of range, so integers must be JSON integers.
+template <typename T>
+bool holds(const nlohmann::json& value) {
+  if constexpr (std::is_same_v<T, int64_t>) {
+    return value.is_number_integer();
+  } else if constexpr (std::is_same_v<T, std::vector<int64_t>>) {
+    return value.is_array() &&
+           std::all_of(value.begin(), value.end(), [](const auto& v) { return holds<int64_t>(v); });
+  } else {
+    return true;  // the conversion itself checks
+  }
+}
+
 // Reads a field of `object`, naming it and the profile when it is missing or of the wrong type.
 template <typename T>
 T field(const nlohmann::json& object, const char* key, const std::string& where) {
   if (!object.is_object() || !object.contains(key))
     throw ConfigError(fmt::format("model profile {}: missing field \"{}\"", where, key));
   try {
-    return object.at(key).get<T>();
+    if (holds<T>(object.at(key))) return object.at(key).get<T>();
   } catch (const nlohmann::json::exception&) {
-    throw ConfigError(fmt::format("model profile {}: field \"{}\" has the wrong type", where, key));
   }
+  throw ConfigError(fmt::format("model profile {}: field \"{}\" has the wrong type", where, key));
 }
 
 double seconds(const nlohmann::json& object, const char* key, const std::string& where) {
@@ -110,13 +127,13 @@ ModelProfile profileFromJson(const std::string& text, const std::string& origin)
   nlohmann::json json;
   try {
     json = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // also a number out of range
     throw ConfigError(fmt::format("model profile {}: not valid JSON ({})", origin, e.what()));
   }
   ModelProfile profile;
   profile.name = field<std::string>(json, "name", origin);
   profile.device = field<std::string>(json, "device", origin);
-  profile.source = json.value("source", "");
+  profile.source = json.contains("source") ? field<std::string>(json, "source", origin) : "";
   profile.batchSize = field<int64_t>(json, "batch_size", origin);
   if (profile.batchSize <= 0)
     throw ConfigError(fmt::format("model profile {}: batch_size must be positive", origin));

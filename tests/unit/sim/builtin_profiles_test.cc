@@ -206,5 +206,26 @@ TEST(BuiltinProfiles, JsonRoundTripKeepsTensorsAndTimes) {
   }
 }
 
+// What the fuzzer found (tests/fuzz/profile_fuzz.cc): every malformed profile is a ConfigError,
+// never another exception or a float cast out of range into an integer.
+TEST(ProfileJson, MalformedFieldsAreConfigErrors) {
+  const std::string layers =
+      R"("layers":[{"name":"l","forward_s":1,"backward_s":2,"tensors":[{"name":"t","dims":[3]}]}])";
+  for (const std::string& head :
+       {R"("name":"m","device":"d","batch_size":1e32)",  // an integer field as a float
+        R"("name":"m","device":"d","batch_size":111111111111111111111111111111111)",
+        R"("name":"m","device":"d","batch_size":1,"update_s":1.7e80165)",  // out of range
+        R"("name":"m","device":"d","batch_size":1,"source":7)"}) {         // not a string
+    EXPECT_THROW(profileFromJson("{" + head + "," + layers + "}", "test.json"), ConfigError)
+        << head;
+  }
+  const std::string floatDims =
+      R"({"name":"m","device":"d","batch_size":1,"layers":[{"name":"l","forward_s":1,)"
+      R"("backward_s":2,"tensors":[{"name":"t","dims":[1e30]}]}]})";
+  EXPECT_THROW(profileFromJson(floatDims, "test.json"), ConfigError);
+  EXPECT_NO_THROW(
+      profileFromJson(R"({"name":"m","device":"d","batch_size":1,)" + layers + "}", "test.json"));
+}
+
 }  // namespace
 }  // namespace gradsync
