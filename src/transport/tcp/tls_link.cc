@@ -1,5 +1,6 @@
 #include "transport/tcp/tls_link.h"
 
+#include <openssl/bio.h>
 #include <openssl/err.h>
 #include <openssl/evp.h>
 #include <openssl/rand.h>
@@ -91,11 +92,46 @@ void waitFor(int fd, short events, const Deadline& deadline, const ErrorContext&
 }
 
 // A plaintext gradsync peer's handshake messages all start with "GS" (frame.h's magics).
+bool isPlaintext(const uint8_t* first, size_t count) {
+  return count >= 1 && first[0] == 'G' && (count == 1 || first[1] == 'S');
+}
+
 bool startsInPlaintext(int fd) {
   uint8_t first[2] = {};
   ssize_t n = ::recv(fd, first, sizeof first, MSG_PEEK | MSG_DONTWAIT);
-  return n >= 1 && first[0] == 'G' && (n == 1 || first[1] == 'S');
+  return n > 0 && isPlaintext(first, static_cast<size_t>(n));
 }
+
+// Records the first bytes OpenSSL reads from the socket during a handshake, so that a failed
+// one can tell a plaintext peer from a broken one. (Peeking before each read would race: the
+// answer may already be there when OpenSSL reads right after sending its ClientHello.)
+class FirstBytesRead {
+ public:
+  explicit FirstBytesRead(SSL* ssl) : bio_(SSL_get_rbio(ssl)) {
+    BIO_set_callback_arg(bio_, reinterpret_cast<char*>(this));
+    BIO_set_callback_ex(bio_, &FirstBytesRead::onIo);
+  }
+  ~FirstBytesRead() { BIO_set_callback_ex(bio_, nullptr); }  // the data path pays nothing
+  FirstBytesRead(const FirstBytesRead&) = delete;
+  FirstBytesRead& operator=(const FirstBytesRead&) = delete;
+  bool plaintext() const { return isPlaintext(bytes_, count_); }
+
+ private:
+  static long onIo(BIO* bio, int oper, const char* data, size_t, int, long, int ret,
+                   size_t* processed) {
+    if (oper == (BIO_CB_READ | BIO_CB_RETURN) && ret > 0 && processed != nullptr) {
+      auto* self = reinterpret_cast<FirstBytesRead*>(BIO_get_callback_arg(bio));
+      for (size_t i = 0; i < *processed && self->count_ < sizeof self->bytes_; ++i) {
+        self->bytes_[self->count_++] = static_cast<uint8_t>(data[i]);
+      }
+    }
+    return ret;
+  }
+
+  BIO* bio_;
+  uint8_t bytes_[2] = {};
+  size_t count_ = 0;
+};
 
 // Blocks SIGPIPE in this thread while alive, and swallows one raised meanwhile, so that a TLS
 // write in an application thread (the handshake) fails with EPIPE instead of killing us.
@@ -278,7 +314,7 @@ std::unique_ptr<Link> handshake(Fd fd, const TlsContext& context, bool connector
   }
   connector ? SSL_set_connect_state(ssl) : SSL_set_accept_state(ssl);
   auto link = std::make_unique<TlsLink>(std::move(fd), ssl);  // frees ssl from here on
-  bool peeked = false;
+  FirstBytesRead first(ssl);
   SigpipeBlocked guard;
   for (;;) {
     ERR_clear_error();
@@ -286,6 +322,11 @@ std::unique_ptr<Link> handshake(Fd fd, const TlsContext& context, bool connector
     int rc = SSL_do_handshake(ssl);
     if (rc == 1) return link;
     int error = SSL_get_error(ssl, rc);
+    // A plaintext gradsync rank answers a ClientHello with "GS...".
+    if (connector && first.plaintext()) {
+      throw ProtocolError(
+          fmt::format("rank {} answered without TLS but this rank uses --tls", where.peer), where);
+    }
     if (error != SSL_ERROR_WANT_READ && error != SSL_ERROR_WANT_WRITE) {
       std::string why = error == SSL_ERROR_SYSCALL
                             ? (errno != 0 ? errnoText(errno) : "the peer closed the connection")
@@ -294,12 +335,6 @@ std::unique_ptr<Link> handshake(Fd fd, const TlsContext& context, bool connector
           fmt::format("TLS handshake with {} failed: {}", peerName(link->fd()), why), where);
     }
     waitFor(link->fd(), error == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT, deadline, where);
-    // The server's first answer to our ClientHello: a plaintext gradsync rank answers "GS...".
-    if (connector && error == SSL_ERROR_WANT_READ && !std::exchange(peeked, true) &&
-        startsInPlaintext(link->fd())) {
-      throw ProtocolError(
-          fmt::format("rank {} answered without TLS but this rank uses --tls", where.peer), where);
-    }
   }
 }
 
