@@ -27,6 +27,7 @@ constexpr char kExporterLabel[] = "EXPORTER-gradsync-mesh";
 constexpr size_t kExporterBytes = 32;
 // Header and payload of small frames go out as one record, not two (TLS's largest record).
 constexpr size_t kCoalesceBytes = 16 * 1024;
+constexpr size_t kReadAheadBytes = 256 * 1024;
 
 // Drains OpenSSL's error queue (per thread) into one line.
 std::string sslErrors() {
@@ -361,6 +362,11 @@ TlsContext::TlsContext() {
   // Not verified against a CA: the token proof bound to the exporter authenticates the peer.
   SSL_CTX_set_verify(ctx_, SSL_VERIFY_NONE, nullptr);
   SSL_CTX_set_mode(ctx_, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+  // Read ahead into a buffer of several records: one recv per batch of records instead of two
+  // (record header, then body) per 16 KiB record. What this leaves buffered is what
+  // Link::hasBufferedInput reports (SSL_has_pending counts it).
+  SSL_CTX_set_read_ahead(ctx_, 1);
+  SSL_CTX_set_default_read_buffer_len(ctx_, kReadAheadBytes);
   // An EOF without close_notify reads as an orderly end: a truncation cannot go unnoticed, as
   // the transport accepts an end of stream only after the peer's (encrypted) goodbye frame.
   SSL_CTX_set_options(ctx_, SSL_OP_IGNORE_UNEXPECTED_EOF);
