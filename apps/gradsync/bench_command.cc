@@ -62,6 +62,8 @@ void addBenchCommand(CLI::App& app, CommandContext& context) {
     options.maxBytes = parseBytes(flags->maxBytes, "--max-bytes");
     options.segmentBytes = parseBytes(flags->segment, "--segment-bytes");
     options.transportName = flags->ranks.transport;
+    const bool tls = flags->ranks.bootstrap.tls || context.env.tls;
+    if (tls && options.transportName == "tcp") options.transportName = "tcp+tls";
     validateBench(options);
     Settings settings = {{"bench", options.collective},
                          {"--transport", flags->ranks.transport},

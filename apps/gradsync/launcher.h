@@ -1,7 +1,7 @@
 // Local multi-process launcher: `gradsync launch -n N -- CMD` and the `--workers N` of other
 // subcommands. Starts N processes with the rendezvous environment set (RANK, WORLD_SIZE,
 // LOCAL_RANK, MASTER_ADDR, MASTER_PORT, GRADSYNC_JOB_ID, GRADSYNC_JOB_TOKEN with a fresh random
-// token) and supervises them.
+// token, and GRADSYNC_TLS=1 with --tls) and supervises them.
 #pragma once
 
 #include <chrono>
@@ -16,6 +16,8 @@ struct LaunchOptions {
   // After one process fails, how long the others get to notice and report before they are
   // killed. Should exceed the job's own timeout so their errors name the real culprit.
   std::chrono::milliseconds grace{65'000};
+  // --tls: sets GRADSYNC_TLS=1 for the processes, so every link between them is encrypted.
+  bool tls = false;
 };
 
 // Runs the processes to completion. Returns 0 if all succeeded, else the exit code of the first

@@ -14,6 +14,7 @@ void addLaunchCommand(CLI::App& app, CommandContext& context) {
   auto options = std::make_shared<LaunchOptions>();
   CLI::App* launch = app.add_subcommand("launch", "start N local processes with the job's env");
   launch->add_option("-n,--processes", options->processes, "processes")->required();
+  launch->add_flag("--tls", options->tls, "encrypt the links between the processes (TLS 1.3)");
   launch->add_option("command", options->command, "command to run")->required();
   launch->callback([options, &context] { context.exitCode = launchLocal(*options); });
 }

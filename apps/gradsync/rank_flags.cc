@@ -31,6 +31,10 @@ TransportOptions parseLink(const RankFlags& flags) {
 // This process as one rank of an mpirun launch, over the MPI transport.
 int runMpiRank(const BootstrapFlags& bootstrap, const Env& env, TransportOptions link,
                const Settings& settings, const std::function<int(Transport&)>& body) {
+  if (bootstrap.tls || env.tls) {
+    throw ConfigError("--tls encrypts gradsync's own TCP links; the MPI transport's are Open MPI's",
+                      {.hint = "use --transport tcp with --tls, or drop --tls (GRADSYNC_TLS)"});
+  }
 #ifdef GRADSYNC_HAVE_MPI
   if (env.launcher != "mpirun") {
     throw ConfigError("--transport mpi needs a launch by mpirun (no OMPI_COMM_WORLD_* variables)",
@@ -68,6 +72,8 @@ void addRankFlags(CLI::App* app, RankFlags& flags, int defaultWorkers) {
   app->add_option("--job-id", flags.bootstrap.jobId, "job name shared by all ranks");
   app->add_option("--job-token", flags.bootstrap.jobToken, "secret shared by all ranks");
   app->add_option("--timeout", flags.bootstrap.timeout, "bound on every wait (default 60s)");
+  app->add_flag("--tls", flags.bootstrap.tls,
+                "encrypt every link between ranks with TLS 1.3 (all ranks or none)");
 }
 
 int runRanks(const RankFlags& flags, const Env& env, const std::vector<std::string>& argv,

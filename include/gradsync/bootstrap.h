@@ -29,6 +29,8 @@ struct BootstrapFlags {
   std::optional<std::string> timeout;     // --timeout: "30s", "500ms", "2.5" (seconds)
   // --insecure-no-token: allow size > 1 without a job token (trusted, isolated networks only).
   bool insecureNoToken = false;
+  // --tls: TLS on every link between ranks (TcpTransportOptions::tls); on with GRADSYNC_TLS=1 too.
+  bool tls = false;
 };
 
 inline constexpr int kDefaultMasterPort = 29500;
@@ -44,6 +46,8 @@ struct BootstrapConfig {
   std::string jobId = "gradsync";
   std::string jobToken;
   std::chrono::milliseconds timeout{60'000};
+  // Encrypt the links between ranks (--tls or GRADSYNC_TLS): every rank of a job must agree.
+  bool tls = false;
   // Where rank and size came from: "flags", "env" (torchrun style), "mpirun" or "defaults".
   std::string source = "defaults";
 };

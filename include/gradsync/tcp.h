@@ -22,6 +22,11 @@ struct TcpTransportOptions {
   std::string keyPrefix = "tcp";
   // SO_SNDBUF/SO_RCVBUF per connection.
   int socketBufferBytes = 4 << 20;
+  // TLS 1.3 on every connection (`--tls`): encrypts and authenticates all traffic between
+  // ranks, for clusters on untrusted networks. A rank with TLS and one without refuse each
+  // other. No certificates to provide: the job token authenticates each TLS session
+  // (docs/rendezvous.md, "Threat model"). The rendezvous store's traffic stays plaintext.
+  bool tls = false;
 };
 
 // Connects `rank` of `size` to all others through `store`. Blocks until the mesh is complete

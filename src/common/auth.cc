@@ -18,17 +18,20 @@ Nonce freshNonce() {
   return nonce;
 }
 
-// HMAC-SHA256 keyed with the token over role | 0 | job id | 0 | binding | 0 | both nonces: the
-// separators keep fields from sliding into each other ("ab"+"c" against "a"+"bc").
+// HMAC-SHA256 keyed with the token over role | 0 | job id | 0 | binding | 0 | both nonces |
+// channel: the separators keep fields from sliding into each other ("ab"+"c" against "a"+"bc");
+// the nonces have a fixed length, so the channel, last, needs none (and an empty one leaves the
+// plaintext message as it always was).
 Proof prove(std::string_view token, std::string_view role, const Exchange& exchange) {
   std::string message;
   message.reserve(role.size() + exchange.jobId.size() + exchange.binding.size() + 3 +
-                  2 * kNonceBytes);
+                  2 * kNonceBytes + exchange.channel.size());
   message.append(role).push_back('\0');
   message.append(exchange.jobId).push_back('\0');
   message.append(exchange.binding).push_back('\0');
   message.append(exchange.initiator.begin(), exchange.initiator.end());
   message.append(exchange.responder.begin(), exchange.responder.end());
+  message.append(exchange.channel);
   Proof proof{};
   unsigned int length = 0;
   // An empty key is still a key: HMAC pads it (a process alone needs no token, and a job's

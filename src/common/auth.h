@@ -6,6 +6,10 @@
 // any other connection (replay); the role inside the MAC makes one side's proof useless as the
 // other side's (reflection). The responder proves itself first, and the initiator answers only
 // after checking that proof, so a process reveals its proof only to a peer that holds the token.
+// Over TLS (--tls) the proofs also cover the channel: a value both ends of one TLS session
+// derive from its handshake (RFC 5705 keying material exporter). A relay that terminates TLS
+// separately with each side has two sessions with two different values, so the proofs it
+// passes on do not verify: the token authenticates the TLS channel itself, without a CA.
 // Pure functions (and the CSPRNG); thread-safe.
 #pragma once
 
@@ -34,6 +38,9 @@ struct Exchange {
   std::string_view binding;  // e.g. the ranks the connection joins; "" for the store
   Nonce initiator{};         // the connecting side's nonce
   Nonce responder{};         // the accepting side's
+  // What identifies the secure channel the exchange runs over (the TLS exporter value); empty
+  // for a plaintext connection, whose proofs are then exactly those of protocol version 2.
+  std::string_view channel;
 };
 
 // A nonce from OpenSSL's CSPRNG; throws InternalError if it has no entropy.

@@ -23,6 +23,20 @@ std::optional<int> intVar(const Vars& vars, const std::string& name) {
   return static_cast<int>(parseInteger(*value, name));
 }
 
+// 1/true/on/yes or 0/false/off/no; anything else is a ConfigError rather than a silent "off".
+bool boolVar(const Vars& vars, const std::string& name) {
+  const std::string* value = find(vars, name);
+  if (value == nullptr) return false;
+  for (const char* yes : {"1", "true", "on", "yes"}) {
+    if (*value == yes) return true;
+  }
+  for (const char* no : {"0", "false", "off", "no"}) {
+    if (*value == no) return false;
+  }
+  throw ConfigError(name + "=" + *value + " is not a boolean",
+                    {.hint = "use 1 or 0 (also true/false, on/off, yes/no)"});
+}
+
 }  // namespace
 
 Env Env::fromMap(const Vars& vars) {
@@ -50,6 +64,7 @@ Env Env::fromMap(const Vars& vars) {
   } else if (const std::string* ompi = find(vars, "OMPI_MCA_ess_base_jobid")) {
     env.jobToken = "ompi-" + *ompi;
   }
+  env.tls = boolVar(vars, "GRADSYNC_TLS");
   if (const std::string* v = find(vars, "GRADSYNC_TIMEOUT")) {
     env.timeoutSeconds = parseDurationSeconds(*v, "GRADSYNC_TIMEOUT");
   }

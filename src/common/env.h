@@ -35,6 +35,9 @@ struct Env {
   // Under mpirun without it, Open MPI's job id (OMPI_MCA_ess_base_jobid) is used instead.
   std::string jobToken;
 
+  // GRADSYNC_TLS: 1 = TLS on every link between ranks, as --tls (TcpTransportOptions::tls).
+  bool tls = false;
+
   // GRADSYNC_TIMEOUT: seconds any wait may last before it fails (default 60).
   std::optional<double> timeoutSeconds;
 

@@ -30,6 +30,7 @@ Context join(const BootstrapConfig& config, const TransportOptions& link) {
   tcp.transport.timeout = config.timeout;
   tcp.jobId = config.jobId;
   tcp.jobToken = config.jobToken;
+  tcp.tls = config.tls;
   tcp.host = config.size > 1 ? localAddressToward(config.master.host) : "127.0.0.1";
   std::unique_ptr<Transport> transport = connectTcpTransport(*store, config.rank, config.size, tcp);
   GS_LOG(kInfo, "rank {} of {} connected (bootstrap from {})", config.rank, config.size,

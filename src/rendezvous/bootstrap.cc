@@ -148,6 +148,7 @@ BootstrapConfig resolveBootstrap(const BootstrapFlags& flags, const Env& env) {
   resolveMaster(flags, env, config);
   resolveJob(flags, env, config);
   resolveTimeout(flags, env, config);
+  config.tls = flags.tls || env.tls;
   return config;
 }
 

@@ -1,6 +1,7 @@
 // The contract of include/gradsync/transport.h, checked against every transport. Built twice:
-// transport_conformance_test (loopback and TCP, ranks as threads) and, with GRADSYNC_TEST_MPI,
-// transport_conformance_mpi_test (ranks as the processes of one mpirun launch of >= 5).
+// transport_conformance_test (loopback, TCP and TCP over TLS, ranks as threads) and, with
+// GRADSYNC_TEST_MPI, transport_conformance_mpi_test (ranks as the processes of one mpirun launch
+// of >= 5).
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -225,7 +226,8 @@ INSTANTIATE_TEST_SUITE_P(Transports, TransportConformance, ::testing::Values(Tra
                          [](const auto& info) { return kindName(info.param); });
 #else
 INSTANTIATE_TEST_SUITE_P(Transports, TransportConformance,
-                         ::testing::Values(TransportKind::kLoopback, TransportKind::kTcp),
+                         ::testing::Values(TransportKind::kLoopback, TransportKind::kTcp,
+                                           TransportKind::kTcpTls),
                          [](const auto& info) { return kindName(info.param); });
 #endif
 

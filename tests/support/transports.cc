@@ -16,6 +16,8 @@ std::string kindName(TransportKind kind) {
       return "loopback";
     case TransportKind::kTcp:
       return "tcp";
+    case TransportKind::kTcpTls:
+      return "tls";
     case TransportKind::kMpi:
       return "mpi";
   }
@@ -32,11 +34,12 @@ void runWithTransports(TransportKind kind, int size, const std::function<void(Tr
     });
     return;
   }
-  GS_CHECK(kind == TransportKind::kTcp);  // kMpi: support/mpi_transport.h
+  GS_CHECK(kind == TransportKind::kTcp || kind == TransportKind::kTcpTls);  // kMpi: elsewhere
   std::shared_ptr<Store> store = makeInMemoryStore();
   TcpTransportOptions tcp;
   tcp.transport = options;
   tcp.jobToken = "test-token";
+  tcp.tls = kind == TransportKind::kTcpTls;
   runRankThreads(size, [&](int rank) {
     std::unique_ptr<Transport> transport = connectTcpTransport(*store, rank, size, tcp);
     body(*transport);

@@ -9,8 +9,9 @@
 
 namespace gradsync::testing {
 
-// kMpi runs through support/mpi_transport.h (only in binaries launched by mpirun).
-enum class TransportKind { kLoopback, kTcp, kMpi };
+// kTcpTls: TCP with TcpTransportOptions::tls. kMpi runs through support/mpi_transport.h (only
+// in binaries launched by mpirun).
+enum class TransportKind { kLoopback, kTcp, kTcpTls, kMpi };
 std::string kindName(TransportKind kind);
 
 // Connects one transport per rank thread (TCP over an in-memory store on 127.0.0.1), runs

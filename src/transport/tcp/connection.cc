@@ -1,10 +1,5 @@
 #include "transport/tcp/connection.h"
 
-#include <sys/socket.h>
-#include <sys/uio.h>
-
-#include <cerrno>
-
 #include <fmt/format.h>
 
 #include "gradsync/error.h"
@@ -15,16 +10,13 @@ namespace {
 // Bytes read from one peer before the loop turns to the others.
 constexpr size_t kReadBudget = size_t{8} << 20;
 
-bool wouldBlock(int err) {
-  return err == EAGAIN || err == EWOULDBLOCK;
-}
-
 }  // namespace
 
-Connection::Connection(int rank, int peer, Fd fd, Mailbox& mailbox, uint64_t maxMessageBytes)
+Connection::Connection(int rank, int peer, std::unique_ptr<Link> link, Mailbox& mailbox,
+                       uint64_t maxMessageBytes)
     : rank_(rank),
       peer_(peer),
-      fd_(std::move(fd)),
+      link_(std::move(link)),
       mailbox_(mailbox),
       maxMessageBytes_(maxMessageBytes) {}
 
@@ -60,26 +52,18 @@ Connection::FlushResult Connection::flush(Nanos now, RateLimiter& limiter) {
     if (frame.bytes > dataSent) {
       iov[count++] = {const_cast<uint8_t*>(frame.data) + dataSent, frame.bytes - dataSent};
     }
-    // Respect the allowance by trimming the iovecs.
-    size_t budget = std::min(allowed, total - frame.sent);
-    for (int i = 0; i < count; ++i) {
-      iov[i].iov_len = std::min(iov[i].iov_len, budget);
-      budget -= iov[i].iov_len;
+    // The link trims to the allowance (a blocked TLS write excepted: it must be retried whole).
+    IoResult io = link_->writeSome(iov, count, std::min(allowed, total - frame.sent));
+    if (io.status == IoResult::Status::kWouldBlock) {
+      result.socketFull = true;
+      return result;
     }
-    msghdr message{};
-    message.msg_iov = iov;
-    message.msg_iovlen = count;
-    ssize_t n = ::sendmsg(fd_.get(), &message, MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (n < 0) {
-      if (wouldBlock(errno)) {
-        result.socketFull = true;
-        return result;
-      }
-      if (errno == EINTR) continue;
-      lost(errnoText(errno));
+    if (io.status != IoResult::Status::kOk) {
+      lost(io.status == IoResult::Status::kClosed ? "connection closed" : io.error);
     }
-    limiter.consume(static_cast<size_t>(n));
-    frame.sent += static_cast<size_t>(n);
+    const size_t n = io.bytes;
+    limiter.consume(n);
+    frame.sent += n;
     if (frame.sent == total) {
       WorkPtr work = std::move(frame.work);
       out_.pop_front();
@@ -89,20 +73,31 @@ Connection::FlushResult Connection::flush(Nanos now, RateLimiter& limiter) {
   return result;
 }
 
+ssize_t Connection::readSome(void* data, size_t bytes) {
+  IoResult io = link_->readSome(data, bytes);
+  switch (io.status) {
+    case IoResult::Status::kOk:
+      return static_cast<ssize_t>(io.bytes);
+    case IoResult::Status::kWouldBlock:
+      return 0;
+    case IoResult::Status::kClosed:
+      return -1;
+    case IoResult::Status::kFailed:
+      break;
+  }
+  lost(io.error);
+}
+
 bool Connection::readHeader() {
-  ssize_t n =
-      ::recv(fd_.get(), header_ + headerRead_, kFrameHeaderBytes - headerRead_, MSG_DONTWAIT);
-  if (n == 0) {
+  ssize_t n = readSome(header_ + headerRead_, kFrameHeaderBytes - headerRead_);
+  if (n < 0) {
     if (goodbyeReceived_ && headerRead_ == 0) {
       closed_ = true;
       return false;
     }
     lost(headerRead_ == 0 ? "connection closed" : "connection closed inside a frame header");
   }
-  if (n < 0) {
-    if (wouldBlock(errno) || errno == EINTR) return false;
-    lost(errnoText(errno));
-  }
+  if (n == 0) return false;
   headerRead_ += static_cast<size_t>(n);
   bytesRead_ += static_cast<uint64_t>(n);
   if (headerRead_ < kFrameHeaderBytes) return true;
@@ -135,13 +130,9 @@ bool Connection::readHeader() {
 
 bool Connection::readPayload() {
   if (payloadRead_ < delivery_.bytes) {
-    ssize_t n = ::recv(fd_.get(), delivery_.dest + payloadRead_, delivery_.bytes - payloadRead_,
-                       MSG_DONTWAIT);
-    if (n == 0) lost("connection closed inside a message");
-    if (n < 0) {
-      if (wouldBlock(errno) || errno == EINTR) return false;
-      lost(errnoText(errno));
-    }
+    ssize_t n = readSome(delivery_.dest + payloadRead_, delivery_.bytes - payloadRead_);
+    if (n < 0) lost("connection closed inside a message");
+    if (n == 0) return false;
     payloadRead_ += static_cast<size_t>(n);
     bytesRead_ += static_cast<uint64_t>(n);
   }
@@ -168,21 +159,15 @@ void Connection::readAvailable() {
 
 void Connection::sendAbort(const std::string& reason) {
   if (closed_) return;
-  if (!out_.empty() && out_.front().sent > 0) {  // mid-frame: no room for a reason, but still
-    ::shutdown(fd_.get(), SHUT_WR);              // end the stream so the peer fails at once
-    return;
-  }
-  std::string text = reason.substr(0, kMaxAbortBytes);
-  uint8_t header[kFrameHeaderBytes];
-  encodeFrameHeader({FrameType::kAbort, 0, text.size()}, header);
-  iovec iov[2] = {{header, sizeof header}, {text.data(), text.size()}};
-  msghdr message{};
-  message.msg_iov = iov;
-  message.msg_iovlen = 2;
-  ssize_t ignored = ::sendmsg(fd_.get(), &message, MSG_NOSIGNAL | MSG_DONTWAIT);
-  (void)ignored;
+  // Mid-frame (or mid-record): no room for a reason, but still end the stream so that the peer
+  // fails at once.
+  const bool midFrame = (!out_.empty() && out_.front().sent > 0) || link_->writeInProgress();
+  std::string text = midFrame ? "" : reason.substr(0, kMaxAbortBytes);
+  std::string frame(kFrameHeaderBytes, '\0');
+  encodeFrameHeader({FrameType::kAbort, 0, text.size()}, reinterpret_cast<uint8_t*>(frame.data()));
+  frame += text;
   // Stop sending after the reason, so the peer reads it before the end of the stream.
-  ::shutdown(fd_.get(), SHUT_WR);
+  link_->writeLastWords(frame.data(), midFrame ? 0 : frame.size());
 }
 
 void Connection::failQueued(const std::exception_ptr& error) {

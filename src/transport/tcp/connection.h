@@ -1,16 +1,19 @@
 // One authenticated TCP connection to a peer, driven by the transport's loop thread only (no
-// locking inside). Outgoing: a FIFO of frames written with writev, paced by the rank's egress
-// RateLimiter and each frame's emulated-latency release time. Incoming: a header/payload state
-// machine that reads payloads straight into the matched receive buffer via the Mailbox.
+// locking inside). Outgoing: a FIFO of frames written through the Link (plaintext: one sendmsg
+// of header and payload; TLS: records), paced by the rank's egress RateLimiter and each frame's
+// emulated-latency release time. Incoming: a header/payload state machine that reads payloads
+// straight into the matched receive buffer via the Mailbox.
 #pragma once
 
 #include <deque>
+#include <memory>
 #include <optional>
 
 #include "common/socket.h"
 #include "gradsync/clock.h"
 #include "transport/mailbox.h"
 #include "transport/tcp/frame.h"
+#include "transport/tcp/link.h"
 #include "transport/tcp/rate_limiter.h"
 
 namespace gradsync::tcp {
@@ -26,9 +29,10 @@ struct OutFrame {
 
 class Connection {
  public:
-  Connection(int rank, int peer, Fd fd, Mailbox& mailbox, uint64_t maxMessageBytes);
+  Connection(int rank, int peer, std::unique_ptr<Link> link, Mailbox& mailbox,
+             uint64_t maxMessageBytes);
 
-  int fd() const { return fd_.get(); }
+  int fd() const { return link_->fd(); }
   int peer() const { return peer_; }
   void enqueue(OutFrame frame) { out_.push_back(std::move(frame)); }
   bool hasOutput() const { return !out_.empty(); }
@@ -46,6 +50,9 @@ class Connection {
   // Reads what is available (bounded per call, for fairness between peers), delivering complete
   // messages. Throws PeerLostError on an unexpected close, ProtocolError on a malformed frame.
   void readAvailable();
+  // Whether input already read off the socket (TLS) waits to be delivered: then readAvailable
+  // must be called again without waiting for epoll, which cannot see it.
+  bool hasBufferedInput() const { return !closed_ && link_->hasBufferedInput(); }
 
   // Fails every queued send, and the receive of a message half read, with `error`.
   void failQueued(const std::exception_ptr& error);
@@ -55,12 +62,15 @@ class Connection {
 
  private:
   [[noreturn]] void lost(const std::string& why) const;
+  // Reads into `data`: bytes read, 0 if none are available now, or -1 at an orderly end of
+  // stream. Throws PeerLostError when the link failed.
+  ssize_t readSome(void* data, size_t bytes);
   bool readHeader();
   bool readPayload();
 
   const int rank_;
   const int peer_;
-  Fd fd_;
+  std::unique_ptr<Link> link_;
   Mailbox& mailbox_;
   const uint64_t maxMessageBytes_;
   std::deque<OutFrame> out_;

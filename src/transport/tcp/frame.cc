@@ -96,6 +96,8 @@ const char* ackStatusText(AckStatus status) {
       return "rank or world size does not match";
     case AckStatus::kDuplicateRank:
       return "another process already connected as this rank";
+    case AckStatus::kTlsMismatch:
+      return "TLS (--tls) is on one side only";
   }
   return "unknown status";
 }
@@ -108,7 +110,7 @@ void encodeAck(AckStatus status, uint8_t out[kAckBytes]) {
 namespace {
 
 std::string decodeStatus(uint32_t status, AckStatus* out) {
-  if (status > static_cast<uint32_t>(AckStatus::kDuplicateRank)) {
+  if (status > static_cast<uint32_t>(AckStatus::kTlsMismatch)) {
     return fmt::format("unknown handshake status {}", status);
   }
   *out = static_cast<AckStatus>(status);

@@ -71,6 +71,8 @@ enum class AckStatus : uint32_t {
   kWrongToken = 2,
   kBadRank = 3,
   kDuplicateRank = 4,
+  // One side uses TLS (--tls) and the other does not; sent in plaintext, by either side.
+  kTlsMismatch = 5,
 };
 const char* ackStatusText(AckStatus status);
 

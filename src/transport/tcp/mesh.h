@@ -6,14 +6,22 @@
 // job id, a nonce), the acceptor's Challenge (its nonce and its HMAC proof), the connector's
 // Proof, and an Ack (common/auth.h). A connection with a wrong job, token, rank, or garbage
 // bytes is logged and closed, never trusted; the accepting rank keeps waiting for the real peer.
+//
+// With `tls`, each connection runs a TLS 1.3 handshake right after the TCP connect, and the
+// authentication above runs inside it, bound to the TLS session (tls_link.h). A rank with TLS
+// and one without refuse each other: the connecting side fails at once, saying TLS is on one
+// side only; the accepting side logs it and names it in its timeout error if the real peer never
+// comes (an unauthenticated first byte must not be able to end a job).
 #pragma once
 
 #include <chrono>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "common/socket.h"
 #include "gradsync/store.h"
+#include "transport/tcp/link.h"
 
 namespace gradsync::tcp {
 
@@ -29,11 +37,13 @@ struct MeshConfig {
   std::chrono::milliseconds timeout{60'000};
   // How long an accepted connection may take to send its Hello before it is dropped.
   std::chrono::milliseconds helloTimeout{5'000};
+  // Every connection over TLS (TcpTransportOptions::tls).
+  bool tls = false;
 };
 
-// Blocks until the mesh is complete. Returns one blocking socket per peer, indexed by rank
-// (the own slot is empty). Throws TimeoutError naming the ranks that never connected, or
-// ProtocolError when a peer refused this rank's handshake.
-std::vector<Fd> connectMesh(Store& store, const MeshConfig& config);
+// Blocks until the mesh is complete. Returns one authenticated Link per peer, indexed by rank
+// (the own slot is null); their sockets may be blocking or not. Throws TimeoutError naming the
+// ranks that never connected, or ProtocolError when a peer refused this rank's handshake.
+std::vector<std::unique_ptr<Link>> connectMesh(Store& store, const MeshConfig& config);
 
 }  // namespace gradsync::tcp

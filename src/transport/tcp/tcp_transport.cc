@@ -32,7 +32,8 @@ constexpr std::chrono::milliseconds kGoodbyeWait{10'000};
 
 class TcpTransport final : public Transport {
  public:
-  TcpTransport(int rank, int size, const TcpTransportOptions& options, std::vector<Fd> peers);
+  TcpTransport(int rank, int size, const TcpTransportOptions& options,
+               std::vector<std::unique_ptr<tcp::Link>> peers);
   ~TcpTransport() override;
 
   int rank() const override { return rank_; }
@@ -54,6 +55,8 @@ class TcpTransport final : public Transport {
   void loop();
   void drainSubmissions();
   void handleEvent(const epoll_event& event);
+  void readFrom(Connection& connection);
+  void readBuffered();
   void flushAll();
   void armTimer(std::optional<Nanos> at);
   void setWriteInterest(Connection& connection, bool enabled);
@@ -73,6 +76,7 @@ class TcpTransport final : public Transport {
   Fd epoll_, wakeFd_, timerFd_;
   std::optional<Nanos> timerAt_;
   bool broken_ = false;
+  bool buffered_ = false;  // some connection holds input epoll cannot see (TLS)
 
   // Shared with application threads.
   std::mutex submitMutex_;
@@ -90,7 +94,7 @@ class TcpTransport final : public Transport {
 };
 
 TcpTransport::TcpTransport(int rank, int size, const TcpTransportOptions& options,
-                           std::vector<Fd> peers)
+                           std::vector<std::unique_ptr<tcp::Link>> peers)
     : rank_(rank),
       size_(size),
       options_(options),
@@ -113,10 +117,10 @@ TcpTransport::TcpTransport(int rank, int size, const TcpTransportOptions& option
     }
   };
   for (int peer = 0; peer < size; ++peer) {
-    if (!peers[peer].valid()) continue;
-    setNonBlocking(peers[peer].get());
-    setBufferSizes(peers[peer].get(), options.socketBufferBytes);
-    add(peers[peer].get(), static_cast<uint32_t>(peer));
+    if (!peers[peer]) continue;
+    setNonBlocking(peers[peer]->fd());
+    setBufferSizes(peers[peer]->fd(), options.socketBufferBytes);
+    add(peers[peer]->fd(), static_cast<uint32_t>(peer));
     connections_[peer] = std::make_unique<Connection>(rank, peer, std::move(peers[peer]), mailbox_,
                                                       options.transport.maxMessageBytes);
   }
@@ -124,6 +128,7 @@ TcpTransport::TcpTransport(int rank, int size, const TcpTransportOptions& option
   add(timerFd_.get(), static_cast<uint32_t>(size + 1));
   thread_ = std::thread([this] {
     setThreadLogRank(rank_);
+    tcp::blockSigpipe();  // TLS writes cannot pass MSG_NOSIGNAL (link.h)
     loop();
   });
 }
@@ -216,14 +221,17 @@ void TcpTransport::wake() {
 
 void TcpTransport::loop() {
   epoll_event events[64];
+  // A TLS link may have taken bytes off its socket during the handshake: look before waiting.
+  buffered_ = true;
   for (;;) {
-    int n = ::epoll_wait(epoll_.get(), events, 64, -1);
+    int n = ::epoll_wait(epoll_.get(), events, 64, buffered_ ? 0 : -1);
     if (n < 0 && errno != EINTR) {
       breakAll(std::make_exception_ptr(
           SystemError(fmt::format("epoll_wait failed: {}", errnoText(errno)), {.rank = rank_})));
       return;
     }
     for (int i = 0; i < n; ++i) handleEvent(events[i]);
+    readBuffered();
     flushAll();
     std::lock_guard<std::mutex> lock(submitMutex_);
     if (stop_) return;
@@ -253,6 +261,10 @@ void TcpTransport::handleEvent(const epoll_event& event) {
   Connection& connection = *connections_[id];
   if (broken_ || connection.closed()) return;
   if ((event.events & (EPOLLIN | EPOLLHUP | EPOLLERR)) == 0) return;
+  readFrom(connection);
+}
+
+void TcpTransport::readFrom(Connection& connection) {
   try {
     connection.readAvailable();
     if (connection.closed()) {
@@ -261,6 +273,21 @@ void TcpTransport::handleEvent(const epoll_event& event) {
     }
   } catch (const Error&) {
     breakAll(std::current_exception());
+  }
+}
+
+// TLS decrypts whole records, so a read that stopped at its fairness budget (or a header read
+// that asked for 24 bytes of a 16 KiB record) can leave input inside the link while the socket
+// is empty and epoll stays silent. Such connections are read again here, and the next
+// epoll_wait does not block while any still hold input. Plaintext links never do.
+void TcpTransport::readBuffered() {
+  buffered_ = false;
+  if (broken_) return;
+  for (auto& connection : connections_) {
+    if (!connection || !connection->hasBufferedInput()) continue;
+    readFrom(*connection);
+    if (broken_) return;
+    buffered_ = buffered_ || connection->hasBufferedInput();
   }
 }
 
@@ -391,7 +418,8 @@ std::unique_ptr<Transport> connectTcpTransport(Store& store, int rank, int size,
   mesh.host = options.host.empty() ? "127.0.0.1" : options.host;
   mesh.keyPrefix = options.keyPrefix;
   mesh.timeout = options.transport.timeout;
-  std::vector<Fd> peers = tcp::connectMesh(store, mesh);
+  mesh.tls = options.tls;
+  std::vector<std::unique_ptr<tcp::Link>> peers = tcp::connectMesh(store, mesh);
   return std::make_unique<TcpTransport>(rank, size, options, std::move(peers));
 }
 

@@ -58,6 +58,11 @@ std::vector<Case> cases() {
       all.push_back({TransportKind::kTcp, size, count});
     }
   }
+  for (int size : {2, 3}) {  // every collective over TLS: records, buffered input, odd rings
+    for (size_t count : {size_t{1}, size_t{1003}, kLarge}) {
+      all.push_back({TransportKind::kTcpTls, size, count});
+    }
+  }
   // Scale: 64 rank threads (fewer elements than ranks, and a non-divisible 64 Ki).
   for (size_t count : {size_t{13}, sanitizedSize((1 << 16) + 3, (1 << 12) + 3)}) {
     all.push_back({TransportKind::kLoopback, 64, count});

@@ -48,6 +48,15 @@ TEST(Env, OpenMpi) {
 TEST(Env, MalformedValuesAreConfigErrors) {
   EXPECT_THROW(Env::fromMap({{"RANK", "two"}}), ConfigError);
   EXPECT_THROW(Env::fromMap({{"GRADSYNC_LOG_LEVEL", "loud"}}), ConfigError);
+  EXPECT_THROW(Env::fromMap({{"GRADSYNC_TLS", "maybe"}}), ConfigError);
+}
+
+TEST(Env, TlsIsABoolean) {
+  EXPECT_FALSE(Env::fromMap({}).tls);
+  EXPECT_TRUE(Env::fromMap({{"GRADSYNC_TLS", "1"}}).tls);
+  EXPECT_TRUE(Env::fromMap({{"GRADSYNC_TLS", "true"}}).tls);
+  EXPECT_FALSE(Env::fromMap({{"GRADSYNC_TLS", "0"}}).tls);
+  EXPECT_FALSE(Env::fromMap({{"GRADSYNC_TLS", "off"}}).tls);
 }
 
 }  // namespace gradsync

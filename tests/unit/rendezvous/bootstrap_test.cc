@@ -49,6 +49,15 @@ TEST(Bootstrap, DefaultsAreOneLocalProcess) {
   EXPECT_EQ(resolveBootstrap({}, Env{}).jobId, "gradsync");
 }
 
+// TLS is on when the flag or the environment asks for it; off by default.
+TEST(Bootstrap, TlsFromFlagOrEnvironment) {
+  EXPECT_FALSE(resolveBootstrap({}, torchrunEnv()).tls);
+  EXPECT_TRUE(resolveBootstrap({.tls = true}, torchrunEnv()).tls);
+  Env env = torchrunEnv();
+  env.tls = true;
+  EXPECT_TRUE(resolveBootstrap({}, env).tls);
+}
+
 TEST(Bootstrap, TorchrunStyleEnvironment) {
   BootstrapConfig config = resolveBootstrap({}, torchrunEnv());
   EXPECT_EQ(config.rank, 1);
