@@ -62,7 +62,7 @@ std::vector<pid_t> spawnRanks(const LaunchOptions& options) {
                  {"MASTER_PORT", port},
                  {"GRADSYNC_JOB_ID", fmt::format("local-{}", ::getpid())},
                  {"GRADSYNC_JOB_TOKEN", token}};
-    if (options.tls) spawn.env["GRADSYNC_TLS"] = "1";
+    if (options.tls) spawn.env.emplace("GRADSYNC_TLS", "1");
     try {
       pids.push_back(spawnProcess(spawn));
     } catch (...) {  // the ranks already started would wait for this one until their timeout

@@ -137,7 +137,9 @@ TEST_P(TransportConformance, AllPairsConcurrentlyOddWorld) {
     }
     for (auto& w : works) w->wait();
     for (int peer = 0; peer < kSize; ++peer) {
-      if (peer != t.rank()) EXPECT_EQ(in[peer], pattern(50000 + t.rank(), peer));
+      if (peer != t.rank()) {
+        EXPECT_EQ(in[peer], pattern(50000 + t.rank(), peer));
+      }
     }
   });
 }
