@@ -29,7 +29,8 @@ struct ParameterServer::Unit {
   int arrived = 0;                    // kSync: pushes in the current round
   std::vector<bool> inRound;          // kSync, by worker: pushed in the current round
   std::vector<bool> wantsReply;       // kSync, by worker
-  std::vector<uint64_t> pushes;       // kStale, by worker: pushes applied
+  std::vector<uint64_t> pushes;       // kAsync, kStale, by worker: pushes applied
+  std::vector<uint64_t> servedAt;     // kAsync, kStale, by worker: `updates` of its last reply
   std::vector<PendingReply> pending;  // kStale: answers held back
 };
 
@@ -75,6 +76,7 @@ ParameterServer::ParameterServer(Transport& transport, PsPlacement placement, in
     unit->inRound.assign(placement.workers, false);
     unit->wantsReply.assign(placement.workers, false);
     unit->pushes.assign(placement.workers, 0);
+    unit->servedAt.assign(placement.workers, 0);
     if (options.consistency == ServerOptions::Consistency::kSync) {
       unit->pushed.assign(placement.workers, std::vector<float>(elements, 0.0f));
     }
@@ -288,7 +290,11 @@ void ParameterServer::push(int worker, const PsHeader& header, std::span<const u
     if (++unit.arrived == placement_.workers) applySync(unit, header);
     return;
   }
-  applyUpdate(asyncSgd(header.lr), unit.parameters, unit.sum, {unit.velocity, {}}, ++unit.updates);
+  // The worker computed this gradient on the parameters of its last reply; the updates applied
+  // since are its staleness.
+  const uint64_t staleness = unit.updates - unit.servedAt[worker];
+  applyUpdate(asyncSgd(header.lr, staleness), unit.parameters, unit.sum, {unit.velocity, {}},
+              ++unit.updates);
   ++unit.pushes[worker];
   if (header.flags & kWantReply) unit.pending.push_back({worker, unit.pushes[worker]});
   releaseStale(unit);
@@ -298,13 +304,20 @@ void ParameterServer::push(int worker, const PsHeader& header, std::span<const u
 // al., "Asynchrony begets momentum"), so the explicit momentum per step is reduced by that much,
 // m_e = max(0, m - (1 - 1/W)), and spread over the pushes: m_push = m_e^(1/W). The learning rate
 // per push, lr (1 - m_push) / (W (1 - m)), makes W pushes of a steady gradient move the
-// parameters as far as one synchronous step with momentum m does (m = 0: lr / W).
-UpdateRule ParameterServer::asyncSgd(double lr) const {
+// parameters as far as one synchronous step with momentum m does (m = 0: lr / W). Pushes in
+// any order within two rounds are at most 2 (W - 1) updates stale; a staler push (its worker
+// was descheduled while the others ran ahead) has its learning rate scaled by
+// 2 (W - 1) / staleness, after Zhang et al.'s staleness-aware async SGD (lr / staleness): the
+// gradient of parameters that old is trusted less.
+UpdateRule ParameterServer::asyncSgd(double lr, uint64_t staleness) const {
   const double workers = placement_.workers;
   const double m = options_.momentum;
   const double explicitMomentum = std::max(0.0, m - (1 - 1 / workers));
   const double perPush = std::pow(explicitMomentum, 1.0 / workers);
-  return UpdateRule::sgd(lr * (1 - perPush) / (workers * (1 - m)), perPush);
+  const double expected = 2 * (workers - 1);
+  const double trust =
+      static_cast<double>(staleness) > expected ? expected / static_cast<double>(staleness) : 1.0;
+  return UpdateRule::sgd(lr * trust * (1 - perPush) / (workers * (1 - m)), perPush);
 }
 
 void ParameterServer::applySync(Unit& unit, const PsHeader& header) {
@@ -343,6 +356,7 @@ void ParameterServer::releaseStale(Unit& unit) {
     }
     reply(held->worker, std::make_shared<std::vector<float>>(unit.parameters),
           psReplyTag(unit.index));
+    unit.servedAt[held->worker] = unit.updates;
     held = unit.pending.erase(held);
   }
 }

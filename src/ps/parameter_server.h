@@ -8,7 +8,8 @@
 //           then every worker that asked gets the new parameters.
 //   kAsync  each push is applied at once and answered at once. Per push, the momentum is
 //           m^(1/workers) and the learning rate scaled so that a round of pushes of a steady
-//           gradient moves the parameters as far as one synchronous step (asyncSgd).
+//           gradient moves the parameters as far as one synchronous step (asyncSgd); a push
+//           staler than a round gets a learning rate scaled down by its staleness.
 //   kStale  as kAsync, but the answer to a worker's c-th push of a unit is held back until every
 //           worker has pushed that unit at least c - staleness times. A worker waits for its
 //           answers before the next forward, so no worker runs more than `staleness` steps
@@ -70,7 +71,7 @@ class ParameterServer {
   bool handle(int worker, const PsHeader& header, std::vector<uint8_t>& payload);
   void push(int worker, const PsHeader& header, std::span<const uint8_t> payload);
   void applySync(Unit& unit, const PsHeader& header);
-  UpdateRule asyncSgd(double lr) const;
+  UpdateRule asyncSgd(double lr, uint64_t staleness) const;
   template <typename Ready>
   void waitFor(std::unique_lock<std::mutex>& lock, Unit& unit, Ready ready);
   bool stuck(const Unit& unit) const;  // with the lock held

@@ -114,7 +114,9 @@ TEST(PsSync, SumIsIndependentOfArrivalOrder) {
 }
 
 // Without momentum and with gradients that do not depend on the parameters, asynchronous SGD
-// ends where synchronous SGD does whatever the order the server applied the pushes in.
+// ends where synchronous SGD does whatever the order the server applied the pushes in (within
+// a step: a barrier keeps every push within 2 (W - 1) updates of its parameters, where no
+// push's learning rate is scaled down for staleness).
 TEST(PsAsync, AppliesEveryPushOnce) {
   Job job{
       .workers = 3, .servers = 2, .server = {.consistency = ServerOptions::Consistency::kAsync}};
@@ -132,10 +134,47 @@ TEST(PsAsync, AppliesEveryPushOnce) {
   runJob(job, [&](Transport& t) {
     Parameters p = initialParameters();
     Engine engine(t, kTensors, pushing("wfbp", job.options()), spansOf(p));
-    for (int s = 0; s < kSteps; ++s) step(engine, t.rank(), s, backwardOrder(t.rank()));
-    engine.drain();
-    barrier(t);                // every worker's pushes are in
+    for (int s = 0; s < kSteps; ++s) {
+      step(engine, t.rank(), s, backwardOrder(t.rank()));
+      engine.drain();
+      barrier(t);
+    }
     engine.pullGlobalModel();  // the servers' final parameters
+    expectClose(p, expected, "parameters", 1e-4);
+  });
+}
+
+// A worker that falls behind while another runs ahead pushes a gradient of parameters that many
+// updates old: its learning rate is scaled by 2 (W - 1) / staleness (here 2 / 4), its later,
+// fresh pushes are not.
+TEST(PsAsync, AStalePushIsTrustedLess) {
+  Job job{
+      .workers = 2, .servers = 1, .server = {.consistency = ServerOptions::Consistency::kAsync}};
+  constexpr int kSteps = 4;
+  Parameters expected = initialParameters();
+  for (size_t t = 0; t < kTensors.size(); ++t) {
+    for (size_t i = 0; i < kTensors[t].elements; ++i) {
+      for (int s = 0; s < kSteps; ++s) {
+        const double trust = s == 0 ? 0.5 : 1.0;  // worker 1's first push is 4 updates stale
+        expected[t][i] -= static_cast<float>(kLr / 2 * gradient(0, t, i, s));
+        expected[t][i] -= static_cast<float>(kLr / 2 * trust * gradient(1, t, i, s));
+      }
+    }
+  }
+  std::atomic<bool> aheadDone{false};
+  runJob(job, [&](Transport& t) {
+    Parameters p = initialParameters();
+    Engine engine(t, kTensors, pushing("wfbp", job.options()), spansOf(p));
+    if (t.rank() == 1) {
+      while (!aheadDone.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    for (int s = 0; s < kSteps; ++s) {
+      step(engine, t.rank(), s, backwardOrder(t.rank()));
+      engine.drain();
+    }
+    if (t.rank() == 0) aheadDone = true;
+    barrier(t);
+    engine.pullGlobalModel();
     expectClose(p, expected, "parameters", 1e-4);
   });
 }

@@ -146,8 +146,10 @@ TEST(ConvergenceSchedules, P3AndShardedEndWhereWfbpEnds) {
 
 // The --sync strategies train the cnn for one epoch on 4 workers (threads over loopback; the
 // same data, seed and steps) and are compared with ring ssgd. The delayed strategies start with
-// 50 ssgd steps (the papers' 200-1000 would cover the whole epoch). asgd and ssp:2 are not here:
-// as threads they diverged in 2 of 5 runs (docs/performance.md).
+// 50 ssgd steps (the papers' 200-1000 would cover the whole epoch). asgd and ssp:2 (which
+// diverged in 2 of 5 runs before the servers trusted stale pushes less) miss the target: their
+// bounds are their measured spread over 3 seeds (docs/performance.md), and the floor fails a
+// run that diverges.
 struct StrategyCase {
   const char* sync;
   bool ps;
@@ -208,7 +210,9 @@ INSTANTIATE_TEST_SUITE_P(Strategies, ConvergenceStrategies,
 INSTANTIATE_TEST_SUITE_P(Long, ConvergenceStrategies,
                          ::testing::Values(StrategyCase{"odsgd", false, {0.025, 0.845}},
                                            StrategyCase{"localsgd:4", false, {0.028, 0.842}},
-                                           StrategyCase{"ssdsgd:5", false, {0.065, 0.807}}),
+                                           StrategyCase{"ssdsgd:5", false, {0.065, 0.807}},
+                                           StrategyCase{"asgd", false, {0.086, 0.792}},
+                                           StrategyCase{"ssp:2", false, {0.129, 0.722}}),
                          strategyName);
 
 }  // namespace
