@@ -15,13 +15,6 @@
 namespace gradsync::testing {
 namespace {
 
-std::string scratchDir(const std::string& name) {
-  auto dir = std::filesystem::temp_directory_path() /
-             ("gradsync-resume-" + std::to_string(::getpid()) + "-" + name);
-  std::filesystem::remove_all(dir);
-  return dir.string();
-}
-
 struct Case {
   const char* schedule;
   const char* sync;
@@ -60,7 +53,7 @@ TrainOptions optionsFor(const Case& c) {
 // Runs `o` for its first `steps` steps, checkpointing every 4 into a fresh directory named
 // after `name`; returns the directory.
 std::string checkpointedRun(TrainOptions o, const std::string& name, int64_t steps) {
-  o.checkpointDir = scratchDir(name);
+  o.checkpointDir = scratchDir("resume", name);
   o.checkpointEvery = 4;
   o.steps = steps;
   train(2 + o.strategy.servers, o);

@@ -15,13 +15,6 @@
 namespace gradsync::testing {
 namespace {
 
-std::string freshDir(const std::string& name) {
-  auto dir = std::filesystem::temp_directory_path() /
-             ("gradsync-stop-" + std::to_string(::getpid()) + "-" + name);
-  std::filesystem::remove_all(dir);
-  return dir.string();
-}
-
 TrainOptions stoppable() {
   TrainOptions o = quickOptions();
   o.syntheticSamples = 60;  // 5 steps per epoch: the stop lands mid-epoch
@@ -39,7 +32,7 @@ TEST(Stop, EveryRankStopsAfterTheSameStepWithACheckpointAndTheResumeEndsAlike) {
     const TrainResult uninterrupted = train(2, whole);
     ASSERT_FALSE(uninterrupted.stopped);
     TrainOptions first = whole;
-    first.checkpointDir = freshDir(schedule);
+    first.checkpointDir = scratchDir("stop", schedule);
     requestStop(SIGTERM);
     const TrainResult stopped = train(2, first);
     clearStopRequest();

@@ -1,5 +1,9 @@
 #include "train_on_threads.h"
 
+#include <unistd.h>
+
+#include <filesystem>
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -30,6 +34,13 @@ TrainOptions quickOptions() {
   o.lr = 0.05;
   o.quiet = true;
   return o;
+}
+
+std::string scratchDir(const std::string& suite, const std::string& name) {
+  auto dir = std::filesystem::temp_directory_path() /
+             ("gradsync-" + suite + "-" + std::to_string(::getpid()) + "-" + name);
+  std::filesystem::remove_all(dir);
+  return dir.string();
 }
 
 double maxRelativeDifference(const std::vector<float>& a, const std::vector<float>& b) {

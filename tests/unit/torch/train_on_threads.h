@@ -1,6 +1,9 @@
 // Runs training on rank threads of one process, the way the torch tests need it.
 #pragma once
 
+#include <string>
+#include <vector>
+
 #include "support/transports.h"
 #include "torch/trainer.h"
 
@@ -11,6 +14,10 @@ TrainResult train(int workers, TrainOptions options, TransportKind kind = Transp
 
 // A few steps of the mlp on a small synthetic set: the trainer tests' starting point.
 TrainOptions quickOptions();
+
+// An empty path under the temporary directory, unique to this process: gradsync-SUITE-PID-NAME
+// (removed first if it exists).
+std::string scratchDir(const std::string& suite, const std::string& name);
 
 // The largest |a - b| / max(|a|, |b|, 0.01) over the elements (the sizes must match).
 double maxRelativeDifference(const std::vector<float>& a, const std::vector<float>& b);

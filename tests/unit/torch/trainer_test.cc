@@ -151,13 +151,6 @@ TEST(Trainer, ReportsProfileAndBytes) {
   ASSERT_EQ(result.epochs.size(), 1u);
 }
 
-std::string scratchDir(const std::string& name) {
-  auto dir = std::filesystem::temp_directory_path() /
-             ("gradsync-trainer-" + std::to_string(::getpid()) + "-" + name);
-  std::filesystem::remove_all(dir);
-  return dir.string();
-}
-
 TrainOptions resumableOptions() {
   TrainOptions o = quickOptions();
   o.syntheticSamples = 60;  // global batch 12: 5 steps per epoch, so the resume is mid-epoch
@@ -170,7 +163,7 @@ TrainOptions resumableOptions() {
 TEST(Trainer, ResumeFromAnEpochBoundary) {
   TrainResult uninterrupted = train(2, resumableOptions());
   TrainOptions first = resumableOptions();
-  first.checkpointDir = scratchDir("boundary");
+  first.checkpointDir = scratchDir("trainer", "boundary");
   first.checkpointEvery = 5;  // = steps per epoch
   first.steps = 10;
   train(2, first);
@@ -189,7 +182,7 @@ TEST(Trainer, ResumeFromAnEpochBoundary) {
 
 TEST(Trainer, CorruptCheckpointIsAClearErrorNamingThePreviousGoodOne) {
   TrainOptions first = resumableOptions();
-  first.checkpointDir = scratchDir("corrupt");
+  first.checkpointDir = scratchDir("trainer", "corrupt");
   first.checkpointEvery = 4;
   first.steps = 8;
   train(2, first);
@@ -215,7 +208,7 @@ TEST(Trainer, TraceMergesEveryRankForTheStepWindow) {
   TrainOptions o = quickOptions();
   o.batchSize = 4;
   o.steps = 5;
-  o.tracePath = scratchDir("trace") + ".json";
+  o.tracePath = scratchDir("trainer", "trace") + ".json";
   o.traceSteps = "1:2";
   train(2, o);
   std::ifstream in(o.tracePath);
@@ -242,7 +235,7 @@ TEST(Trainer, P3TraceShowsSlicesByPriority) {
   o.batchSize = 4;
   o.steps = 4;
   o.schedule = "p3:slice=20000";
-  o.tracePath = scratchDir("trace-p3") + ".json";
+  o.tracePath = scratchDir("trainer", "trace-p3") + ".json";
   o.traceSteps = "1:2";
   train(2, o);
   std::ifstream in(o.tracePath);
