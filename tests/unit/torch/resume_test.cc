@@ -4,8 +4,6 @@
 // refused, naming what differs.
 #include <gtest/gtest.h>
 
-#include <unistd.h>
-
 #include <filesystem>
 #include <string>
 

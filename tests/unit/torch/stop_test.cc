@@ -4,8 +4,6 @@
 // process-wide flag, as a signal's) is made before the run: every rank sees it after its first
 // step. tests/e2e/preemption_test.cc sends real signals to real processes.
 #include <gtest/gtest.h>
-#include <unistd.h>
-
 #include <filesystem>
 #include <string>
 
