@@ -2,6 +2,12 @@
 // subcommands. Starts N processes with the rendezvous environment set (RANK, WORLD_SIZE,
 // LOCAL_RANK, MASTER_ADDR, MASTER_PORT, GRADSYNC_JOB_ID, GRADSYNC_JOB_TOKEN with a fresh random
 // token, and GRADSYNC_TLS=1 with --tls) and supervises them.
+//
+// For elastic workers (`gradsync train --elastic`), `--elastic` serves the rendezvous store in
+// the launcher itself (GRADSYNC_EXTERNAL_STORE=1 tells the workers), so that the job outlives any
+// worker, rank 0's included; a failed worker does not end the others; and `--max-restarts K`
+// restarts failed workers, as torchrun's agent does, but only the failed one: it starts again
+// with its RANK (its slot) and GRADSYNC_RESTART_COUNT, and joins the running job.
 #pragma once
 
 #include <chrono>
@@ -18,11 +24,17 @@ struct LaunchOptions {
   std::chrono::milliseconds grace{65'000};
   // --tls: sets GRADSYNC_TLS=1 for the processes, so every link between them is encrypted.
   bool tls = false;
+  // --elastic: serve the store here; a failure does not end the other processes (no grace).
+  bool elastic = false;
+  // --max-restarts (implies elastic): how many failed processes are restarted, in all. A process
+  // fails when a signal ends it or it exits with a code other than 0 and 75 (asked to stop).
+  int maxRestarts = 0;
 };
 
 // Runs the processes to completion. Returns 0 if all succeeded, else the exit code of the first
 // failure (128 + signal for a killed process) after reporting on stderr which rank failed how.
-// SIGINT and SIGTERM are forwarded to the children.
+// Elastic: 0 if any slot's last process succeeded (the job finished), the failures reported.
+// SIGINT and SIGTERM are forwarded to the children (and stop any restarting).
 int launchLocal(const LaunchOptions& options);
 
 }  // namespace gradsync

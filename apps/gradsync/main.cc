@@ -15,6 +15,13 @@ void addLaunchCommand(CLI::App& app, CommandContext& context) {
   CLI::App* launch = app.add_subcommand("launch", "start N local processes with the job's env");
   launch->add_option("-n,--processes", options->processes, "processes")->required();
   launch->add_flag("--tls", options->tls, "encrypt the links between the processes (TLS 1.3)");
+  launch->add_flag("--elastic", options->elastic,
+                   "elastic workers (train --elastic): serve the store here; a failure does not "
+                   "end the others");
+  launch
+      ->add_option("--max-restarts", options->maxRestarts,
+                   "restart failed workers, this many times in all (implies --elastic)")
+      ->check(CLI::NonNegativeNumber);
   launch->add_option("command", options->command, "command to run")->required();
   launch->callback([options, &context] { context.exitCode = launchLocal(*options); });
 }
