@@ -259,6 +259,16 @@ TEST_F(CliTrain, BadFlagsGiveAOneLineErrorWithTheChoices) {
            {{"train", "--compress", "qsgd,levels=3"}, "options are: ef, bucket"},
            {{"train", "--compress-override", "fc*"}, "GLOB=SPEC"},
            {{"train", "--resume"}, "--checkpoint-dir"},
+           {{"train", "--elastic", "3"}, "--elastic 3 is not MIN:MAX"},
+           {{"train", "--elastic", "4:3"}, "1 <= MIN <= MAX"},
+           {{"train", "--elastic", "2:4", "--schedule", "p3"},
+            "--elastic does not support --schedule p3"},
+           {{"train", "--elastic", "2:4", "--compress", "topk:0.01"},
+            "--elastic does not support --compress topk:0.01"},
+           {{"train", "--elastic", "2:4", "--sync", "asgd"}, "--elastic does not support --sync"},
+           {{"train", "--elastic", "2:4", "--sync", "sharded"}, "optimizer state of its shard"},
+           {{"train", "--elastic", "2:4", "--transport", "loopback"}, "processes over TCP"},
+           {{"train", "--record-samples", "/tmp/x"}, "--record-samples records elastic runs"},
            {{"train", "--data-dir", "/nonexistent", "--steps", "1"}, "dataset-fashion-mnist"}}) {
     Result r = gradsync(c.args);
     EXPECT_NE(r.status.code, 0) << c.args[1];
