@@ -3,7 +3,9 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <exception>
 #include <memory>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -40,6 +42,26 @@ ElasticWorker workerOf(const ElasticJob& job) {
   me.where = fmt::format("pid {} on {}", ::getpid(), hostName());
   me.settings = encodeSettings(job.settings);
   return me;
+}
+
+// Runs the round's training on a thread of its own that lowers its priority as train's training
+// thread does (yieldToCommunication, trainer.cc says why). This thread keeps the default one, so
+// the threads a round creates here, its transport's event loop and its engine's communication
+// thread, do too: a thread inherits the priority of the thread that creates it.
+RoundEnd trainOnComputeThread(ElasticRound& round) {
+  RoundEnd end{};
+  std::exception_ptr error;
+  std::thread compute([&] {
+    yieldToCommunication();
+    try {
+      end = round.run();
+    } catch (...) {
+      error = std::current_exception();
+    }
+  });
+  compute.join();
+  if (error) std::rethrow_exception(error);
+  return end;
 }
 
 class ElasticTrainer {
@@ -126,7 +148,7 @@ RoundEnd ElasticTrainer::trainRound(const ElasticMembership& m) {
     p.rounds.push_back({m.round, m.size(), p.step, p.data.epoch, p.data.offset});
     if (m.rank == 0) announce(m);
     round = std::make_unique<ElasticRound>(member_, *transport, rendezvous_, m.round);
-    return round->run();
+    return trainOnComputeThread(*round);
   } catch (...) {
     transport->abort(std::current_exception());
     throw;
@@ -225,7 +247,6 @@ ElasticOutcome runElasticTraining(const ElasticJob& job, const TrainOptions& opt
   if (options.stopOnSignal) installStopHandlers();
   limitComputeThreads(options.threads);
   ElasticTrainer trainer(job, options);
-  yieldToCommunication();
   return trainer.run();
 }
 
