@@ -182,9 +182,11 @@ TEST_F(Elastic, AWorkerKilledMidEpochLeavesTheJobToTheOthers) {
   EXPECT_NE(err.find("lost connection to rank 2"), std::string::npos) << err;
   const nlohmann::json metrics = metricsOf(dir);
   const nlohmann::json& rounds = metrics["elastic"]["rounds"];
-  ASSERT_EQ(rounds.size(), 2u) << rounds.dump();
+  // Usually two rounds; a survivor that came to the second after it formed (descheduled for
+  // longer than the settle time) makes a third with it, and that is fine too.
+  ASSERT_GE(rounds.size(), 2u) << rounds.dump();
   EXPECT_EQ(rounds[0]["workers"], 4);
-  EXPECT_EQ(rounds[1]["workers"], 3);
+  EXPECT_LE(rounds[1]["workers"].get<int>(), 3) << rounds.dump();
   EXPECT_GE(rounds[1]["first_step"].get<int64_t>(), 99) << "mid-epoch, after the kill";
   EXPECT_EQ(metrics["elastic"]["final_workers"], 3);
   EXPECT_NE(readFile(dir / "out").find("3 workers"), std::string::npos);
@@ -201,7 +203,7 @@ TEST_F(Elastic, ARestartedWorkerRejoinsWithTheCurrentState) {
   const double unfailed = unfailedAccuracy();
   const fs::path dir = scratch("rejoined");
   const pid_t job = launch(dir, "2:4", 1);
-  killAfter(dir, 2, 60);
+  killAfter(dir, 2, 40);  // early: the restart (about 1-2 s here) must come before the end
   const ExitStatus status = finish(job);
   const std::string err = readFile(dir / "err");
   ASSERT_TRUE(status.ok()) << status.describe() << "\n" << err;
@@ -216,23 +218,24 @@ TEST_F(Elastic, ARestartedWorkerRejoinsWithTheCurrentState) {
   int64_t round = -1, step = -1;
   first >> round >> step;
   EXPECT_GE(round, 1) << restarted.substr(0, 200);
-  EXPECT_GE(step, 59);
+  EXPECT_GE(step, 39);
   expectEverySampleOnce(dir);
   EXPECT_NEAR(metrics["summary"]["final_test_accuracy"].get<double>(), unfailed, 0.01);
 }
 
 // --elastic 4:4 cannot lose anyone: the survivors wait --timeout for a replacement, then fail,
-// naming the lost rank and its process.
+// naming the lost rank and its process. (8 s: also the first round's wait for the 4 processes
+// to start, which takes a few seconds on a loaded machine.)
 TEST_F(Elastic, BelowTheMinimumTheJobFailsNamingTheLostRank) {
 #ifndef GRADSYNC_HAVE_TORCH
   GTEST_SKIP() << "built without LibTorch: no gradsync train";
 #endif
   const fs::path dir = scratch("below");
-  const pid_t job = launch(dir, "4:4", 0, {"--timeout", "5s"});
+  const pid_t job = launch(dir, "4:4", 0, {"--timeout", "8s"});
   const pid_t victim = killAfter(dir, 1, 30);
   const auto killed = std::chrono::steady_clock::now();
   const ExitStatus status = finish(job, 60s);
-  EXPECT_LT(std::chrono::steady_clock::now() - killed, 30s) << "the survivors took too long";
+  EXPECT_LT(std::chrono::steady_clock::now() - killed, 40s) << "the survivors took too long";
   EXPECT_FALSE(status.ok());
   const std::string err = readFile(dir / "err");
   EXPECT_NE(err.find("fewer than the minimum of --elastic 4:4: lost rank 1 (worker 1, pid " +
