@@ -83,6 +83,7 @@ class ElasticTrainer {
   ElasticOutcome run();
 
  private:
+  ElasticMembership joinRound(int64_t round);
   RoundEnd trainRound(const ElasticMembership& m);
   TcpTransportOptions tcpOptions(int64_t round) const;
   void announce(const ElasticMembership& m) const;
@@ -102,7 +103,7 @@ ElasticOutcome ElasticTrainer::run() {
   for (;;) {
     me_.progress = hasState_ ? member_.progress.step : -1;
     me_.stepSeconds = member_.stepSeconds;
-    const ElasticMembership m = rendezvous_.join(next, me_);
+    const ElasticMembership m = joinRound(next);
     if (m.jobFinished) {
       std::printf("gradsync train: %s: the job finished before this worker could join\n",
                   me_.name.c_str());
@@ -130,6 +131,21 @@ ElasticOutcome ElasticTrainer::run() {
       writeMetrics(member_.options.metricsPath, member_.options, m.size(), outcome.result);
     }
     return outcome;
+  }
+}
+
+// A lost store ends the job: say whose it was.
+ElasticMembership ElasticTrainer::joinRound(int64_t round) {
+  try {
+    return rendezvous_.join(round, me_);
+  } catch (const PeerLostError& e) {
+    if (!e.context().operation.starts_with("store") || server_) throw;
+    ErrorContext context = e.context();
+    context.hint = job_.bootstrap.externalStore
+                       ? "the launcher serving it (gradsync launch --elastic) is gone"
+                       : "worker 0 served it (no gradsync launch --elastic): an elastic job "
+                         "outlives any worker only with a store that outlives them";
+    throw PeerLostError(e.detail(), context);
   }
 }
 
