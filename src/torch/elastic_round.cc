@@ -151,7 +151,8 @@ std::optional<RoundEnd> ElasticRound::check(bool force) {
   const bool lead = transport_.rank() == 0;
   const double proposal =
       std::clamp(kCheckSeconds / std::max(member_.stepSeconds, 1e-6), 1.0, kMostStepsBetweenChecks);
-  std::array<float, 6> votes = {stopRequested() != 0 ? 1.0f : 0.0f,
+  const bool askedToStop = stopRequested() != 0;  // what this member votes, and acts on
+  std::array<float, 6> votes = {askedToStop ? 1.0f : 0.0f,
                                 static_cast<float>(proposal),
                                 lead ? static_cast<float>(rendezvous_.waiting(round_)) : 0.0f,
                                 lossSinceCheck_,
@@ -167,10 +168,8 @@ std::optional<RoundEnd> ElasticRound::check(bool force) {
   if (lead) rendezvous_.heartbeat();
   if (const int stopping = static_cast<int>(votes[0]); stopping > 0) {
     // Those asked leave; the others go on without them while enough remain, or stop too.
-    if (stopping == size || size - stopping < member_.range.min || stopRequested() != 0) {
-      return RoundEnd::kStopped;
-    }
-    return RoundEnd::kRegroup;
+    if (stopping == size || size - stopping < member_.range.min) return RoundEnd::kStopped;
+    return askedToStop ? RoundEnd::kLeft : RoundEnd::kRegroup;
   }
   if (votes[2] > 0 && size < member_.range.max) return RoundEnd::kRegroup;
   return std::nullopt;

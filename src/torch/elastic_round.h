@@ -27,7 +27,8 @@ namespace gradsync {
 enum class RoundEnd {
   kFinished,  // the training is over
   kRegroup,   // the members go on in the next round (a worker waits to come in, or one leaves)
-  kStopped,   // this member was asked to stop (SIGTERM, SIGINT) and leaves the job
+  kLeft,      // this member was asked to stop (SIGTERM, SIGINT) and leaves; the others go on
+  kStopped,   // every member stops (all were asked, or too few would be left)
 };
 
 // What a worker keeps from round to round: the shared state (model, optimizer, progress), the

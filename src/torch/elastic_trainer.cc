@@ -125,6 +125,11 @@ ElasticOutcome ElasticTrainer::run() {
       continue;
     }
     if (end == RoundEnd::kRegroup) continue;
+    if (end == RoundEnd::kLeft) {  // the job goes on: its last rank 0 reports
+      std::printf("gradsync train: %s left the job after step %lld (asked to stop)\n",
+                  me_.name.c_str(), static_cast<long long>(member_.progress.step));
+      return {.result = result(true)};
+    }
     if (end == RoundEnd::kFinished && m.rank == 0) rendezvous_.finish();
     ElasticOutcome outcome{result(end == RoundEnd::kStopped), m.rank, m.size()};
     if (m.rank == 0 && !member_.options.metricsPath.empty()) {

@@ -34,7 +34,7 @@ struct ElasticJob {
 
 struct ElasticOutcome {
   TrainResult result;
-  int rank = -1;    // in the last round this worker trained in; -1: it never got in
+  int rank = -1;    // in the last round this worker trained in; -1: it never got in, or left
   int workers = 0;  // that round's members
 };
 
@@ -42,10 +42,10 @@ struct ElasticOutcome {
 void validateElasticOptions(const TrainOptions& options);
 
 // Trains as one worker of the job until the training is over (every member returns; a worker
-// still waiting to come in returns rank -1), this worker is asked to stop (result.stopped), or
-// the job cannot go on: fewer than MIN workers are left (PeerLostError naming the lost ones), a
-// round cannot form (TimeoutError), a worker with other settings (ConfigError). Rank 0 of the
-// last round writes --metrics, with the rounds.
+// still waiting to come in returns rank -1), this worker is asked to stop (result.stopped; rank
+// -1 when it left alone and the others go on), or the job cannot go on: fewer than MIN workers are
+// left (PeerLostError naming the lost ones), a round cannot form (TimeoutError), a worker with
+// other settings (ConfigError). Rank 0 of the last round writes --metrics, with the rounds.
 ElasticOutcome runElasticTraining(const ElasticJob& job, const TrainOptions& options);
 
 }  // namespace gradsync

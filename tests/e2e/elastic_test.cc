@@ -1,7 +1,8 @@
 // Elastic workers on real processes over real sockets (`gradsync launch --elastic` and
 // `gradsync train --elastic`, docs/cluster.md "Elastic workers"): a worker SIGKILLed mid-epoch
 // leaves the job to the other three, which finish it; a worker restarted by the launcher rejoins
-// and the job ends with four; below the minimum the job fails naming the lost rank. Every run
+// and the job ends with four; a worker sent SIGTERM leaves and the others go on; below the
+// minimum the job fails naming the lost rank. Every run
 // records the samples each rank trained on (--record-samples); with the rounds from --metrics
 // the test checks that each step of the run was trained by every rank of its round, once, and
 // that every sample of the epoch was used exactly once. The accuracy of each run is compared
@@ -84,9 +85,9 @@ ExitStatus finish(pid_t pid, std::chrono::seconds timeout = 240s) {
   return ended->second;
 }
 
-// Waits until worker `slot` (its first process) has trained `steps` steps, then SIGKILLs it;
-// returns its pid.
-pid_t killAfter(const fs::path& dir, int slot, size_t steps) {
+// Waits until worker `slot` (its first process) has trained `steps` steps, then sends it
+// `signal`; returns its pid.
+pid_t killAfter(const fs::path& dir, int slot, size_t steps, int signal = SIGKILL) {
   const fs::path file = dir / "samples" / ("worker-" + std::to_string(slot) + "-0.txt");
   for (int i = 0; i < 3000; ++i) {
     std::string text = readFile(file);
@@ -94,7 +95,7 @@ pid_t killAfter(const fs::path& dir, int slot, size_t steps) {
       std::smatch pid;
       if (!std::regex_search(text, pid, std::regex("pid ([0-9]+)"))) break;
       const pid_t victim = std::stoi(pid[1]);
-      ::kill(victim, SIGKILL);
+      ::kill(victim, signal);
       return victim;
     }
     std::this_thread::sleep_for(20ms);
@@ -219,6 +220,29 @@ TEST_F(Elastic, ARestartedWorkerRejoinsWithTheCurrentState) {
   first >> round >> step;
   EXPECT_GE(round, 1) << restarted.substr(0, 200);
   EXPECT_GE(step, 39);
+  expectEverySampleOnce(dir);
+  EXPECT_NEAR(metrics["summary"]["final_test_accuracy"].get<double>(), unfailed, 0.01);
+}
+
+// SIGTERM to one worker (a preempted node): it leaves at the next check with exit 75 and is
+// not restarted; the others go on without it, and the run is the unfailed one's.
+TEST_F(Elastic, AWorkerAskedToStopLeavesAndTheOthersGoOn) {
+#ifndef GRADSYNC_HAVE_TORCH
+  GTEST_SKIP() << "built without LibTorch: no gradsync train";
+#endif
+  const double unfailed = unfailedAccuracy();
+  const fs::path dir = scratch("left");
+  const pid_t job = launch(dir, "3:4", 1);
+  const pid_t victim = killAfter(dir, 1, 50, SIGTERM);
+  const ExitStatus status = finish(job);
+  const std::string err = readFile(dir / "err");
+  ASSERT_TRUE(status.ok()) << status.describe() << "\n" << err;
+  EXPECT_NE(err.find("worker 1 exited with code 75"), std::string::npos) << err;
+  EXPECT_EQ(err.find("restarting"), std::string::npos) << "a worker asked to stop is not restarted";
+  const std::string out = readFile(dir / "out");
+  EXPECT_NE(out.find("worker 1 left the job after step"), std::string::npos) << out;
+  const nlohmann::json metrics = metricsOf(dir);
+  EXPECT_EQ(metrics["elastic"]["final_workers"], 3) << "pid " << victim;
   expectEverySampleOnce(dir);
   EXPECT_NEAR(metrics["summary"]["final_test_accuracy"].get<double>(), unfailed, 0.01);
 }
