@@ -204,7 +204,9 @@ void ElasticRendezvous::close(int64_t round, const ElasticWorker& closer) {
                                 std::chrono::duration<double>(3 * slowestStep)));
     const auto now = Clock::now();
     const bool enough = fitting >= range.min;
-    const bool complete = fitting >= range.max || fromPrevious >= expected;
+    // Newcomers never complete a round early: the previous round's members, who hold the job's
+    // state, all get their place first.
+    const bool complete = fromPrevious >= expected || fromPrevious >= range.max;
     const bool settled = round > 0 && enough && now - arrivals.last >= settle;
     const bool late = now - start >= options_.timeout;
     if (complete || settled || (late && enough)) return publish(round, closer, arrivals);
@@ -213,22 +215,28 @@ void ElasticRendezvous::close(int64_t round, const ElasticWorker& closer) {
   }
 }
 
-// The members (the fitting arrivals in order, up to MAX) and the refused, before the size that
-// tells everyone the round has formed.
+// The members (the fitting arrivals, up to MAX in rank order: workers with the job's state before
+// newcomers, whenever they came) and the refused, before the size that tells everyone the round
+// has formed.
 void ElasticRendezvous::publish(int64_t round, const ElasticWorker& closer,
                                 const Arrivals& arrivals) {
   std::vector<int64_t> members, refused;
   for (size_t i = 0; i < arrivals.workers.size(); ++i) {
     const auto index = static_cast<int64_t>(i) + 1;
-    if (!arrivals.fits[i]) {
-      refused.push_back(index);
-      const std::string why = refusal(closer, arrivals.workers[i], round);
-      GS_LOG(kError, "{}", why);
-      store_.setString(roundKey(round, "refusal/") + std::to_string(index), why);
-    } else if (static_cast<int>(members.size()) < options_.range.max) {
+    if (arrivals.fits[i]) {
       members.push_back(index);
+      continue;
     }
+    refused.push_back(index);
+    const std::string why = refusal(closer, arrivals.workers[i], round);
+    GS_LOG(kError, "{}", why);
+    store_.setString(roundKey(round, "refusal/") + std::to_string(index), why);
   }
+  std::stable_sort(members.begin(), members.end(), [&](int64_t a, int64_t b) {
+    return ranksBefore(arrivals.workers[a - 1], arrivals.workers[b - 1]);
+  });
+  if (static_cast<int>(members.size()) > options_.range.max) members.resize(options_.range.max);
+  std::sort(members.begin(), members.end());
   store_.setString(roundKey(round, "members"), joinIndices(members));
   store_.setString(roundKey(round, "refused"), joinIndices(refused));
   store_.setString(kNextRound, std::to_string(round + 1));

@@ -9,19 +9,20 @@
 //  1. Arrive: add 1 to the round's arrival counter (the arrival's number) and publish a record
 //     (name, the progress of the state it holds, its last round and rank).
 //  2. The first member of the previous round to arrive (for round 0, the first worker) closes
-//     the round: it publishes the number of arrivals that are in, once
-//       - MAX have arrived, or every member of the previous round has (a regroup to take a
-//         worker in: no waiting), or for round 0 every initial worker; else
+//     the round: it publishes the arrivals that are in, once
+//       - every member of the previous round has arrived (a regroup to take a worker in: no
+//         waiting), or for round 0 every initial worker, or MAX of them; else
 //       - at least MIN have arrived and nobody else for a settle time (after a failure the
 //         survivors notice within about a step: max(0.5 s, 3 step times)); else
 //       - after the timeout: with those that came if at least MIN, or the round fails, and every
 //         arrival throws PeerLostError naming the workers of the previous round that were lost.
-//  3. The closer lists the members: the arrivals in order, up to MAX, except (after round 0)
+//  3. The closer lists the members: up to MAX arrivals in rank order, except (after round 0)
 //     those launched with other settings than its own, the job's, which it refuses: they throw
 //     ConfigError naming the difference and the job goes on without them. Ranks go by the state
 //     held: rank 0 holds the most advanced one (it sends it to the others), then the previous
-//     round's order. An arrival after the close enters the next round, which the members start
-//     as soon as they notice it (waiting(), at a step boundary).
+//     round's order, then newcomers by launch slot. An arrival after the close, or left out by
+//     MAX, enters the next round, which the members start as soon as they notice it (waiting(),
+//     at a step boundary) if there is room.
 //
 // Store keys are under "elastic/" and carry the round number, so that no two rounds meet; the
 // store itself must outlive every worker (gradsync launch serves it: docs/cluster.md).

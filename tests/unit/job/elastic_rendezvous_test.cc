@@ -222,6 +222,31 @@ TEST(ElasticRendezvous, MaxCapsARound) {
   EXPECT_EQ(joined[2].round, 1);
 }
 
+// At MAX, the workers holding the job's state stay in, even when newcomers came first.
+TEST(ElasticRendezvous, AtMaxMembersGoBeforeNewcomers) {
+  auto store = makeInMemoryStore();
+  const ElasticRendezvousOptions options = optionsFor(1, 3, 2);
+  std::vector<ElasticMembership> first = formFirstRound(*store, options, 2);
+  std::vector<std::future<ElasticMembership>> newcomers;
+  for (int slot : {7, 8}) {
+    newcomers.push_back(std::async(std::launch::async, [&, slot] {
+      ElasticRendezvous rendezvous(*store, options);
+      return rendezvous.join(1, fresh(slot));
+    }));
+  }
+  ElasticRendezvous watcher(*store, options);
+  while (watcher.waiting(0) < 2) std::this_thread::sleep_for(1ms);
+  std::vector<ElasticMembership> second(2);
+  testing::runRankThreads(2, [&](int slot) {
+    ElasticRendezvous rendezvous(*store, options);
+    second[slot] = rendezvous.join(1, after(fresh(slot), first[slot], 4));
+  });
+  EXPECT_EQ(names(second[0]), (std::vector<std::string>{"worker 0", "worker 1", "worker 7"}));
+  watcher.finish();  // the one left out waits for the next round: the job ends first
+  EXPECT_EQ(newcomers[0].get().rank, 2);
+  EXPECT_TRUE(newcomers[1].get().jobFinished);
+}
+
 // Fewer than MIN come back: every survivor fails, naming the workers lost and their ranks.
 TEST(ElasticRendezvous, BelowMinimumFailsNamingTheLostWorkers) {
   auto store = makeInMemoryStore();
