@@ -58,23 +58,52 @@ FailureSpec parseFailureSpec(std::string_view text, std::string_view what) {
   return spec;
 }
 
+namespace {
+
+// The failure process, one event at a time (failureTrace and nthFailureOf draw the same one).
+class FailureProcess {
+ public:
+  FailureProcess(const FailureSpec& spec, int shards)
+      : spec_(spec), shards_(shards), state_(data::mixSeed(spec.seed, 0xfa11)) {}
+  std::optional<FailureEvent> next() {
+    if (shards_ < 1 || (spec_.maxFailures >= 0 && drawn_ >= spec_.maxFailures)) return {};
+    ++drawn_;
+    time_ += -spec_.mtbf * std::log(uniform());
+    const auto shard = static_cast<int>(uniform() * shards_);
+    return FailureEvent{time_, std::min(shard, shards_ - 1)};
+  }
+
+ private:
+  double uniform() {  // in (0, 1)
+    state_ = data::splitMix64(state_);
+    return (static_cast<double>(state_ >> 11) + 0.5) * 0x1.0p-53;
+  }
+  FailureSpec spec_;
+  int shards_;
+  uint64_t state_;
+  double time_ = 0;
+  int drawn_ = 0;
+};
+
+}  // namespace
+
 std::vector<FailureEvent> failureTrace(const FailureSpec& spec, int shards, double horizon) {
   std::vector<FailureEvent> trace;
-  if (shards < 1) return trace;
-  uint64_t state = data::mixSeed(spec.seed, 0xfa11);
-  auto uniform = [&state] {
-    state = data::splitMix64(state);
-    return (static_cast<double>(state >> 11) + 0.5) * 0x1.0p-53;  // in (0, 1)
-  };
-  double time = 0;
-  for (;;) {
-    if (spec.maxFailures >= 0 && static_cast<int>(trace.size()) >= spec.maxFailures) break;
-    time += -spec.mtbf * std::log(uniform());
-    if (time >= horizon) break;
-    const auto shard = static_cast<int>(uniform() * shards);
-    trace.push_back({time, std::min(shard, shards - 1)});
+  FailureProcess process(spec, shards);
+  for (auto event = process.next(); event && event->time < horizon; event = process.next()) {
+    trace.push_back(*event);
   }
   return trace;
+}
+
+std::optional<double> nthFailureOf(const FailureSpec& spec, int shards, int shard, int n) {
+  if (shard < 0 || shard >= shards || n < 1) return std::nullopt;
+  FailureProcess process(spec, shards);
+  int seen = 0;
+  for (auto event = process.next(); event; event = process.next()) {
+    if (event->shard == shard && ++seen == n) return event->time;
+  }
+  return std::nullopt;
 }
 
 std::optional<double> nthFailureOf(const std::vector<FailureEvent>& trace, int shard, int n) {

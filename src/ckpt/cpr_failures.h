@@ -33,6 +33,8 @@ struct FailureEvent {
 std::vector<FailureEvent> failureTrace(const FailureSpec& spec, int shards, double horizon);
 // When server `shard` fails for the n-th time (n >= 1), if it does.
 std::optional<double> nthFailureOf(const std::vector<FailureEvent>& trace, int shard, int n);
+// The same from the spec, drawing the trace only as far as needed (no horizon).
+std::optional<double> nthFailureOf(const FailureSpec& spec, int shards, int shard, int n);
 
 // What checkpointing and failures cost a run, on its clock (measured seconds, or simulated).
 struct RecoveryLedger {

@@ -146,6 +146,11 @@ TEST(CprFailures, TraceIsReproducibleAndExponential) {
   ASSERT_TRUE(nthFailureOf(trace, trace[0].shard, 1));
   EXPECT_EQ(*nthFailureOf(trace, trace[0].shard, 1), trace[0].time);
   EXPECT_FALSE(nthFailureOf(trace, 0, 1'000'000));
+  // Drawn lazily from the spec, the same events.
+  for (int n : {1, 2, 7}) {
+    EXPECT_EQ(nthFailureOf(spec, 4, 2, n), nthFailureOf(trace, 2, n)) << n;
+  }
+  EXPECT_FALSE(nthFailureOf({.mtbf = 50, .seed = 9, .maxFailures = 3}, 4, 2, 4));
 }
 
 TEST(CprFailures, SpecParsing) {
