@@ -29,6 +29,11 @@ struct EmbeddingSpec {
   uint64_t seed = 0;                // initial values
 
   int tables() const { return static_cast<int>(tableRows.size()); }
+  uint64_t totalRows() const {
+    uint64_t total = 0;
+    for (uint64_t rows : tableRows) total += rows;
+    return total;
+  }
   // Rows r < tableRows[t] with r mod shards == shard.
   uint64_t rowsOn(int table, int shard) const;
 };

@@ -9,9 +9,11 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <random>
 
 #include <fmt/format.h>
 
+#include "data/click_metrics.h"
 #include "data/criteo_synthetic.h"
 #include "data/criteo_tsv.h"
 #include "data/random.h"
@@ -228,6 +230,41 @@ TEST(CriteoTsv, MalformedLinesNameFileLineAndField) {
   badHash.replace(badHash.rfind('\t') + 1, std::string::npos, "zz");
   expectDataError(badHash + "\n", {"line 1", "C26"});
   EXPECT_THROW(CriteoTsvLog("/nonexistent/train.txt", criteoTableRows(10)), DataError);
+}
+
+// The naive reference: every (click, non-click) pair, ties counting half.
+double pairwiseAuc(const std::vector<float>& scores, const std::vector<float>& labels) {
+  double wins = 0, pairs = 0;
+  for (size_t i = 0; i < scores.size(); ++i) {
+    for (size_t j = 0; j < scores.size(); ++j) {
+      if (labels[i] != 1 || labels[j] != 0) continue;
+      pairs += 1;
+      wins += scores[i] > scores[j] ? 1 : scores[i] == scores[j] ? 0.5 : 0;
+    }
+  }
+  return pairs > 0 ? wins / pairs : 0.5;
+}
+
+TEST(ClickMetrics, AucMatchesEveryPairWithTies) {
+  std::mt19937 random(4);
+  for (size_t n : {1, 2, 10, 301}) {
+    std::vector<float> scores(n), labels(n);
+    for (size_t i = 0; i < n; ++i) {
+      scores[i] = static_cast<float>(random() % 7);  // many ties
+      labels[i] = random() % 3 == 0 ? 1.0f : 0.0f;
+    }
+    EXPECT_NEAR(rocAuc(scores, labels), pairwiseAuc(scores, labels), 1e-12) << n;
+  }
+  EXPECT_DOUBLE_EQ(rocAuc(std::vector<float>{0.1f, 0.9f}, std::vector<float>{0, 1}), 1.0);
+  EXPECT_DOUBLE_EQ(rocAuc(std::vector<float>{0.1f, 0.9f}, std::vector<float>{1, 0}), 0.0);
+}
+
+TEST(ClickMetrics, LogLoss) {
+  EXPECT_NEAR(logLoss(std::vector<float>{0.5f, 0.5f}, std::vector<float>{1, 0}), std::log(2.0),
+              1e-7);
+  EXPECT_NEAR(logLoss(std::vector<float>{0.9f}, std::vector<float>{1}), -std::log(0.9), 1e-6);
+  EXPECT_NEAR(logLoss(std::vector<float>{0.0f}, std::vector<float>{1}), -std::log(1e-7), 1e-6);
+  EXPECT_EQ(logLoss({}, {}), 0.0);
 }
 
 }  // namespace
