@@ -46,7 +46,8 @@ struct RecoveryLedger {
   int fullSaves = 0;
   int partialSaves = 0;
   uint64_t savedRows = 0;  // rows written by all saves
-  int failures = 0;
+  int failures = 0;        // servers that failed
+  int recoveries = 0;      // recoveries made (servers failing together are recovered together)
   uint64_t redoneSteps = 0;
   // Per shard: lost samples (samples trained since the restored state was saved, summed over
   // the shard's failures) and lost accesses (row updates of those samples that the restored

@@ -51,6 +51,7 @@ RecoveryEvent EmbeddingSession::resume(const std::vector<int>& failed, uint64_t 
   const auto start = std::chrono::steady_clock::now();
   RecoveryEvent event{failed, false, static_cast<int64_t>(step)};
   ++epoch_;
+  ++ledger_.recoveries;
   for (const RecoveryAnswer& answer : client_.resume(failed, step, epoch_)) {
     const auto s = static_cast<size_t>(answer.server);
     const auto since = static_cast<uint64_t>(
@@ -107,6 +108,7 @@ RecoveryEvent EmbeddingSession::rollBack(const std::vector<int>& failed, uint64_
     break;
   }
   ledger_.failures += static_cast<int>(failed.size());
+  ++ledger_.recoveries;
   ledger_.redoneSteps += step - static_cast<uint64_t>(event.restoredTo);
   event.recoverySeconds = secondsSince(start);
   GS_LOG(kWarn, "full recovery at round {}: every server and worker back to step {}", step,

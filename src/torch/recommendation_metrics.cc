@@ -27,6 +27,7 @@ nlohmann::json recoveryJson(const RecommendationOptions& options, const Recommen
             {"partial_recovery_overhead", p.partialOverhead},
             {"reason", p.reason}}},
           {"failures", l.failures},
+          {"recoveries", l.recoveries},
           {"lost_samples", l.lostSamples},
           {"lost_accesses", l.lostAccesses},
           {"total_accesses", l.totalAccesses},

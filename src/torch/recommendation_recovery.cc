@@ -107,6 +107,8 @@ void RecommendationTrainer::plan(int64_t step) {
 
 void RecommendationTrainer::chargeSaves(const SaveReport& report) {
   if (report.kind == 0) return;
+  GS_LOG(kDebug, "worker {}: the servers saved step {} ({} rows, kind {}, {:.4f} s)", ring_.rank(),
+         report.step, report.rows, report.kind, report.seconds);
   const bool full = (report.kind & kSaveFull) != 0;
   ++(full ? ledger_.fullSaves : ledger_.partialSaves);
   ledger_.savedRows += report.rows;

@@ -151,7 +151,21 @@ bool RecommendationTrainer::gatherRows(int64_t step, std::vector<torch::Tensor>&
   return true;
 }
 
+// After the last step: one more agreement with the servers, which answers once the last round
+// (and its checkpoint) is applied, reports that checkpoint, and finds a server that failed in
+// the last round, so that the run ends with every server's rows in place.
+int64_t RecommendationTrainer::finalRound(int64_t step) {
+  if (!session_) return step + 1;
+  const EmbeddingBatch none = EmbeddingBatch::of(spec_, {}, 0);
+  EmbeddingSession::Agreement agreement =
+      session_->pull(static_cast<uint64_t>(step), 0, none, values_, false);
+  chargeSaves(session_->client().saveReport());
+  if (!agreement.failed.empty()) return recover(agreement.failed, step);
+  return step + 1;
+}
+
 int64_t RecommendationTrainer::trainStep(int64_t step, RecommendationResult& result) {
+  if (step == totalSteps()) return finalRound(step);
   const auto start = SteadyTime::now();
   stepSaveSeconds_ = 0;
   readBatch(step);
@@ -227,9 +241,9 @@ RecommendationResult RecommendationTrainer::run() {
   const auto start = SteadyTime::now();
   double evaluationSeconds = 0;
   int64_t ran = 0;
-  while (position < total && !stopped_) {
+  while (position <= total && !stopped_) {
     const int64_t next = trainStep(position, result);
-    if (next == position + 1) {
+    if (next == position + 1 && position < total) {
       ++ran;
       const double rate = static_cast<double>(train_.batchSize * ring_.size() * ran) /
                           std::max(1e-9, since(start) - evaluationSeconds);
@@ -241,6 +255,7 @@ RecommendationResult RecommendationTrainer::run() {
     position = next;
   }
   result.seconds = since(start) - evaluationSeconds;
+  position = std::min(position, total);
   result.steps = position;
   result.stopped = stopped_;
   result.samplesPerSecond =

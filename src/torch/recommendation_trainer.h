@@ -35,6 +35,7 @@ class RecommendationTrainer {
   void readBatch(int64_t step);
   // One step; returns the step to run next (step + 1, or where a recovery puts the run).
   int64_t trainStep(int64_t step, RecommendationResult& result);
+  int64_t finalRound(int64_t step);
   // The embedding rows of this step as tensors (pulled, or the local tables): false when the
   // step cannot go on (a recovery ran, moving the run to *next; or a stop was agreed).
   bool gatherRows(int64_t step, std::vector<torch::Tensor>& weights, int64_t* next);
