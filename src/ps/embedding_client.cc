@@ -9,10 +9,10 @@
 #include "gradsync/error.h"
 
 namespace gradsync {
-namespace {
+namespace {}  // namespace
 
 // A request in flight to one server: its works and the buffers they use (kept until they end).
-struct Exchange {
+struct EmbeddingClient::Exchange {
   EmbHeader header;
   std::vector<uint8_t> payload;
   EmbReply reply;
@@ -20,6 +20,8 @@ struct Exchange {
   std::vector<WorkPtr> sends;
   WorkPtr replyWork;
 };
+
+namespace {
 
 // Fails every exchange's transport before a fatal error leaves the function whose buffers they
 // use (a broken transport no longer touches them).
@@ -108,7 +110,7 @@ std::vector<bool> EmbeddingClient::fetch(EmbRequest request, uint64_t step, uint
   std::vector<std::unique_ptr<Transport>*> stars;
   for (auto& link : links_) stars.push_back(&link.star);
   guarded(stars, [&] {
-    for (size_t s = 0; s < links_.size(); ++s) {
+    for (size_t s = 0; s < links_.size(); ++s) {  // every request first: servers work in parallel
       if (!links_[s].star || !links_[s].lost.empty()) continue;
       Exchange& x = exchanges[s];
       std::vector<uint64_t> keys = batch.keys(static_cast<int>(s));
@@ -126,43 +128,49 @@ std::vector<bool> EmbeddingClient::fetch(EmbRequest request, uint64_t step, uint
       x.replyWork = star.recv(workers_, tags::kEmbReply, &x.reply, sizeof x.reply);
     }
     for (size_t s = 0; s < links_.size(); ++s) {
-      Exchange& x = exchanges[s];
-      if (!x.replyWork) continue;
-      try {
-        for (auto& send : x.sends) send->wait();
-        x.replyWork->wait();
-        x.answer.resize(x.reply.payloadBytes);
-        if (x.reply.rows != x.header.rows ||
-            x.answer.size() != x.header.rows * dim * sizeof(float)) {
-          throw ProtocolError(fmt::format("embedding server {} answered {} rows ({} bytes) for {}",
-                                          s, x.reply.rows, x.answer.size(), x.header.rows),
-                              {.rank = rank_, .peer = workers_});
-        }
-        if (!x.answer.empty()) {
-          links_[s]
-              .star->recv(workers_, tags::kEmbReplyPayload, x.answer.data(), x.answer.size())
-              ->wait();
-        }
-      } catch (const PeerLostError& e) {
-        markLost(static_cast<int>(s), e);
-        continue;
-      }
-      const auto* values = reinterpret_cast<const float*>(x.answer.data());
-      const auto& rows = batch.byServer[s];
-      for (size_t i = 0; i < rows.size(); ++i) {
-        auto [table, index] = rows[i];
-        std::memcpy(&tableValues[table][index * dim], values + i * dim, dim * sizeof(float));
-      }
-      if (x.reply.saveKind != 0) {
-        saveReport_.kind |= x.reply.saveKind;
-        saveReport_.step = x.reply.saveStep;
-        saveReport_.rows += x.reply.savedRows;
-        saveReport_.seconds = std::max(saveReport_.seconds, x.reply.saveSeconds);
-      }
-      ok[s] = true;
+      if (exchanges[s].replyWork)
+        ok[s] = receiveRows(static_cast<int>(s), exchanges[s], batch, tableValues);
     }
   });
   return ok;
+}
+
+// The answer of server `server` to `x`, scattered into the tables' rows; false when the server
+// is lost (PeerLostError), other failures throw.
+bool EmbeddingClient::receiveRows(int server, Exchange& x, const EmbeddingBatch& batch,
+                                  std::vector<std::vector<float>>& tableValues) {
+  const auto dim = static_cast<size_t>(spec_.dim);
+  try {
+    for (auto& send : x.sends) send->wait();
+    x.replyWork->wait();
+    x.answer.resize(x.reply.payloadBytes);
+    if (x.reply.rows != x.header.rows || x.answer.size() != x.header.rows * dim * sizeof(float)) {
+      throw ProtocolError(fmt::format("embedding server {} answered {} rows ({} bytes) for {}",
+                                      server, x.reply.rows, x.answer.size(), x.header.rows),
+                          {.rank = rank_, .peer = workers_});
+    }
+    if (!x.answer.empty()) {
+      links_[server]
+          .star->recv(workers_, tags::kEmbReplyPayload, x.answer.data(), x.answer.size())
+          ->wait();
+    }
+  } catch (const PeerLostError& e) {
+    markLost(server, e);
+    return false;
+  }
+  const auto* values = reinterpret_cast<const float*>(x.answer.data());
+  const auto& rows = batch.byServer[static_cast<size_t>(server)];
+  for (size_t i = 0; i < rows.size(); ++i) {
+    auto [table, index] = rows[i];
+    std::memcpy(&tableValues[table][index * dim], values + i * dim, dim * sizeof(float));
+  }
+  if (x.reply.saveKind != 0) {
+    saveReport_.kind |= x.reply.saveKind;
+    saveReport_.step = x.reply.saveStep;
+    saveReport_.rows += x.reply.savedRows;
+    saveReport_.seconds = std::max(saveReport_.seconds, x.reply.saveSeconds);
+  }
+  return true;
 }
 
 std::vector<bool> EmbeddingClient::push(uint64_t step, uint64_t epoch, uint32_t flags, double clock,

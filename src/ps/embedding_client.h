@@ -86,6 +86,9 @@ class EmbeddingClient {
     uint64_t accesses = 0;
     std::string lost;  // why it was lost ("" while alive)
   };
+  struct Exchange;
+  bool receiveRows(int server, Exchange& x, const EmbeddingBatch& batch,
+                   std::vector<std::vector<float>>& tableValues);
   std::vector<bool> fetch(EmbRequest request, uint64_t step, uint64_t epoch, uint32_t flags,
                           const EmbeddingBatch& batch,
                           std::vector<std::vector<float>>& tableValues);

@@ -67,7 +67,9 @@ void EmbeddingServer::finishRecovery(const EmbHeader& header) {
       answer.newestStep = restore.newestStep();
       answer.corruptFilesSkipped = restore.problems.size();
       std::string notes;
-      for (const std::string& problem : restore.problems) notes += problem + "\n";
+      for (const std::string& problem : restore.problems) {
+        notes += (notes.empty() ? "" : "; ") + problem;
+      }
       if (!notes.empty()) text = std::make_shared<std::vector<uint8_t>>(notes.begin(), notes.end());
       const uint64_t held = shard_.accessesHeld();
       answer.lostAccesses = accesses > held ? accesses - held : 0;
