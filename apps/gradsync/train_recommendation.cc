@@ -5,6 +5,7 @@
 // launcher) respawns a killed server; `gradsync launch --respawn W-(W+K-1)` does the same.
 #include "train_recommendation.h"
 
+#include <csignal>
 #include <cstdio>
 
 #include <fmt/format.h>
@@ -119,6 +120,11 @@ int serverLife(const RecommendationOptions& options, int workers, Store& store,
                const BootstrapConfig& config, const TransportOptions& link,
                const Settings& settings) {
   const int shard = config.rank - workers;
+  // A stop (SIGTERM, SIGINT, which launchers send every process) is the workers' to agree on:
+  // they checkpoint, with this server's save, and tell it to stop. Dying here would only make
+  // the launcher respawn it in the middle of their stop.
+  std::signal(SIGTERM, SIG_IGN);
+  std::signal(SIGINT, SIG_IGN);
   EmbeddingLinks links(store, tcpOptions(config, link), workers, config.rank);
   const Settings rank0 = decodeSettings(store.getString(kSettingsKey, config.timeout));
   const std::string difference = describeDifference(rank0, settings, config.rank);

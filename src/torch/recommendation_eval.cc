@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "common/stop_request.h"
 #include "common/tags.h"
 #include "data/click_metrics.h"
 #include "gradsync/collectives.h"
@@ -115,6 +116,7 @@ void RecommendationTrainer::finish(RecommendationResult& result) const {
 RecommendationResult trainRecommendation(Transport& ring, EmbeddingConnector* servers,
                                          const RecommendationOptions& options) {
   validateRecommendationOptions(options);
+  if (options.train.stopOnSignal) installStopHandlers();
   limitComputeThreads(options.train.threads);
   RecommendationTrainer trainer(ring, servers, options);
   yieldToCommunication();

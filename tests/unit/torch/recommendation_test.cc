@@ -134,6 +134,23 @@ TEST(Recommendation, FullRecoveryRepeatsTheRunBitwise) {
   EXPECT_EQ(recovered[0].testAuc, reference[0].testAuc);
 }
 
+// --resume restarts every worker and server from the newest complete checkpoint, and the run
+// ends as the uninterrupted one, bitwise.
+TEST(Recommendation, ResumeContinuesBitwise) {
+  RecommendationOptions o = smallRun(2, 30);
+  o.train.checkpointEvery = 10;
+  o.train.checkpointDir = testing::scratchDir("recommendation", "straight");
+  const auto straight = trainRecommendationThreads(2, o);
+  o.train.checkpointDir = testing::scratchDir("recommendation", "resumed");
+  o.train.steps = 20;
+  trainRecommendationThreads(2, o);
+  o.train.steps = 30;
+  o.train.resume = true;
+  const auto resumed = trainRecommendationThreads(2, o);
+  EXPECT_EQ(resumed[0].parameters, straight[0].parameters);
+  EXPECT_EQ(resumed[1].testLogits, straight[1].testLogits);
+}
+
 // Partial recovery on the simulated clock: every step, save, load and restart costs exactly its
 // set amount, no step is redone, and the lost updates are counted.
 TEST(Recommendation, PartialRecoveryChargesTheSimulatedClock) {
