@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "ckpt/cpr_planner.h"
+#include "data/criteo_tsv.h"
 #include "torch/dlrm.h"
 #include "torch/recommendation.h"
 #include "train_on_threads.h"
@@ -132,6 +133,25 @@ TEST(Recommendation, FullRecoveryRepeatsTheRunBitwise) {
     EXPECT_EQ(recovered[w].testLogits, reference[w].testLogits) << w;
   }
   EXPECT_EQ(recovered[0].testAuc, reference[0].testAuc);
+}
+
+// The Criteo TSV reader feeds the trainer: a synthetic log written out as Criteo TSV trains
+// exactly as the synthetic log itself.
+TEST(Recommendation, CriteoTsvTrainsAsTheLogItWasWrittenFrom) {
+  RecommendationOptions o = smallRun(2, 20);
+  o.tables = kCriteoTables;
+  o.trainSamples = 4096;
+  o.testSamples = 2048;
+  const std::string dir = testing::scratchDir("recommendation", "criteo");
+  std::filesystem::create_directories(dir);
+  writeCriteoTsv(dir + "/train.txt", *openClickLog(o, false), 0, o.trainSamples);
+  writeCriteoTsv(dir + "/test.txt", *openClickLog(o, true), 0, o.testSamples);
+  const auto synthetic = trainRecommendationThreads(2, o);
+  o.train.dataset = "criteo";
+  o.train.dataDir = dir;
+  const auto criteo = trainRecommendationThreads(2, o);
+  EXPECT_EQ(criteo[0].parameters, synthetic[0].parameters);
+  EXPECT_EQ(criteo[0].testAuc, synthetic[0].testAuc);
 }
 
 // --resume restarts every worker and server from the newest complete checkpoint, and the run
