@@ -5,9 +5,12 @@ control and the AUC-change-against-PLS plot (docs/performance.md, "Partial recov
 Every run trains DLRM for real (threads: 2 workers, 8 embedding servers) on the Criteo-like log;
 time is simulated with production-like ratios (a step of 3 minutes, saves and loads of 5 minutes,
 restarts of 3 minutes, a day between failures), and every recovery mode replays the same failure
-trace (the same --inject-failures seed). Writes OUT/cpr.json and OUT/auc_vs_pls.svg and prints the
-Markdown tables.
-  scripts/bench_cpr.py --build build --out results/cpr [--seeds 1,2] [--steps 3000] [--quick]
+trace (the same --inject-failures seed). Phases: main (no failure, full, partial, cpr-mfu, cpr-ssu at PLS target 0.05), control (the same
+under uniform access: the negative control), sweep (partial and cpr-mfu at other PLS targets),
+stress (2 servers, failures every 6 h: larger PLS). Writes OUT/cpr.json (with --merge, adds to
+it) and OUT/auc_vs_pls.svg (from every run in the file) and prints the Markdown tables.
+  scripts/bench_cpr.py --build build --out results/cpr [--seeds 1] [--steps 3000]
+                       [--phases main,control,sweep,stress] [--merge]
 """
 import argparse
 import json
@@ -17,7 +20,7 @@ import subprocess
 import sys
 import tempfile
 
-COMMON = ["--model", "dlrm", "--transport", "loopback", "--workers", "2", "--servers", "8",
+COMMON = ["--model", "dlrm", "--transport", "loopback", "--workers", "2",
           "--batch-size", "256", "--embedding-rows", "20000", "--lr", "0.1", "--momentum", "0",
           "--test-samples", "32768", "--quiet"]
 CLOCK = "step=180s,save=5min,load=5min,restart=3min"
@@ -37,11 +40,12 @@ def run(binary, args, scratch):
         return json.load(f)
 
 
-def configuration(mode, seed, steps, zipf, pls, failures=True):
-    args = ["--steps", str(steps), "--seed", str(seed), "--zipf", str(zipf)]
+def configuration(mode, seed, steps, zipf, pls, failures=True, servers=8, mtbf=MTBF):
+    args = ["--steps", str(steps), "--seed", str(seed), "--zipf", str(zipf),
+            "--servers", str(servers)]
     if failures:
         args += ["--recovery", mode, "--cpr", f"pls={pls}", "--sim-clock", CLOCK,
-                 "--inject-failures", f"mtbf={MTBF},seed={seed}"]
+                 "--inject-failures", f"mtbf={mtbf},seed={seed}"]
     return args
 
 
@@ -61,16 +65,19 @@ def row(name, m, baseline):
 
 def table(rows, title):
     print(f"\n{title}\n")
-    print("| mode | failures | overhead | PLS | test AUC | ΔAUC vs no failure | saves (full/partial) "
-          "| save interval (steps) |")
+    print("| mode | failures | overhead (planned) | PLS | test AUC | ΔAUC vs no failure "
+          "| saves (full/partial) | save interval (steps) |")
     print("|---|---:|---:|---:|---:|---:|---|---:|")
     for r in rows:
-        print(f"| {r['mode']} | {r['failures']} | {100 * r['overhead']:.2f}% | {r['pls']:.4f} | "
-              f"{r['auc']:.4f} | {r['delta_auc']:+.4f} | {r['full_saves']}/{r['partial_saves']} | "
-              f"{r['interval']:.0f} |")
+        none = r["mode"] == "no failure"  # no simulated clock: its overhead is not comparable
+        overhead = "—" if none else (f"{100 * r['overhead']:.2f}% "
+                                     f"({100 * r['expected_overhead']:.2f}%)")
+        interval = "—" if none else f"{r['interval']:.0f}"
+        print(f"| {r['mode']} | {r['failures']} | {overhead} | {r['pls']:.4f} | {r['auc']:.4f} | "
+              f"{r['delta_auc']:+.4f} | {r['full_saves']}/{r['partial_saves']} | {interval} |")
 
 
-def scatter_svg(series, title, path):
+def scatter_svg(series, title, file):
     """ΔAUC (y, may be negative) against PLS (x): one colour per mode."""
     colors = ["#d95f02", "#1b9e77", "#7570b3", "#e7298a"]
     points = [p for s in series for p in s["points"]]
@@ -99,16 +106,31 @@ def scatter_svg(series, title, path):
         c = colors[i % len(colors)]
         pts = sorted(s["points"])
         if len(pts) > 1:
-            path = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in pts)
-            out.append(f'<polyline points="{path}" fill="none" stroke="{c}" stroke-width="2"/>')
+            line = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in pts)
+            out.append(f'<polyline points="{line}" fill="none" stroke="{c}" stroke-width="2"/>')
         for x, y in pts:
             out.append(f'<circle cx="{px(x):.1f}" cy="{py(y):.1f}" r="4" fill="{c}"/>')
         ly = top + 10 + 18 * i
         out.append(f'<circle cx="{left + plot_w + 20}" cy="{ly}" r="4" fill="{c}"/>')
         out.append(f'<text x="{left + plot_w + 30}" y="{ly + 4}">{s["name"]}</text>')
     out.append("</svg>")
-    with open(path, "w") as f:
+    with open(file, "w") as f:
         f.write("\n".join(out) + "\n")
+
+
+def sweep_points(report):
+    """(PLS, ΔAUC) per series, from every skewed-access run with failures."""
+    series = {}
+    for run_ in report["runs"]:
+        if run_["zipf"] == 0:
+            continue
+        for r in run_["rows"]:
+            mode = r["mode"].split(" ")[0]
+            if mode not in ("partial", "cpr-mfu", "cpr-ssu"):
+                continue
+            name = mode + (", 2 servers, MTBF 6h" if run_.get("stress") else ", 8 servers, MTBF 24h")
+            series.setdefault(name, []).append((r["pls"], r["delta_auc"]))
+    return [{"name": k, "points": v} for k, v in sorted(series.items())]
 
 
 def main():
@@ -117,43 +139,55 @@ def main():
     parser.add_argument("--out", default="results/cpr")
     parser.add_argument("--seeds", default="1")
     parser.add_argument("--steps", type=int, default=3000)
-    parser.add_argument("--quick", action="store_true", help="no PLS sweep")
+    parser.add_argument("--phases", default="main,control,sweep,stress")
+    parser.add_argument("--merge", action="store_true", help="add to OUT/cpr.json")
     a = parser.parse_args()
+    phases = set(a.phases.split(","))
     binary = os.path.join(a.build, "apps", "gradsync", "gradsync")
     os.makedirs(a.out, exist_ok=True)
     scratch = tempfile.mkdtemp(prefix="bench-cpr-")
+    path = os.path.join(a.out, "cpr.json")
     report = {"clock": CLOCK, "mtbf": MTBF, "steps": a.steps, "common": COMMON, "runs": []}
-    sweep = {"partial": [], "cpr-mfu": [], "cpr-ssu": []}
+    if a.merge and os.path.exists(path):
+        with open(path) as f:
+            report = json.load(f)
     for seed in [int(s) for s in a.seeds.split(",")]:
+        baselines = {}
         for zipf in (1.1, 0.0):
+            if zipf > 0 and not phases & {"main", "sweep", "stress"}:
+                continue
+            if zipf == 0 and "control" not in phases:
+                continue
             baseline = run(binary, configuration(None, seed, a.steps, zipf, 0, False), scratch)
-            modes = ["full", "partial", "cpr-mfu", "cpr-ssu"] if zipf > 0 else ["partial", "cpr-mfu"]
+            baselines[zipf] = baseline
+            if (zipf > 0 and "main" in phases) or zipf == 0:
+                modes = ["full", "partial", "cpr-mfu", "cpr-ssu"] if zipf > 0 else ["partial", "cpr-mfu"]
+                rows = [row("no failure", baseline, baseline)]
+                for mode in modes:
+                    rows.append(row(mode, run(binary, configuration(mode, seed, a.steps, zipf, 0.05),
+                                              scratch), baseline))
+                kind = "skewed" if zipf > 0 else "uniform: negative control"
+                table(rows, f"seed {seed}, zipf {zipf} ({kind}), 8 servers, MTBF {MTBF}, PLS target 0.05")
+                report["runs"].append({"seed": seed, "zipf": zipf, "rows": rows})
+        for phase, servers, mtbf, targets in (("sweep", 8, MTBF, (0.01, 0.02, 0.1, 0.2)),
+                                              ("stress", 2, "6h", (0.05, 0.1, 0.2, 0.4))):
+            if phase not in phases:
+                continue
+            baseline = baselines[1.1]
             rows = [row("no failure", baseline, baseline)]
-            for mode in modes:
-                m = run(binary, configuration(mode, seed, a.steps, zipf, 0.05), scratch)
-                rows.append(row(mode, m, baseline))
-                if zipf > 0 and mode in sweep:
-                    sweep[mode].append((rows[-1]["pls"], rows[-1]["delta_auc"]))
-            title = (f"seed {seed}, zipf {zipf} ({'skewed' if zipf > 0 else 'uniform: negative control'}), "
-                     f"PLS target 0.05")
-            table(rows, title)
-            report["runs"].append({"seed": seed, "zipf": zipf, "rows": rows})
-            if zipf > 0 and not a.quick:
-                for pls in (0.01, 0.02, 0.1, 0.2):
-                    for mode in ("partial", "cpr-mfu"):
-                        m = run(binary, configuration(mode, seed, a.steps, zipf, pls), scratch)
-                        r = row(f"{mode} pls={pls}", m, baseline)
-                        report["runs"].append({"seed": seed, "zipf": zipf, "sweep": True, "rows": [r]})
-                        sweep[mode].append((r["pls"], r["delta_auc"]))
-                        print(f"sweep: {mode} PLS target {pls}: PLS {r['pls']:.4f}, "
-                              f"ΔAUC {r['delta_auc']:+.4f}, overhead {100 * r['overhead']:.2f}%")
-    with open(os.path.join(a.out, "cpr.json"), "w") as f:
+            for pls in targets:
+                for mode in ("partial", "cpr-mfu"):
+                    m = run(binary, configuration(mode, seed, a.steps, 1.1, pls, True, servers, mtbf),
+                            scratch)
+                    rows.append(row(f"{mode} pls={pls}", m, baseline))
+            table(rows, f"seed {seed}, {phase}: {servers} servers, MTBF {mtbf}, PLS targets {targets}")
+            report["runs"].append({"seed": seed, "zipf": 1.1, phase: True, "rows": rows[1:]})
+    with open(path, "w") as f:
         json.dump(report, f, indent=1)
-    series = [{"name": k, "points": v} for k, v in sweep.items() if v]
-    scatter_svg(series, "DLRM, 8 embedding servers: AUC change against PLS (simulated clock)",
+    scatter_svg(sweep_points(report), "DLRM: test AUC change against PLS (simulated clock)",
                 os.path.join(a.out, "auc_vs_pls.svg"))
     shutil.rmtree(scratch, ignore_errors=True)
-    print(f"\nwrote {a.out}/cpr.json and {a.out}/auc_vs_pls.svg")
+    print(f"\nwrote {path} and {a.out}/auc_vs_pls.svg")
 
 
 if __name__ == "__main__":
