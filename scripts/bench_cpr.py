@@ -78,13 +78,14 @@ def table(rows, title):
 
 
 def scatter_svg(series, title, file):
-    """ΔAUC (y, may be negative) against PLS (x): one colour per mode."""
-    colors = ["#d95f02", "#1b9e77", "#7570b3", "#e7298a"]
+    """ΔAUC (y, may be negative) against PLS (x): one colour per recovery mode, dashed for the
+    8-server configuration."""
+    colors = {"partial": "#d95f02", "cpr-mfu": "#1b9e77", "cpr-ssu": "#7570b3"}
     points = [p for s in series for p in s["points"]]
     xmax = max(x for x, _ in points) * 1.1 or 1
     ylo = min(0.0, min(y for _, y in points)) * 1.15 - 1e-4
     yhi = max(0.0, max(y for _, y in points)) * 1.15 + 1e-4
-    w, h, left, top, plot_w, plot_h = 760, 460, 80, 40, 520, 340
+    w, h, left, top, plot_w, plot_h = 900, 460, 80, 40, 520, 340
     px = lambda x: left + x / xmax * plot_w
     py = lambda y: top + (yhi - y) / (yhi - ylo) * plot_h
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" '
@@ -103,16 +104,20 @@ def scatter_svg(series, title, file):
     out.append(f'<text transform="translate(16,{top + plot_h / 2}) rotate(-90)" '
                'text-anchor="middle">test AUC change against the run without failures</text>')
     for i, s in enumerate(series):
-        c = colors[i % len(colors)]
+        c = colors.get(s["name"].split(",")[0], "#666666")
+        dash = ' stroke-dasharray="6,4"' if "8 servers" in s["name"] else ""
         pts = sorted(s["points"])
         if len(pts) > 1:
             line = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in pts)
-            out.append(f'<polyline points="{line}" fill="none" stroke="{c}" stroke-width="2"/>')
+            out.append(f'<polyline points="{line}" fill="none" stroke="{c}" stroke-width="2"{dash}/>')
         for x, y in pts:
             out.append(f'<circle cx="{px(x):.1f}" cy="{py(y):.1f}" r="4" fill="{c}"/>')
         ly = top + 10 + 18 * i
-        out.append(f'<circle cx="{left + plot_w + 20}" cy="{ly}" r="4" fill="{c}"/>')
-        out.append(f'<text x="{left + plot_w + 30}" y="{ly + 4}">{s["name"]}</text>')
+        lx = left + plot_w + 14
+        out.append(f'<line x1="{lx}" y1="{ly}" x2="{lx + 22}" y2="{ly}" stroke="{c}" '
+                   f'stroke-width="2"{dash}/>')
+        out.append(f'<circle cx="{lx + 11}" cy="{ly}" r="4" fill="{c}"/>')
+        out.append(f'<text x="{lx + 30}" y="{ly + 4}">{s["name"]}</text>')
     out.append("</svg>")
     with open(file, "w") as f:
         f.write("\n".join(out) + "\n")
@@ -141,8 +146,11 @@ def main():
     parser.add_argument("--steps", type=int, default=3000)
     parser.add_argument("--phases", default="main,control,sweep,stress")
     parser.add_argument("--merge", action="store_true", help="add to OUT/cpr.json")
+    parser.add_argument("--plot-only", action="store_true", help="redraw the plot of OUT/cpr.json")
     a = parser.parse_args()
-    phases = set(a.phases.split(","))
+    phases = set() if a.plot_only else set(a.phases.split(","))
+    if a.plot_only:
+        a.merge = True
     binary = os.path.join(a.build, "apps", "gradsync", "gradsync")
     os.makedirs(a.out, exist_ok=True)
     scratch = tempfile.mkdtemp(prefix="bench-cpr-")
@@ -151,7 +159,7 @@ def main():
     if a.merge and os.path.exists(path):
         with open(path) as f:
             report = json.load(f)
-    for seed in [int(s) for s in a.seeds.split(",")]:
+    for seed in [int(s) for s in a.seeds.split(",")] if phases else []:
         baselines = {}
         for zipf in (1.1, 0.0):
             if zipf > 0 and not phases & {"main", "sweep", "stress"}:
@@ -182,8 +190,9 @@ def main():
                     rows.append(row(f"{mode} pls={pls}", m, baseline))
             table(rows, f"seed {seed}, {phase}: {servers} servers, MTBF {mtbf}, PLS targets {targets}")
             report["runs"].append({"seed": seed, "zipf": 1.1, phase: True, "rows": rows[1:]})
-    with open(path, "w") as f:
-        json.dump(report, f, indent=1)
+    if phases:
+        with open(path, "w") as f:
+            json.dump(report, f, indent=1)
     scatter_svg(sweep_points(report), "DLRM: test AUC change against PLS (simulated clock)",
                 os.path.join(a.out, "auc_vs_pls.svg"))
     shutil.rmtree(scratch, ignore_errors=True)
