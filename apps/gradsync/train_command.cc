@@ -98,8 +98,10 @@ void addTrainCommand(CLI::App& app, CommandContext& context) {
   addRankFlags(train, flags->ranks, 2);
   train->add_option("--model", o.model, "mlp | cnn | resnet20 | vgg11 | dlrm")
       ->capture_default_str();
-  train->add_option("--dataset", o.dataset, "fashion-mnist | synthetic")->capture_default_str();
-  train->add_option("--data-dir", o.dataDir, "Fashion-MNIST files")->capture_default_str();
+  train->add_option("--dataset", o.dataset, "fashion-mnist | synthetic | criteo (dlrm)")
+      ->capture_default_str();
+  train->add_option("--data-dir", o.dataDir, "Fashion-MNIST files (criteo: train.txt, test.txt)")
+      ->capture_default_str();
   train->add_option("--epochs", o.epochs, "passes over the training set")->capture_default_str();
   train->add_option("--steps", o.steps, "stop after this many steps (overrides --epochs)");
   train->add_option("--batch-size", o.batchSize, "per worker")->capture_default_str();
