@@ -198,8 +198,8 @@ TEST(RecommendationE2e, RefusesWhatCannotRun) {
                          dir, 60s);
   EXPECT_EQ(duration.status.code, 2);
   EXPECT_NE(duration.err.find("--sim-clock"), std::string::npos) << duration.err;
-  Outcome badRanks = run({GRADSYNC_BIN, "launch", "-n", "2", "--respawn", "1-x", "--", "true"},
-                         dir, 60s);
+  Outcome badRanks =
+      run({GRADSYNC_BIN, "launch", "-n", "2", "--respawn", "1-x", "--", "true"}, dir, 60s);
   EXPECT_EQ(badRanks.status.code, 2);
   EXPECT_NE(badRanks.err.find("--respawn: '1-x'"), std::string::npos) << badRanks.err;
 }
