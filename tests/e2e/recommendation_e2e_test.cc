@@ -33,13 +33,25 @@ using testing::readFile;
 constexpr double kAucTolerance = 0.01;
 constexpr int kSteps = 300;
 
-fs::path scratch(const std::string& name) {
-  fs::path dir = fs::temp_directory_path() /
-                 ("gradsync-recommendation-" + std::to_string(::getpid()) + "-" + name);
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
+// A fresh directory for one test's files (checkpoints: megabytes), removed when the test passed
+// and kept for a look when it failed.
+class Scratch {
+ public:
+  explicit Scratch(const std::string& name)
+      : dir_(fs::temp_directory_path() /
+             ("gradsync-recommendation-" + std::to_string(::getpid()) + "-" + name)) {
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  ~Scratch() {
+    if (!::testing::Test::HasFailure()) fs::remove_all(dir_);
+  }
+  operator const fs::path&() const { return dir_; }
+  fs::path operator/(const std::string& name) const { return dir_ / name; }
+
+ private:
+  fs::path dir_;
+};
 
 std::vector<std::string> dlrmArgs(const fs::path& dir) {
   return {"train",
@@ -117,7 +129,7 @@ std::vector<std::string> withBinary(std::vector<std::string> args) {
 }
 
 TEST(RecommendationE2e, ServerKilledTwiceJobFinishesWithinTolerance) {
-  const fs::path clean = scratch("clean"), failing = scratch("failing");
+  const Scratch clean("clean"), failing("failing");
   Outcome reference = run(withBinary(dlrmArgs(clean)), clean);
   ASSERT_TRUE(reference.status.ok()) << reference.err;
   std::vector<std::string> args = dlrmArgs(failing);
@@ -148,7 +160,7 @@ TEST(RecommendationE2e, ServerKilledTwiceJobFinishesWithinTolerance) {
 }
 
 TEST(RecommendationE2e, LaunchRespawnsTheKilledServer) {
-  const fs::path dir = scratch("launch");
+  const Scratch dir("launch");
   std::vector<std::string> argv = {GRADSYNC_BIN, "launch", "-n", "4",
                                    "--respawn",  "2-3",    "--", GRADSYNC_BIN};
   std::vector<std::string> args = dlrmArgs(dir);
@@ -166,7 +178,7 @@ TEST(RecommendationE2e, LaunchRespawnsTheKilledServer) {
 // Nobody respawns the server: the workers give up after the timeout, naming it, and the launcher
 // reports the killed rank, whose signal decides the exit code.
 TEST(RecommendationE2e, WithoutARespawnTheServerIsNamed) {
-  const fs::path dir = scratch("norespawn");
+  const Scratch dir("norespawn");
   std::vector<std::string> argv = {GRADSYNC_BIN, "launch", "-n", "3", "--", GRADSYNC_BIN};
   std::vector<std::string> args = dlrmArgs(dir);
   args[4] = "1";  // one server
@@ -182,7 +194,7 @@ TEST(RecommendationE2e, WithoutARespawnTheServerIsNamed) {
 }
 
 TEST(RecommendationE2e, RefusesWhatCannotRun) {
-  const fs::path dir = scratch("refusals");
+  const Scratch dir("refusals");
   Outcome noServers = run({GRADSYNC_BIN, "train", "--model", "dlrm", "--inject-failures", "mtbf=9",
                            "--checkpoint-dir", (dir / "c").string()},
                           dir, 60s);
