@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstdio>
 #include <optional>
+#include <memory>
 #include <random>
 
 #include <fmt/format.h>
@@ -20,11 +21,11 @@ namespace gradsync {
 namespace {
 
 // The children to forward signals to. A signal handler can reach only static storage; this is
-// written by the launching thread alone, and only read by the handlers.
+// written before the handlers are installed and only read by them.
 constexpr int kMaxChildren = 1024;
 pid_t gChildren[kMaxChildren];
 std::atomic<int> gChildCount{0};
-std::atomic<int> gSignal{0};  // the signal the launcher was sent (no restarts after one)
+std::atomic<int> gSignal{0};  // the signal the launcher was sent (elastic: no restarts after one)
 
 // gradsync train's exit code after a graceful stop (kStoppedExitCode in torch/trainer.h): the
 // process was asked to stop, not failed, so it is not restarted.
@@ -34,18 +35,6 @@ void forwardSignal(int signal) {
   gSignal.store(signal);
   for (int i = 0; i < gChildCount.load(); ++i) {
     if (gChildren[i] > 0) ::kill(gChildren[i], signal);  // 0: reaped, its pid may be reused
-  }
-}
-
-void track(pid_t pid) {
-  const int at = gChildCount.load();
-  gChildren[at] = pid;
-  gChildCount.store(at + 1);
-}
-
-void untrack(pid_t pid) {
-  for (int i = 0; i < gChildCount.load(); ++i) {
-    if (gChildren[i] == pid) gChildren[i] = 0;
   }
 }
 
@@ -65,57 +54,81 @@ void killAll(const std::vector<pid_t>& pids, int signal) {
   for (pid_t pid : pids) ::kill(pid, signal);
 }
 
-// What every process of one job shares.
-struct Job {
-  std::string jobId = fmt::format("local-{}", ::getpid());
-  std::string token = randomToken();
-  std::string port;
-};
-
-// Starts the process of `rank` (its slot) with the job's environment.
-pid_t spawnRank(const LaunchOptions& options, const Job& job, int rank, int restarts) {
-  SpawnOptions spawn;
-  spawn.argv = options.command;
-  spawn.env = {
-      {"RANK", std::to_string(rank)},       {"WORLD_SIZE", std::to_string(options.processes)},
-      {"LOCAL_RANK", std::to_string(rank)}, {"LOCAL_WORLD_SIZE", std::to_string(options.processes)},
-      {"MASTER_ADDR", "127.0.0.1"},         {"MASTER_PORT", job.port},
-      {"GRADSYNC_JOB_ID", job.jobId},       {"GRADSYNC_JOB_TOKEN", job.token}};
-  if (options.tls) spawn.env.emplace("GRADSYNC_TLS", "1");
-  if (options.elastic) {
-    spawn.env.emplace("GRADSYNC_EXTERNAL_STORE", "1");
-    spawn.env.emplace("GRADSYNC_RESTART_COUNT", std::to_string(restarts));
-  }
-  const pid_t pid = spawnProcess(spawn);
-  track(pid);
-  return pid;
+void remember(pid_t pid) {
+  const int slot = gChildCount.load();
+  if (slot >= kMaxChildren) return;  // respawns beyond the table: signals do not reach them
+  gChildren[slot] = pid;
+  gChildCount.fetch_add(1);
 }
 
-// Starts the processes; returns their pids, by rank.
-std::vector<pid_t> spawnRanks(const LaunchOptions& options, const Job& job) {
-  std::vector<pid_t> pids;
-  for (int rank = 0; rank < options.processes; ++rank) {
-    try {
-      pids.push_back(spawnRank(options, job, rank, 0));
-    } catch (...) {  // the ranks already started would wait for this one until their timeout
-      killAll(pids, SIGKILL);
-      for (pid_t pid : pids) waitAny({pid}, std::chrono::seconds(5));
-      throw;
-    }
+void forget(pid_t pid) {
+  for (int i = 0; i < gChildCount.load(); ++i) {
+    if (gChildren[i] == pid) gChildren[i] = 0;
   }
-  return pids;
 }
 
 int exitCodeOf(const ExitStatus& status) {
   return status.signal != 0 ? 128 + status.signal : status.code;
 }
 
+// Every rank's command line and environment, to start it (again), with the store at `port`.
+std::vector<SpawnOptions> rankSpawns(const LaunchOptions& options, const std::string& port,
+                                     const std::string& token) {
+  std::vector<SpawnOptions> spawns;
+  for (int rank = 0; rank < options.processes; ++rank) {
+    SpawnOptions spawn;
+    spawn.argv = options.command;
+    spawn.env = {{"RANK", std::to_string(rank)},
+                 {"WORLD_SIZE", std::to_string(options.processes)},
+                 {"LOCAL_RANK", std::to_string(rank)},
+                 {"LOCAL_WORLD_SIZE", std::to_string(options.processes)},
+                 {"MASTER_ADDR", "127.0.0.1"},
+                 {"MASTER_PORT", port},
+                 {"GRADSYNC_JOB_ID", fmt::format("local-{}", ::getpid())},
+                 {"GRADSYNC_JOB_TOKEN", token}};
+    if (options.tls) spawn.env.emplace("GRADSYNC_TLS", "1");
+    if (options.elastic) {
+      spawn.env.emplace("GRADSYNC_EXTERNAL_STORE", "1");
+      spawn.env.emplace("GRADSYNC_RESTART_COUNT", "0");
+    }
+    spawns.push_back(std::move(spawn));
+  }
+  return spawns;
+}
+
+// Starts the processes; returns their pids, by rank.
+std::vector<pid_t> spawnRanks(const std::vector<SpawnOptions>& spawns) {
+  std::vector<pid_t> pids;
+  for (const SpawnOptions& spawn : spawns) {
+    try {
+      pids.push_back(spawnProcess(spawn));
+    } catch (...) {  // the ranks already started would wait for this one until their timeout
+      killAll(pids, SIGKILL);
+      for (pid_t pid : pids) waitAny({pid}, std::chrono::seconds(5));
+      throw;
+    }
+    remember(pids.back());
+  }
+  return pids;
+}
+
+// Whether `rank`, just killed by a signal, is started again (LaunchOptions::respawn).
+bool respawnable(const LaunchOptions& options, int rank, const ExitStatus& status, int respawned,
+                 const std::vector<pid_t>& running) {
+  const bool listed =
+      std::find(options.respawn.begin(), options.respawn.end(), rank) != options.respawn.end();
+  return listed && status.signal != 0 && respawned < options.maxRespawns && !running.empty();
+}
+
 // Waits for every process. Every failed rank is reported; a rank killed by a signal is the
 // likely culprit (the others fail because they lost it), so it decides the exit code. Once one
-// failed, the rest get `grace` to notice and report before they are killed.
-int superviseRanks(const std::vector<pid_t>& pids, std::chrono::milliseconds grace) {
+// failed, the rest get `grace` to notice and report before they are killed. A respawnable rank
+// killed by a signal is started again instead (and is no failure).
+int superviseRanks(const LaunchOptions& options, const std::vector<SpawnOptions>& spawns,
+                   std::vector<pid_t> pids) {
   int result = 0;
   bool resultFromSignal = false;
+  int respawned = 0;
   std::vector<pid_t> running = pids;
   std::optional<Deadline> killAt;
   while (!running.empty()) {
@@ -126,23 +139,33 @@ int superviseRanks(const std::vector<pid_t>& pids, std::chrono::milliseconds gra
       std::fprintf(stderr,
                    "gradsync launch: killing %zu process(es) still running %lld s after "
                    "the first failure\n",
-                   running.size(), static_cast<long long>(grace.count() / 1000));
+                   running.size(), static_cast<long long>(options.grace.count() / 1000));
       killAll(running, SIGKILL);
       killAt.emplace(std::chrono::seconds(5));
       continue;
     }
     auto [pid, status] = *ended;
     std::erase(running, pid);
-    untrack(pid);
+    forget(pid);
     if (status.ok()) continue;
-    auto rank = std::find(pids.begin(), pids.end(), pid) - pids.begin();
-    std::fprintf(stderr, "gradsync launch: rank %d %s\n", static_cast<int>(rank),
-                 status.describe().c_str());
+    const auto rank = static_cast<int>(std::find(pids.begin(), pids.end(), pid) - pids.begin());
+    if (!killAt && respawnable(options, rank, status, respawned, running)) {
+      ++respawned;
+      std::fprintf(stderr, "gradsync launch: rank %d %s; respawning it (%d of at most %d)\n", rank,
+                   status.describe().c_str(), respawned, options.maxRespawns);
+      SpawnOptions again = spawns[static_cast<size_t>(rank)];
+      again.env["GRADSYNC_RESPAWN"] = std::to_string(respawned);
+      pids[static_cast<size_t>(rank)] = spawnProcess(again);
+      remember(pids[static_cast<size_t>(rank)]);
+      running.push_back(pids[static_cast<size_t>(rank)]);
+      continue;
+    }
+    std::fprintf(stderr, "gradsync launch: rank %d %s\n", rank, status.describe().c_str());
     if (result == 0 || (status.signal != 0 && !resultFromSignal)) {
       result = exitCodeOf(status);
       resultFromSignal = status.signal != 0;
     }
-    if (!killAt) killAt.emplace(grace);
+    if (!killAt) killAt.emplace(options.grace);
   }
   return result;
 }
@@ -150,7 +173,8 @@ int superviseRanks(const std::vector<pid_t>& pids, std::chrono::milliseconds gra
 // Elastic workers: a failed process ends alone (the others re-form the job without it) and, while
 // restarts are left and the launcher was not asked to stop, starts again in its slot. Every wait
 // is the workers' own (they never hang: each bounds its waits), so none is added here.
-int superviseElastic(const LaunchOptions& options, const Job& job, std::vector<pid_t> pids) {
+int superviseElastic(const LaunchOptions& options, const std::vector<SpawnOptions>& spawns,
+                     std::vector<pid_t> pids) {
   std::vector<ExitStatus> last(pids.size());
   std::vector<int> restartsOf(pids.size(), 0);
   std::vector<pid_t> running = pids;
@@ -160,7 +184,7 @@ int superviseElastic(const LaunchOptions& options, const Job& job, std::vector<p
     if (!ended) continue;
     auto [pid, status] = *ended;
     std::erase(running, pid);
-    untrack(pid);
+    forget(pid);
     const auto slot = static_cast<size_t>(std::find(pids.begin(), pids.end(), pid) - pids.begin());
     last[slot] = status;
     if (status.ok()) continue;
@@ -173,7 +197,10 @@ int superviseElastic(const LaunchOptions& options, const Job& job, std::vector<p
     ++restarts;
     std::fprintf(stderr, "gradsync launch: restarting worker %zu (restart %d of %d)\n", slot,
                  restarts, options.maxRestarts);
-    pids[slot] = spawnRank(options, job, static_cast<int>(slot), ++restartsOf[slot]);
+    SpawnOptions again = spawns[slot];
+    again.env["GRADSYNC_RESTART_COUNT"] = std::to_string(++restartsOf[slot]);
+    pids[slot] = spawnProcess(again);
+    remember(pids[slot]);
     running.push_back(pids[slot]);
   }
   if (std::any_of(last.begin(), last.end(), [](const ExitStatus& s) { return s.ok(); })) return 0;
@@ -190,6 +217,31 @@ int superviseElastic(const LaunchOptions& options, const Job& job, std::vector<p
 
 }  // namespace
 
+std::vector<int> parseRankList(const std::string& text) {
+  std::vector<int> ranks;
+  size_t start = 0;
+  while (start <= text.size()) {
+    const size_t comma = text.find(',', start);
+    const std::string item = text.substr(start, comma == std::string::npos ? comma : comma - start);
+    const size_t dash = item.find('-');
+    try {
+      size_t used = 0;
+      const int first = std::stoi(item.substr(0, dash), &used);
+      const int last = dash == std::string::npos ? first : std::stoi(item.substr(dash + 1));
+      if (used != (dash == std::string::npos ? item.size() : dash) || first < 0 || last < first) {
+        throw std::invalid_argument(item);
+      }
+      for (int r = first; r <= last; ++r) ranks.push_back(r);
+    } catch (const std::logic_error&) {
+      throw ConfigError(fmt::format("--respawn: '{}' is not a rank or a range of ranks", item),
+                        {.hint = "e.g. --respawn 4-5 or --respawn 4,6"});
+    }
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return ranks;
+}
+
 int launchLocal(const LaunchOptions& options) {
   if (options.processes < 1 || options.processes > kMaxChildren) {
     throw ConfigError(fmt::format("cannot launch {} processes", options.processes),
@@ -201,21 +253,29 @@ int launchLocal(const LaunchOptions& options) {
   ::sigaction(SIGINT, &action, nullptr);
   ::sigaction(SIGTERM, &action, nullptr);
   if (options.maxRestarts < 0) throw ConfigError("--max-restarts must be >= 0");
-  const bool elastic = options.elastic || options.maxRestarts > 0;
   LaunchOptions launch = options;
-  launch.elastic = elastic;
-  Job job;
+  launch.elastic = options.elastic || options.maxRestarts > 0;
+  if (launch.elastic && !options.respawn.empty()) {
+    throw ConfigError("--respawn restarts the ranks it names in a fixed job; --elastic and "
+                      "--max-restarts restart any worker of an elastic one",
+                      {.hint = "use one of them"});
+  }
+  const std::string token = randomToken();
   // Elastic: the store lives here, so that it outlives every worker (rank 0's included).
   std::unique_ptr<TcpStoreServer> store;
-  if (elastic) {
+  std::string port;
+  if (launch.elastic) {
     store = std::make_unique<TcpStoreServer>(
-        SocketAddress{"127.0.0.1", 0}, TcpStoreOptions{.jobId = job.jobId, .jobToken = job.token});
-    job.port = std::to_string(store->port());
+        SocketAddress{"127.0.0.1", 0},
+        TcpStoreOptions{.jobId = fmt::format("local-{}", ::getpid()), .jobToken = token});
+    port = std::to_string(store->port());
   } else {
-    job.port = std::to_string(freePort());
+    port = std::to_string(freePort());
   }
-  std::vector<pid_t> pids = spawnRanks(launch, job);
-  int result = elastic ? superviseElastic(launch, job, pids) : superviseRanks(pids, options.grace);
+  const std::vector<SpawnOptions> spawns = rankSpawns(launch, port, token);
+  std::vector<pid_t> pids = spawnRanks(spawns);
+  int result = launch.elastic ? superviseElastic(launch, spawns, pids)
+                              : superviseRanks(launch, spawns, pids);
   gChildCount.store(0);
   return result;
 }
