@@ -6,8 +6,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
-#include <optional>
 #include <memory>
+#include <optional>
 #include <random>
 
 #include <fmt/format.h>
@@ -112,6 +112,18 @@ std::vector<pid_t> spawnRanks(const std::vector<SpawnOptions>& spawns) {
   return pids;
 }
 
+// Starts the process of `slot` again (--respawn and --max-restarts alike): the same command line
+// and environment, GRADSYNC_RESTART_COUNT counting the slot's restarts; it takes the slot's place
+// in `pids` and `running`.
+void restartSlot(const std::vector<SpawnOptions>& spawns, size_t slot, int restartsOfSlot,
+                 std::vector<pid_t>& pids, std::vector<pid_t>& running) {
+  SpawnOptions again = spawns[slot];
+  again.env["GRADSYNC_RESTART_COUNT"] = std::to_string(restartsOfSlot);
+  pids[slot] = spawnProcess(again);
+  remember(pids[slot]);
+  running.push_back(pids[slot]);
+}
+
 // Whether `rank`, just killed by a signal, is started again (LaunchOptions::respawn).
 bool respawnable(const LaunchOptions& options, int rank, const ExitStatus& status, int respawned,
                  const std::vector<pid_t>& running) {
@@ -129,6 +141,7 @@ int superviseRanks(const LaunchOptions& options, const std::vector<SpawnOptions>
   int result = 0;
   bool resultFromSignal = false;
   int respawned = 0;
+  std::vector<int> respawnsOf(pids.size(), 0);
   std::vector<pid_t> running = pids;
   std::optional<Deadline> killAt;
   while (!running.empty()) {
@@ -153,11 +166,8 @@ int superviseRanks(const LaunchOptions& options, const std::vector<SpawnOptions>
       ++respawned;
       std::fprintf(stderr, "gradsync launch: rank %d %s; respawning it (%d of at most %d)\n", rank,
                    status.describe().c_str(), respawned, options.maxRespawns);
-      SpawnOptions again = spawns[static_cast<size_t>(rank)];
-      again.env["GRADSYNC_RESPAWN"] = std::to_string(respawned);
-      pids[static_cast<size_t>(rank)] = spawnProcess(again);
-      remember(pids[static_cast<size_t>(rank)]);
-      running.push_back(pids[static_cast<size_t>(rank)]);
+      const auto slot = static_cast<size_t>(rank);
+      restartSlot(spawns, slot, ++respawnsOf[slot], pids, running);
       continue;
     }
     std::fprintf(stderr, "gradsync launch: rank %d %s\n", rank, status.describe().c_str());
@@ -197,11 +207,7 @@ int superviseElastic(const LaunchOptions& options, const std::vector<SpawnOption
     ++restarts;
     std::fprintf(stderr, "gradsync launch: restarting worker %zu (restart %d of %d)\n", slot,
                  restarts, options.maxRestarts);
-    SpawnOptions again = spawns[slot];
-    again.env["GRADSYNC_RESTART_COUNT"] = std::to_string(++restartsOf[slot]);
-    pids[slot] = spawnProcess(again);
-    remember(pids[slot]);
-    running.push_back(pids[slot]);
+    restartSlot(spawns, slot, ++restartsOf[slot], pids, running);
   }
   if (std::any_of(last.begin(), last.end(), [](const ExitStatus& s) { return s.ok(); })) return 0;
   int result = 0;
@@ -248,18 +254,19 @@ int launchLocal(const LaunchOptions& options) {
                       {.hint = fmt::format("use 1..{}", kMaxChildren)});
   }
   if (options.command.empty()) throw ConfigError("nothing to launch: the command is empty");
-  struct sigaction action {};  // before spawning: a signal must never orphan the children
-  action.sa_handler = forwardSignal;
-  ::sigaction(SIGINT, &action, nullptr);
-  ::sigaction(SIGTERM, &action, nullptr);
   if (options.maxRestarts < 0) throw ConfigError("--max-restarts must be >= 0");
   LaunchOptions launch = options;
   launch.elastic = options.elastic || options.maxRestarts > 0;
   if (launch.elastic && !options.respawn.empty()) {
-    throw ConfigError("--respawn restarts the ranks it names in a fixed job; --elastic and "
-                      "--max-restarts restart any worker of an elastic one",
-                      {.hint = "use one of them"});
+    throw ConfigError(
+        "--respawn restarts the ranks it names in a fixed job; --elastic and "
+        "--max-restarts restart any worker of an elastic one",
+        {.hint = "use one of them (docs/cli.md, gradsync launch)"});
   }
+  struct sigaction action {};  // before spawning: a signal must never orphan the children
+  action.sa_handler = forwardSignal;
+  ::sigaction(SIGINT, &action, nullptr);
+  ::sigaction(SIGTERM, &action, nullptr);
   const std::string token = randomToken();
   // Elastic: the store lives here, so that it outlives every worker (rank 0's included).
   std::unique_ptr<TcpStoreServer> store;

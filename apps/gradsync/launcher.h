@@ -24,16 +24,20 @@ struct LaunchOptions {
   std::chrono::milliseconds grace{65'000};
   // --tls: sets GRADSYNC_TLS=1 for the processes, so every link between them is encrypted.
   bool tls = false;
-  // --respawn: ranks started again, with the same command and environment (and
-  // GRADSYNC_RESPAWN=<count>), when a signal kills them while another rank still runs: embedding
-  // servers, whose replacements restore their shard (docs/recommendation.md). A rank that exits
-  // with an error is not respawned (that is a failure of its own, not a lost machine).
+  // Both restart policies start a process again in its slot the same way (same command line and
+  // environment, GRADSYNC_RESTART_COUNT = the slot's restarts); they differ in the job around it.
+  //
+  // --respawn, for a fixed job: the listed ranks are started again when a signal kills them while
+  // another rank still runs: embedding servers, whose replacements restore their shard
+  // (docs/recommendation.md). A rank that exits with an error is not respawned (that is a failure
+  // of its own, not a lost machine), and any other failure ends the job as without --respawn.
   std::vector<int> respawn;
   int maxRespawns = 10;  // in all, over every rank
   // --elastic: serve the store here; a failure does not end the other processes (no grace).
   bool elastic = false;
-  // --max-restarts (implies elastic): how many failed processes are restarted, in all. A process
-  // fails when a signal ends it or it exits with a code other than 0 and 75 (asked to stop).
+  // --max-restarts (implies elastic): how many failed processes are restarted, in all, any slot.
+  // A process fails when a signal ends it or it exits with a code other than 0 and 75 (asked to
+  // stop); the restarted one joins the running job (train --elastic) instead of replacing a rank.
   int maxRestarts = 0;
 };
 
