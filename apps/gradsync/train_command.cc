@@ -133,6 +133,8 @@ void addTrainCommand(CLI::App& app, CommandContext& context) {
   train->add_option("--lr", o.lr, "learning rate")->capture_default_str();
   train->add_option("--momentum", o.momentum, "SGD momentum")->capture_default_str();
   train->add_option("--seed", o.seed, "initialisation and data order")->capture_default_str();
+  train->add_option("--inject-slow-rank", o.injectSlowRank,
+                    "R:MS: rank R's compute takes MS ms longer per step (fault injection)");
   train->add_option("--threads", o.threads, "torch threads per rank")->capture_default_str();
   train->add_option("--schedule", o.schedule, "fifo | wfbp | fusion:MB | p3[:slice=N,window=W]")
       ->capture_default_str();

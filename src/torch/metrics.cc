@@ -72,6 +72,16 @@ void writeMetrics(const std::string& path, const TrainOptions& options, int work
                           {"compression_ratio", p.bytesSent > 0 ? p.denseBytes / p.bytesSent : 1.0},
                           {"encode_ms", p.encodeMs},
                           {"decode_ms", p.decodeMs}}}};
+  nlohmann::json stragglers = nlohmann::json::array();
+  for (const StragglerReport& r : result.stragglers) {
+    stragglers.push_back({{"rank", r.rank},
+                          {"slower", r.slower},
+                          {"compute_ms", r.computeMs},
+                          {"others_compute_ms", r.othersMs},
+                          {"since_step", r.sinceStep},
+                          {"named_after_steps", r.namedAfter}});
+  }
+  doc["stragglers"] = stragglers;
   if (!result.rounds.empty()) {  // an elastic run: who trained when
     nlohmann::json rounds = nlohmann::json::array();
     for (const RoundRecord& r : result.rounds) {

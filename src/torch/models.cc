@@ -205,4 +205,12 @@ std::vector<int64_t> modelOutputShape(const std::string& model, int64_t batch) {
   return instance->forward(torch::zeros({batch, 1, 28, 28})).sizes().vec();
 }
 
+void enterTrainingMode(torch::nn::Module& model, bool freezeBatchNorm) {
+  model.train();
+  if (!freezeBatchNorm) return;
+  for (const auto& module : model.modules(/*include_self=*/false)) {
+    if (module->as<torch::nn::BatchNorm2d>()) module->eval();
+  }
+}
+
 }  // namespace gradsync

@@ -48,6 +48,10 @@ class Model : public torch::nn::Module {
 // generator (ranks run as threads in tests and the simulator). BatchNorm keeps ones and zeros.
 void initializeParameters(torch::nn::Module& model, uint64_t seed);
 
+// Every layer in training mode; with `freezeBatchNorm`, BatchNorm layers stay in evaluation
+// mode: they normalise with their running statistics and do not update them.
+void enterTrainingMode(torch::nn::Module& model, bool freezeBatchNorm);
+
 // mlp, cnn, resnet20, vgg11. Throws ConfigError listing the valid names.
 std::shared_ptr<Model> makeModel(const std::string& name);
 const std::vector<std::string>& modelNames();
