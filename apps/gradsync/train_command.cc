@@ -9,6 +9,7 @@
 #include "compress/registry.h"
 #include "gradsync/error.h"
 #include "torch/trainer.h"
+#include "train_pipeline.h"
 #include "train_recommendation.h"
 
 namespace gradsync {
@@ -96,7 +97,7 @@ void addTrainCommand(CLI::App& app, CommandContext& context) {
   TrainOptions& o = flags->options;
   CLI::App* train = app.add_subcommand("train", "data-parallel training of a model");
   addRankFlags(train, flags->ranks, 2);
-  train->add_option("--model", o.model, "mlp | cnn | resnet20 | vgg11 | dlrm")
+  train->add_option("--model", o.model, "mlp | cnn | resnet20 | vgg11 | cnn-gn | vgg11-gn | dlrm")
       ->capture_default_str();
   train->add_option("--dataset", o.dataset, "fashion-mnist | synthetic | criteo (dlrm)")
       ->capture_default_str();
@@ -150,6 +151,7 @@ void addTrainCommand(CLI::App& app, CommandContext& context) {
   train->add_flag("--resume", o.resume, "continue from the newest checkpoint");
   train->add_flag("--quiet", o.quiet, "no progress display");
   addRecommendationFlags(train, flags->recommendation, flags->bottomMlp, flags->topMlp);
+  addPipelineFlags(train, o.pipeline);
   train->callback([flags, train, &context] {
     keepFreedMemoryInHeap();  // this process and the ranks it launches (they run this callback)
     if (flags->options.resume && flags->options.checkpointDir.empty()) {
@@ -164,6 +166,13 @@ void addTrainCommand(CLI::App& app, CommandContext& context) {
       return;
     }
     validateTrainOptions(flags->options);
+    if (flags->options.pipeline.enabled()) {  // its own trainer (torch/pipeline.h)
+      Settings settings = trainSettings(flags->options, flags->ranks.transport);
+      addPipelineSettings(flags->options.pipeline, settings);
+      context.exitCode = runPipelineCommand(flags->ranks, train->count("--workers") > 0, context,
+                                            flags->options, settings);
+      return;
+    }
     RankFlags ranks = flags->ranks;
     ranks.workers += flags->options.strategy.servers;  // separate servers are ranks too
     Settings settings = trainSettings(flags->options, ranks.transport);

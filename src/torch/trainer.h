@@ -10,6 +10,7 @@
 #include "compress/policy.h"
 #include "gradsync/sync_options.h"
 #include "gradsync/transport.h"
+#include "pipeline/pipeline_options.h"
 #include "sync/strategy.h"
 
 namespace gradsync {
@@ -48,6 +49,8 @@ struct TrainOptions {
   // then all of them finish the step, write a final checkpoint (with --checkpoint-dir) and
   // return TrainResult::stopped. `gradsync train` turns it on.
   bool stopOnSignal = false;
+  // --pipeline S and its companions: the model split into stages (torch/pipeline.h).
+  PipelineOptions pipeline;
 };
 
 struct EpochRecord {
