@@ -75,7 +75,10 @@ int runPipelineCommand(RankFlags ranks, bool workersGiven, const CommandContext&
   if (!workersGiven) ranks.workers = options.pipeline.stages;
   const std::string plan = describePipeline(options, ranks.workers);  // ConfigError before launch
   return runRanks(ranks, context.env, context.argv, settings, [&](Transport& t) {
-    if (t.rank() == 0 && !options.quiet) std::printf("pipeline: %s\n", plan.c_str());
+    if (t.rank() == 0 && !options.quiet) {
+      std::printf("pipeline: %s\n", plan.c_str());
+      std::fflush(stdout);  // every rank connected: a supervisor may watch for this line
+    }
     TrainResult result = runPipelineTraining(t, options);
     if (t.rank() == 0) {
       if (!options.metricsPath.empty())

@@ -31,7 +31,12 @@ class Emulator {
         .segment = [this](int64_t first, int64_t steps,
                           std::vector<float>& losses) { return segment(first, steps, losses); },
         .evaluate = [this] { return evaluate(); },
-        .globalMean = [](double sum, double count) { return count > 0 ? sum / count : 0.0; }};
+        // Rounded through float as the real pipeline's allreduce does, so both report the same.
+        .globalMean =
+            [](double sum, double count) {
+              const float s = static_cast<float>(sum), n = static_cast<float>(count);
+              return n > 0 ? static_cast<double>(s) / n : 0.0;
+            }};
     TrainResult result =
         runPipelineLoop(options_, data_.stepsPerEpoch(), data_.globalBatch(), true, hooks);
     result.perStep.computeMs = result.perStep.stepMs;  // one thread: nothing waits
