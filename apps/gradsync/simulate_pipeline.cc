@@ -70,10 +70,11 @@ void runPipelineSimulation(const ModelProfile& profile, const PipelineSimFlags& 
   const double samplesPerSecond = samplesPerStep / r.secondsPerStep;
   std::printf(
       "gradsync simulate: %s, pipeline %s of %d stages (layers %s), %lld steps of %.0f samples: "
-      "%.3f ms per step, utilisation %.1f%%, %.0f samples/s\n",
+      "%.3f ms per step, utilisation %.1f%%, %.0f samples/s; activations kept per stage (in "
+      "micro-batches) %s\n",
       profile.name.c_str(), f.mode.c_str(), f.stages, joined(split).c_str(),
       static_cast<long long>(f.steps), samplesPerStep, r.secondsPerStep * 1e3, 100 * r.utilisation,
-      samplesPerSecond);
+      samplesPerSecond, fmt::format("{}", fmt::join(r.peakActivations, ",")).c_str());
   std::fflush(stdout);
   if (json.empty()) return;
   nlohmann::json doc = {{"profile", profile.name},      {"mode", f.mode},
@@ -81,7 +82,7 @@ void runPipelineSimulation(const ModelProfile& profile, const PipelineSimFlags& 
                         {"stage_layers", split},        {"steps", f.steps},
                         {"hop_s", o.hopSeconds},        {"step_ms", r.secondsPerStep * 1e3},
                         {"utilisation", r.utilisation}, {"samples_per_s", samplesPerSecond},
-                        {"busy_s", r.busySeconds}};
+                        {"busy_s", r.busySeconds},      {"peak_activations", r.peakActivations}};
   std::ofstream out(json);
   out << doc.dump(1) << "\n";
   if (!out) throw ConfigError(fmt::format("cannot write {}", json));

@@ -46,6 +46,10 @@ PipelineSimResult simulatePipeline(const PipelineSimOptions& o) {
   std::map<std::pair<int, int64_t>, double> forwardEnd, backwardEnd;
   PipelineSimResult result;
   result.busySeconds.assign(stages, 0.0);
+  result.peakActivations.assign(stages, 0);
+  // Per stage, when each kept activation appears (a forward's end) and goes (its backward's
+  // end); the peak is counted over these events in time order.
+  std::vector<std::vector<std::pair<double, int>>> changes(stages);
   // runInterleaved hands each operation over after its input's producer: its end is known.
   runInterleaved(o.shape, o.steps, [&](int s, const StageOp& op) {
     double start = free[s];
@@ -56,9 +60,23 @@ PipelineSimResult simulatePipeline(const PipelineSimOptions& o) {
     const double cost = duration(o.stages[s], op.kind);
     free[s] = start + cost;
     result.busySeconds[s] += cost;
-    if (op.kind == StageOp::Kind::kForward) forwardEnd[{s, op.micro}] = free[s];
-    if (op.kind == StageOp::Kind::kBackward) backwardEnd[{s, op.micro}] = free[s];
+    if (op.kind == StageOp::Kind::kForward) {
+      forwardEnd[{s, op.micro}] = free[s];
+      changes[s].push_back({free[s], +1});
+    }
+    if (op.kind == StageOp::Kind::kBackward) {
+      backwardEnd[{s, op.micro}] = free[s];
+      changes[s].push_back({free[s], -1});  // held until the backward ends
+    }
   });
+  for (int s = 0; s < stages; ++s) {
+    std::sort(changes[s].begin(), changes[s].end());  // at a tie, releases (−1) first
+    int64_t held = 0;
+    for (const auto& change : changes[s]) {
+      held += change.second;
+      result.peakActivations[s] = std::max(result.peakActivations[s], held);
+    }
+  }
   result.finishSeconds = free;
   result.makespanSeconds = *std::max_element(free.begin(), free.end());
   result.secondsPerStep = result.makespanSeconds / static_cast<double>(o.steps);

@@ -35,6 +35,11 @@ struct PipelineSimResult {
   std::vector<double> busySeconds;    // per stage: the summed durations of its operations
   double utilisation = 0;             // summed busy / (stages × makespan)
   std::vector<double> finishSeconds;  // per stage: when its last operation ends
+  // Per stage: the most micro-batches whose forward had ended and whose backward had not, at
+  // any time: the activations the stage must keep (in micro-batches' worth). Fill-drain: M;
+  // pb: 2(S − 1 − s) + 1, the first stage holding the most (with --weight-stash, as many
+  // versions of the stage's weights less one).
+  std::vector<int64_t> peakActivations;
 };
 
 // Throws ConfigError for a cost list of the wrong size, a negative cost or hop, steps < 1.

@@ -81,6 +81,24 @@ TEST(PipelineSim, HopsLengthenTheCriticalPath) {
   EXPECT_DOUBLE_EQ(simulatePipeline(o).makespanSeconds, (2 + 3) * 3.0 + 2 * 3 * 0.5);
 }
 
+// The activations a stage keeps: fill-drain holds a step's M micro-batches at every stage; pb's
+// stage s holds the 2(S − 1 − s) + 1 micro-batches between a forward and its backward there.
+TEST(PipelineSim, ActivationsKeptPerStage) {
+  const PipelineStageCosts c{.forwardSeconds = 1, .backwardSeconds = 2, .updateSeconds = 0.5};
+  for (int stages : {1, 2, 4, 8}) {
+    const auto fill = simulatePipeline(equalStages(PipelineMode::kFillDrain, stages, 6, 3, c));
+    const auto pb = simulatePipeline(equalStages(PipelineMode::kPipelined, stages, 1, 50, c));
+    for (int s = 0; s < stages; ++s) {
+      EXPECT_EQ(fill.peakActivations[s], 6) << stages << " stages, stage " << s;
+      EXPECT_EQ(pb.peakActivations[s], 2 * (stages - 1 - s) + 1)
+          << stages << " stages, stage " << s;
+    }
+  }
+  // Fewer steps than the pipeline is deep: never more in flight than there are micro-batches.
+  const auto shallow = simulatePipeline(equalStages(PipelineMode::kPipelined, 8, 1, 3, c));
+  EXPECT_EQ(shallow.peakActivations[0], 3);
+}
+
 TEST(PipelineSim, RefusesInconsistentInput) {
   PipelineSimOptions o = equalStages(PipelineMode::kPipelined, 3, 1, 4, {1, 1, 0});
   o.stages.pop_back();
