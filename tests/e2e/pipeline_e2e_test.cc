@@ -88,6 +88,11 @@ TEST(PipelineCli, StageProcessesTrainAsTheEmulatorBitwise) {
   CliRun bad = gradsync({"train", "--model", "mlp", "--pipeline", "2", "--workers", "3"}, dir);
   EXPECT_EQ(bad.status.code, 2) << bad.err;
   EXPECT_NE(bad.err.find("stages x replicas"), std::string::npos) << bad.err;
+  CliRun elastic =
+      gradsync({"train", "--model", "mlp", "--pipeline", "2", "--elastic", "2:3"}, dir);
+  EXPECT_EQ(elastic.status.code, 2) << elastic.err;
+  EXPECT_NE(elastic.err.find("--elastic does not combine with --pipeline"), std::string::npos)
+      << elastic.err;
   if (!HasFailure()) removeScratch(dir);
 }
 
