@@ -38,6 +38,19 @@ void writeMetrics(const std::string& path, const TrainOptions& options, int work
                            {"compress_min_elements", options.compression.minElements},
                            {"compress_warmup", options.compression.warmupSteps},
                            {"schedule", options.schedule}};
+  if (options.pipeline.enabled()) {
+    const PipelineOptions& p = options.pipeline;
+    config["pipeline"] = {{"stages", p.stages},
+                          {"mode", p.mode},
+                          {"micro_batches", p.microBatches},
+                          {"weight_stash", p.weightStash},
+                          {"compensate", p.compensate},
+                          {"lwp_backward", p.lwpBackward},
+                          {"stage_layers", p.stageLayers},
+                          {"stage_profile", p.stageProfile},
+                          {"reference_batch", p.referenceBatch},
+                          {"emulated", p.emulate}};
+  }
   nlohmann::json epochs = nlohmann::json::array();
   for (const EpochRecord& e : result.epochs) {
     epochs.push_back({{"epoch", e.epoch},

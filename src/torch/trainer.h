@@ -10,6 +10,7 @@
 #include "compress/policy.h"
 #include "gradsync/sync_options.h"
 #include "gradsync/transport.h"
+#include "pipeline/pipeline_options.h"
 #include "sync/straggler.h"
 #include "sync/strategy.h"
 
@@ -52,6 +53,8 @@ struct TrainOptions {
   // --inject-slow-rank R:MS ("": none): rank R's compute takes MS milliseconds longer every
   // step. Fault injection, to see straggler detection name it (tests, demos).
   std::string injectSlowRank;
+  // --pipeline S and its companions: the model split into stages (torch/pipeline.h).
+  PipelineOptions pipeline;
   // --elastic MIN:MAX ("": a fixed set of workers): the job goes on with at least MIN workers
   // when some are lost, and takes in up to MAX (torch/elastic_trainer.h, docs/cluster.md).
   std::string elastic;
