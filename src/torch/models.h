@@ -22,7 +22,21 @@ class Model : public torch::nn::Module {
   // overlaps the previous step's communication. Empty: no hook.
   void setPreForwardHook(PreForwardHook hook) { preForward_ = std::move(hook); }
 
+  // Whether forward computes predictions worth evaluating. Emulated compute (emulated_model.h)
+  // returns placeholders: the trainer then skips evaluations.
+  virtual bool predicts() const { return true; }
+  // Gradient mode's optimizer step (fifo, wfbp, fusion, localsgd): `optimizer.step()`. Emulated
+  // compute spends the profile's update time on its device instead.
+  virtual void optimizerStep(torch::optim::Optimizer& optimizer) { optimizer.step(); }
+
  protected:
+  // The pre-forward hook with `layer`, for models that do not run their layers through run().
+  void beforeLayer(const torch::nn::Module& layer) {
+    if (preForward_) preForward_(layer);
+  }
+  // Whether a hook is set: DistributedModel sets one in update mode only.
+  bool hasPreForwardHook() const { return static_cast<bool>(preForward_); }
+
   // `layer`'s forward, after the hook.
   template <typename Layer>
   torch::Tensor run(Layer& layer, const torch::Tensor& x) {

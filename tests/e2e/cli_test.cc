@@ -212,6 +212,29 @@ TEST_F(CliTrain, CompressedRunReportsItsBytesAndEvaluations) {
   EXPECT_EQ(doc["evaluations"][1]["step"], 6);
 }
 
+// Emulated accelerator compute over real processes and TCP: the profile's batch and shapes, its
+// compute time, real traffic, no evaluation.
+TEST_F(CliTrain, EmulatedComputeRunsTheProfileOverProcesses) {
+  fs::path metrics = scratch() / "emulated.json";
+  Result r =
+      gradsync({"train", "--compute", "emulate:resnet50", "--compute-scale", "0.2", "--steps", "4",
+                "--schedule", "p3", "--quiet", "--metrics", metrics.string()});
+  ASSERT_TRUE(r.status.ok()) << r.status.describe() << "\n" << r.err;
+  EXPECT_NE(r.out.find("gradsync train: emulated resnet50 (compute x 0.2), 2 workers"),
+            std::string::npos)
+      << r.out;
+  EXPECT_EQ(r.out.find("accuracy"), std::string::npos) << r.out;
+  nlohmann::json doc = nlohmann::json::parse(readFile(metrics));
+  EXPECT_EQ(doc["config"]["compute"], "emulate:resnet50");
+  EXPECT_EQ(doc["config"]["batch_size"], 32);  // the profile's
+  // ResNet-50's 25.6 M parameters, p3 slices: a ring allreduce sends about 102 MB per rank.
+  EXPECT_GT(doc["per_step"]["bytes_sent"].get<double>(), 100e6);
+  // Forward + backward of the V100 profile (106.6 ms) times 0.2; the first step's start-up
+  // (first touch of buffers) is inside the mean of 4.
+  EXPECT_GT(doc["per_step"]["compute_ms"].get<double>(), 21.3);
+  EXPECT_LT(doc["per_step"]["compute_ms"].get<double>(), 30.0);
+}
+
 TEST_F(CliTrain, ProfileWritesAModelProfileOrNamesTheModels) {
   fs::path json = scratch() / "mlp-profile.json";
   Result r = gradsync(
@@ -259,6 +282,11 @@ TEST_F(CliTrain, BadFlagsGiveAOneLineErrorWithTheChoices) {
            {{"train", "--compress", "qsgd,levels=3"}, "options are: ef, bucket"},
            {{"train", "--compress-override", "fc*"}, "GLOB=SPEC"},
            {{"train", "--resume"}, "--checkpoint-dir"},
+           {{"train", "--compute", "gpu"}, "real or emulate:PROFILE"},
+           {{"train", "--compute", "emulate:"}, "real or emulate:PROFILE"},
+           {{"train", "--compute", "emulate:alexnet"}, "resnet50, vgg19, transformer"},
+           {{"train", "--compute", "emulate:resnet50", "--compute-scale", "0"},
+            "--compute-scale must be positive"},
            {{"train", "--data-dir", "/nonexistent", "--steps", "1"}, "dataset-fashion-mnist"}}) {
     Result r = gradsync(c.args);
     EXPECT_NE(r.status.code, 0) << c.args[1];
