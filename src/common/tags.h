@@ -10,8 +10,8 @@
 
 namespace gradsync::tags {
 
-// The gradient engine's communication thread: allreduce, reduce-scatter and allgather of the
-// gradient units, and every compressor's exchange.
+// Retired: the gradient engine's one stream before each unit had its own (kGradientUnits, below).
+// The number stays taken so that no later stream reuses it.
 inline constexpr uint64_t kGradients = kReservedTagBase + 0;
 // DistributedModel on the training thread: broadcast and averaging of parameters and buffers.
 inline constexpr uint64_t kModelState = kReservedTagBase + 1;
@@ -33,5 +33,8 @@ inline constexpr uint64_t kAgreement = kReservedTagBase + 8;
 inline constexpr uint64_t kTorchApi = kReservedTagBase + 9;
 // DistributedOptimizer's join: each step, how many ranks still have data.
 inline constexpr uint64_t kJoin = kReservedTagBase + 10;
+// The ring executor's collectives for unit u travel on kGradientUnits + u (one stream per unit),
+// so that p3's committed slices can be in flight at once.
+inline constexpr uint64_t kGradientUnits = kReservedTagBase + (uint64_t{2} << 32);
 
 }  // namespace gradsync::tags

@@ -81,10 +81,20 @@ Engine::Engine(Transport& transport, const std::vector<TensorShape>& tensors, En
   GS_CHECK(!updates_ || parameters.size() == tensors_.size());
   for (size_t u = 0; u < layout_.units.size(); ++u) waitingIn_[u] = layout_.units[u].tensors.size();
   executor_ = makeExecutor(std::move(parameters));
-  thread_ = std::thread([this, rank = transport.rank()] {
-    setThreadLogRank(rank);
-    communicate();
-  });
+  for (size_t lane = 0; lane < lanes(); ++lane) {
+    threads_.emplace_back([this, rank = transport.rank()] {
+      setThreadLogRank(rank);
+      communicate();
+    });
+  }
+}
+
+// p3's committed slices over the ring each run on their own stream (ring_executor.h), so the
+// window's slices may all be in flight; everything else runs one operation at a time (a fixed
+// order, or pushes whose replies already overlap).
+size_t Engine::lanes() const {
+  const ScheduleSpec& s = options_.schedule;
+  return s.prioritized() && s.concurrent && !options_.servers ? std::max<size_t>(s.window, 1) : 1;
 }
 
 std::unique_ptr<Executor> Engine::makeExecutor(std::vector<std::span<float>> parameters) {
@@ -118,7 +128,7 @@ Engine::~Engine() {
     stop_ = true;
   }
   cv_.notify_all();
-  thread_.join();
+  for (std::thread& thread : threads_) thread.join();
   executor_.reset();  // a server client tells the servers it is done; its threads still report
 }
 

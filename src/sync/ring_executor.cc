@@ -6,12 +6,15 @@
 #include "common/check.h"
 #include "common/tags.h"
 #include "gradsync/collectives.h"
+#include "transport/counting_transport.h"
 
 namespace gradsync {
 namespace {
 
-// The gradient stream (tags.h); checkpoints gather the velocity on a stream of their own.
-const CollectiveOptions kGradientStream{.tag = tags::kGradients};
+// Each unit's stream (tags.h); checkpoints gather the velocity on a stream of their own.
+CollectiveOptions unitStream(size_t unit) {
+  return {.tag = tags::kGradientUnits + unit};
+}
 const CollectiveOptions kVelocityStream{.tag = tags::kVelocity};
 
 // Each unit's compressor (null: dense), as the plan says for its tensors.
@@ -33,11 +36,6 @@ RingExecutor::RingExecutor(Transport& transport, RingSetup setup)
       budgets_(s_.tensors, s_.layout, compressors_) {
   GS_CHECK(s_.gradients.size() == s_.layout.totalElements);
   GS_CHECK(!s_.updates || s_.parameters.size() == s_.tensors.size());
-  size_t largest = 0;
-  for (size_t u = 0; u < s_.layout.units.size(); ++u) {
-    if (compressors_[u]) largest = std::max(largest, s_.layout.units[u].elements);
-  }
-  sent_.resize(largest);
   if (!s_.updates) return;
   for (const CommUnit& unit : s_.layout.units) {
     velocityAt_.push_back(s_.sharded ? velocity_.size() : unit.offset);
@@ -51,47 +49,70 @@ RingExecutor::RingExecutor(Transport& transport, RingSetup setup)
 
 OpOutcome RingExecutor::run(const PlannedOp& op) {
   const CommUnit& unit = s_.layout.units[op.unit];
-  const uint64_t before = transport_.bytesSent();
+  CountingTransport transport(transport_);  // this operation's bytes, whatever else runs
   OpOutcome outcome;
   switch (op.kind) {
     case PlannedOp::Kind::kAllreduce:
-      outcome.method = exchange(op, outcome);
+      outcome.method = exchange(op, transport, outcome);
       if (s_.updates) update(op.unit, 0, unit.elements, op.step);
       outcome.unitDone = true;
       break;
     case PlannedOp::Kind::kReduceScatter: {
-      reduceScatter(transport_, s_.gradients.subspan(unit.offset, unit.elements),
-                    ReduceOp::kAverage, kGradientStream);
+      reduceScatter(transport, s_.gradients.subspan(unit.offset, unit.elements), ReduceOp::kAverage,
+                    unitStream(op.unit));
       const Block own = blockOf(unit.elements, transport_.size(), transport_.rank());
       update(op.unit, own.begin, own.end, op.step);
       break;  // done once the allgather brought every block
     }
     case PlannedOp::Kind::kAllgather:
-      allgatherParameters(op.unit);
+      allgatherParameters(op.unit, transport);
       outcome.unitDone = true;
       break;
     case PlannedOp::Kind::kPush:
       GS_CHECK(false && "the ring has no parameter servers to push to");
   }
-  outcome.bytesSent = transport_.bytesSent() - before;
+  outcome.bytesSent = transport.bytesSent();
   return outcome;
 }
 
-std::string RingExecutor::exchange(const PlannedOp& op, OpOutcome& outcome) {
+std::string RingExecutor::exchange(const PlannedOp& op, Transport& transport, OpOutcome& outcome) {
   const CommUnit& u = s_.layout.units[op.unit];
   std::span<float> data = s_.gradients.subspan(u.offset, u.elements);
   Compressor* compressor = compressors_[op.unit].get();
   if (compressor == nullptr || op.step < static_cast<uint64_t>(s_.plan.warmupSteps)) {
-    allreduce(transport_, data, ReduceOp::kAverage, kGradientStream);
+    allreduce(transport, data, ReduceOp::kAverage, unitStream(op.unit));
     return {};
   }
-  budgets_.allot(op.unit, op.step, s_.gradients);
-  ExchangeContext context{transport_, kGradientStream, op.step, s_.seed, s_.clock};
+  {
+    std::lock_guard<std::mutex> lock(budgetsMutex_);
+    budgets_.allot(op.unit, op.step, s_.gradients);
+  }
+  ExchangeContext context{transport, unitStream(op.unit), op.step, s_.seed, s_.clock};
   ExchangeStats stats;
-  compressor->exchange(context, data, {sent_.data(), u.elements}, stats);
+  std::vector<float> sent = takeScratch(u.elements);
+  compressor->exchange(context, data, {sent.data(), u.elements}, stats);
+  giveBack(std::move(sent));
   outcome.encodeSeconds = stats.encodeSeconds;
   outcome.decodeSeconds = stats.decodeSeconds;
   return s_.plan.perTensor[u.tensors.front()].toString();
+}
+
+std::vector<float> RingExecutor::takeScratch(size_t elements) {
+  std::vector<float> scratch;
+  {
+    std::lock_guard<std::mutex> lock(scratchMutex_);
+    if (!scratch_.empty()) {
+      scratch = std::move(scratch_.back());
+      scratch_.pop_back();
+    }
+  }
+  if (scratch.size() < elements) scratch.resize(elements);
+  return scratch;
+}
+
+void RingExecutor::giveBack(std::vector<float> scratch) {
+  std::lock_guard<std::mutex> lock(scratchMutex_);
+  scratch_.push_back(std::move(scratch));
 }
 
 void RingExecutor::update(size_t unit, size_t begin, size_t end, uint64_t step) {
@@ -116,7 +137,7 @@ void RingExecutor::update(size_t unit, size_t begin, size_t end, uint64_t step) 
 
 // The unit's slot stages the parameters: this rank's block (just updated) goes in, the
 // allgather fills the rest, and every tensor of the unit takes its values back.
-void RingExecutor::allgatherParameters(size_t unit) {
+void RingExecutor::allgatherParameters(size_t unit, Transport& transport) {
   const CommUnit& u = s_.layout.units[unit];
   const Block own = blockOf(u.elements, transport_.size(), transport_.rank());
   auto copy = [&](size_t begin, size_t end, bool toParameters) {
@@ -131,7 +152,7 @@ void RingExecutor::allgatherParameters(size_t unit) {
     }
   };
   copy(own.begin, own.end, false);
-  allgather(transport_, s_.gradients.subspan(u.offset, u.elements), kGradientStream);
+  allgather(transport, s_.gradients.subspan(u.offset, u.elements), unitStream(unit));
   copy(0, u.elements, true);
 }
 

@@ -6,10 +6,13 @@
 //   reduce-scatter  sharded (Lee et al.): the average of this rank's block, whose parameters it
 //                   updates (its velocity is that block only: 1/P of the optimizer state)
 //   allgather       sharded: every rank's updated block, into the parameters
-// Used by the engine's communication thread only (not thread-safe).
+// Each unit's collectives run on a stream of their own (tags::kGradientUnits + unit), so
+// operations on different units may run at the same time, from different threads (p3's
+// concurrent slices); operations on one unit must not overlap.
 #pragma once
 
 #include <memory>
+#include <mutex>
 #include <span>
 #include <vector>
 
@@ -57,17 +60,23 @@ class RingExecutor final : public Executor {
 
  private:
   // Averages the unit in its slot; returns the compressor's method, or empty when dense.
-  std::string exchange(const PlannedOp& op, OpOutcome& outcome);
+  std::string exchange(const PlannedOp& op, Transport& transport, OpOutcome& outcome);
   // Applies the rule to the flat elements [begin, end) of `unit`, whose optimizer state starts
   // at velocity_[velocityAt_[unit]].
   void update(size_t unit, size_t begin, size_t end, uint64_t step);
-  void allgatherParameters(size_t unit);
+  void allgatherParameters(size_t unit, Transport& transport);
+  // A compressor's scratch of at least `elements` floats, taken from and given back to a pool
+  // (one buffer per operation in flight, reused across steps).
+  std::vector<float> takeScratch(size_t elements);
+  void giveBack(std::vector<float> scratch);
 
   Transport& transport_;
   const RingSetup s_;
   std::vector<std::unique_ptr<Compressor>> compressors_;  // by unit; null: dense
   SliceBudgets budgets_;                                  // p3 slices of sparsified tensors
-  std::vector<float> sent_;                               // scratch for exchanges
+  std::mutex budgetsMutex_;                               // slices of one tensor share budgets_
+  std::mutex scratchMutex_;
+  std::vector<std::vector<float>> scratch_;  // free scratch for compressors' exchanges
   std::vector<float> velocity_;      // update mode: by flat element (sharded: own blocks only);
                                      // SGD's velocity or Adam's first moment
   std::vector<float> secondMoment_;  // Adam's, laid out as velocity_ (empty for SGD)
