@@ -36,5 +36,8 @@ inline constexpr uint64_t kJoin = kReservedTagBase + 10;
 // The ring executor's collectives for unit u travel on kGradientUnits + u (one stream per unit),
 // so that p3's committed slices can be in flight at once.
 inline constexpr uint64_t kGradientUnits = kReservedTagBase + (uint64_t{2} << 32);
+// sharded's fully-connected exchange (sync/fc_exchange.h): linear layer l's activations travel
+// on kFcExchange + 2l, its output errors on kFcExchange + 2l + 1 (the training thread's).
+inline constexpr uint64_t kFcExchange = kReservedTagBase + (uint64_t{3} << 32);
 
 }  // namespace gradsync::tags

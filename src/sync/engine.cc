@@ -14,6 +14,16 @@
 namespace gradsync {
 namespace {
 
+void checkExchanged(const EngineOptions& options, const std::vector<TensorShape>& tensors) {
+  if (options.exchanged.empty()) return;
+  GS_CHECK(options.sharded && !options.servers);
+  for (const ExchangedTensor& e : options.exchanged) {
+    GS_CHECK(e.tensor >= 0 && static_cast<size_t>(e.tensor) < tensors.size());
+    const TensorShape& t = tensors[e.tensor];
+    GS_CHECK(t.dims.size() == 2 && e.columns > 0 && t.elements % e.columns == 0);
+  }
+}
+
 void checkSharded(const EngineOptions& options, const CompressionPlan& plan) {
   if (!options.sharded) return;
   if (options.schedule.prioritized()) {
@@ -31,10 +41,31 @@ void checkSharded(const EngineOptions& options, const CompressionPlan& plan) {
 // Through servers the pushes' plan (which also refuses methods that cannot push); over the ring
 // the exchanges' (DGC takes the optimizer's momentum).
 CompressionPlan planFor(const EngineOptions& options, const std::vector<TensorShape>& tensors) {
+  checkExchanged(options, tensors);
   if (options.servers) return planPushes(options.compression, tensors);
   CompressionPlan plan = planCompression(options.compression, tensors, options.update.momentum);
   checkSharded(options, plan);
   return plan;
+}
+
+// The compression plan's groups, with every weight of the FC exchange in a group of its own: a
+// unit of one tensor, whose ownership is by columns.
+std::vector<int> layoutGroups(const EngineOptions& options, const CompressionPlan& plan,
+                              size_t tensors) {
+  std::vector<int> groups = plan.groups();
+  if (options.exchanged.empty()) return groups;
+  groups.resize(tensors, 0);
+  int next = *std::max_element(groups.begin(), groups.end()) + 1;
+  for (const ExchangedTensor& e : options.exchanged) groups[e.tensor] = next++;
+  return groups;
+}
+
+std::vector<size_t> exchangedColumns(const EngineOptions& options, size_t tensors) {
+  std::vector<size_t> columns;
+  if (options.exchanged.empty()) return columns;
+  columns.assign(tensors, 0);
+  for (const ExchangedTensor& e : options.exchanged) columns[e.tensor] = e.columns;
+  return columns;
 }
 
 StepPlanner::Route routeOf(const EngineOptions& options) {
@@ -64,7 +95,8 @@ Engine::Engine(Transport& transport, const std::vector<TensorShape>& tensors, En
       tensors_(tensors),
       options_(std::move(options)),
       plan_(planFor(options_, tensors)),
-      layout_(planLayout(tensors, options_.schedule, plan_.groups())),
+      layout_(
+          planLayout(tensors, options_.schedule, layoutGroups(options_, plan_, tensors.size()))),
       updates_(updatesParameters(options_)),
       workers_(options_.servers ? options_.servers->placement.workers : transport.size()),
       gradients_(layout_.totalElements),
@@ -110,16 +142,18 @@ std::unique_ptr<Executor> Engine::makeExecutor(std::vector<std::span<float>> par
                                                         .clock = options_.clock},
                                             *options_.servers, static_cast<EngineEvents&>(*this));
   }
-  return std::make_unique<RingExecutor>(transport_, RingSetup{.tensors = tensors_,
-                                                              .layout = layout_,
-                                                              .plan = plan_,
-                                                              .gradients = gradients_,
-                                                              .parameters = std::move(parameters),
-                                                              .updates = updates_,
-                                                              .sharded = options_.sharded,
-                                                              .rule = options_.update,
-                                                              .seed = options_.seed,
-                                                              .clock = options_.clock});
+  return std::make_unique<RingExecutor>(
+      transport_, RingSetup{.tensors = tensors_,
+                            .layout = layout_,
+                            .plan = plan_,
+                            .gradients = gradients_,
+                            .parameters = std::move(parameters),
+                            .updates = updates_,
+                            .sharded = options_.sharded,
+                            .exchangedColumns = exchangedColumns(options_, tensors_.size()),
+                            .rule = options_.update,
+                            .seed = options_.seed,
+                            .clock = options_.clock});
 }
 
 Engine::~Engine() {

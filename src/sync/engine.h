@@ -50,6 +50,7 @@
 #include "schedule/executor.h"
 #include "schedule/schedule.h"
 #include "schedule/step_planner.h"
+#include "sync/fc_exchange.h"
 
 namespace gradsync {
 
@@ -62,6 +63,10 @@ struct EngineOptions {
   UpdateRule update;
   uint64_t seed = 0;     // identical on all ranks; stochastic compressors draw from it
   bool sharded = false;  // --sync sharded (dense only; not with p3)
+  // sharded: the weights whose gradients the fully-connected exchange delivers (sync/
+  // fc_exchange.h): each its own unit, its owned columns' average put in its slot before
+  // markReady, no reduce-scatter. The caller (DistributedModel) runs the exchange.
+  std::vector<ExchangedTensor> exchanged;
   // Through parameter servers instead of the ring (the transport then spans the servers too).
   std::optional<PsOptions> servers;
   // What the statistics and traces measure time with (must outlive the engine). Waits are

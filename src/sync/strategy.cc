@@ -11,7 +11,17 @@ namespace gradsync {
 namespace {
 
 constexpr const char* kForms =
-    "choose ssgd, sharded, asgd, ssp:S, odsgd, ssdsgd:K, cdsgd:K or localsgd:H";
+    "choose ssgd, sharded[:fc=reduce|exchange|auto], asgd, ssp:S, odsgd, ssdsgd:K, cdsgd:K or "
+    "localsgd:H";
+
+// "fc=reduce|exchange|auto", sharded's one option.
+FcMode parseFc(const std::string& option, const std::string& whole) {
+  for (FcMode mode : {FcMode::kReduce, FcMode::kExchange, FcMode::kAuto}) {
+    if (option == std::string("fc=") + toString(mode)) return mode;
+  }
+  throw ConfigError(fmt::format("--sync {}: unknown option '{}'", whole, option),
+                    {.hint = "sharded takes fc=reduce, fc=exchange or fc=auto"});
+}
 
 int parseCount(const std::string& text, const std::string& whole, int minimum) {
   int value = 0;
@@ -24,6 +34,18 @@ int parseCount(const std::string& text, const std::string& whole, int minimum) {
 }
 
 }  // namespace
+
+const char* toString(FcMode mode) {
+  switch (mode) {
+    case FcMode::kReduce:
+      return "reduce";
+    case FcMode::kExchange:
+      return "exchange";
+    case FcMode::kAuto:
+      return "auto";
+  }
+  return "?";
+}
 
 SyncStrategy SyncStrategy::parse(const std::string& text) {
   using K = Kind;
@@ -47,6 +69,10 @@ SyncStrategy SyncStrategy::parse(const std::string& text) {
         throw ConfigError(fmt::format("--sync {} needs a parameter ({}:N)", text, name),
                           {.hint = kForms});
       }
+      return strategy;
+    }
+    if (form.kind == K::kSharded) {
+      strategy.fc = parseFc(text.substr(colon + 1), text);
       return strategy;
     }
     if (form.defaultParameter == -1) {

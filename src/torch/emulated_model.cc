@@ -39,6 +39,7 @@ struct EmulatedLayer {
   std::vector<int64_t> tensorIndex;  // of each parameter among all of the profile's tensors
   double forwardSeconds = 0;
   double backwardSeconds = 0;
+  bool linear = false;  // the profile's kind: the FC exchange may take it
 };
 
 class EmulatedModel final : public Model {
@@ -47,6 +48,7 @@ class EmulatedModel final : public Model {
 
   torch::Tensor forward(const torch::Tensor& x) override;
   bool predicts() const override { return false; }
+  std::vector<LinearLayer> linearLayers() override;
   void optimizerStep(torch::optim::Optimizer& optimizer) override;
 
   // Called by the layers' autograd nodes, in backward order: the layer's device time, then its
@@ -66,6 +68,7 @@ class EmulatedModel final : public Model {
   torch::Tensor pool_;
   EmulatedDevice device_;
   int64_t step_ = -1;                 // the step being computed (a forward starts the next)
+  int64_t batch_ = 0;                 // its rows
   bool callbackQueued_ = false;       // this backward's final callback
   std::vector<torch::Tensor> grads_;  // gradient mode: .grad buffers kept across steps
 };
@@ -97,6 +100,7 @@ EmulatedModel::EmulatedModel(const ModelProfile& profile, int rank, uint64_t see
     layer.name = spec.name;
     layer.forwardSeconds = spec.forwardSeconds;
     layer.backwardSeconds = spec.backwardSeconds;
+    layer.linear = spec.kind == kLinearLayer;
     for (const TensorShape& tensor : spec.tensors) {
       std::string leaf;
       torch::nn::Module& owner = ownerOf(tensor.name, leaf);
@@ -155,10 +159,21 @@ torch::Tensor EmulatedModel::gradientView(const EmulatedLayer& layer, size_t i) 
   return pool_.narrow(0, offset, parameter.numel()).view(parameter.sizes());
 }
 
+std::vector<LinearLayer> EmulatedModel::linearLayers() {
+  std::vector<LinearLayer> linear;
+  for (const EmulatedLayer& layer : layers_) {
+    if (!layer.linear) continue;
+    const torch::Tensor bias = layer.parameters.size() > 1 ? layer.parameters[1] : torch::Tensor();
+    linear.push_back({layer.owners.front(), layer.parameters.front(), bias});
+  }
+  return linear;
+}
+
 torch::Tensor EmulatedModel::forward(const torch::Tensor& x) {
   const int64_t batch = x.size(0);
   if (!is_training()) return torch::zeros({batch, kOutputs});
   ++step_;
+  batch_ = batch;
   callbackQueued_ = false;
   // A fresh leaf that requires a gradient: every layer's node is then part of backward, also
   // the layers before the first one with parameters.
@@ -168,9 +183,13 @@ torch::Tensor EmulatedModel::forward(const torch::Tensor& x) {
     const EmulatedLayer& layer = layers_[i];
     const auto start = EmulatedDevice::Clock::now();
     for (const torch::nn::Module* owner : layer.owners) beforeLayer(*owner);
+    FcExchangeLayer* exchange = layer.linear ? exchangeOf(*layer.owners.front()) : nullptr;
+    if (exchange) exchange->emulateForward(batch);  // sends the activations' columns
     device_.forward(layer.forwardSeconds, EmulatedDevice::Clock::now() - start);
-    h = EmulatedLayerFunction::apply(h, at::TensorList(layer.parameters), this,
-                                     static_cast<int64_t>(i));
+    // An exchanged layer's gradients go to the engine through its exchange, not autograd.
+    h = EmulatedLayerFunction::apply(h,
+                                     exchange ? at::TensorList() : at::TensorList(layer.parameters),
+                                     this, static_cast<int64_t>(i));
   }
   return h;
 }
@@ -182,10 +201,17 @@ variable_list EmulatedModel::backwardLayer(size_t index, const torch::Tensor& gr
   }
   const EmulatedLayer& layer = layers_[index];
   variable_list gradients{gradient};
-  for (size_t i = 0; i < layer.parameters.size(); ++i) gradients.push_back(gradientView(layer, i));
+  FcExchangeLayer* exchange = layer.linear ? exchangeOf(*layer.owners.front()) : nullptr;
+  for (size_t i = 0; i < layer.parameters.size() && !exchange; ++i)
+    gradients.push_back(gradientView(layer, i));
   gradients.emplace_back();  // the model pointer and the layer index are not differentiable
   gradients.emplace_back();
   device_.backward(layer.backwardSeconds);
+  if (exchange) {  // the errors' allgather, then this rank's columns to the engine
+    exchange->emulateBackward(
+        batch_, gradientView(layer, 0),
+        layer.parameters.size() > 1 ? gradientView(layer, 1) : torch::Tensor());
+  }
   return gradients;
 }
 

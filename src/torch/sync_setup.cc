@@ -186,7 +186,10 @@ SyncSetup setupFor(const torch::optim::Optimizer& optimizer, const SyncOptions& 
   } else {
     engine.update.momentum = compressorMomentum(optimizer, absorbs);
   }
-  setup = {.engine = std::move(engine), .local = local};
+  setup = {.engine = std::move(engine),
+           .local = local,
+           .fc = strategy.fc,
+           .fcRows = static_cast<size_t>(std::max<int64_t>(sync.localBatch, 0))};
   logSetup(sync, setup);
   return setup;
 }

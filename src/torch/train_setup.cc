@@ -35,7 +35,8 @@ SyncOptions syncOptionsOf(const TrainOptions& options) {
           .localMomentum = options.strategy.localMomentum,
           .glu = options.strategy.glu,
           .cdThreshold = options.strategy.threshold,
-          .seed = options.seed};
+          .seed = options.seed,
+          .localBatch = static_cast<int64_t>(options.batchSize)};
 }
 
 namespace {

@@ -233,6 +233,62 @@ TEST(UpdateEngine, ConcurrentSlicesGiveTheBitsOfOneAtATime) {
   }
 }
 
+// sharded with the FC exchange's weights: fc.weight (10 x 1001) arrives averaged over each
+// rank's own columns (what the exchange computes; here the exact average, written by the test),
+// is updated by columns and allgathered by columns: naive SGD on the average, as for every other
+// sharded tensor; odd world sizes give uneven column blocks. The velocity gathered for a
+// checkpoint (by columns) is the reference's, and goes back in.
+TEST(UpdateEngine, ShardedExchangedWeightsAreUpdatedByColumns) {
+  constexpr int kSteps = 3;
+  constexpr int kWeight = 3;  // fc.weight
+  for (int ranks : {1, 2, 3}) {
+    Model expected = reference(ranks, kSteps);
+    runWithTransports(TransportKind::kLoopback, ranks, [&](Transport& t) {
+      Model model = initialModel();
+      std::vector<std::span<float>> spans(model.parameters.begin(), model.parameters.end());
+      EngineOptions options{.schedule = ScheduleSpec::parse("wfbp"),
+                            .update = UpdateRule::sgd(kLr, kMomentum),
+                            .sharded = true,
+                            .exchanged = {{.tensor = kWeight, .columns = 1001}}};
+      Engine engine(t, kTensors, options, spans);
+      const Block own = blockOf(1001, t.size(), t.rank());
+      for (int step = 0; step < kSteps; ++step) {
+        for (int tensor = 0; tensor < 5; ++tensor) engine.waitFor(tensor);
+        for (int tensor = 4; tensor >= 0; --tensor) {
+          std::span<float> slot = engine.slot(tensor);
+          for (size_t i = 0; i < slot.size(); ++i) {
+            if (tensor != kWeight) {
+              slot[i] = gradient(t.rank(), tensor, i, step);
+              continue;
+            }
+            const size_t column = i % 1001;
+            if (column < own.begin || column >= own.end) {
+              slot[i] = std::nanf("");  // not ours: must never be read
+              continue;
+            }
+            double sum = 0;
+            for (int r = 0; r < t.size(); ++r) sum += gradient(r, tensor, i, step);
+            slot[i] = static_cast<float>(sum / t.size());
+          }
+          engine.markReady(tensor);
+        }
+        engine.endBackward();
+      }
+      engine.drain();
+      for (size_t tensor = 0; tensor < kTensors.size(); ++tensor) {
+        expectClose(model.parameters[tensor], expected.parameters[tensor], kTensors[tensor].name);
+      }
+      std::vector<float> velocity = engine.velocity();
+      std::vector<float> expectedVelocity;
+      for (const auto& v : expected.velocity)
+        expectedVelocity.insert(expectedVelocity.end(), v.begin(), v.end());
+      expectClose(velocity, expectedVelocity, "velocity");
+      engine.setVelocity(velocity);
+      EXPECT_EQ(engine.velocity(), velocity);
+    });
+  }
+}
+
 TEST(UpdateEngine, VelocityRoundTripsThroughACheckpoint) {
   runWithTransports(TransportKind::kLoopback, 3, [&](Transport& t) {
     Model model = initialModel();
