@@ -48,18 +48,6 @@ CompressionPlan planFor(const EngineOptions& options, const std::vector<TensorSh
   return plan;
 }
 
-// The compression plan's groups, with every weight of the FC exchange in a group of its own: a
-// unit of one tensor, whose ownership is by columns.
-std::vector<int> layoutGroups(const EngineOptions& options, const CompressionPlan& plan,
-                              size_t tensors) {
-  std::vector<int> groups = plan.groups();
-  if (options.exchanged.empty()) return groups;
-  groups.resize(tensors, 0);
-  int next = *std::max_element(groups.begin(), groups.end()) + 1;
-  for (const ExchangedTensor& e : options.exchanged) groups[e.tensor] = next++;
-  return groups;
-}
-
 std::vector<size_t> exchangedColumns(const EngineOptions& options, size_t tensors) {
   std::vector<size_t> columns;
   if (options.exchanged.empty()) return columns;
@@ -95,8 +83,8 @@ Engine::Engine(Transport& transport, const std::vector<TensorShape>& tensors, En
       tensors_(tensors),
       options_(std::move(options)),
       plan_(planFor(options_, tensors)),
-      layout_(
-          planLayout(tensors, options_.schedule, layoutGroups(options_, plan_, tensors.size()))),
+      layout_(planLayout(tensors, options_.schedule,
+                         isolateExchanged(plan_.groups(), options_.exchanged, tensors.size()))),
       updates_(updatesParameters(options_)),
       workers_(options_.servers ? options_.servers->placement.workers : transport.size()),
       gradients_(layout_.totalElements),

@@ -31,6 +31,15 @@ bool fcUsesExchange(FcMode mode, const FcShape& shape, int ranks) {
   return mode == FcMode::kExchange;
 }
 
+std::vector<int> isolateExchanged(std::vector<int> groups,
+                                  const std::vector<ExchangedTensor>& exchanged, size_t tensors) {
+  if (exchanged.empty()) return groups;
+  groups.resize(tensors, 0);
+  int next = groups.empty() ? 0 : *std::max_element(groups.begin(), groups.end()) + 1;
+  for (const ExchangedTensor& e : exchanged) groups[e.tensor] = next++;
+  return groups;
+}
+
 FcExchange::FcExchange(Transport& transport, uint64_t tag, size_t in, size_t out)
     : counting_(transport),
       tag_(tag),

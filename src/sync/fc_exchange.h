@@ -50,6 +50,11 @@ struct ExchangedTensor {
   size_t columns = 0;
 };
 
+// `groups` (by tensor: schedule/schedule.h's planLayout groups) with every exchanged weight in a
+// group of its own, so that it is a unit alone (its ownership is by columns).
+std::vector<int> isolateExchanged(std::vector<int> groups,
+                                  const std::vector<ExchangedTensor>& exchanged, size_t tensors);
+
 // One layer's exchange on one rank. Not thread-safe: the training thread runs a layer's forward
 // and backward. Every rank of `transport` runs the same layers with the same rows.
 class FcExchange {
