@@ -47,6 +47,15 @@ void EmulatedDevice::forward(double seconds, Clock::duration waited) {
   runUntil(free_ + waited + toDuration(seconds));
 }
 
+// From the moment the host asks: a wait of the host's between forward and backward (a drain of
+// the engine) delays the device as it would a GPU's. Up to kHostSlack of host time is not
+// counted: the last forward sleep's overshoot and the loss, which a GPU's queue would hide (a
+// wait is then short by at most that much).
+void EmulatedDevice::beginBackward() {
+  constexpr auto kHostSlack = std::chrono::microseconds(500);
+  free_ = std::max(free_, Clock::now() - kHostSlack);
+}
+
 void EmulatedDevice::backward(double seconds) {
   busy_ += seconds;
   runUntil(free_ + toDuration(seconds));

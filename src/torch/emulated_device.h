@@ -4,10 +4,12 @@
 //
 // The device runs one piece of work after another: a forward layer starts once the previous
 // work is done and the host has waited for the layer's parameters (P3's and sharded's
-// pre-forward waits delay the device as they would delay a GPU's kernels); a backward layer
-// starts right after the previous one, whatever the host does between them (a GPU queues
-// backward's kernels ahead of the host, which is only late with a layer's gradients when its own
-// work between layers is longer than the device's). Each call blocks until its work ends, so a
+// pre-forward waits delay the device as they would delay a GPU's kernels); backward starts once
+// the host has asked for it (after whatever it waited for between forward and backward), and
+// each later backward layer right after the previous one, whatever the host does between them
+// (a GPU queues backward's kernels ahead of the host, which is only late with a layer's
+// gradients when its own work between layers is longer than the device's). Each call blocks
+// until its work ends, so a
 // backward layer's gradients reach the engine at the time the device produced them. Deadlines
 // chain from the previous deadline, not from the moment the host woke up, so a sleep's overshoot
 // does not accumulate over a step's layers.
@@ -29,6 +31,8 @@ class EmulatedDevice {
   // A forward layer of `seconds`, whose parameters the host had to wait `waited` for first.
   // Blocks until the layer's end.
   void forward(double seconds, Clock::duration waited);
+  // Backward begins: the host launches it now (the device cannot start it earlier).
+  void beginBackward();
   // A backward layer of `seconds`, run right after the device's previous work. Blocks until its
   // end (no wait when the host is already past it).
   void backward(double seconds);

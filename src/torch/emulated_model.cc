@@ -195,9 +195,10 @@ torch::Tensor EmulatedModel::forward(const torch::Tensor& x) {
 }
 
 variable_list EmulatedModel::backwardLayer(size_t index, const torch::Tensor& gradient) {
-  if (!callbackQueued_) {
+  if (!callbackQueued_) {  // the step's first backward node
     callbackQueued_ = true;
     torch::autograd::Engine::get_default_engine().queue_callback([this] { afterBackward(); });
+    device_.beginBackward();
   }
   const EmulatedLayer& layer = layers_[index];
   variable_list gradients{gradient};
