@@ -7,7 +7,8 @@
 #       [--steps 30] [--repeat 3] [--json FILE]
 #       [--strategies "fifo wfbp fusion:25 p3 sharded"] [--ps-schedule p3:slice=160000]
 #       [--compute emulate:PROFILE --compute-scale X]
-# A strategy is a --schedule value, "sharded" or "sharded:fc=MODE" (--sync, wfbp units),
+# A strategy is a --schedule value, "sharded[:OPTIONS]" (--sync, wfbp units; "sharded[:..]@S"
+# on --schedule S units),
 # localsgd:H, or a parameter-server strategy on --ps-schedule units (P3's slices by default,
 # which spread every layer over the servers): "ps-ssgd" (ssgd through co-located servers), asgd,
 # ssp:S, and odsgd, ssdsgd:K, cdsgd:K (each after a 1-step warm-up). With --compute
@@ -41,6 +42,7 @@ trap 'rm -rf "$out"' EXIT
 for i in $(seq "$repeat"); do
   for s in $strategies; do
     case "$s" in
+      sharded@* | sharded:*@*) flags=(--sync "${s%@*}" --schedule "${s#*@}") ;;
       sharded | sharded:* | localsgd:*) flags=(--sync "$s" --schedule wfbp) ;;
       ps-ssgd) flags=(--sync ssgd --ps --schedule "$ps_schedule") ;;
       asgd | ssp:*) flags=(--sync "$s" --schedule "$ps_schedule") ;;

@@ -109,11 +109,12 @@ Engine::Engine(Transport& transport, const std::vector<TensorShape>& tensors, En
   }
 }
 
-// p3's committed slices over the ring each run on their own stream (ring_executor.h), so the
-// window's slices may all be in flight; everything else runs one operation at a time (a fixed
-// order, or pushes whose replies already overlap).
+// Every unit runs on its own stream (ring_executor.h), so p3's window of committed slices may
+// all be in flight, and sharded:concurrent=N's N operations; everything else runs one operation
+// at a time (a fixed order, or pushes whose replies already overlap).
 size_t Engine::lanes() const {
   const ScheduleSpec& s = options_.schedule;
+  if (options_.sharded) return std::max<size_t>(options_.concurrent, 1);
   return s.prioritized() && s.concurrent && !options_.servers ? std::max<size_t>(s.window, 1) : 1;
 }
 

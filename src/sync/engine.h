@@ -26,7 +26,8 @@
 // bounded (the transport's timeout per operation) and rethrows a communication error. The
 // communication threads sleep on a condition variable while nothing can start: one thread, or
 // with p3 over the ring (concurrent, the default) one per slice of the window, so that the
-// committed slices' collectives are in flight at once, each on its unit's stream.
+// committed slices' collectives are in flight at once, each on its unit's stream, or with
+// sharded:concurrent=N N of them.
 #pragma once
 
 #include <chrono>
@@ -63,6 +64,9 @@ struct EngineOptions {
   UpdateRule update;
   uint64_t seed = 0;     // identical on all ranks; stochastic compressors draw from it
   bool sharded = false;  // --sync sharded (dense only; not with p3)
+  // sharded: how many units' collectives may be in flight at once (each on its own stream; a
+  // unit's allgather waits for its reduce-scatter). 1: one operation after the other.
+  size_t concurrent = 1;
   // sharded: the weights whose gradients the fully-connected exchange delivers (sync/
   // fc_exchange.h): each its own unit, its owned columns' average put in its slot before
   // markReady, no reduce-scatter. The caller (DistributedModel) runs the exchange.

@@ -3,7 +3,9 @@
 //               (--ps: co-located with the workers; --servers K: K processes of their own)
 //   sharded     Lee et al.: reduce-scatter, SGD on the owned block, allgather (no servers);
 //               sharded:fc=exchange|auto also exchanges fully-connected layers' activations
-//               and errors instead of reducing their weight gradients (fc_exchange.h)
+//               and errors instead of reducing their weight gradients (fc_exchange.h);
+//               sharded:concurrent=N runs up to N units' collectives at once (default 4;
+//               options joined by commas: sharded:fc=auto,concurrent=2)
 //   asgd        asynchronous SGD through parameter servers
 //   ssp:S       stale-synchronous: no worker more than S steps ahead of the slowest
 //   odsgd       OD-SGD; ssdsgd:K  SSD-SGD (pull every K steps); cdsgd:K  CD-SGD (2-bit pushes,
@@ -31,6 +33,7 @@ struct SyncStrategy {
   Kind kind = Kind::kSsgd;
   int parameter = 0;            // ssp's S, ssdsgd's and cdsgd's K, localsgd's H
   FcMode fc = FcMode::kReduce;  // sharded:fc=reduce|exchange|auto
+  int concurrent = 1;           // sharded:concurrent=N: operations in flight at once (4)
 
   // Throws ConfigError listing the valid forms.
   static SyncStrategy parse(const std::string& text);

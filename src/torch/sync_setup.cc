@@ -141,7 +141,8 @@ EngineOptions engineOptionsOf(const SyncOptions& sync, const SyncStrategy& strat
   return {.schedule = ScheduleSpec::parse(sync.schedule),
           .compression = compressionOf(sync),
           .seed = sync.seed,
-          .sharded = strategy.kind == SyncStrategy::Kind::kSharded};
+          .sharded = strategy.kind == SyncStrategy::Kind::kSharded,
+          .concurrent = static_cast<size_t>(strategy.concurrent)};
 }
 
 void logSetup(const SyncOptions& sync, const SyncSetup& setup) {

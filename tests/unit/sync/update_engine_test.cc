@@ -289,6 +289,50 @@ TEST(UpdateEngine, ShardedExchangedWeightsAreUpdatedByColumns) {
   }
 }
 
+// sharded:concurrent=N: units' reduce-scatters and allgathers in flight at once (a unit's
+// allgather still after its own reduce-scatter) end with the bits of one at a time, and do
+// overlap.
+TEST(UpdateEngine, ConcurrentShardedGivesTheBitsOfOneAtATime) {
+  constexpr int kSteps = 3;
+  for (TransportKind kind : {TransportKind::kLoopback, TransportKind::kTcp}) {
+    std::map<size_t, std::vector<std::vector<float>>> results;  // by concurrency
+    for (size_t concurrent : {size_t{1}, size_t{3}}) {
+      std::mutex mutex;
+      runWithTransports(kind, 3, [&](Transport& real) {
+        StreamOverlaps t(real);
+        Model model = initialModel();
+        std::vector<std::span<float>> spans(model.parameters.begin(), model.parameters.end());
+        EngineOptions options{.schedule = ScheduleSpec::parse("wfbp"),
+                              .update = UpdateRule::sgd(kLr, kMomentum),
+                              .sharded = true,
+                              .concurrent = concurrent};
+        Engine engine(t, kTensors, options, spans);
+        for (int step = 0; step < kSteps; ++step) {
+          for (int tensor = 0; tensor < 5; ++tensor) engine.waitFor(tensor);
+          for (int tensor = 4; tensor >= 0; --tensor) {
+            std::span<float> slot = engine.slot(tensor);
+            for (size_t i = 0; i < slot.size(); ++i) slot[i] = gradient(t.rank(), tensor, i, step);
+            engine.markReady(tensor);
+          }
+          engine.endBackward();
+        }
+        engine.drain();
+        if (concurrent > 1) {
+          EXPECT_GT(t.overlaps(), 0) << "rank " << t.rank();
+        } else {
+          EXPECT_EQ(t.overlaps(), 0) << "rank " << t.rank();
+        }
+        std::lock_guard<std::mutex> lock(mutex);
+        if (t.rank() == 1) results[concurrent] = model.parameters;
+      });
+    }
+    for (size_t tensor = 0; tensor < kTensors.size(); ++tensor) {
+      EXPECT_EQ(results[1][tensor], results[3][tensor])
+          << kindName(kind) << " " << kTensors[tensor].name;
+    }
+  }
+}
+
 TEST(UpdateEngine, VelocityRoundTripsThroughACheckpoint) {
   runWithTransports(TransportKind::kLoopback, 3, [&](Transport& t) {
     Model model = initialModel();

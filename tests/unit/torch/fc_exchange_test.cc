@@ -126,6 +126,11 @@ TEST(FcExchange, TheRuleWeighsBytes) {
   EXPECT_EQ(SyncStrategy::parse("sharded").fc, FcMode::kReduce);
   EXPECT_THROW(SyncStrategy::parse("sharded:fc=gather"), ConfigError);
   EXPECT_THROW(SyncStrategy::parse("sharded:2"), ConfigError);
+  EXPECT_EQ(SyncStrategy::parse("sharded").concurrent, 4);
+  const SyncStrategy both = SyncStrategy::parse("sharded:fc=exchange,concurrent=2");
+  EXPECT_EQ(both.fc, FcMode::kExchange);
+  EXPECT_EQ(both.concurrent, 2);
+  EXPECT_THROW(SyncStrategy::parse("sharded:concurrent=0"), ConfigError);
 }
 
 // Refused, not guessed: fc=auto without the batch, and a module whose forward gradsync cannot
