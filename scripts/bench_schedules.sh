@@ -11,7 +11,8 @@
 # on --schedule S units),
 # localsgd:H, or a parameter-server strategy on --ps-schedule units (P3's slices by default,
 # which spread every layer over the servers): "ps-ssgd" (ssgd through co-located servers), asgd,
-# ssp:S, and odsgd, ssdsgd:K, cdsgd:K (each after a 1-step warm-up). With --compute
+# ssp:S, and odsgd, ssdsgd:K, cdsgd:K (each after a 1-step warm-up); "ps-ssgd@S" is ps-ssgd on
+# --schedule S units. With --compute
 # emulate:PROFILE the workers emulate accelerator compute from that model profile (--model and
 # the batch are the profile's).
 set -euo pipefail
@@ -45,6 +46,7 @@ for i in $(seq "$repeat"); do
       sharded@* | sharded:*@*) flags=(--sync "${s%@*}" --schedule "${s#*@}") ;;
       sharded | sharded:* | localsgd:*) flags=(--sync "$s" --schedule wfbp) ;;
       ps-ssgd) flags=(--sync ssgd --ps --schedule "$ps_schedule") ;;
+      ps-ssgd@*) flags=(--sync ssgd --ps --schedule "${s#*@}") ;;
       asgd | ssp:*) flags=(--sync "$s" --schedule "$ps_schedule") ;;
       odsgd | ssdsgd:* | cdsgd:*) flags=(--sync "$s" --delay-warmup 1 --schedule "$ps_schedule") ;;
       *) flags=(--schedule "$s") ;;
