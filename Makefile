@@ -1,7 +1,7 @@
 # gradsync: the two commands of the README, and the targets behind them.
 #   make demo   install dependencies, build, run the main job, print the result
 #   make test   install dependencies, build, check formatting, run every test but the long ones
-# Other targets: deps, build, bench, bench-peers, sim-validate, sim-papers, test-long,
+# Other targets: deps, build, bench, bench-peers, bench-emulated, sim-validate, sim-papers, test-long,
 # test-sanitize, test-kernels, fuzz, fuzz-seeds, format, format-check, clean.
 
 BUILD ?= build
@@ -9,7 +9,7 @@ JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 CTEST_FLAGS ?= --output-on-failure
 
-.PHONY: all deps build test demo bench bench-peers sim-validate sim-papers test-long test-sanitize test-kernels fuzz fuzz-seeds format format-check clean
+.PHONY: all deps build test demo bench bench-peers bench-emulated sim-validate sim-papers test-long test-sanitize test-kernels fuzz fuzz-seeds format format-check clean
 
 all: build
 
@@ -40,6 +40,11 @@ bench: build
 
 bench-peers: build
 	scripts/bench_peers.sh --build $(BUILD)
+
+# Scheduling and delayed SGD over emulated accelerator compute, and the simulator against it
+# (about 90 minutes; docs/performance.md, "Emulated accelerator compute").
+bench-emulated: build
+	scripts/bench_emulated.sh --build $(BUILD)
 
 # The simulator: predicted vs measured step time here (about 10 minutes), and the seed papers'
 # headline setups (seconds). docs/simulator.md has the results.

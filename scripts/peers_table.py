@@ -5,9 +5,10 @@ Each input is the JSON that `gradsync bench allreduce`, peers_mpi_allreduce or
 peers_gloo_allreduce writes:
   {"system": "gradsync"|"openmpi"|"gloo", "collective": "allreduce", "workers": N,
    "transport": "...", "results": [{"bytes", "count", "time_us", "algbw_gbps",
-   "busbw_gbps", "wrong"}, ...]}
+   "busbw_gbps", "cpu_s_per_gb", "wrong"}, ...]}
 The table gives, per size, each system's bus bandwidth and gradsync's ratios to the peers
-(> 1: gradsync is faster). The header block states the setup, so that a figure copied from
+(> 1: gradsync is faster), and a second table each system's CPU seconds (all ranks' processes,
+user + system) per GB that all ranks sent, when the inputs have it. The header block states the setup, so that a figure copied from
 it carries its conditions. Exits non-zero, after printing, if any result is wrong or the
 inputs disagree on the worker count. Standard library only: run with /usr/bin/python3.
 """
@@ -62,8 +63,10 @@ def merge(docs):
         for result in doc["results"]:
             row = by_size.setdefault(result["bytes"], {
                 "bytes": result["bytes"], "count": result["count"],
-                "busbw_gbps": {}, "time_us": {}, "wrong": {}})
+                "busbw_gbps": {}, "time_us": {}, "cpu_s_per_gb": {}, "wrong": {}})
             row["busbw_gbps"][system] = result["busbw_gbps"]
+            if "cpu_s_per_gb" in result:
+                row["cpu_s_per_gb"][system] = result["cpu_s_per_gb"]
             row["time_us"][system] = result["time_us"]
             row["wrong"][system] = result["wrong"]
     rows = [by_size[size] for size in sorted(by_size)]
@@ -119,6 +122,25 @@ def table_lines(rows):
     return lines
 
 
+def cpu_lines(rows):
+    """CPU seconds per GB moved, per system, and each peer's over gradsync's (> 1: gradsync
+    spends less CPU per byte)."""
+    if not any(row["cpu_s_per_gb"] for row in rows):
+        return []
+    header = ["size"] + [f"{s} CPU (s/GB)" for s in SYSTEMS] + \
+             [f"{p}/gradsync" for p in PEERS]
+    lines = ["", "CPU seconds (user + system, all ranks' processes) per GB sent by all ranks:", "",
+             "| " + " | ".join(header) + " |", "|" + "---:|" * len(header)]
+    for row in rows:
+        cpu = row["cpu_s_per_gb"]
+        cells = [format_bytes(row["bytes"])] + [cell(cpu.get(s), ".3f") for s in SYSTEMS]
+        for peer in PEERS:
+            ok = cpu.get("gradsync") and cpu.get(peer) is not None
+            cells.append(f"{cpu[peer] / cpu['gradsync']:.2f}×" if ok else "n/a")
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
 def check(args, docs, rows):
     """Problems that make the comparison invalid."""
     problems = []
@@ -141,7 +163,8 @@ def main(argv):
             raise ValueError(f"{path}: a second result for '{doc['system']}'")
         docs[doc["system"]] = doc
     rows = merge(docs)
-    markdown = "\n".join(setup_lines(args, docs) + [""] + table_lines(rows)) + "\n"
+    markdown = "\n".join(setup_lines(args, docs) + [""] + table_lines(rows) +
+                         cpu_lines(rows)) + "\n"
     merged = {
         "collective": "allreduce",
         "setup": {"nproc": args.nproc, "workers": args.workers, "iters": args.iters,

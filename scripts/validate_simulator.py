@@ -8,15 +8,25 @@ data, the in-transport --bandwidth limiter, one rank per emulated host) and `gra
 on the measured profile, and reports both step times and the error. The simulated latency is
 this host's per-message software latency, measured with a 4-byte `gradsync bench allreduce`.
 
+With --compute emulate:PROFILE (a built-in profile or a JSON file) and --compute-scale X, the
+training runs use emulated accelerator compute (`gradsync train --compute`: the profile's layer
+times on a sleeping device, the real engine and network) and the simulator the same profile at
+the same scale: no profile is measured, and the comparison isolates the network and scheduling
+model from CPU contention (on this 2-core machine, CPU training's compute slows down while
+communication runs beside it, which the simulator does not model).
+
 The measured step time is the steady state: (total of a long run - total of a short run) /
 (difference in steps), so the first steps' allocations and warm-up are not in it.
 
   scripts/validate_simulator.py [--build build] [--model vgg11] [--workers 2] [--batch 64]
+      [--compute emulate:PROFILE --compute-scale X]
       [--short 3] [--long 13] [--out results/sim-validation]
       [--configs "fifo@200mbit wfbp@200mbit p3@200mbit wfbp@1gbit wfbp+fp16@200mbit ..."]
-A configuration is SCHEDULE[+COMPRESS][+ps]@BANDWIDTH. Writes OUT/validation.json and prints a
-Markdown table. Measurements already in OUT (profile, latency, codec and train JSON) are kept, so
-a second run re-simulates the same measurements; delete OUT to measure again.
+A configuration is SCHEDULE[+COMPRESS][+ps][+sync:SYNC]@BANDWIDTH, e.g. wfbp+sync:odsgd@1gbit or
+wfbp+sync:sharded:fc=exchange@1gbit (delayed strategies train after 1 warm-up step, the
+simulator predicts their steady state). Writes OUT/validation.json and prints a Markdown table.
+Measurements already in OUT (profile, latency, codec and train JSON) are kept, so a second run
+re-simulates the same measurements; delete OUT to measure again.
 """
 import argparse
 import json
@@ -46,13 +56,29 @@ def parse_config(text):
     spec, bandwidth = text.split("@")
     parts = spec.split("+")
     config = {"label": text, "schedule": parts[0], "bandwidth": bandwidth,
-              "compress": "none", "ps": False}
+              "compress": "none", "ps": False, "sync": "ssgd"}
     for part in parts[1:]:
         if part == "ps":
             config["ps"] = True
+        elif part.startswith("sync:"):
+            config["sync"] = part[len("sync:"):]
         else:
             config["compress"] = part
     return config
+
+
+def strategy_flags(config):
+    """train's and simulate's --sync, --ps and --compress for a configuration."""
+    flags = ["--schedule", config["schedule"], "--compress", config["compress"],
+             "--sync", config["sync"]]
+    if config["ps"]:
+        flags.append("--ps")
+    return flags
+
+
+def file_label(args, config):
+    label = config["label"].replace(":", "_").replace("=", "_")
+    return label if args.compute == "real" else f"{label}-{args.compute[8:]}x{args.compute_scale:g}"
 
 
 def codec_ns_per_element(gradsync, method, workers, out):
@@ -80,13 +106,17 @@ def message_latency_us(gradsync, workers, out):
 def measured_step_ms(gradsync, args, config, out):
     totals = {}
     for steps in (args.short, args.long):
-        path = os.path.join(out, f"train-{config['label'].replace(':', '_')}-{steps}.json")
-        cmd = [gradsync, "train", "--model", args.model, "--workers", str(args.workers),
-               "--dataset", "synthetic", "--steps", str(steps), "--batch-size", str(args.batch),
-               "--schedule", config["schedule"], "--compress", config["compress"],
-               "--bandwidth", config["bandwidth"], "--metrics", path, "--quiet"]
-        if config["ps"]:
-            cmd.append("--ps")
+        path = os.path.join(out, f"train-{file_label(args, config)}-{steps}.json")
+        cmd = [gradsync, "train", "--workers", str(args.workers), "--steps", str(steps),
+               "--bandwidth", config["bandwidth"], "--metrics", path, "--quiet",
+               *strategy_flags(config)]
+        if args.compute == "real":
+            cmd += ["--model", args.model, "--dataset", "synthetic", "--batch-size",
+                    str(args.batch)]
+        else:
+            cmd += ["--compute", args.compute, "--compute-scale", str(args.compute_scale)]
+        if config["sync"].split(":")[0] in ("odsgd", "ssdsgd", "cdsgd"):
+            cmd += ["--delay-warmup", "1"]
         run_unless(path, cmd)
         per_step = json.load(open(path))["per_step"]
         totals[steps] = per_step["step_ms"] * steps
@@ -94,14 +124,12 @@ def measured_step_ms(gradsync, args, config, out):
 
 
 def predicted(gradsync, args, config, profile, codec_ns, latency_us, out):
-    path = os.path.join(out, f"sim-{config['label'].replace(':', '_')}.json")
+    path = os.path.join(out, f"sim-{file_label(args, config)}.json")
     cmd = [gradsync, "simulate", "--model-profile", profile, "--workers", str(args.workers),
            "--bandwidth", config["bandwidth"], "--latency", f"{latency_us:.1f}us",
-           "--schedule", config["schedule"],
-           "--compress", config["compress"], "--codec-ns-per-element", str(codec_ns),
-           "--json", path]
-    if config["ps"]:
-        cmd.append("--ps")
+           "--codec-ns-per-element", str(codec_ns), "--json", path, *strategy_flags(config)]
+    if args.compute != "real":
+        cmd += ["--compute-scale", str(args.compute_scale)]
     run(cmd)
     return json.load(open(path))["results"][0]
 
@@ -116,12 +144,21 @@ def main():
     parser.add_argument("--long", type=int, default=13)
     parser.add_argument("--out", default="results/sim-validation")
     parser.add_argument("--configs", default=DEFAULT_CONFIGS)
+    parser.add_argument("--compute", default="real",
+                        help="real (measure a profile of --model) or emulate:PROFILE")
+    parser.add_argument("--compute-scale", type=float, default=1.0)
     args = parser.parse_args()
+    if args.compute != "real" and not args.compute.startswith("emulate:"):
+        sys.exit("--compute is real or emulate:PROFILE")
     gradsync = os.path.join(args.build, "apps", "gradsync", "gradsync")
     os.makedirs(args.out, exist_ok=True)
-    profile = os.path.join(args.out, f"profile-{args.model}-{args.workers}.json")
-    run_unless(profile, [gradsync, "profile", "--model", args.model, "--workers",
-                         str(args.workers), "--batch-size", str(args.batch), "--output", profile])
+    if args.compute == "real":
+        profile = os.path.join(args.out, f"profile-{args.model}-{args.workers}.json")
+        run_unless(profile, [gradsync, "profile", "--model", args.model, "--workers",
+                             str(args.workers), "--batch-size", str(args.batch), "--output",
+                             profile])
+    else:
+        profile = args.compute[len("emulate:"):]
     latency = message_latency_us(gradsync, args.workers, args.out)
     rows = []
     for text in args.configs.split():
@@ -138,10 +175,11 @@ def main():
                      "codec_ns_per_element": codec, "error": error})
         print(f"{text}: measured {measured:.0f} ms, predicted {sim['step_ms']:.0f} ms "
               f"({100 * error:+.1f}%)", file=sys.stderr, flush=True)
-    setup = (f"{args.model}, {args.workers} workers on this machine, batch {args.batch}, "
-             f"synthetic data, in-transport --bandwidth limiter; steady-state step from runs of "
-             f"{args.short} and {args.long} steps; simulated with the measured per-message "
-             f"latency {latency:.0f} us and codec costs")
+    workload = (f"{args.model}, batch {args.batch}, synthetic data" if args.compute == "real"
+                else f"emulated compute ({args.compute}, compute x {args.compute_scale:g})")
+    setup = (f"{workload}, {args.workers} workers on this machine, in-transport --bandwidth "
+             f"limiter; steady-state step from runs of {args.short} and {args.long} steps; "
+             f"simulated with the measured per-message latency {latency:.0f} us and codec costs")
     json.dump({"setup": setup, "profile": profile, "latency_us": latency, "rows": rows},
               open(os.path.join(args.out, "validation.json"), "w"), indent=1)
     print(f"Setup: {setup}.\n")

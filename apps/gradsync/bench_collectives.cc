@@ -1,5 +1,8 @@
 #include "bench_collectives.h"
 
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -83,7 +86,41 @@ struct Row {
   size_t count;
   double seconds;  // mean per iteration, slowest rank
   uint64_t wrong;
+  double cpuSeconds;  // per iteration, every rank's process together (user + system)
 };
+
+// CPU time (user + system) of this whole process so far: every thread, the transport's included.
+double processCpuSeconds() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  auto seconds = [](const timeval& t) { return static_cast<double>(t.tv_sec) + t.tv_usec * 1e-6; };
+  return seconds(usage.ru_utime) + seconds(usage.ru_stime);
+}
+
+// The CPU seconds of the job's processes per iteration, from each rank's `cpuSeconds` over its
+// timed iterations: summed over processes; ranks that are threads of one process (loopback) all
+// measured that process, so it counts once (its largest measurement).
+double jobCpuSeconds(Transport& t, double cpuSeconds) {
+  std::vector<float> pids(t.size(), 0.0f);
+  std::vector<float> cpu(t.size(), 0.0f);
+  pids[t.rank()] = static_cast<float>(::getpid());
+  cpu[t.rank()] = static_cast<float>(cpuSeconds);
+  allgather(t, pids, {.tag = 4});
+  allgather(t, cpu, {.tag = 5});
+  std::vector<std::pair<float, float>> byProcess;
+  for (int r = 0; r < t.size(); ++r) {
+    auto same = std::find_if(byProcess.begin(), byProcess.end(),
+                             [&](const auto& p) { return p.first == pids[r]; });
+    if (same == byProcess.end()) {
+      byProcess.emplace_back(pids[r], cpu[r]);
+    } else {
+      same->second = std::max(same->second, cpu[r]);
+    }
+  }
+  double total = 0;
+  for (const auto& p : byProcess) total += p.second;
+  return total;
+}
 
 // Times one size: `iters` iterations, each on freshly initialised data (untimed) after a barrier
 // (untimed), so every iteration measures the collective alone. Verifies the last result.
@@ -93,13 +130,16 @@ Row measure(Transport& t, const Collective& c, const BenchOptions& options, uint
   std::vector<float> data(count);
   CollectiveOptions collective{.tag = 0, .segmentBytes = options.segmentBytes};
   double total = 0;
+  double cpu = 0;
   for (int iter = -options.warmup; iter < options.iters; ++iter) {
     c.init(data, t.rank(), n);
     barrier(t, {.tag = 1});
+    const double cpuStart = processCpuSeconds();
     auto start = std::chrono::steady_clock::now();
     c.run(t, data, collective);
-    if (iter >= 0)
-      total += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (iter < 0) continue;
+    total += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    cpu += processCpuSeconds() - cpuStart;
   }
   uint64_t wrong = 0;
   for (size_t i = 0; i < count; ++i) wrong += data[i] != c.expected(i, count, n) ? 1 : 0;
@@ -109,8 +149,9 @@ Row measure(Transport& t, const Collective& c, const BenchOptions& options, uint
   allgather(t, times, {.tag = 2});
   std::vector<float> wrongs = {static_cast<float>(wrong)};
   allreduce(t, wrongs, ReduceOp::kSum, {.tag = 3});
+  const double iters = std::max(options.iters, 1);
   return {bytes, count, *std::max_element(times.begin(), times.end()),
-          static_cast<uint64_t>(wrongs[0])};
+          static_cast<uint64_t>(wrongs[0]), jobCpuSeconds(t, cpu) / iters};
 }
 
 }  // namespace
@@ -138,8 +179,8 @@ uint64_t runBench(Transport& t, const BenchOptions& options) {
         "segment %s\n",
         options.collective.c_str(), n, options.transportName.c_str(), options.iters, options.warmup,
         formatBytes(options.segmentBytes).c_str());
-    std::printf("#%13s %12s %12s %12s %12s %8s\n", "size(B)", "count", "time(us)", "algbw(GB/s)",
-                "busbw(GB/s)", "#wrong");
+    std::printf("#%13s %12s %12s %12s %12s %12s %8s\n", "size(B)", "count", "time(us)",
+                "algbw(GB/s)", "busbw(GB/s)", "cpu(s/GB)", "#wrong");
     std::fflush(stdout);
   }
   nlohmann::json results = nlohmann::json::array();
@@ -148,11 +189,14 @@ uint64_t runBench(Transport& t, const BenchOptions& options) {
     Row row = measure(t, c, options, bytes / sizeof(float) * sizeof(float));
     double algbw = row.seconds > 0 ? static_cast<double>(row.bytes) / row.seconds / 1e9 : 0;
     double busbw = algbw * c.busFactor(n);
+    // CPU seconds of all ranks per GB that all ranks sent (busFactor x size each, per iteration).
+    const double movedGb = c.busFactor(n) * static_cast<double>(row.bytes) * n / 1e9;
+    const double cpuPerGb = movedGb > 0 ? row.cpuSeconds / movedGb : 0;
     wrong += row.wrong;
     if (report) {
-      std::printf(" %13llu %12zu %12.1f %12.3f %12.3f %8llu\n",
+      std::printf(" %13llu %12zu %12.1f %12.3f %12.3f %12.3f %8llu\n",
                   static_cast<unsigned long long>(row.bytes), row.count, row.seconds * 1e6, algbw,
-                  busbw, static_cast<unsigned long long>(row.wrong));
+                  busbw, cpuPerGb, static_cast<unsigned long long>(row.wrong));
       std::fflush(stdout);
     }
     results.push_back({{"bytes", row.bytes},
@@ -160,6 +204,8 @@ uint64_t runBench(Transport& t, const BenchOptions& options) {
                        {"time_us", row.seconds * 1e6},
                        {"algbw_gbps", algbw},
                        {"busbw_gbps", busbw},
+                       {"cpu_s", row.cpuSeconds},
+                       {"cpu_s_per_gb", cpuPerGb},
                        {"wrong", row.wrong}});
   }
   if (report && !options.jsonPath.empty()) {

@@ -35,16 +35,26 @@ std::string syncLabel(const TrainOptions& options) {
   return label;
 }
 
+// "cnn on fashion-mnist", or "emulated vgg19 (compute x 20)" with --compute emulate:vgg19.
+std::string workload(const TrainOptions& options) {
+  if (!emulatesCompute(options)) return options.model + " on " + options.dataset;
+  return fmt::format("emulated {} (compute x {:g})", options.compute.substr(8),
+                     options.computeScale);
+}
+
 void printSummary(const TrainOptions& options, int workers, const TrainResult& result) {
   const StepProfile& p = result.perStep;
+  const std::string accuracy =
+      emulatesCompute(options)
+          ? ""
+          : fmt::format("test accuracy {:.2f}%, ", 100 * result.finalTestAccuracy);
   std::printf(
-      "gradsync train: %s on %s, %d workers, %s%s, %lld steps in %.1f s: "
-      "test accuracy %.2f%%, %.0f samples/s, step %.1f ms (compute %.1f, exposed "
+      "gradsync train: %s, %d workers, %s%s, %lld steps in %.1f s: "
+      "%s%.0f samples/s, step %.1f ms (compute %.1f, exposed "
       "communication %.1f), %.2f MB sent per step",
-      options.model.c_str(), options.dataset.c_str(), workers, options.schedule.c_str(),
-      syncLabel(options).c_str(), static_cast<long long>(result.steps), result.seconds,
-      100 * result.finalTestAccuracy, result.samplesPerSecond, p.stepMs, p.computeMs,
-      p.exposedCommMs, p.bytesSent / 1e6);
+      workload(options).c_str(), workers, options.schedule.c_str(), syncLabel(options).c_str(),
+      static_cast<long long>(result.steps), result.seconds, accuracy.c_str(),
+      result.samplesPerSecond, p.stepMs, p.computeMs, p.exposedCommMs, p.bytesSent / 1e6);
   if (options.compression.spec != "none" && p.bytesSent > 0) {
     std::printf(" (%s: %.1fx less than dense, encode %.1f ms, decode %.1f ms)",
                 options.compression.spec.c_str(), p.denseBytes / p.bytesSent, p.encodeMs,
@@ -72,6 +82,8 @@ Settings trainSettings(const TrainOptions& o, const std::string& transport) {
   auto text = [](auto value) { return fmt::format("{}", value); };
   return {{"--transport", transport},
           {"--model", o.model},
+          {"--compute", o.compute},
+          {"--compute-scale", text(o.computeScale)},
           {"--dataset", o.dataset},
           {"--epochs", text(o.epochs)},
           {"--steps", text(o.steps)},
@@ -125,6 +137,15 @@ void addTrainCommand(CLI::App& app, CommandContext& context) {
   train->add_option("--model", o.model, "mlp | cnn | resnet20 | vgg11 | cnn-gn | vgg11-gn | dlrm")
       ->capture_default_str();
   train->add_option("--dataset", o.dataset, "fashion-mnist | synthetic | criteo (dlrm)")
+      ->capture_default_str();
+  train
+      ->add_option("--compute", o.compute,
+                   "real | emulate:PROFILE (accelerator compute emulated from a model profile: "
+                   "resnet50, vgg19, transformer or a JSON file)")
+      ->capture_default_str();
+  train
+      ->add_option("--compute-scale", o.computeScale,
+                   "emulated compute: multiply the profile's times (a device X times slower)")
       ->capture_default_str();
   train->add_option("--data-dir", o.dataDir, "Fashion-MNIST files (criteo: train.txt, test.txt)")
       ->capture_default_str();
@@ -194,6 +215,9 @@ void addTrainCommand(CLI::App& app, CommandContext& context) {
                                  "docs/recommendation.md); its workers are not elastic"});
     }
     if (flags->options.model == "dlrm") {  // its own trainer (docs/recommendation.md)
+      if (flags->options.compute != "real") {
+        throw ConfigError("--model dlrm computes on this host: --compute must be real");
+      }
       RecommendationOptions recommendation = flags->recommendation;
       recommendation.train = flags->options;
       if (train->count("--dataset") == 0) recommendation.train.dataset = "synthetic";
@@ -207,6 +231,9 @@ void addTrainCommand(CLI::App& app, CommandContext& context) {
                         {.hint = "a pipeline's stages are fixed ranks; drop one of them"});
     }
     if (!flags->options.elastic.empty()) {
+      if (flags->options.compute != "real") {
+        throw ConfigError("--elastic trains with real compute: --compute must be real");
+      }
       runElastic(*flags, context);
       return;
     }
@@ -214,12 +241,16 @@ void addTrainCommand(CLI::App& app, CommandContext& context) {
       throw ConfigError("--record-samples records elastic runs", {.hint = "add --elastic MIN:MAX"});
     }
     if (flags->options.pipeline.enabled()) {  // its own trainer (torch/pipeline.h)
+      if (flags->options.compute != "real") {
+        throw ConfigError("--pipeline trains with real compute: --compute must be real");
+      }
       Settings settings = trainSettings(flags->options, flags->ranks.transport);
       addPipelineSettings(flags->options.pipeline, settings);
       context.exitCode = runPipelineCommand(flags->ranks, train->count("--workers") > 0, context,
                                             flags->options, settings);
       return;
     }
+    flags->options = resolveCompute(flags->options, flags->ranks.workers);
     RankFlags ranks = flags->ranks;
     ranks.workers += flags->options.strategy.servers;  // separate servers are ranks too
     Settings settings = trainSettings(flags->options, ranks.transport);

@@ -6,7 +6,11 @@
 // Method, per size: fill inputs, `warmup` allreduces, barrier, time `iters` allreduces; the
 // figure is the max over ranks of each rank's mean time per iteration. The result is then
 // checked on a freshly filled buffer (the timed loop reduces in place, so its values grow).
+// CPU: each rank's process time (user + system, all its threads: getrusage) over the timed
+// iterations, summed over ranks, per GB that all ranks sent (2(P-1)/P of the buffer each).
 #pragma once
+
+#include <sys/resource.h>
 
 #include <fmt/core.h>
 #include <CLI/CLI.hpp>
@@ -42,8 +46,18 @@ struct Row {
   double timeUs = 0;
   double algbwGbps = 0;
   double busbwGbps = 0;
+  double cpuSeconds = 0;  // per iteration, every rank's process together
+  double cpuSecondsPerGb = 0;
   int64_t wrong = 0;
 };
+
+// CPU time (user + system) of this whole process so far, in microseconds.
+inline int64_t processCpuMicros() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  auto micros = [](const timeval& t) { return int64_t{t.tv_sec} * 1'000'000 + t.tv_usec; };
+  return micros(usage.ru_utime) + micros(usage.ru_stime);
+}
 
 // What a peer library must offer to be measured. Every call is collective and blocking.
 template <class P>
@@ -133,7 +147,8 @@ inline int64_t countWrong(std::span<const float> data, int workers) {
   return wrong;
 }
 
-inline Row makeRow(uint64_t bytes, double seconds, int workers, int64_t wrong) {
+inline Row makeRow(uint64_t bytes, double seconds, int workers, int64_t wrong,
+                   double cpuSeconds = 0) {
   Row row;
   row.bytes = bytes;
   row.count = bytes / sizeof(float);
@@ -141,6 +156,9 @@ inline Row makeRow(uint64_t bytes, double seconds, int workers, int64_t wrong) {
   row.algbwGbps = static_cast<double>(bytes) / seconds / 1e9;
   // nccl-tests' bus bandwidth: what each link carries in a ring, comparable across worker counts.
   row.busbwGbps = row.algbwGbps * 2.0 * (workers - 1) / workers;
+  row.cpuSeconds = cpuSeconds;
+  const double movedGb = 2.0 * (workers - 1) / workers * static_cast<double>(bytes) * workers / 1e9;
+  row.cpuSecondsPerGb = movedGb > 0 ? cpuSeconds / movedGb : 0;
   row.wrong = wrong;
   return row;
 }
@@ -150,16 +168,16 @@ inline void printHeader(std::string_view system, int workers, std::string_view t
   fmt::print("# {} allreduce float32 sum in place: {} workers, {} iters, {} warmup\n", system,
              workers, options.iters, options.warmup);
   fmt::print("# transport: {}\n", transport);
-  fmt::print("# {:>12} {:>13} {:>12} {:>10} {:>10} {:>7}\n", "size", "count", "time", "algbw",
-             "busbw", "#wrong");
-  fmt::print("# {:>12} {:>13} {:>12} {:>10} {:>10} {:>7}\n", "(B)", "(elements)", "(us)", "(GB/s)",
-             "(GB/s)", "");
+  fmt::print("# {:>12} {:>13} {:>12} {:>10} {:>10} {:>10} {:>7}\n", "size", "count", "time",
+             "algbw", "busbw", "cpu", "#wrong");
+  fmt::print("# {:>12} {:>13} {:>12} {:>10} {:>10} {:>10} {:>7}\n", "(B)", "(elements)", "(us)",
+             "(GB/s)", "(GB/s)", "(s/GB)", "");
   std::fflush(stdout);
 }
 
 inline void printRow(const Row& row) {
-  fmt::print("  {:>12} {:>13} {:>12.1f} {:>10.3f} {:>10.3f} {:>7}\n", row.bytes, row.count,
-             row.timeUs, row.algbwGbps, row.busbwGbps, row.wrong);
+  fmt::print("  {:>12} {:>13} {:>12.1f} {:>10.3f} {:>10.3f} {:>10.3f} {:>7}\n", row.bytes,
+             row.count, row.timeUs, row.algbwGbps, row.busbwGbps, row.cpuSecondsPerGb, row.wrong);
   std::fflush(stdout);  // Rows appear as they are measured, also through pipes.
 }
 
@@ -173,6 +191,8 @@ inline void writeJson(const std::string& path, std::string_view system, int work
                        {"time_us", row.timeUs},
                        {"algbw_gbps", row.algbwGbps},
                        {"busbw_gbps", row.busbwGbps},
+                       {"cpu_s", row.cpuSeconds},
+                       {"cpu_s_per_gb", row.cpuSecondsPerGb},
                        {"wrong", row.wrong}});
   }
   nlohmann::ordered_json doc = {{"system", system},
@@ -193,15 +213,17 @@ Row measureSize(Peer& peer, uint64_t bytes, const BenchOptions& options) {
   fillInput(buffer, peer.rank());
   for (int i = 0; i < options.warmup; ++i) peer.allreduceSum(buffer);
   peer.barrier();
+  const int64_t cpuStart = processCpuMicros();
   const auto start = std::chrono::steady_clock::now();
   for (int i = 0; i < options.iters; ++i) peer.allreduceSum(buffer);
   const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
+  const int64_t cpuMicros = peer.sumOverRanks(processCpuMicros() - cpuStart);
   const double seconds = peer.maxOverRanks(elapsed.count() / options.iters);
 
   fillInput(buffer, peer.rank());
   peer.allreduceSum(buffer);
   const int64_t wrong = peer.sumOverRanks(countWrong(buffer, peer.size()));
-  return makeRow(bytes, seconds, peer.size(), wrong);
+  return makeRow(bytes, seconds, peer.size(), wrong, 1e-6 * cpuMicros / options.iters);
 }
 
 // Runs the whole sweep; rank 0 prints each row as it is measured and writes the JSON.

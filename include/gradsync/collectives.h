@@ -70,6 +70,21 @@ std::vector<std::vector<uint8_t>> allgatherBytes(Transport& transport,
                                                  std::span<const uint8_t> mine,
                                                  const CollectiveOptions& options = {});
 
+// All-to-all of variable-size float blocks (MPI_Alltoallv): `send` holds P blocks in rank
+// order, block j (sendCounts[j] elements) for rank j; afterwards `recv` holds P blocks in rank
+// order, block i (recvCounts[i] elements) from rank i. A rank's own block is copied locally.
+// Rank r's sendCounts[j] must equal rank j's recvCounts[r] (ProtocolError otherwise). Every
+// receive lands straight in `recv` (posted before any send); one message to and from each other
+// rank (options.segmentBytes does not apply). `send` and `recv` must not overlap.
+void alltoallv(Transport& transport, std::span<const float> send,
+               std::span<const size_t> sendCounts, std::span<float> recv,
+               std::span<const size_t> recvCounts, const CollectiveOptions& options = {});
+
+// All-to-all of equal blocks (MPI_Alltoall): send and recv hold P blocks of send.size() / P
+// elements each (ConfigError unless P divides it and the sizes agree).
+void alltoall(Transport& transport, std::span<const float> send, std::span<float> recv,
+              const CollectiveOptions& options = {});
+
 // Pipelined chain broadcast of `root`'s data to every rank.
 void broadcast(Transport& transport, std::span<float> data, int root,
                const CollectiveOptions& options = {});

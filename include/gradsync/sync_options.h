@@ -21,9 +21,10 @@ struct SyncOptions {
   std::vector<std::string> compressOverrides;  // GLOB=SPEC by parameter name, first match wins
   size_t compressMinElements = 1024;           // smaller tensors go dense
   int64_t compressWarmup = 0;                  // dense steps before compressing
-  // ssgd (averaged gradients) | sharded (Lee et al.: reduce-scatter, update 1/P, allgather) |
-  // localsgd:H (local steps, models averaged every H) | asgd | ssp:S | odsgd | ssdsgd:K | cdsgd:K
-  // (through parameter servers; docs/algorithms.md) (--sync).
+  // ssgd (averaged gradients) | sharded[:fc=reduce|exchange|auto] (Lee et al.: reduce-scatter,
+  // update 1/P, allgather; fc=: their exchange of fully-connected layers' activations and errors,
+  // for gradsync's own models) | localsgd:H (local steps, models averaged every H) | asgd | ssp:S
+  // | odsgd | ssdsgd:K | cdsgd:K (through parameter servers; docs/algorithms.md) (--sync).
   std::string sync = "ssgd";
   // ssgd through parameter servers co-located with the workers (server s is a thread of rank s)
   // instead of the ring (--ps); asgd, ssp and the delayed strategies always use them.
@@ -39,6 +40,9 @@ struct SyncOptions {
   double cdThreshold = 0.5;   // --cd-threshold: cdsgd's 2-bit quantization threshold
   // The same on every rank: stochastic compressors draw from it.
   uint64_t seed = 0;
+  // Rows of a fully-connected layer's input per rank and step (the batch per rank): what
+  // sharded:fc=auto weighs against the layer's size. 0: unknown (fc=auto refuses to guess).
+  int64_t localBatch = 0;
   // Ranks may run out of data at different steps (DistributedOptimizer::join). Costs one small
   // allreduce per step (how many ranks still have data); ring ssgd in gradient mode only.
   bool join = false;

@@ -92,6 +92,8 @@ class Transport {
   // Bytes handed to the network so far by this rank (payloads and frame headers; messages to
   // itself excluded). Thread-safe; for metrics.
   virtual uint64_t bytesSent() const = 0;
+  // What bytesSent() counts per message on top of its payload (a frame header).
+  virtual size_t messageOverheadBytes() const { return 0; }
 };
 
 }  // namespace gradsync

@@ -59,8 +59,10 @@ class Pipeline {
         right_((transport.rank() + 1) % transport.size()),
         left_((transport.rank() + transport.size() - 1) % transport.size()) {
     size_t staging = 0;
-    for (const Step& step : steps) {
-      if (step.reduce) staging = std::max(staging, step.recv.bytes);
+    for (size_t s = 0; s < steps.size(); ++s) {
+      if (!steps[s].reduce) continue;
+      staging = std::max(staging, steps[s].recv.bytes);
+      lastReduce_ = s;
     }
     uint8_t* memory = stagingMemory(2 * staging);
     staging_[0] = memory;
@@ -125,6 +127,9 @@ class Pipeline {
     const uint8_t* src = staging_[s % 2] + k * segment_;
     if (reduction_.add != nullptr) {
       reduction_.add(dst, src, bytes);
+    } else if (s == lastReduce_ && reduction_.finalFactor != 1.0f) {
+      addIntoScaled(reinterpret_cast<float*>(dst), reinterpret_cast<const float*>(src),
+                    bytes / sizeof(float), reduction_.finalFactor);
     } else {
       addInto(reinterpret_cast<float*>(dst), reinterpret_cast<const float*>(src),
               bytes / sizeof(float));
@@ -139,7 +144,8 @@ class Pipeline {
   const size_t segment_;
   const int right_;
   const int left_;
-  uint8_t* staging_[2];  // two halves of stagingMemory(): even and odd steps
+  uint8_t* staging_[2];           // two halves of stagingMemory(): even and odd steps
+  size_t lastReduce_ = SIZE_MAX;  // the last reducing step (where finalFactor applies)
 };
 
 }  // namespace

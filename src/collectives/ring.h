@@ -31,6 +31,9 @@ struct Step {
 struct Reduction {
   size_t elementBytes = sizeof(float);
   void (*add)(uint8_t* dst, const uint8_t* src, size_t bytes) = nullptr;  // null: float32 sum
+  // float32 sums only: the last reducing step multiplies what it completes by this (an average's
+  // 1/P), so the scaling rides on that pass instead of one more over the whole buffer.
+  float finalFactor = 1.0f;
 };
 
 // Byte spans of the blocks of a buffer cut into consecutive pieces of the given sizes.

@@ -10,8 +10,8 @@
 
 namespace gradsync::tags {
 
-// The gradient engine's communication thread: allreduce, reduce-scatter and allgather of the
-// gradient units, and every compressor's exchange.
+// Retired: the gradient engine's one stream before each unit had its own (kGradientUnits, below).
+// The number stays taken so that no later stream reuses it.
 inline constexpr uint64_t kGradients = kReservedTagBase + 0;
 // DistributedModel on the training thread: broadcast and averaging of parameters and buffers.
 inline constexpr uint64_t kModelState = kReservedTagBase + 1;
@@ -46,5 +46,11 @@ inline constexpr uint64_t kRecStatus = kReservedTagBase + 15;
 inline constexpr uint64_t kPipelineActivations = kReservedTagBase + 20;
 inline constexpr uint64_t kPipelineGradients = kReservedTagBase + 21;
 inline constexpr uint64_t kPipelineEval = kReservedTagBase + 22;
+// The ring executor's collectives for unit u travel on kGradientUnits + u (one stream per unit),
+// so that p3's committed slices can be in flight at once.
+inline constexpr uint64_t kGradientUnits = kReservedTagBase + (uint64_t{2} << 32);
+// sharded's fully-connected exchange (sync/fc_exchange.h): linear layer l's activations travel
+// on kFcExchange + 2l, its output errors on kFcExchange + 2l + 1 (the training thread's).
+inline constexpr uint64_t kFcExchange = kReservedTagBase + (uint64_t{3} << 32);
 
 }  // namespace gradsync::tags

@@ -23,13 +23,20 @@ void parseP3Options(const std::string& options, ScheduleSpec& spec) {
     std::string item = options.substr(start, end - start);
     size_t equals = item.find('=');
     std::string key = item.substr(0, equals);
-    if (equals == std::string::npos || (key != "slice" && key != "window")) {
+    if (equals == std::string::npos || (key != "slice" && key != "window" && key != "concurrent")) {
       throw ConfigError(fmt::format("unknown p3 option '{}'", item),
-                        {.hint = "p3 takes slice=N (elements) and window=W (slices)"});
+                        {.hint = "p3 takes slice=N (elements), window=W (slices) and "
+                                 "concurrent=0|1 (the window's slices in flight at once)"});
     }
     int64_t value = parseInteger(item.substr(equals + 1), fmt::format("--schedule p3:{}", key));
-    if (value < 1) throw ConfigError(fmt::format("--schedule p3:{} must be at least 1", key));
-    (key == "slice" ? spec.sliceElements : spec.window) = static_cast<size_t>(value);
+    if (key == "concurrent") {
+      if (value != 0 && value != 1) throw ConfigError("--schedule p3:concurrent must be 0 or 1");
+      spec.concurrent = value == 1;
+    } else if (value < 1) {
+      throw ConfigError(fmt::format("--schedule p3:{} must be at least 1", key));
+    } else {
+      (key == "slice" ? spec.sliceElements : spec.window) = static_cast<size_t>(value);
+    }
     start = end + 1;
   }
 }
@@ -67,7 +74,8 @@ std::string ScheduleSpec::toString() const {
     case Kind::kFusion:
       return fmt::format("fusion:{:g}", static_cast<double>(fusionBytes) / (1024 * 1024));
     case Kind::kP3:
-      return fmt::format("p3:slice={},window={}", sliceElements, window);
+      return fmt::format("p3:slice={},window={}{}", sliceElements, window,
+                         concurrent ? "" : ",concurrent=0");
   }
   return "?";
 }

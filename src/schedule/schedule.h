@@ -31,9 +31,13 @@ struct ScheduleSpec {
   size_t fusionBytes = 25u << 20;  // for kFusion
   size_t sliceElements = 40'000;   // for kP3: P3's default slice bound
   size_t window = 2;               // for kP3: slices committed ahead of completion
+  // For kP3 over the ring: the committed slices' collectives run at once, each on its own stream
+  // (true), or one after the other (false: concurrent=0).
+  bool concurrent = true;
 
-  // Parses "fifo", "wfbp", "fusion" (25 MB), "fusion:MB", "p3" or "p3:slice=N,window=W" (either
-  // key alone too); throws ConfigError listing the valid forms.
+  // Parses "fifo", "wfbp", "fusion" (25 MB), "fusion:MB", "p3" or
+  // "p3:slice=N,window=W,concurrent=0|1" (any of the keys, in any order); throws ConfigError
+  // listing the valid forms.
   static ScheduleSpec parse(const std::string& text);
   std::string toString() const;
   bool overlapsBackward() const { return kind != Kind::kFifo; }

@@ -26,7 +26,8 @@ StepPlanner::StepPlanner(const GradientLayout& layout, const ScheduleSpec& sched
       commitsAhead_(schedule.prioritized() && route != Route::kServers),
       order_(schedule.prioritized() ? std::vector<PlannedOp>{} : fixedOrder(route)),
       opsPerStep_(schedule.prioritized() ? units_ : order_.size()),
-      readySteps_(units_, 0) {
+      readySteps_(units_, 0),
+      reducedSteps_(units_, 0) {
   GS_CHECK(!(schedule.prioritized() && route == Route::kSharded));
   if (route == Route::kServers) p3Kind_ = PlannedOp::Kind::kPush;
   if (schedule.prioritized() && role_ == Role::kLeader) {
@@ -78,6 +79,8 @@ std::optional<PlannedOp> StepPlanner::next() {
   }
   PlannedOp op = order_[started_];
   if (op.kind != PlannedOp::Kind::kAllgather && !readyNow(op.unit)) return std::nullopt;
+  if (op.kind == PlannedOp::Kind::kAllgather && reducedSteps_[op.unit] <= step_)
+    return std::nullopt;
   op.step = step_;
   ++started_;
   return op;
@@ -99,6 +102,7 @@ void StepPlanner::follow(size_t unit, size_t overtook) {
 void StepPlanner::done(const PlannedOp& op) {
   GS_CHECK(op.step == step_ && done_ < started_);
   if (scheduler_) scheduler_->completed(op.unit);
+  if (op.kind == PlannedOp::Kind::kReduceScatter) reducedSteps_[op.unit] = step_ + 1;
   if (++done_ < opsPerStep_) return;
   ++step_;
   started_ = followed_ = done_ = readyThisStep_ = 0;
@@ -114,6 +118,7 @@ void StepPlanner::setStep(uint64_t step) {
   GS_CHECK(started_ == 0 && readyThisStep_ == 0);
   step_ = step;
   readySteps_.assign(units_, step);
+  reducedSteps_.assign(units_, step);
 }
 
 }  // namespace gradsync

@@ -6,7 +6,9 @@
 //   ring (fifo, wfbp, fusion)  one allreduce per unit, in unit order, each once it is ready
 //   sharded (Lee et al.)       a reduce-scatter per unit in unit order, then an allgather per
 //                              unit in reverse (forward's order: the next forward needs the
-//                              input layer first)
+//                              input layer first); a unit's allgather only once its
+//                              reduce-scatter is done (they may overlap other units' operations
+//                              when the engine runs several at once)
 //   servers                    one push per unit, in unit order
 //   p3                         units in the order PriorityScheduler picks among the ready ones.
 //                              Over the ring, rank 0 commits as many picks as the window allows
@@ -84,8 +86,9 @@ class StepPlanner {
   const size_t opsPerStep_;
   std::unique_ptr<PriorityScheduler> scheduler_;  // p3, on the leader
   PlannedOp::Kind p3Kind_ = PlannedOp::Kind::kAllreduce;
-  std::deque<PlannedOp> committed_;   // p3 over the ring: picked (or followed), not yet started
-  std::vector<uint64_t> readySteps_;  // by unit: steps whose gradient is ready (absolute)
+  std::deque<PlannedOp> committed_;     // p3 over the ring: picked (or followed), not yet started
+  std::vector<uint64_t> readySteps_;    // by unit: steps whose gradient is ready (absolute)
+  std::vector<uint64_t> reducedSteps_;  // sharded, by unit: steps whose reduce-scatter is done
   uint64_t step_ = 0;
   size_t readyThisStep_ = 0;  // units ready for the current step
   size_t started_ = 0;        // operations of the current step started (fixed order: its index)

@@ -113,6 +113,7 @@ double linearFlops(int64_t in, int64_t out) {
 void addLinear(Builder& b, const std::string& name, int64_t in, int64_t out, double rows) {
   b.add(name, {tensorShape(name + ".weight", {out, in}), tensorShape(name + ".bias", {out})},
         rows * linearFlops(in, out));
+  b.layers.back().kind = kLinearLayer;
 }
 
 // A bias-free convolution and the BatchNorm after it, as one layer named after the convolution:

@@ -71,6 +71,22 @@ double allgathervSeconds(const ClusterSpec& cluster, size_t bytesPerRank) {
   return (cluster.workers - 1) * ringStepSeconds(cluster, bytesPerRank);
 }
 
+double alltoallSeconds(const ClusterSpec& cluster, size_t bytesPerPeer) {
+  const int p = cluster.workers;
+  if (p == 1 || bytesPerPeer == 0) return 0;
+  const double bytes = static_cast<double>(bytesPerPeer);
+  const int local = std::min(cluster.gpusPerHost, p);  // ranks on rank 0's host
+  double seconds = 0;
+  if (p > local) {
+    seconds = cluster.latency + local * (p - local) * bytes / cluster.bandwidth;
+  }
+  if (local > 1) {
+    seconds =
+        std::max(seconds, cluster.localLatency + (local - 1) * bytes / cluster.localBandwidth);
+  }
+  return seconds;
+}
+
 // Round j of the merge sends from rank 2^j to rank 0 (every pair of that round alike); the
 // broadcast back sends the same lists down the same edges, one round at a time.
 double treeSeconds(const ClusterSpec& cluster, size_t listBytes) {

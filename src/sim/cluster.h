@@ -39,6 +39,10 @@ double reduceScatterSeconds(const ClusterSpec& cluster, size_t elements, size_t 
 double allgatherSeconds(const ClusterSpec& cluster, size_t elements, size_t elementBytes);
 // Every rank contributes `bytesPerRank` (the ring allgatherv of the sparse compressors).
 double allgathervSeconds(const ClusterSpec& cluster, size_t bytesPerRank);
+// All-to-all (alltoallv): every rank sends `bytesPerPeer` to every other rank at once. A host's
+// NIC carries its G ranks' messages to the P - G ranks elsewhere, and each device's local link
+// its G - 1 messages to the host's other devices, in parallel.
+double alltoallSeconds(const ClusterSpec& cluster, size_t bytesPerPeer);
 // gtopk: lists of `listBytes` merged up a binomial tree and sent back down it.
 double treeSeconds(const ClusterSpec& cluster, size_t listBytes);
 

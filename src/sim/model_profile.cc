@@ -55,10 +55,12 @@ std::string profileToJson(const ModelProfile& profile) {
     nlohmann::json tensors = nlohmann::json::array();
     for (const TensorShape& tensor : layer.tensors)
       tensors.push_back({{"name", tensor.name}, {"dims", tensor.dims}});
-    layers.push_back({{"name", layer.name},
-                      {"forward_s", layer.forwardSeconds},
-                      {"backward_s", layer.backwardSeconds},
-                      {"tensors", tensors}});
+    nlohmann::json out = {{"name", layer.name},
+                          {"forward_s", layer.forwardSeconds},
+                          {"backward_s", layer.backwardSeconds},
+                          {"tensors", tensors}};
+    if (!layer.kind.empty()) out["kind"] = layer.kind;
+    layers.push_back(std::move(out));
   }
   nlohmann::json out = {{"name", profile.name},
                         {"device", profile.device},
@@ -111,12 +113,26 @@ LayerProfile layerFromJson(const nlohmann::json& json, const std::string& where)
   const std::string at = fmt::format("{}, layer \"{}\"", where, layer.name);
   layer.forwardSeconds = seconds(json, "forward_s", at);
   layer.backwardSeconds = seconds(json, "backward_s", at);
+  if (json.contains("kind")) layer.kind = field<std::string>(json, "kind", at);
+  if (!layer.kind.empty() && layer.kind != kLinearLayer) {
+    throw ConfigError(fmt::format("model profile {}: unknown kind \"{}\" (only \"{}\")", at,
+                                  layer.kind, kLinearLayer));
+  }
   for (const nlohmann::json& tensor : field<nlohmann::json>(json, "tensors", at)) {
     auto dims = field<std::vector<int64_t>>(tensor, "dims", at);
     for (int64_t d : dims)
       if (d <= 0)
         throw ConfigError(fmt::format("model profile {}: a tensor has a dimension {}", at, d));
     layer.tensors.push_back(tensorShape(field<std::string>(tensor, "name", at), std::move(dims)));
+  }
+  const auto& t = layer.tensors;
+  const bool linearShapes = !t.empty() && t.size() <= 2 && t[0].dims.size() == 2 &&
+                            (t.size() == 1 || t[1].dims == std::vector<int64_t>{t[0].dims[0]});
+  if (layer.kind == kLinearLayer && !linearShapes) {
+    throw ConfigError(
+        fmt::format("model profile {}: a linear layer has a weight (out x in) and "
+                    "at most a bias (out)",
+                    at));
   }
   return layer;
 }

@@ -19,13 +19,17 @@ struct LayerProfile {
   // From the end of the previous layer's backward (in backward order) until this layer's
   // gradients are all ready: when the gradient engine sees them.
   double backwardSeconds = 0;
+  // "linear" for a fully-connected layer (y = x W^T + b: a weight of out x in, then maybe a bias
+  // of out), which sharded's FC exchange may take; empty for any other.
+  std::string kind;
 };
+inline constexpr const char* kLinearLayer = "linear";
 
 struct ModelProfile {
   std::string name;
   std::string device;                // where the times hold, e.g. "NVIDIA V100 (fp32)"
   std::string source;                // how they were obtained (paper, measurement command)
-  int64_t batchSize = 0;             // samples per device per step
+  int64_t batchSize = 0;             // samples per device per step (a linear layer's input rows)
   std::vector<LayerProfile> layers;  // in forward order
   // The optimizer step over every parameter, when the schedule leaves it to after communication
   // (fifo, wfbp, fusion); p3, sharded and the parameter server update inside communication.

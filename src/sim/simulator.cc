@@ -12,6 +12,7 @@
 #include "ps/served_units.h"
 #include "schedule/step_planner.h"
 #include "sim/event_queue.h"
+#include "sim/fc_layers.h"
 #include "sim/server_links.h"
 #include "sim/unit_costs.h"
 #include "sync/engine.h"
@@ -60,6 +61,11 @@ class Simulation {
   double updateSeconds(size_t unit) const;  // the optimizer's share for one unit
   double decisionWait(size_t unit) const;
   bool exchangesThisStep(int step) const;
+  // sharded:fc=: the linear layers whose weights the FC exchange takes (as DistributedModel
+  // decides), and its two transfers on the training thread's own streams.
+  void planExchanges();
+  void sendActivations(size_t layer);
+  double gatherErrorsSeconds(size_t layer);
   size_t pushBytes(size_t unit, uint64_t step) const;  // what a push puts on the wire
 
   const SimOptions& o_;
@@ -103,6 +109,10 @@ class Simulation {
   std::vector<Transfer> transfers_;
   std::unique_ptr<ServerLinks> links_;
   std::vector<double> pullAt_;  // delayed: by unit, when its last requested pull arrives
+  std::vector<ExchangedTensor> exchanged_;
+  std::vector<bool> layerExchanged_;   // by layer
+  std::vector<bool> unitExchanged_;    // by unit: no reduce-scatter, its update only
+  std::vector<double> activationsAt_;  // by layer: when this step's all-to-all has landed
 };
 
 Mode modeOf(const SyncStrategy& strategy, bool servers) {
@@ -126,6 +136,7 @@ Simulation::Simulation(const SimOptions& options)
   // the simulation measures.
   if (ps_) ps_->warmupSteps = 0;
   mode_ = modeOf(strategy_, ps_.has_value());
+  planExchanges();
   // Local SGD averages the model one parameter tensor at a time, whatever --schedule says.
   if (mode_ == Mode::kLocalSgd) schedule_ = ScheduleSpec::parse("wfbp");
   // The engine's checks and compression plan (through servers, the pushes').
@@ -133,11 +144,13 @@ Simulation::Simulation(const SimOptions& options)
                              .compression = o_.compression,
                              .update = UpdateRule::sgd(kAnyLr, kAnyMomentum),
                              .sharded = mode_ == Mode::kSharded,
+                             .exchanged = exchanged_,
                              .servers = ps_};
   Engine::validate(engine, tensors_);
   plan_ = ps_ ? planPushes(o_.compression, tensors_)
               : planCompression(o_.compression, tensors_, kAnyMomentum);
-  layout_ = planLayout(tensors_, schedule_, plan_.groups());
+  layout_ = planLayout(tensors_, schedule_,
+                       isolateExchanged(plan_.groups(), exchanged_, tensors_.size()));
   costs_ = unitCosts(cluster_, layout_, tensors_, plan_, o_.codecSecondsPerElement);
   perLayer_ = ps_ || mode_ == Mode::kSharded || schedule_.prioritized();
   // Whole periods are measured: localsgd averages, ssdsgd pulls and cdsgd sends full precision
@@ -173,6 +186,32 @@ void Simulation::index() {
   tensorsWaiting_.assign(layout_.units.size(), 0);
   pullAt_.assign(layout_.units.size(), 0);
   pickedAt_.assign(layout_.units.size(), 0);
+  unitExchanged_.assign(layout_.units.size(), false);
+  for (const ExchangedTensor& e : exchanged_) unitExchanged_[layout_.unitOf[e.tensor]] = true;
+  activationsAt_.assign(o_.profile.layers.size(), 0);
+}
+
+void Simulation::planExchanges() {
+  FcLayers layers = exchangedLayers(o_.profile, strategy_.fc, cluster_.workers);
+  const bool exchanges = mode_ == Mode::kSharded && strategy_.fc != FcMode::kReduce;
+  layerExchanged_ = exchanges ? layers.byLayer : std::vector<bool>(layers.byLayer.size(), false);
+  if (exchanges) exchanged_ = std::move(layers.exchanged);
+}
+
+// Forward: each rank sends every other its columns of the layer's input, which backward needs.
+void Simulation::sendActivations(size_t layer) {
+  const sim::Transfer t = activationsTransfer(cluster_, o_.profile, layer);
+  activationsAt_[layer] = queue_.now() + t.seconds;
+  transfers_.push_back({queue_.now(), t.seconds, t.bytes});
+}
+
+// Backward, on the training thread: the allgather of every rank's output errors (once this
+// step's activations have landed).
+double Simulation::gatherErrorsSeconds(size_t layer) {
+  const sim::Transfer t = errorsTransfer(cluster_, o_.profile, layer);
+  const double wait = std::max(0.0, activationsAt_[layer] - queue_.now());
+  transfers_.push_back({queue_.now() + wait, t.seconds, t.bytes});
+  return wait + t.seconds;
 }
 
 // ---- compute thread: forward layer by layer (each waiting for its parameters when the engine
@@ -224,14 +263,19 @@ void Simulation::tryCompute() {
         for (size_t u = 0; u < layout_.units.size(); ++u)
           tensorsWaiting_[u] = layout_.units[u].tensors.size();
       }
+      if (layerExchanged_[layer_]) sendActivations(layer_);
       return computeFor(layers[layer_].forwardSeconds, [this, &layers] {
         if (++layer_ == layers.size()) phase_ = Phase::kBackward, layer_ = layers.size() - 1;
       });
     case Phase::kBackward:
       return computeFor(layers[layer_].backwardSeconds, [this] {
-        gradientsReady(layer_);
-        if (layer_ == 0) return endBackward();
-        --layer_;
+        // The FC exchange's errors, on this thread: the layer's gradients wait for them.
+        const double exchange = layerExchanged_[layer_] ? gatherErrorsSeconds(layer_) : 0;
+        computeFor(exchange, [this] {
+          gradientsReady(layer_);
+          if (layer_ == 0) return endBackward();
+          --layer_;
+        });
       });
     case Phase::kAfterBackward:
       return afterBackward();
@@ -327,8 +371,12 @@ void Simulation::startOp(const PlannedOp& op) {
       bytes = cost.bytesSent;
       break;
     case PlannedOp::Kind::kReduceScatter:  // then SGD on the block this rank owns
-      seconds =
-          reduceScatterSeconds(cluster_, unit.elements, sizeof(float)) + updateSeconds(op.unit) / p;
+      seconds = updateSeconds(op.unit) / p;
+      if (unitExchanged_[op.unit]) {  // the FC exchange averaged this rank's columns already
+        bytes = 0;
+      } else {
+        seconds += reduceScatterSeconds(cluster_, unit.elements, sizeof(float));
+      }
       break;
     case PlannedOp::Kind::kAllgather:
       seconds = allgatherSeconds(cluster_, unit.elements, sizeof(float));

@@ -14,6 +14,16 @@
 namespace gradsync {
 namespace {
 
+void checkExchanged(const EngineOptions& options, const std::vector<TensorShape>& tensors) {
+  if (options.exchanged.empty()) return;
+  GS_CHECK(options.sharded && !options.servers);
+  for (const ExchangedTensor& e : options.exchanged) {
+    GS_CHECK(e.tensor >= 0 && static_cast<size_t>(e.tensor) < tensors.size());
+    const TensorShape& t = tensors[e.tensor];
+    GS_CHECK(t.dims.size() == 2 && e.columns > 0 && t.elements % e.columns == 0);
+  }
+}
+
 void checkSharded(const EngineOptions& options, const CompressionPlan& plan) {
   if (!options.sharded) return;
   if (options.schedule.prioritized()) {
@@ -31,10 +41,19 @@ void checkSharded(const EngineOptions& options, const CompressionPlan& plan) {
 // Through servers the pushes' plan (which also refuses methods that cannot push); over the ring
 // the exchanges' (DGC takes the optimizer's momentum).
 CompressionPlan planFor(const EngineOptions& options, const std::vector<TensorShape>& tensors) {
+  checkExchanged(options, tensors);
   if (options.servers) return planPushes(options.compression, tensors);
   CompressionPlan plan = planCompression(options.compression, tensors, options.update.momentum);
   checkSharded(options, plan);
   return plan;
+}
+
+std::vector<size_t> exchangedColumns(const EngineOptions& options, size_t tensors) {
+  std::vector<size_t> columns;
+  if (options.exchanged.empty()) return columns;
+  columns.assign(tensors, 0);
+  for (const ExchangedTensor& e : options.exchanged) columns[e.tensor] = e.columns;
+  return columns;
 }
 
 StepPlanner::Route routeOf(const EngineOptions& options) {
@@ -64,7 +83,8 @@ Engine::Engine(Transport& transport, const std::vector<TensorShape>& tensors, En
       tensors_(tensors),
       options_(std::move(options)),
       plan_(planFor(options_, tensors)),
-      layout_(planLayout(tensors, options_.schedule, plan_.groups())),
+      layout_(planLayout(tensors, options_.schedule,
+                         isolateExchanged(plan_.groups(), options_.exchanged, tensors.size()))),
       updates_(updatesParameters(options_)),
       workers_(options_.servers ? options_.servers->placement.workers : transport.size()),
       gradients_(layout_.totalElements),
@@ -81,10 +101,21 @@ Engine::Engine(Transport& transport, const std::vector<TensorShape>& tensors, En
   GS_CHECK(!updates_ || parameters.size() == tensors_.size());
   for (size_t u = 0; u < layout_.units.size(); ++u) waitingIn_[u] = layout_.units[u].tensors.size();
   executor_ = makeExecutor(std::move(parameters));
-  thread_ = std::thread([this, rank = transport.rank()] {
-    setThreadLogRank(rank);
-    communicate();
-  });
+  for (size_t lane = 0; lane < lanes(); ++lane) {
+    threads_.emplace_back([this, rank = transport.rank()] {
+      setThreadLogRank(rank);
+      communicate();
+    });
+  }
+}
+
+// Every unit runs on its own stream (ring_executor.h), so p3's window of committed slices may
+// all be in flight, and sharded:concurrent=N's N operations; everything else runs one operation
+// at a time (a fixed order, or pushes whose replies already overlap).
+size_t Engine::lanes() const {
+  const ScheduleSpec& s = options_.schedule;
+  if (options_.sharded) return std::max<size_t>(options_.concurrent, 1);
+  return s.prioritized() && s.concurrent && !options_.servers ? std::max<size_t>(s.window, 1) : 1;
 }
 
 std::unique_ptr<Executor> Engine::makeExecutor(std::vector<std::span<float>> parameters) {
@@ -100,16 +131,18 @@ std::unique_ptr<Executor> Engine::makeExecutor(std::vector<std::span<float>> par
                                                         .clock = options_.clock},
                                             *options_.servers, static_cast<EngineEvents&>(*this));
   }
-  return std::make_unique<RingExecutor>(transport_, RingSetup{.tensors = tensors_,
-                                                              .layout = layout_,
-                                                              .plan = plan_,
-                                                              .gradients = gradients_,
-                                                              .parameters = std::move(parameters),
-                                                              .updates = updates_,
-                                                              .sharded = options_.sharded,
-                                                              .rule = options_.update,
-                                                              .seed = options_.seed,
-                                                              .clock = options_.clock});
+  return std::make_unique<RingExecutor>(
+      transport_, RingSetup{.tensors = tensors_,
+                            .layout = layout_,
+                            .plan = plan_,
+                            .gradients = gradients_,
+                            .parameters = std::move(parameters),
+                            .updates = updates_,
+                            .sharded = options_.sharded,
+                            .exchangedColumns = exchangedColumns(options_, tensors_.size()),
+                            .rule = options_.update,
+                            .seed = options_.seed,
+                            .clock = options_.clock});
 }
 
 Engine::~Engine() {
@@ -118,7 +151,7 @@ Engine::~Engine() {
     stop_ = true;
   }
   cv_.notify_all();
-  thread_.join();
+  for (std::thread& thread : threads_) thread.join();
   executor_.reset();  // a server client tells the servers it is done; its threads still report
 }
 

@@ -23,7 +23,11 @@
 //
 // Threading: slot and markReady may be called from the thread running backward, the others
 // from the training thread; a step's markReady calls precede its endBackward. Every wait is
-// bounded (the transport's timeout per operation) and rethrows a communication error.
+// bounded (the transport's timeout per operation) and rethrows a communication error. The
+// communication threads sleep on a condition variable while nothing can start: one thread, or
+// with p3 over the ring (concurrent, the default) one per slice of the window, so that the
+// committed slices' collectives are in flight at once, each on its unit's stream, or with
+// sharded:concurrent=N N of them.
 #pragma once
 
 #include <chrono>
@@ -47,6 +51,7 @@
 #include "schedule/executor.h"
 #include "schedule/schedule.h"
 #include "schedule/step_planner.h"
+#include "sync/fc_exchange.h"
 
 namespace gradsync {
 
@@ -59,6 +64,13 @@ struct EngineOptions {
   UpdateRule update;
   uint64_t seed = 0;     // identical on all ranks; stochastic compressors draw from it
   bool sharded = false;  // --sync sharded (dense only; not with p3)
+  // sharded: how many units' collectives may be in flight at once (each on its own stream; a
+  // unit's allgather waits for its reduce-scatter). 1: one operation after the other.
+  size_t concurrent = 1;
+  // sharded: the weights whose gradients the fully-connected exchange delivers (sync/
+  // fc_exchange.h): each its own unit, its owned columns' average put in its slot before
+  // markReady, no reduce-scatter. The caller (DistributedModel) runs the exchange.
+  std::vector<ExchangedTensor> exchanged;
   // Through parameter servers instead of the ring (the transport then spans the servers too).
   std::optional<PsOptions> servers;
   // What the statistics and traces measure time with (must outlive the engine). Waits are
@@ -154,6 +166,8 @@ class Engine final : private EngineEvents {
   void communicate();
   // Blocks until the next operation may start (none: the engine is stopping).
   std::optional<PlannedOp> nextOp(std::unique_lock<std::mutex>& lock);
+  // How many operations may be in flight at once (communication threads).
+  size_t lanes() const;
   void announce(const PlannedOp& pick);  // p3's leader over the ring, with the lock held
   void followPick(std::unique_lock<std::mutex>& lock);
   void finishOp(const PlannedOp& op, const OpOutcome& outcome);  // with the lock held
@@ -189,6 +203,7 @@ class Engine final : private EngineEvents {
   std::vector<uint64_t> doneSteps_;  // by unit: steps whose result is in place
   std::vector<bool> warnedUnused_;   // by tensor
   uint64_t stepsEnded_ = 0;          // the global step backward produces now
+  bool following_ = false;           // a communication thread is receiving rank 0's next pick
   int active_ = 0;                   // operations and replies in flight
   Nanos busySince_{0};
   bool stop_ = false;
@@ -197,7 +212,7 @@ class Engine final : private EngineEvents {
   TraceRecorder* trace_ = nullptr;
 
   std::unique_ptr<Executor> executor_;
-  std::thread thread_;
+  std::vector<std::thread> threads_;  // lanes() communication threads
 };
 
 }  // namespace gradsync

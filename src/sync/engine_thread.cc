@@ -1,6 +1,7 @@
-// The engine's communication thread (engine.h): takes each operation from the planner as it
-// may start, has the executor carry it out, and accounts for it (statistics, trace, results in
-// place). p3 over the ring: rank 0 announces each pick, the others follow them.
+// The engine's communication threads (engine.h): each takes the next operation from the planner
+// as it may start, has the executor carry it out, and accounts for it (statistics, trace,
+// results in place). p3 over the ring: rank 0 announces each pick, the others follow them; with
+// several threads (concurrent slices) each committed slice runs on one of them.
 #include <fmt/format.h>
 
 #include "common/tags.h"
@@ -57,12 +58,22 @@ void Engine::communicate() {
 std::optional<PlannedOp> Engine::nextOp(std::unique_lock<std::mutex>& lock) {
   for (;;) {
     std::optional<PlannedOp> op;
+    // One thread at a time receives picks: they arrive in order and must be followed in it.
     cv_.wait(lock, [&] {
-      return stop_ || (!error_ && ((op = planner_.next()).has_value() || planner_.awaitsPick()));
+      return stop_ || (!error_ && ((op = planner_.next()).has_value() ||
+                                   (!following_ && planner_.awaitsPick())));
     });
     if (stop_) return std::nullopt;
     if (op) return op;
-    followPick(lock);
+    following_ = true;
+    try {
+      followPick(lock);
+    } catch (...) {
+      following_ = false;
+      throw;
+    }
+    following_ = false;
+    cv_.notify_all();  // the pick may let another thread start, or follow the next one
   }
 }
 

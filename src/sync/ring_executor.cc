@@ -6,12 +6,15 @@
 #include "common/check.h"
 #include "common/tags.h"
 #include "gradsync/collectives.h"
+#include "transport/counting_transport.h"
 
 namespace gradsync {
 namespace {
 
-// The gradient stream (tags.h); checkpoints gather the velocity on a stream of their own.
-const CollectiveOptions kGradientStream{.tag = tags::kGradients};
+// Each unit's stream (tags.h); checkpoints gather the velocity on a stream of their own.
+CollectiveOptions unitStream(size_t unit) {
+  return {.tag = tags::kGradientUnits + unit};
+}
 const CollectiveOptions kVelocityStream{.tag = tags::kVelocity};
 
 // Each unit's compressor (null: dense), as the plan says for its tensors.
@@ -33,68 +36,104 @@ RingExecutor::RingExecutor(Transport& transport, RingSetup setup)
       budgets_(s_.tensors, s_.layout, compressors_) {
   GS_CHECK(s_.gradients.size() == s_.layout.totalElements);
   GS_CHECK(!s_.updates || s_.parameters.size() == s_.tensors.size());
-  size_t largest = 0;
-  for (size_t u = 0; u < s_.layout.units.size(); ++u) {
-    if (compressors_[u]) largest = std::max(largest, s_.layout.units[u].elements);
-  }
-  sent_.resize(largest);
   if (!s_.updates) return;
-  for (const CommUnit& unit : s_.layout.units) {
+  for (size_t u = 0; u < s_.layout.units.size(); ++u) {
+    const CommUnit& unit = s_.layout.units[u];
+    const size_t columns = exchangedColumns(u);
+    if (s_.sharded) {
+      owned_.push_back(
+          columns > 0 ? columnOwnership(unit.elements, columns, transport.size(), transport.rank())
+                      : flatOwnership(unit.elements, transport.size(), transport.rank()));
+    }
     velocityAt_.push_back(s_.sharded ? velocity_.size() : unit.offset);
-    const size_t own = s_.sharded
-                           ? blockOf(unit.elements, transport.size(), transport.rank()).size()
-                           : unit.elements;
-    velocity_.resize(velocity_.size() + own, 0.0f);
+    velocity_.resize(velocity_.size() + (s_.sharded ? owned_[u].elements() : unit.elements), 0.0f);
   }
   if (s_.rule.stateSlots() == 2) secondMoment_.assign(velocity_.size(), 0.0f);
 }
 
 OpOutcome RingExecutor::run(const PlannedOp& op) {
   const CommUnit& unit = s_.layout.units[op.unit];
-  const uint64_t before = transport_.bytesSent();
+  CountingTransport transport(transport_);  // this operation's bytes, whatever else runs
   OpOutcome outcome;
   switch (op.kind) {
     case PlannedOp::Kind::kAllreduce:
-      outcome.method = exchange(op, outcome);
-      if (s_.updates) update(op.unit, 0, unit.elements, op.step);
+      outcome.method = exchange(op, transport, outcome);
+      if (s_.updates) update(op.unit, 0, unit.elements, op.step, velocityAt_[op.unit]);
       outcome.unitDone = true;
       break;
-    case PlannedOp::Kind::kReduceScatter: {
-      reduceScatter(transport_, s_.gradients.subspan(unit.offset, unit.elements),
-                    ReduceOp::kAverage, kGradientStream);
-      const Block own = blockOf(unit.elements, transport_.size(), transport_.rank());
-      update(op.unit, own.begin, own.end, op.step);
+    case PlannedOp::Kind::kReduceScatter:
+      if (exchangedColumns(op.unit) == 0) {  // else the FC exchange averaged our columns already
+        reduceScatter(transport, s_.gradients.subspan(unit.offset, unit.elements),
+                      ReduceOp::kAverage, unitStream(op.unit));
+      }
+      updateOwned(op.unit, op.step);
       break;  // done once the allgather brought every block
-    }
     case PlannedOp::Kind::kAllgather:
-      allgatherParameters(op.unit);
+      allgatherParameters(op.unit, transport);
       outcome.unitDone = true;
       break;
     case PlannedOp::Kind::kPush:
       GS_CHECK(false && "the ring has no parameter servers to push to");
   }
-  outcome.bytesSent = transport_.bytesSent() - before;
+  outcome.bytesSent = transport.bytesSent();
   return outcome;
 }
 
-std::string RingExecutor::exchange(const PlannedOp& op, OpOutcome& outcome) {
+std::string RingExecutor::exchange(const PlannedOp& op, Transport& transport, OpOutcome& outcome) {
   const CommUnit& u = s_.layout.units[op.unit];
   std::span<float> data = s_.gradients.subspan(u.offset, u.elements);
   Compressor* compressor = compressors_[op.unit].get();
   if (compressor == nullptr || op.step < static_cast<uint64_t>(s_.plan.warmupSteps)) {
-    allreduce(transport_, data, ReduceOp::kAverage, kGradientStream);
+    allreduce(transport, data, ReduceOp::kAverage, unitStream(op.unit));
     return {};
   }
-  budgets_.allot(op.unit, op.step, s_.gradients);
-  ExchangeContext context{transport_, kGradientStream, op.step, s_.seed, s_.clock};
+  {
+    std::lock_guard<std::mutex> lock(budgetsMutex_);
+    budgets_.allot(op.unit, op.step, s_.gradients);
+  }
+  ExchangeContext context{transport, unitStream(op.unit), op.step, s_.seed, s_.clock};
   ExchangeStats stats;
-  compressor->exchange(context, data, {sent_.data(), u.elements}, stats);
+  std::vector<float> sent = takeScratch(u.elements);
+  compressor->exchange(context, data, {sent.data(), u.elements}, stats);
+  giveBack(std::move(sent));
   outcome.encodeSeconds = stats.encodeSeconds;
   outcome.decodeSeconds = stats.decodeSeconds;
   return s_.plan.perTensor[u.tensors.front()].toString();
 }
 
-void RingExecutor::update(size_t unit, size_t begin, size_t end, uint64_t step) {
+std::vector<float> RingExecutor::takeScratch(size_t elements) {
+  std::vector<float> scratch;
+  {
+    std::lock_guard<std::mutex> lock(scratchMutex_);
+    if (!scratch_.empty()) {
+      scratch = std::move(scratch_.back());
+      scratch_.pop_back();
+    }
+  }
+  if (scratch.size() < elements) scratch.resize(elements);
+  return scratch;
+}
+
+void RingExecutor::giveBack(std::vector<float> scratch) {
+  std::lock_guard<std::mutex> lock(scratchMutex_);
+  scratch_.push_back(std::move(scratch));
+}
+
+size_t RingExecutor::exchangedColumns(size_t unit) const {
+  const CommUnit& u = s_.layout.units[unit];
+  if (s_.exchangedColumns.empty() || u.tensors.size() != 1) return 0;
+  return s_.exchangedColumns[u.tensors.front()];
+}
+
+void RingExecutor::updateOwned(size_t unit, uint64_t step) {
+  const Ownership& own = owned_[unit];
+  for (size_t k = 0; k < own.runs; ++k) {
+    update(unit, own.runBegin(k), own.runBegin(k) + own.length, step,
+           velocityAt_[unit] + k * own.length);
+  }
+}
+
+void RingExecutor::update(size_t unit, size_t begin, size_t end, uint64_t step, size_t velocityAt) {
   const CommUnit& u = s_.layout.units[unit];
   const size_t first = u.offset + begin;
   const size_t last = u.offset + end;
@@ -104,7 +143,7 @@ void RingExecutor::update(size_t unit, size_t begin, size_t end, uint64_t step) 
     if (lo >= hi) continue;
     UpdateRule rule = s_.rule;
     if (s_.plan.absorbsMomentum(t)) rule.momentum = 0;  // the compressor applied it
-    const size_t at = velocityAt_[unit] + (lo - first);
+    const size_t at = velocityAt + (lo - first);
     UpdateState state{
         std::span(velocity_).subspan(at, hi - lo),
         secondMoment_.empty() ? std::span<float>{} : std::span(secondMoment_).subspan(at, hi - lo)};
@@ -116,8 +155,13 @@ void RingExecutor::update(size_t unit, size_t begin, size_t end, uint64_t step) 
 
 // The unit's slot stages the parameters: this rank's block (just updated) goes in, the
 // allgather fills the rest, and every tensor of the unit takes its values back.
-void RingExecutor::allgatherParameters(size_t unit) {
+void RingExecutor::allgatherParameters(size_t unit, Transport& transport) {
   const CommUnit& u = s_.layout.units[unit];
+  if (const size_t columns = exchangedColumns(unit); columns > 0) {  // a unit of one tensor
+    allgatherOwned(transport, s_.parameters[u.tensors.front()], columns,
+                   s_.gradients.subspan(u.offset, u.elements), unitStream(unit).tag);
+    return;
+  }
   const Block own = blockOf(u.elements, transport_.size(), transport_.rank());
   auto copy = [&](size_t begin, size_t end, bool toParameters) {
     for (int t : u.tensors) {
@@ -131,7 +175,7 @@ void RingExecutor::allgatherParameters(size_t unit) {
     }
   };
   copy(own.begin, own.end, false);
-  allgather(transport_, s_.gradients.subspan(u.offset, u.elements), kGradientStream);
+  allgather(transport, s_.gradients.subspan(u.offset, u.elements), unitStream(unit));
   copy(0, u.elements, true);
 }
 
@@ -140,12 +184,13 @@ std::vector<float> RingExecutor::velocity() {
   GS_CHECK(s_.rule.kind == UpdateRule::Kind::kSgd);
   std::vector<float> flat(s_.layout.totalElements);
   if (s_.sharded) {
+    std::vector<float> staging;
     for (size_t u = 0; u < s_.layout.units.size(); ++u) {
       const CommUnit& unit = s_.layout.units[u];
-      const Block own = blockOf(unit.elements, transport_.size(), transport_.rank());
-      std::copy_n(velocity_.begin() + static_cast<std::ptrdiff_t>(velocityAt_[u]), own.size(),
-                  flat.begin() + static_cast<std::ptrdiff_t>(unit.offset + own.begin));
-      allgather(transport_, {flat.data() + unit.offset, unit.elements}, kVelocityStream);
+      std::span<float> values(flat.data() + unit.offset, unit.elements);
+      unpackOwned(owned_[u], std::span(velocity_).subspan(velocityAt_[u]), values);
+      staging.resize(unit.elements);
+      allgatherOwned(transport_, values, exchangedColumns(u), staging, kVelocityStream.tag);
     }
   } else {
     flat = velocity_;
@@ -163,9 +208,8 @@ void RingExecutor::setVelocity(std::span<const float> byTensor) {
   }
   for (size_t u = 0; u < s_.layout.units.size(); ++u) {
     const CommUnit& unit = s_.layout.units[u];
-    const Block own = blockOf(unit.elements, transport_.size(), transport_.rank());
-    std::copy_n(flat.begin() + static_cast<std::ptrdiff_t>(unit.offset + own.begin), own.size(),
-                velocity_.begin() + static_cast<std::ptrdiff_t>(velocityAt_[u]));
+    packOwned(owned_[u], std::span<const float>(flat).subspan(unit.offset, unit.elements),
+              std::span(velocity_).subspan(velocityAt_[u]));
   }
 }
 

@@ -4,12 +4,17 @@
 //                   slice_budgets.h); in update mode (p3) the optimizer's rule then applies it
 //                   to the parameters
 //   reduce-scatter  sharded (Lee et al.): the average of this rank's block, whose parameters it
-//                   updates (its velocity is that block only: 1/P of the optimizer state)
-//   allgather       sharded: every rank's updated block, into the parameters
-// Used by the engine's communication thread only (not thread-safe).
+//                   updates (its velocity is that block only: 1/P of the optimizer state); a
+//                   weight of the fully-connected exchange (fc_exchange.h) arrives averaged over
+//                   this rank's columns already: no collective, the update of those columns
+//   allgather       sharded: every rank's updated block (or columns), into the parameters
+// Each unit's collectives run on a stream of their own (tags::kGradientUnits + unit), so
+// operations on different units may run at the same time, from different threads (p3's
+// concurrent slices); operations on one unit must not overlap.
 #pragma once
 
 #include <memory>
+#include <mutex>
 #include <span>
 #include <vector>
 
@@ -21,6 +26,7 @@
 #include "optim/update_rule.h"
 #include "schedule/executor.h"
 #include "schedule/schedule.h"
+#include "sync/shard_ownership.h"
 #include "sync/slice_budgets.h"
 
 namespace gradsync {
@@ -34,6 +40,10 @@ struct RingSetup {
   std::vector<std::span<float>> parameters;
   bool updates = false;  // apply `rule` (p3, sharded) instead of returning averages
   bool sharded = false;
+  // sharded: by tensor, the columns of a weight whose gradient the FC exchange delivers (its own
+  // columns, averaged) and whose columns each rank owns; 0 (or empty) for every other tensor.
+  // Such a tensor is a unit of its own.
+  std::vector<size_t> exchangedColumns;
   UpdateRule rule;
   uint64_t seed = 0;  // stochastic compressors draw from it
   const Clock* clock = &SteadyClock::instance();
@@ -57,21 +67,32 @@ class RingExecutor final : public Executor {
 
  private:
   // Averages the unit in its slot; returns the compressor's method, or empty when dense.
-  std::string exchange(const PlannedOp& op, OpOutcome& outcome);
-  // Applies the rule to the flat elements [begin, end) of `unit`, whose optimizer state starts
-  // at velocity_[velocityAt_[unit]].
-  void update(size_t unit, size_t begin, size_t end, uint64_t step);
-  void allgatherParameters(size_t unit);
+  std::string exchange(const PlannedOp& op, Transport& transport, OpOutcome& outcome);
+  // Applies the rule to the elements [begin, end) of `unit`, whose optimizer state starts at
+  // velocity_[velocityAt] (element begin's).
+  void update(size_t unit, size_t begin, size_t end, uint64_t step, size_t velocityAt);
+  // sharded: the rule on this rank's elements of `unit` (its block, or its columns).
+  void updateOwned(size_t unit, uint64_t step);
+  // The FC exchange's columns of `unit`'s weight, or 0.
+  size_t exchangedColumns(size_t unit) const;
+  void allgatherParameters(size_t unit, Transport& transport);
+  // A compressor's scratch of at least `elements` floats, taken from and given back to a pool
+  // (one buffer per operation in flight, reused across steps).
+  std::vector<float> takeScratch(size_t elements);
+  void giveBack(std::vector<float> scratch);
 
   Transport& transport_;
   const RingSetup s_;
   std::vector<std::unique_ptr<Compressor>> compressors_;  // by unit; null: dense
   SliceBudgets budgets_;                                  // p3 slices of sparsified tensors
-  std::vector<float> sent_;                               // scratch for exchanges
+  std::mutex budgetsMutex_;                               // slices of one tensor share budgets_
+  std::mutex scratchMutex_;
+  std::vector<std::vector<float>> scratch_;  // free scratch for compressors' exchanges
   std::vector<float> velocity_;      // update mode: by flat element (sharded: own blocks only);
                                      // SGD's velocity or Adam's first moment
   std::vector<float> secondMoment_;  // Adam's, laid out as velocity_ (empty for SGD)
   std::vector<size_t> velocityAt_;   // by unit: where its state starts in velocity_
+  std::vector<Ownership> owned_;     // sharded, by unit: what this rank updates
 };
 
 }  // namespace gradsync

@@ -11,7 +11,8 @@ namespace gradsync {
 namespace {
 
 constexpr const char* kForms =
-    "choose ssgd, sharded, asgd, ssp:S, odsgd, ssdsgd:K, cdsgd:K or localsgd:H";
+    "choose ssgd, sharded[:fc=reduce|exchange|auto,concurrent=N], asgd, ssp:S, odsgd, "
+    "ssdsgd:K, cdsgd:K or localsgd:H";
 
 int parseCount(const std::string& text, const std::string& whole, int minimum) {
   int value = 0;
@@ -23,7 +24,42 @@ int parseCount(const std::string& text, const std::string& whole, int minimum) {
   return value;
 }
 
+// sharded's options, "fc=reduce|exchange|auto" and "concurrent=N", joined by commas.
+void parseShardedOptions(const std::string& options, const std::string& whole,
+                         SyncStrategy& strategy) {
+  size_t start = 0;
+  while (start <= options.size()) {
+    const size_t end = std::min(options.find(',', start), options.size());
+    const std::string option = options.substr(start, end - start);
+    start = end + 1;
+    bool known = false;
+    for (FcMode mode : {FcMode::kReduce, FcMode::kExchange, FcMode::kAuto}) {
+      if (option == std::string("fc=") + toString(mode)) strategy.fc = mode, known = true;
+    }
+    if (option.starts_with("concurrent=")) {
+      strategy.concurrent = parseCount(option.substr(11), whole, 1);
+      known = true;
+    }
+    if (!known) {
+      throw ConfigError(fmt::format("--sync {}: unknown option '{}'", whole, option),
+                        {.hint = "sharded takes fc=reduce|exchange|auto and concurrent=N"});
+    }
+  }
+}
+
 }  // namespace
+
+const char* toString(FcMode mode) {
+  switch (mode) {
+    case FcMode::kReduce:
+      return "reduce";
+    case FcMode::kExchange:
+      return "exchange";
+    case FcMode::kAuto:
+      return "auto";
+  }
+  return "?";
+}
 
 SyncStrategy SyncStrategy::parse(const std::string& text) {
   using K = Kind;
@@ -42,11 +78,17 @@ SyncStrategy SyncStrategy::parse(const std::string& text) {
   for (const Form& form : kTable) {
     if (name != form.name) continue;
     SyncStrategy strategy{form.kind, std::max(form.defaultParameter, 0)};
+    // Measured on emulated ResNet-50 (docs/performance.md): 4 beat 2, which beat 1.
+    if (form.kind == K::kSharded) strategy.concurrent = 4;
     if (colon == std::string::npos) {
       if (form.defaultParameter == 0) {
         throw ConfigError(fmt::format("--sync {} needs a parameter ({}:N)", text, name),
                           {.hint = kForms});
       }
+      return strategy;
+    }
+    if (form.kind == K::kSharded) {
+      parseShardedOptions(text.substr(colon + 1), text, strategy);
       return strategy;
     }
     if (form.defaultParameter == -1) {

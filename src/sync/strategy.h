@@ -1,7 +1,11 @@
 // --sync: how the workers' gradients become their next parameters (docs/cli.md, "--sync").
 //   ssgd        synchronous SGD: ring allreduce among the workers, or through parameter servers
 //               (--ps: co-located with the workers; --servers K: K processes of their own)
-//   sharded     Lee et al.: reduce-scatter, SGD on the owned block, allgather (no servers)
+//   sharded     Lee et al.: reduce-scatter, SGD on the owned block, allgather (no servers);
+//               sharded:fc=exchange|auto also exchanges fully-connected layers' activations
+//               and errors instead of reducing their weight gradients (fc_exchange.h);
+//               sharded:concurrent=N runs up to N units' collectives at once (default 4;
+//               options joined by commas: sharded:fc=auto,concurrent=2)
 //   asgd        asynchronous SGD through parameter servers
 //   ssp:S       stale-synchronous: no worker more than S steps ahead of the slowest
 //   odsgd       OD-SGD; ssdsgd:K  SSD-SGD (pull every K steps); cdsgd:K  CD-SGD (2-bit pushes,
@@ -18,10 +22,18 @@
 
 namespace gradsync {
 
+// sharded's fully-connected layers (sync/fc_exchange.h): their weight gradients reduce-scattered
+// like every other tensor (reduce), computed from exchanged activations and errors (exchange), or
+// whichever sends fewer bytes, layer by layer (auto).
+enum class FcMode { kReduce, kExchange, kAuto };
+const char* toString(FcMode mode);
+
 struct SyncStrategy {
   enum class Kind { kSsgd, kSharded, kAsgd, kSsp, kOdsgd, kSsdsgd, kCdsgd, kLocalSgd };
   Kind kind = Kind::kSsgd;
-  int parameter = 0;  // ssp's S, ssdsgd's and cdsgd's K, localsgd's H
+  int parameter = 0;            // ssp's S, ssdsgd's and cdsgd's K, localsgd's H
+  FcMode fc = FcMode::kReduce;  // sharded:fc=reduce|exchange|auto
+  int concurrent = 1;           // sharded:concurrent=N: operations in flight at once (4)
 
   // Throws ConfigError listing the valid forms.
   static SyncStrategy parse(const std::string& text);

@@ -47,9 +47,11 @@ DistributedModel::DistributedModel(std::shared_ptr<torch::nn::Module> module, Tr
   // Through separate servers the engine's transport spans them too.
   Transport& engineTransport = servers_ && setup.psTransport ? *setup.psTransport : transport;
   const bool updates = Engine::updatesParameters(options);
+  options.exchanged = planExchanges(setup);
   engine_ = std::make_unique<Engine>(engineTransport, tensors, std::move(options),
                                      updates ? storage : std::vector<std::span<float>>{});
   updates_ = engine_->updatesParameters();
+  attachExchanges(transport);
   for (size_t i = 0; i < parameters_.size(); ++i) {
     Engine* engine = engine_.get();
     int index = static_cast<int>(i);
@@ -63,6 +65,69 @@ DistributedModel::DistributedModel(std::shared_ptr<torch::nn::Module> module, Tr
     }));
   }
   if (updates_) hookLayers();
+}
+
+std::vector<ExchangedTensor> DistributedModel::planExchanges(const SyncSetup& setup) {
+  if (!setup.engine.sharded || setup.fc == FcMode::kReduce) return {};
+  auto* model = dynamic_cast<Model*>(module_.get());
+  if (model == nullptr) {
+    throw ConfigError(
+        "sharded:fc=" + std::string(toString(setup.fc)) +
+            " reroutes the forward of gradsync's own models' linear layers",
+        {.operation = "distributed model", .hint = "use sharded (fc=reduce) with your own module"});
+  }
+  if (setup.fc == FcMode::kAuto && setup.fcRows == 0) {
+    throw ConfigError("sharded:fc=auto needs the rows of a layer's input per rank (the batch)",
+                      {.operation = "distributed model", .hint = "set SyncOptions::localBatch"});
+  }
+  std::unordered_map<const void*, int> indexOf;
+  for (size_t i = 0; i < parameters_.size(); ++i)
+    indexOf[parameters_[i].unsafeGetTensorImpl()] = static_cast<int>(i);
+  std::vector<ExchangedTensor> exchanged;
+  for (const LinearLayer& layer : model->linearLayers()) {
+    auto weight = indexOf.find(layer.weight.unsafeGetTensorImpl());
+    if (weight == indexOf.end()) continue;  // frozen
+    const FcShape shape{.rows = setup.fcRows,
+                        .in = static_cast<size_t>(layer.weight.size(1)),
+                        .out = static_cast<size_t>(layer.weight.size(0))};
+    if (!fcUsesExchange(setup.fc, shape, transport_.size())) continue;
+    int bias = -1;
+    if (layer.bias.defined()) {
+      auto found = indexOf.find(layer.bias.unsafeGetTensorImpl());
+      if (found == indexOf.end()) continue;  // a frozen bias: leave the layer to the engine
+      bias = found->second;
+    }
+    planned_.push_back({layer, weight->second, bias});
+    exchanged.push_back({weight->second, shape.in});
+  }
+  return exchanged;
+}
+
+void DistributedModel::attachExchanges(Transport& transport) {
+  auto* model = dynamic_cast<Model*>(module_.get());
+  for (size_t l = 0; l < planned_.size(); ++l) {
+    const PlannedExchange& p = planned_[l];
+    exchanges_.push_back(makeFcExchangeLayer(transport, tags::kFcExchange + 2 * l, *engine_,
+                                             p.weight, p.bias, p.layer.weight, p.layer.bias));
+    model->setExchange(*p.layer.module, exchanges_.back());
+    GS_LOG(kDebug, "sharded: the FC exchange takes linear layer {} x {}", p.layer.weight.size(0),
+           p.layer.weight.size(1));
+  }
+}
+
+StepStats DistributedModel::totals() const {
+  StepStats totals = engine_ ? engine_->totals() : averaging_;
+  for (const auto& exchange : exchanges_) {
+    totals.bytesSent += exchange->bytesSent();
+    totals.commSeconds += exchange->waitSeconds();
+  }
+  return totals;
+}
+
+double DistributedModel::waitSeconds() const {
+  double waited = waitSeconds_;
+  for (const auto& exchange : exchanges_) waited += exchange->waitSeconds();
+  return waited;
 }
 
 void DistributedModel::checkParameter(const std::string& name,
@@ -99,6 +164,9 @@ void DistributedModel::hookLayers() {
 
 DistributedModel::~DistributedModel() {
   for (size_t i = 0; i < hooks_.size(); ++i) parameters_[i].remove_hook(hooks_[i]);
+  if (auto* model = dynamic_cast<Model*>(module_.get())) {
+    for (const PlannedExchange& p : planned_) model->setExchange(*p.layer.module, nullptr);
+  }
   if (auto* model = dynamic_cast<Model*>(module_.get()); model && updates_) {
     model->setPreForwardHook({});
   }

@@ -33,6 +33,10 @@ struct SyncSetup {
   EngineOptions engine;              // schedule, compression, rule, parameter servers, ...
   Transport* psTransport = nullptr;  // workers and separate servers (null: the workers')
   bool local = false;                // localsgd: no communication per step
+  // sharded: the fully-connected exchange (sync/fc_exchange.h) for which linear layers of a
+  // gradsync Model, by the rule of fcUsesExchange over `fcRows` rows per rank and step.
+  FcMode fc = FcMode::kReduce;
+  size_t fcRows = 0;
 };
 
 class DistributedModel {
@@ -78,8 +82,9 @@ class DistributedModel {
   // step's update: for a forward that overlaps the previous step's communication, called before
   // each layer runs. No-op outside update mode and for modules that are not submodules.
   void waitForModule(const torch::nn::Module& layer);
-  // Seconds the waits for parameters took so far (exposed communication).
-  double waitSeconds() const { return waitSeconds_; }
+  // Seconds the waits for parameters (and the FC exchange's waits in backward) took so far:
+  // exposed communication.
+  double waitSeconds() const;
   // Averages BatchNorm running statistics across ranks, so evaluation and checkpoints see one
   // model (each rank normalises with its own batch statistics while training, as DDP does
   // without SyncBatchNorm).
@@ -103,8 +108,11 @@ class DistributedModel {
   std::vector<uint8_t> engineState();
   void loadEngineState(std::span<const uint8_t> state);
 
-  // Sums over every completed step (none for a world of one).
-  StepStats totals() const { return engine_ ? engine_->totals() : averaging_; }
+  // Sums over every completed step (none for a world of one), the FC exchange's traffic
+  // included.
+  StepStats totals() const;
+  // The linear layers whose weights the FC exchange handles (sharded:fc=exchange|auto).
+  size_t exchangedLayers() const { return exchanges_.size(); }
   void setTrace(TraceRecorder* trace);
   // Whether parameter i's compressor applies momentum itself (its optimizer group must not).
   bool absorbsMomentum(size_t i) const { return engine_ && engine_->absorbsMomentum(i); }
@@ -116,6 +124,10 @@ class DistributedModel {
  private:
   void checkParameter(const std::string& name, const torch::Tensor& parameter) const;
   void hookLayers();
+  // The layers the FC exchange takes (sharded:fc=...), as the engine's tensors; then, once the
+  // engine exists, their exchanges handed to the model.
+  std::vector<ExchangedTensor> planExchanges(const SyncSetup& setup);
+  void attachExchanges(Transport& transport);
 
   std::shared_ptr<torch::nn::Module> module_;
   Transport& transport_;
@@ -134,6 +146,13 @@ class DistributedModel {
   std::unordered_map<const torch::nn::Module*, LayerWaits> layers_;
   double waitSeconds_ = 0;
   TraceRecorder* trace_ = nullptr;
+  struct PlannedExchange {
+    LinearLayer layer;
+    int weight = -1;  // the engine's tensor indices
+    int bias = -1;
+  };
+  std::vector<PlannedExchange> planned_;                     // before the engine exists
+  std::vector<std::shared_ptr<FcExchangeLayer>> exchanges_;  // handed to the model
 };
 
 }  // namespace gradsync

@@ -13,6 +13,8 @@ namespace gradsync {
 void writeMetrics(const std::string& path, const TrainOptions& options, int workers,
                   const TrainResult& result) {
   nlohmann::json config = {{"model", options.model},
+                           {"compute", options.compute},
+                           {"compute_scale", options.computeScale},
                            {"dataset", options.dataset},
                            {"workers", workers},
                            {"batch_size", options.batchSize},

@@ -213,6 +213,11 @@ std::vector<double> Profiler::backwardTimes(Clock::time_point start) const {
   return times;
 }
 
+// A torch::nn::Linear is a fully-connected layer the simulator's FC exchange may take.
+std::string linearKind(const torch::nn::Module& module) {
+  return module.as<torch::nn::Linear>() != nullptr ? kLinearLayer : "";
+}
+
 ModelProfile Profiler::summarize(const std::vector<StepTimes>& steps) const {
   ModelProfile profile{.name = options_.model,
                        .device = describeDevice(options_),
@@ -228,8 +233,8 @@ ModelProfile Profiler::summarize(const std::vector<StepTimes>& steps) const {
       forward.push_back(step.forward[i]);
       backward.push_back(step.backward[i]);
     }
-    profile.layers.push_back(
-        {layers_[i].name, layers_[i].tensors, median(forward), median(backward)});
+    profile.layers.push_back({layers_[i].name, layers_[i].tensors, median(forward),
+                              median(backward), linearKind(*layers_[i].module)});
   }
   return profile;
 }

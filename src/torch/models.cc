@@ -230,6 +230,24 @@ class Vgg11 final : public Model {
 
 }  // namespace
 
+std::vector<LinearLayer> Model::linearLayers() {
+  std::vector<LinearLayer> layers;
+  for (const auto& module : modules(/*include_self=*/false)) {
+    if (auto* linear = module->as<nn::Linear>()) {
+      layers.push_back({module.get(), linear->weight, linear->bias});
+    }
+  }
+  return layers;
+}
+
+void Model::setExchange(const torch::nn::Module& layer, std::shared_ptr<FcExchangeLayer> exchange) {
+  if (exchange) {
+    exchanges_[&layer] = std::move(exchange);
+  } else {
+    exchanges_.erase(&layer);
+  }
+}
+
 void initializeParameters(torch::nn::Module& model, uint64_t seed) {
   torch::NoGradGuard noGrad;
   auto generator = at::make_generator<at::CPUGeneratorImpl>(seed);

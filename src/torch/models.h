@@ -8,7 +8,10 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
+
+#include "torch/fc_exchange_layer.h"
 
 namespace gradsync {
 
@@ -20,6 +23,13 @@ struct PipelineLayer {
   std::string name;
   std::shared_ptr<torch::nn::Module> module;
   std::function<torch::Tensor(const torch::Tensor&)> forward;
+};
+
+// A fully-connected layer, y = x W^T + b, as sharded's FC exchange sees it.
+struct LinearLayer {
+  const torch::nn::Module* module = nullptr;  // what the pre-forward hook and run() see
+  torch::Tensor weight;                       // out x in
+  torch::Tensor bias;                         // out, or undefined
 };
 
 class Model : public torch::nn::Module {
@@ -37,24 +47,53 @@ class Model : public torch::nn::Module {
   // overlaps the previous step's communication. Empty: no hook.
   void setPreForwardHook(PreForwardHook hook) { preForward_ = std::move(hook); }
 
+  // Whether forward computes predictions worth evaluating. Emulated compute (emulated_model.h)
+  // returns placeholders: the trainer then skips evaluations.
+  virtual bool predicts() const { return true; }
+  // Gradient mode's optimizer step (fifo, wfbp, fusion, localsgd): `optimizer.step()`. Emulated
+  // compute spends the profile's update time on its device instead.
+  virtual void optimizerStep(torch::optim::Optimizer& optimizer) { optimizer.step(); }
+
+  // The fully-connected layers whose forward runs through run() (every torch::nn::Linear of
+  // gradsync's models, in registration order; emulated compute: the profile's "linear" layers).
+  virtual std::vector<LinearLayer> linearLayers();
+  // From now on `layer` (one of linearLayers()) runs through `exchange` (null: its own forward
+  // again). DistributedModel sets it for sharded:fc=exchange|auto.
+  void setExchange(const torch::nn::Module& layer, std::shared_ptr<FcExchangeLayer> exchange);
+
  protected:
+  // The exchange `layer` runs through, or null.
+  FcExchangeLayer* exchangeOf(const torch::nn::Module& layer) const {
+    auto found = exchanges_.find(&layer);
+    return found == exchanges_.end() ? nullptr : found->second.get();
+  }
+  // The pre-forward hook with `layer`, for models that do not run their layers through run().
+  void beforeLayer(const torch::nn::Module& layer) {
+    if (preForward_) preForward_(layer);
+  }
+  // Whether a hook is set: DistributedModel sets one in update mode only.
+  bool hasPreForwardHook() const { return static_cast<bool>(preForward_); }
+
   // `layer`'s forward, after the hook.
   template <typename Layer>
   torch::Tensor run(Layer& layer, const torch::Tensor& x) {
     if (preForward_) preForward_(*layer);
+    if (FcExchangeLayer* exchange = exchangeOf(*layer)) return exchange->forward(x);
     return layer->forward(x);
   }
   // Each module of `sequence` in turn, each after the hook.
   torch::Tensor runSequential(torch::nn::Sequential& sequence, torch::Tensor x) {
     for (auto& layer : *sequence) {
       if (preForward_) preForward_(*layer.ptr());
-      x = layer.forward(x);
+      FcExchangeLayer* exchange = exchangeOf(*layer.ptr());
+      x = exchange ? exchange->forward(x) : layer.forward(x);
     }
     return x;
   }
 
  private:
   PreForwardHook preForward_;
+  std::unordered_map<const torch::nn::Module*, std::shared_ptr<FcExchangeLayer>> exchanges_;
 };
 
 // Re-draws every Linear and Conv2d weight and bias from U(-1/sqrt(fan_in), 1/sqrt(fan_in)), the

@@ -141,7 +141,8 @@ EngineOptions engineOptionsOf(const SyncOptions& sync, const SyncStrategy& strat
   return {.schedule = ScheduleSpec::parse(sync.schedule),
           .compression = compressionOf(sync),
           .seed = sync.seed,
-          .sharded = strategy.kind == SyncStrategy::Kind::kSharded};
+          .sharded = strategy.kind == SyncStrategy::Kind::kSharded,
+          .concurrent = static_cast<size_t>(strategy.concurrent)};
 }
 
 void logSetup(const SyncOptions& sync, const SyncSetup& setup) {
@@ -186,7 +187,10 @@ SyncSetup setupFor(const torch::optim::Optimizer& optimizer, const SyncOptions& 
   } else {
     engine.update.momentum = compressorMomentum(optimizer, absorbs);
   }
-  setup = {.engine = std::move(engine), .local = local};
+  setup = {.engine = std::move(engine),
+           .local = local,
+           .fc = strategy.fc,
+           .fcRows = static_cast<size_t>(std::max<int64_t>(sync.localBatch, 0))};
   logSetup(sync, setup);
   return setup;
 }

@@ -5,12 +5,15 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <sstream>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
+#include "common/check.h"
 #include "common/logging.h"
 #include "gradsync/error.h"
 #include "torch/models.h"
@@ -33,7 +36,53 @@ SyncOptions syncOptionsOf(const TrainOptions& options) {
           .localMomentum = options.strategy.localMomentum,
           .glu = options.strategy.glu,
           .cdThreshold = options.strategy.threshold,
-          .seed = options.seed};
+          .seed = options.seed,
+          .localBatch = static_cast<int64_t>(options.batchSize)};
+}
+
+namespace {
+
+constexpr const char* kEmulatePrefix = "emulate:";
+// With emulated compute, the synthetic placeholder set holds this many global batches.
+constexpr size_t kEmulatedStepsPerEpoch = 256;
+
+}  // namespace
+
+bool emulatesCompute(const TrainOptions& options) {
+  if (options.compute == "real") return false;
+  if (options.compute.starts_with(kEmulatePrefix) &&
+      options.compute.size() > std::strlen(kEmulatePrefix)) {
+    return true;
+  }
+  throw ConfigError(fmt::format("unknown --compute '{}'", options.compute),
+                    {.hint = fmt::format("choose real or emulate:PROFILE (PROFILE: {}, or the "
+                                         "JSON file of `gradsync profile`)",
+                                         fmt::join(builtinProfileNames(), ", "))});
+}
+
+ModelProfile emulatedProfile(const TrainOptions& options) {
+  GS_CHECK(emulatesCompute(options));
+  ModelProfile profile = loadModelProfile(options.compute.substr(std::strlen(kEmulatePrefix)));
+  scaleComputeTimes(profile, options.computeScale);
+  if (profile.batchSize < 1) {
+    throw ConfigError(fmt::format("profile {} has batch size {}", profile.name, profile.batchSize),
+                      {.operation = "emulated compute", .hint = "a profile needs batch_size >= 1"});
+  }
+  return profile;
+}
+
+TrainOptions resolveCompute(TrainOptions options, int workers) {
+  if (!emulatesCompute(options)) return options;
+  options.batchSize = static_cast<size_t>(emulatedProfile(options).batchSize);
+  options.dataset = "synthetic";
+  const size_t perEpoch = options.batchSize * static_cast<size_t>(std::max(workers, 1));
+  options.syntheticSamples = std::max(options.syntheticSamples, perEpoch * kEmulatedStepsPerEpoch);
+  return options;
+}
+
+std::vector<TensorShape> describeTrainingModel(const TrainOptions& options) {
+  if (emulatesCompute(options)) return emulatedProfile(options).tensors();
+  return describeModel(options.model);
 }
 
 double injectedSlowdownMs(const std::string& spec, int rank) {
@@ -50,9 +99,14 @@ double injectedSlowdownMs(const std::string& spec, int rank) {
 }
 
 void validateTrainOptions(const TrainOptions& options) {
-  makeModel(options.model);  // throws with the valid names
+  if (!emulatesCompute(options)) {
+    makeModel(options.model);  // throws with the valid names
+  } else if (!(options.computeScale > 0)) {
+    throw ConfigError(
+        fmt::format("--compute-scale must be positive, not {}", options.computeScale));
+  }
   injectedSlowdownMs(options.injectSlowRank, -1);
-  validateSync(syncOptionsOf(options), describeModel(options.model));
+  validateSync(syncOptionsOf(options), describeTrainingModel(options));
   if (options.dataset != "fashion-mnist" && options.dataset != "synthetic") {
     throw ConfigError(fmt::format("unknown dataset '{}'", options.dataset),
                       {.hint = "choose fashion-mnist or synthetic"});

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <thread>
 
@@ -22,6 +23,7 @@
 #include "sync/straggler.h"
 #include "torch/checkpointing.h"
 #include "torch/data_source.h"
+#include "torch/emulated_model.h"
 #include "torch/evaluation.h"
 #include "torch/metrics.h"
 #include "torch/models.h"
@@ -40,13 +42,6 @@ double since(Clock::time_point start) {
 
 // Collectives of the training thread (loss and accuracy sums) use their own tag.
 const CollectiveOptions kTrainerTag{.tag = tags::kTrainer};
-
-// The network of --model, initialised from --seed (every rank alike).
-std::shared_ptr<Model> makeSeededModel(const TrainOptions& options) {
-  std::shared_ptr<Model> model = makeModel(options.model);
-  initializeParameters(*model, options.seed);
-  return model;
-}
 
 // One group with the optimizer's momentum, and one without for the parameters whose compressor
 // applies momentum itself (DGC's momentum correction).
@@ -81,7 +76,7 @@ class Trainer {
                              options.seed)),
         sampler_(data_->trainSize(), transport.rank(), transport.size(), options.batchSize,
                  options.seed),
-        net_(makeSeededModel(options)),
+        net_(makeTrainingModel(options, transport.rank())),
         optimizer_(parameterGroups(*net_, options), torch::optim::SGDOptions(options.lr)),
         distributed_(optimizer_, net_, all, syncOptionsOf(options)),
         inputs_(options.batchSize * data_->sampleElements()),
@@ -160,7 +155,7 @@ double Trainer::updateParameters(int64_t globalStep, TraceRecorder* trace,
     return 0;
   }
   if (strategy_.kind == SyncStrategy::Kind::kLocalSgd) {
-    optimizer_.step();  // on this worker's gradient alone
+    net_->optimizerStep(optimizer_);  // on this worker's gradient alone
     if ((globalStep + 1) % strategy_.parameter != 0) return 0;
     auto start = Clock::now();
     ScopedEvent event(trace, kMainLane, "communication", "average models");
@@ -176,7 +171,7 @@ double Trainer::updateParameters(int64_t globalStep, TraceRecorder* trace,
   auto synchronized = Clock::now();
   {
     ScopedEvent event(trace, kMainLane, "compute", "optimizer");
-    optimizer_.step();
+    net_->optimizerStep(optimizer_);
   }
   optimizerSeconds = since(synchronized);
   return waited;
@@ -290,6 +285,7 @@ double Trainer::globalMean(double localSum, double localCount) {
 
 // Each rank evaluates every size()-th test sample; the counts are summed across ranks.
 double Trainer::evaluate(size_t samples) {
+  if (!net_->predicts()) return std::nan("");  // emulated compute: nothing to evaluate
   distributed_.averageBuffers();
   double accuracy = 0;
   distributed_.withGlobalModel(
@@ -466,16 +462,17 @@ TrainResult Trainer::run() {
 
 }  // namespace
 
-TrainResult runTraining(Transport& transport, const TrainOptions& options) {
-  validateTrainOptions(options);
-  const int workers = transport.size() - options.strategy.servers;
+TrainResult runTraining(Transport& transport, const TrainOptions& given) {
+  validateTrainOptions(given);
+  const int workers = transport.size() - given.strategy.servers;
+  const TrainOptions options = resolveCompute(given, workers);
   if (workers < 1) {
     throw ConfigError(fmt::format("{} ranks cannot hold {} parameter servers and a worker",
                                   transport.size(), options.strategy.servers));
   }
   if (options.stopOnSignal) installStopHandlers();
   if (isServerRank(options, transport.rank(), transport.size())) {
-    std::shared_ptr<Model> net = makeModel(options.model);  // its shapes, and SGD's settings
+    std::shared_ptr<Model> net = makeTrainingModel(options, transport.rank());  // its shapes
     torch::optim::SGD optimizer(net->parameters(),
                                 torch::optim::SGDOptions(options.lr).momentum(options.momentum));
     DistributedOptimizer::serve(optimizer, *net, transport, syncOptionsOf(options));
@@ -484,7 +481,7 @@ TrainResult runTraining(Transport& transport, const TrainOptions& options) {
   limitComputeThreads(options.threads);
   PrefixTransport workerRanks(transport, workers);
   Trainer trainer(workerRanks, transport, options);
-  yieldToCommunication();
+  if (!emulatesCompute(options)) yieldToCommunication();  // an emulated device computes nothing
   TrainResult result = trainer.run();
   if (transport.rank() == 0 && !options.metricsPath.empty()) {
     writeMetrics(options.metricsPath, options, workers, result);

@@ -11,13 +11,18 @@
 #include "gradsync/sync_options.h"
 #include "gradsync/transport.h"
 #include "pipeline/pipeline_options.h"
+#include "sim/model_profile.h"
 #include "sync/straggler.h"
 #include "sync/strategy.h"
 
 namespace gradsync {
 
 struct TrainOptions {
-  std::string model = "cnn";              // mlp | cnn | resnet20 | vgg11
+  std::string model = "cnn";  // mlp | cnn | resnet20 | vgg11
+  // "real": the model computes on this host; "emulate:PROFILE": emulated accelerator compute
+  // with a profile's shapes and times (a built-in name or a JSON file; emulated_model.h).
+  std::string compute = "real";
+  double computeScale = 1;  // emulated compute: the profile's times multiplied by this
   std::string dataset = "fashion-mnist";  // fashion-mnist | synthetic
   std::string dataDir = "/usr/share/datasets/fashion-mnist";
   int epochs = 2;
@@ -129,6 +134,17 @@ std::vector<int64_t> modelOutputShape(const std::string& model, int64_t batch);
 // The milliseconds --inject-slow-rank adds to `rank`'s compute per step (0 for other ranks).
 // Throws ConfigError naming the expected form "R:MS".
 double injectedSlowdownMs(const std::string& spec, int rank);
+// Whether the run emulates accelerator compute (--compute emulate:PROFILE).
+bool emulatesCompute(const TrainOptions& options);
+// The emulated run's profile, its times multiplied by --compute-scale. Throws ConfigError.
+ModelProfile emulatedProfile(const TrainOptions& options);
+// The options a run of `workers` workers actually uses: with emulated compute the profile's
+// batch (its times are for that batch) and synthetic placeholder inputs, enough of them that an
+// epoch lasts 256 steps. Unchanged otherwise. Idempotent.
+TrainOptions resolveCompute(TrainOptions options, int workers);
+// The parameters of the model a run trains: --model's, or the emulated profile's.
+std::vector<TensorShape> describeTrainingModel(const TrainOptions& options);
+
 // Throws ConfigError (with the valid choices) for an invalid option, before any work starts.
 void validateTrainOptions(const TrainOptions& options);
 // The public SyncOptions that train's flags amount to (the DistributedOptimizer it trains with).

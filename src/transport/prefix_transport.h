@@ -28,6 +28,7 @@ class PrefixTransport final : public Transport {
   void abort(std::exception_ptr error) override { parent_.abort(std::move(error)); }
   // Everything the process sent, to the servers too.
   uint64_t bytesSent() const override { return parent_.bytesSent(); }
+  size_t messageOverheadBytes() const override { return parent_.messageOverheadBytes(); }
 
  private:
   Transport& parent_;

@@ -244,6 +244,29 @@ TEST_F(CliTrain, CompressedRunReportsItsBytesAndEvaluations) {
   EXPECT_EQ(doc["evaluations"][1]["step"], 6);
 }
 
+// Emulated accelerator compute over real processes and TCP: the profile's batch and shapes, its
+// compute time, real traffic, no evaluation.
+TEST_F(CliTrain, EmulatedComputeRunsTheProfileOverProcesses) {
+  fs::path metrics = scratch() / "emulated.json";
+  Result r =
+      gradsync({"train", "--compute", "emulate:resnet50", "--compute-scale", "0.2", "--steps", "4",
+                "--schedule", "p3", "--quiet", "--metrics", metrics.string()});
+  ASSERT_TRUE(r.status.ok()) << r.status.describe() << "\n" << r.err;
+  EXPECT_NE(r.out.find("gradsync train: emulated resnet50 (compute x 0.2), 2 workers"),
+            std::string::npos)
+      << r.out;
+  EXPECT_EQ(r.out.find("accuracy"), std::string::npos) << r.out;
+  nlohmann::json doc = nlohmann::json::parse(readFile(metrics));
+  EXPECT_EQ(doc["config"]["compute"], "emulate:resnet50");
+  EXPECT_EQ(doc["config"]["batch_size"], 32);  // the profile's
+  // ResNet-50's 25.6 M parameters, p3 slices: a ring allreduce sends about 102 MB per rank.
+  EXPECT_GT(doc["per_step"]["bytes_sent"].get<double>(), 100e6);
+  // Forward + backward of the V100 profile (106.6 ms) times 0.2; the first step's start-up
+  // (first touch of buffers) is inside the mean of 4.
+  EXPECT_GT(doc["per_step"]["compute_ms"].get<double>(), 21.3);
+  EXPECT_LT(doc["per_step"]["compute_ms"].get<double>(), 30.0);
+}
+
 TEST_F(CliTrain, ProfileWritesAModelProfileOrNamesTheModels) {
   fs::path json = scratch() / "mlp-profile.json";
   Result r = gradsync(
@@ -277,7 +300,8 @@ TEST_F(CliTrain, BadFlagsGiveAOneLineErrorWithTheChoices) {
            {{"train", "--schedule", "p3:slice=0"}, "p3:slice must be at least 1"},
            {{"train", "--sync", "sharded", "--schedule", "p3"}, "use fifo, wfbp or fusion:MB"},
            {{"train", "--sync", "sharded", "--compress", "topk:0.01"}, "--sync ssgd"},
-           {{"train", "--sync", "gossip"}, "ssgd, sharded, asgd, ssp:S"},
+           {{"train", "--sync", "gossip"},
+            "ssgd, sharded[:fc=reduce|exchange|auto,concurrent=N], asgd, ssp:S"},
            {{"train", "--sync", "ssp"}, "needs a parameter (ssp:N)"},
            {{"train", "--sync", "asgd:3"}, "takes no parameter"},
            {{"train", "--sync", "ssdsgd:0"}, "not an integer >= 1"},
@@ -291,6 +315,15 @@ TEST_F(CliTrain, BadFlagsGiveAOneLineErrorWithTheChoices) {
            {{"train", "--compress", "qsgd,levels=3"}, "options are: ef, bucket"},
            {{"train", "--compress-override", "fc*"}, "GLOB=SPEC"},
            {{"train", "--resume"}, "--checkpoint-dir"},
+           {{"train", "--compute", "gpu"}, "real or emulate:PROFILE"},
+           {{"train", "--compute", "emulate:"}, "real or emulate:PROFILE"},
+           {{"train", "--compute", "emulate:alexnet"}, "resnet50, vgg19, transformer"},
+           {{"train", "--compute", "emulate:resnet50", "--compute-scale", "0"},
+            "--compute-scale must be positive"},
+           {{"train", "--compute", "emulate:resnet50", "--elastic", "2:4"},
+            "--compute must be real"},
+           {{"train", "--compute", "emulate:resnet50", "--model", "dlrm"},
+            "--compute must be real"},
            {{"train", "--elastic", "3"}, "--elastic 3 is not MIN:MAX"},
            {{"train", "--elastic", "4:3"}, "1 <= MIN <= MAX"},
            {{"train", "--elastic", "2:4", "--schedule", "p3"},

@@ -11,6 +11,9 @@
 #   train_mpi    the same over the MPI transport, launched by netem's mpirun mode.
 #   killed_host  host 2 is SIGKILLed mid-training: the run ends within a bound with a non-zero
 #                status and the survivors' errors name rank 2.
+#   emulated     2 hosts at 1 Gbit/s train 4 steps of emulated accelerator compute (the
+#                ResNet-50 profile, --compute emulate:resnet50) with p3: its 102 MB of
+#                gradients per step crossed each host's eth0.
 # After every case no namespace or bridge of that netem run is left. Exits 77 (skipped) without
 # root, ip/tc or network namespaces.
 # shellcheck disable=SC2016  # the hosts' bash -c scripts expand their own variables
@@ -112,8 +115,26 @@ case_train_mpi() {
   done
 }
 
+case_emulated() {
+  run_netem emulated --hosts 2 --rate 1gbit --timeout 240 run -- bash -c \
+    '"$0" "$@" && echo "eth0 tx_bytes $(cat /sys/class/net/eth0/statistics/tx_bytes)"' \
+    "$gradsync" train --compute emulate:resnet50 --compute-scale 0.5 --schedule p3 --steps 4 \
+    --quiet
+  [ "$status" -eq 0 ] || fail "emulated: exit status $status"
+  expect emulated '^\[h0\] gradsync train: emulated resnet50 \(compute x 0.5\), 2 workers' \
+    "rank 0's summary line"
+  local h bytes
+  for h in 0 1; do
+    bytes="$(sed -n "s/^\[h$h\] eth0 tx_bytes \([0-9]*\)$/\1/p" "$tmp/emulated.log")"
+    # A ring allreduce of ResNet-50's 102 MB sends 102 MB per rank on 2 ranks, 4 steps.
+    if [ -z "$bytes" ] || [ "$bytes" -lt 400000000 ]; then
+      fail "emulated: host h$h's eth0 sent ${bytes:-no} bytes, expected >= 400 MB"
+    fi
+  done
+}
+
 # More cases: a case_NAME function built from run_netem and expect, added to the default list.
-read -r -a cases <<< "${NETEM_TEST_CASES:-train_tcp train_mpi killed_host}"
+read -r -a cases <<< "${NETEM_TEST_CASES:-train_tcp train_mpi killed_host emulated}"
 for c in "${cases[@]}"; do
   declare -F "case_$c" >/dev/null || fail "unknown case '$c'"
   "case_$c"

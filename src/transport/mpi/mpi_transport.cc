@@ -91,6 +91,7 @@ class MpiTransport final : public Transport {
   WorkPtr send(int peer, uint64_t tag, const void* data, size_t bytes) override;
   WorkPtr recv(int peer, uint64_t tag, void* data, size_t bytes) override;
   uint64_t bytesSent() const override { return bytesSent_.load(std::memory_order_relaxed); }
+  size_t messageOverheadBytes() const override { return sizeof(Header); }
   void abort(std::exception_ptr error) override;
 
  private:

@@ -42,6 +42,7 @@ class TcpTransport final : public Transport {
   WorkPtr send(int peer, uint64_t tag, const void* data, size_t bytes) override;
   WorkPtr recv(int peer, uint64_t tag, void* data, size_t bytes) override;
   uint64_t bytesSent() const override { return bytesSent_.load(std::memory_order_relaxed); }
+  size_t messageOverheadBytes() const override { return tcp::kFrameHeaderBytes; }
   void abort(std::exception_ptr error) override;
 
  private:

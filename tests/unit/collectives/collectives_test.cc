@@ -145,6 +145,57 @@ TEST_P(Collectives, AllgathervWithUnequalAndEmptyBlocks) {
   });
 }
 
+// What rank `from` sends rank `to` in the all-to-all tests: blocks of unequal sizes (the
+// count's blockOf pieces, shifted by sender), some empty when count < P; every rank sends
+// `count` elements in all. Values unique per (sender, receiver, index).
+size_t pairCount(size_t count, int size, int from, int to) {
+  return blockOf(count, size, (from + to) % size).size();
+}
+float pairValue(int from, int to, size_t i) {
+  return static_cast<float>(i % 97 + 101 * from + 13 * to);
+}
+
+// Against the naive definition: rank r's block j of the send buffer arrives as block r of rank
+// j's receive buffer.
+TEST_P(Collectives, AlltoallvDeliversEveryBlockToItsRank) {
+  run([&](Transport& t) {
+    const int size = t.size();
+    std::vector<size_t> sendCounts(size), recvCounts(size);
+    for (int j = 0; j < size; ++j) {
+      sendCounts[j] = pairCount(count(), size, t.rank(), j);
+      recvCounts[j] = pairCount(count(), size, j, t.rank());
+    }
+    std::vector<float> send, recv(std::accumulate(recvCounts.begin(), recvCounts.end(), 0u), -1);
+    for (int j = 0; j < size; ++j) {
+      for (size_t i = 0; i < sendCounts[j]; ++i) send.push_back(pairValue(t.rank(), j, i));
+    }
+    alltoallv(t, send, sendCounts, recv, recvCounts, options());
+    size_t at = 0;
+    for (int from = 0; from < size; ++from) {
+      for (size_t i = 0; i < recvCounts[from]; ++i, ++at) {
+        ASSERT_EQ(recv[at], pairValue(from, t.rank(), i)) << "from " << from << " #" << i;
+      }
+    }
+  });
+}
+
+TEST_P(Collectives, AlltoallOfEqualBlocks) {
+  run([&](Transport& t) {
+    const auto size = static_cast<size_t>(t.size());
+    const size_t block = count() / size;  // 0 when there are fewer elements than ranks
+    std::vector<float> send(block * size), recv(block * size, -1);
+    for (size_t j = 0; j < size; ++j) {
+      for (size_t i = 0; i < block; ++i) send[j * block + i] = pairValue(t.rank(), j, i);
+    }
+    alltoall(t, send, recv, options());
+    for (size_t from = 0; from < size; ++from) {
+      for (size_t i = 0; i < block; ++i) {
+        ASSERT_EQ(recv[from * block + i], pairValue(from, t.rank(), i)) << from << " #" << i;
+      }
+    }
+  });
+}
+
 TEST_P(Collectives, BroadcastFromEveryRoot) {
   for (int root = 0; root < GetParam().size; ++root) {
     run([&](Transport& t) {
@@ -214,6 +265,28 @@ TEST(CollectivesErrors, MismatchedSizesFailInsteadOfHanging) {
       [](Transport& t) {
         std::vector<float> data(t.rank() == 0 ? 100 : 200, 1.0f);
         EXPECT_THROW(allreduce(t, data), ProtocolError);
+      },
+      TransportOptions{.timeout = std::chrono::milliseconds(2000)});
+}
+
+// A block whose size the two ranks disagree on fails the receive, never hangs or shifts the
+// stream; counts that do not fit the buffers are refused before anything is sent.
+TEST(CollectivesErrors, AlltoallSizeDisagreementsFail) {
+  runWithTransports(
+      TransportKind::kLoopback, 2,
+      [](Transport& t) {
+        std::vector<float> send(8, 1.0f), recv(8);
+        std::vector<size_t> sendCounts = {4, 4};
+        std::vector<size_t> recvCounts = {4, 4};
+        if (t.rank() == 1) recvCounts = {3, 4};  // rank 0 sends it 4
+        if (t.rank() == 1) {
+          EXPECT_THROW(alltoallv(t, send, sendCounts, recv, recvCounts), ProtocolError);
+        } else {
+          alltoallv(t, send, sendCounts, recv, recvCounts);
+        }
+        std::vector<size_t> tooMany = {5, 5};
+        EXPECT_THROW(alltoallv(t, send, tooMany, recv, recvCounts), ConfigError);
+        EXPECT_THROW(alltoall(t, std::span<const float>(send).first(7), recv), ConfigError);
       },
       TransportOptions{.timeout = std::chrono::milliseconds(2000)});
 }

@@ -25,6 +25,24 @@ TEST(Reduce, AddIntoMatchesNaive) {
   }
 }
 
+// Bitwise what addInto then scale give: the ring fuses the two into its last reducing step.
+TEST(Reduce, AddIntoScaledMatchesAddThenScale) {
+  std::mt19937 rng(2);
+  std::uniform_real_distribution<float> dist(-1, 1);
+  for (size_t n : {0, 1, 3, 8, 17, 1000, 4099}) {
+    std::vector<float> a(n), b(n);
+    for (size_t i = 0; i < n; ++i) {
+      a[i] = dist(rng);
+      b[i] = dist(rng);
+    }
+    std::vector<float> expected = a;
+    addInto(expected.data(), b.data(), n);
+    scale(expected.data(), n, 1.0f / 3);
+    addIntoScaled(a.data(), b.data(), n, 1.0f / 3);
+    EXPECT_EQ(a, expected);
+  }
+}
+
 TEST(Reduce, ScaleMatchesNaive) {
   std::vector<float> a(1001);
   for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(i);

@@ -45,6 +45,15 @@ TEST(Schedule, ParsesP3WithDefaultsAndOptions) {
   EXPECT_EQ(custom.window, 4u);
   EXPECT_EQ(ScheduleSpec::parse(custom.toString()).sliceElements, 1000u);
   EXPECT_EQ(ScheduleSpec::parse("p3:slice=7").window, 2u);
+  // The window's slices in flight at once by default; concurrent=0 runs them one at a time.
+  EXPECT_TRUE(p3.concurrent);
+  ScheduleSpec serial = ScheduleSpec::parse("p3:concurrent=0,window=3");
+  EXPECT_FALSE(serial.concurrent);
+  EXPECT_EQ(serial.window, 3u);
+  EXPECT_EQ(serial.toString(), "p3:slice=40000,window=3,concurrent=0");
+  EXPECT_FALSE(ScheduleSpec::parse(serial.toString()).concurrent);
+  EXPECT_EQ(p3.toString(), "p3:slice=40000,window=2");
+  EXPECT_THROW(ScheduleSpec::parse("p3:concurrent=2"), ConfigError);
 }
 
 TEST(Schedule, P3SlicesWholeRowsWithForwardOrderPriority) {

@@ -294,6 +294,50 @@ TEST(Simulator, ShardedIsAReduceScatterAndAnAllgather) {
   EXPECT_NEAR(simulate(o).stepSeconds, closedFormRing(n * 4.0, 5, kGbit, 50e-6), 1e-9);
 }
 
+// The all-to-all: every NIC carries its host's messages to the other hosts; on one host, each
+// device's local link its messages to the others.
+TEST(SimCluster, AlltoallIsCarriedByTheNics) {
+  ClusterSpec flat{.workers = 5, .bandwidth = kGbit, .latency = 20e-6};
+  EXPECT_NEAR(alltoallSeconds(flat, 1000), 20e-6 + 4 * 1000 / kGbit, 1e-12);
+  ClusterSpec hosts{.workers = 16, .gpusPerHost = 8, .bandwidth = kGbit, .latency = 20e-6};
+  EXPECT_NEAR(alltoallSeconds(hosts, 1000), 20e-6 + 8 * 8 * 1000 / kGbit, 1e-12);
+  ClusterSpec one{.workers = 4, .gpusPerHost = 4, .localBandwidth = 8 * kGbit};
+  EXPECT_NEAR(alltoallSeconds(one, 1000), 3 * 1000 / (8 * kGbit), 1e-12);
+  EXPECT_EQ(alltoallSeconds(ClusterSpec{.workers = 1}, 1000), 0.0);
+  EXPECT_EQ(alltoallSeconds(flat, 0), 0.0);
+}
+
+// sharded's FC exchange on one wide linear layer (out x in = 1000 x 3000, batch 32, 4 workers):
+// its reduce-scatter gives way to the activations' all-to-all in forward and the errors'
+// allgather in backward, on the training thread; the updated weights' allgather stays. So the
+// bytes are the allgather's plus the exchange's, and the step: the activations' all-to-all
+// (started with forward, longer than forward and backward here), then the errors' allgather,
+// then the weights'.
+TEST(Simulator, ShardedFcExchangeReplacesTheReduceScatter) {
+  LayerProfile fc{"fc", {tensorShape("fc.weight", {1000, 3000})}, 0.001, 0.001};
+  fc.kind = kLinearLayer;
+  SimOptions o = options(profileOf({fc}), 4, "wfbp");
+  o.cluster.latency = 0;
+  o.sync = "sharded:fc=exchange";
+  const SimResult exchange = simulate(o);
+  o.sync = "sharded";
+  const SimResult reduce = simulate(o);
+  const double weights = 3000.0 * 1000 * 4;
+  const double activations = 3.0 / 4 * 32 * 3000 * 4;
+  const double errors = 3.0 * 32 * 1000 * 4;
+  EXPECT_NEAR(reduce.bytesSentPerStep, 2 * 3.0 / 4 * weights, 1);
+  EXPECT_NEAR(exchange.bytesSentPerStep, 3.0 / 4 * weights + activations + errors, 1);
+  const double alltoall = 3 * (activations / 3) / kGbit;  // 3 messages of 32 x 750 floats
+  EXPECT_NEAR(exchange.stepSeconds,
+              std::max(0.002, alltoall) + (3.0 / 4 * weights + errors) / kGbit, 1e-9);
+  EXPECT_LT(exchange.stepSeconds, reduce.stepSeconds);
+  // fc=auto takes it (32 rows against 3000 x 1000), and leaves a layer narrow against its rows.
+  o.sync = "sharded:fc=auto";
+  EXPECT_NEAR(simulate(o).bytesSentPerStep, exchange.bytesSentPerStep, 1);
+  o.profile.batchSize = 4000;
+  EXPECT_NEAR(simulate(o).bytesSentPerStep, reduce.bytesSentPerStep, 1);
+}
+
 // Two servers take the two units' pushes in parallel; one server takes them one after the
 // other. Pushes: the workers' NICs send each unit once (b / bandwidth), each server's NIC takes
 // P copies; replies likewise.

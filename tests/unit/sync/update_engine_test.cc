@@ -3,9 +3,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <mutex>
 
 #include <fmt/format.h>
 
+#include "common/tags.h"
 #include "gradsync/error.h"
 #include "support/transports.h"
 #include "sync/engine.h"
@@ -134,6 +137,201 @@ INSTANTIATE_TEST_SUITE_P(
           name.begin(), name.end(), [](char c) { return !std::isalnum(c); }, '_');
       return name;
     });
+
+// Passes everything through to a transport and counts the messages a unit's stream
+// (tags::kGradientUnits + u) started while another unit's stream still had one in flight: more
+// than zero means two units' collectives ran at the same time.
+class StreamOverlaps final : public Transport {
+ public:
+  explicit StreamOverlaps(Transport& inner) : inner_(inner) {}
+  int rank() const override { return inner_.rank(); }
+  int size() const override { return inner_.size(); }
+  const TransportOptions& options() const override { return inner_.options(); }
+  WorkPtr send(int peer, uint64_t tag, const void* data, size_t bytes) override {
+    return note(tag, inner_.send(peer, tag, data, bytes));
+  }
+  WorkPtr recv(int peer, uint64_t tag, void* data, size_t bytes) override {
+    return note(tag, inner_.recv(peer, tag, data, bytes));
+  }
+  void abort(std::exception_ptr error) override { inner_.abort(std::move(error)); }
+  uint64_t bytesSent() const override { return inner_.bytesSent(); }
+  size_t messageOverheadBytes() const override { return inner_.messageOverheadBytes(); }
+
+  int overlaps() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return overlaps_;
+  }
+
+ private:
+  WorkPtr note(uint64_t tag, WorkPtr work) {
+    if (tag < tags::kGradientUnits) return work;
+    std::lock_guard<std::mutex> lock(mutex_);
+    bool others = false;
+    for (auto& [other, works] : pending_) {
+      std::erase_if(works, [](const WorkPtr& w) { return w->done(); });
+      others = others || (other != tag && !works.empty());
+    }
+    overlaps_ += others;
+    pending_[tag].push_back(work);
+    return work;
+  }
+  Transport& inner_;
+  mutable std::mutex mutex_;
+  std::map<uint64_t, std::vector<WorkPtr>> pending_;  // by stream: started, maybe not done
+  int overlaps_ = 0;
+};
+
+// p3's committed slices in flight at once (one communication thread per slice of the window, each
+// on its unit's stream) end with the same bits as one slice at a time: each slice's collective
+// and update are the same operations either way, dense and compressed (the compressors' seeds
+// and top-k budgets do not depend on timing). And they do overlap, where serial ones never do.
+TEST(UpdateEngine, ConcurrentSlicesGiveTheBitsOfOneAtATime) {
+  constexpr int kSteps = 3;
+  for (const char* compress : {"none", "topk:0.05", "qsgd:8"}) {
+    for (TransportKind kind : {TransportKind::kLoopback, TransportKind::kTcp}) {
+      std::map<std::string, std::vector<std::vector<float>>> results;  // by schedule
+      for (const char* schedule :
+           {"p3:slice=500,window=4,concurrent=1", "p3:slice=500,window=4,concurrent=0"}) {
+        std::mutex mutex;
+        const bool concurrent = std::string(schedule).ends_with("=1");
+        runWithTransports(kind, 3, [&](Transport& real) {
+          StreamOverlaps t(real);
+          Model model = initialModel();
+          std::vector<std::span<float>> spans(model.parameters.begin(), model.parameters.end());
+          EngineOptions options{.schedule = ScheduleSpec::parse(schedule),
+                                .compression = {.spec = compress, .minElements = 100},
+                                .update = UpdateRule::sgd(kLr, kMomentum)};
+          Engine engine(t, kTensors, options, spans);
+          for (int step = 0; step < kSteps; ++step) {
+            for (int tensor = 0; tensor < 5; ++tensor) engine.waitFor(tensor);
+            for (int tensor = 4; tensor >= 0; --tensor) {
+              std::span<float> slot = engine.slot(tensor);
+              for (size_t i = 0; i < slot.size(); ++i)
+                slot[i] = gradient(t.rank(), tensor, i, step);
+              engine.markReady(tensor);
+            }
+            engine.endBackward();
+          }
+          engine.drain();
+          if (concurrent) {
+            EXPECT_GT(t.overlaps(), 0) << compress << " rank " << t.rank();
+          } else {
+            EXPECT_EQ(t.overlaps(), 0) << compress << " rank " << t.rank();
+          }
+          std::lock_guard<std::mutex> lock(mutex);
+          if (t.rank() == 1) results[schedule] = model.parameters;
+        });
+      }
+      const auto& a = results["p3:slice=500,window=4,concurrent=1"];
+      const auto& b = results["p3:slice=500,window=4,concurrent=0"];
+      ASSERT_EQ(a.size(), kTensors.size());
+      for (size_t tensor = 0; tensor < kTensors.size(); ++tensor) {
+        EXPECT_EQ(a[tensor], b[tensor])
+            << compress << " " << kindName(kind) << " " << kTensors[tensor].name;
+      }
+    }
+  }
+}
+
+// sharded with the FC exchange's weights: fc.weight (10 x 1001) arrives averaged over each
+// rank's own columns (what the exchange computes; here the exact average, written by the test),
+// is updated by columns and allgathered by columns: naive SGD on the average, as for every other
+// sharded tensor; odd world sizes give uneven column blocks. The velocity gathered for a
+// checkpoint (by columns) is the reference's, and goes back in.
+TEST(UpdateEngine, ShardedExchangedWeightsAreUpdatedByColumns) {
+  constexpr int kSteps = 3;
+  constexpr int kWeight = 3;  // fc.weight
+  for (int ranks : {1, 2, 3}) {
+    Model expected = reference(ranks, kSteps);
+    runWithTransports(TransportKind::kLoopback, ranks, [&](Transport& t) {
+      Model model = initialModel();
+      std::vector<std::span<float>> spans(model.parameters.begin(), model.parameters.end());
+      EngineOptions options{.schedule = ScheduleSpec::parse("wfbp"),
+                            .update = UpdateRule::sgd(kLr, kMomentum),
+                            .sharded = true,
+                            .exchanged = {{.tensor = kWeight, .columns = 1001}}};
+      Engine engine(t, kTensors, options, spans);
+      const Block own = blockOf(1001, t.size(), t.rank());
+      for (int step = 0; step < kSteps; ++step) {
+        for (int tensor = 0; tensor < 5; ++tensor) engine.waitFor(tensor);
+        for (int tensor = 4; tensor >= 0; --tensor) {
+          std::span<float> slot = engine.slot(tensor);
+          for (size_t i = 0; i < slot.size(); ++i) {
+            if (tensor != kWeight) {
+              slot[i] = gradient(t.rank(), tensor, i, step);
+              continue;
+            }
+            const size_t column = i % 1001;
+            if (column < own.begin || column >= own.end) {
+              slot[i] = std::nanf("");  // not ours: must never be read
+              continue;
+            }
+            double sum = 0;
+            for (int r = 0; r < t.size(); ++r) sum += gradient(r, tensor, i, step);
+            slot[i] = static_cast<float>(sum / t.size());
+          }
+          engine.markReady(tensor);
+        }
+        engine.endBackward();
+      }
+      engine.drain();
+      for (size_t tensor = 0; tensor < kTensors.size(); ++tensor) {
+        expectClose(model.parameters[tensor], expected.parameters[tensor], kTensors[tensor].name);
+      }
+      std::vector<float> velocity = engine.velocity();
+      std::vector<float> expectedVelocity;
+      for (const auto& v : expected.velocity)
+        expectedVelocity.insert(expectedVelocity.end(), v.begin(), v.end());
+      expectClose(velocity, expectedVelocity, "velocity");
+      engine.setVelocity(velocity);
+      EXPECT_EQ(engine.velocity(), velocity);
+    });
+  }
+}
+
+// sharded:concurrent=N: units' reduce-scatters and allgathers in flight at once (a unit's
+// allgather still after its own reduce-scatter) end with the bits of one at a time, and do
+// overlap.
+TEST(UpdateEngine, ConcurrentShardedGivesTheBitsOfOneAtATime) {
+  constexpr int kSteps = 3;
+  for (TransportKind kind : {TransportKind::kLoopback, TransportKind::kTcp}) {
+    std::map<size_t, std::vector<std::vector<float>>> results;  // by concurrency
+    for (size_t concurrent : {size_t{1}, size_t{3}}) {
+      std::mutex mutex;
+      runWithTransports(kind, 3, [&](Transport& real) {
+        StreamOverlaps t(real);
+        Model model = initialModel();
+        std::vector<std::span<float>> spans(model.parameters.begin(), model.parameters.end());
+        EngineOptions options{.schedule = ScheduleSpec::parse("wfbp"),
+                              .update = UpdateRule::sgd(kLr, kMomentum),
+                              .sharded = true,
+                              .concurrent = concurrent};
+        Engine engine(t, kTensors, options, spans);
+        for (int step = 0; step < kSteps; ++step) {
+          for (int tensor = 0; tensor < 5; ++tensor) engine.waitFor(tensor);
+          for (int tensor = 4; tensor >= 0; --tensor) {
+            std::span<float> slot = engine.slot(tensor);
+            for (size_t i = 0; i < slot.size(); ++i) slot[i] = gradient(t.rank(), tensor, i, step);
+            engine.markReady(tensor);
+          }
+          engine.endBackward();
+        }
+        engine.drain();
+        if (concurrent > 1) {
+          EXPECT_GT(t.overlaps(), 0) << "rank " << t.rank();
+        } else {
+          EXPECT_EQ(t.overlaps(), 0) << "rank " << t.rank();
+        }
+        std::lock_guard<std::mutex> lock(mutex);
+        if (t.rank() == 1) results[concurrent] = model.parameters;
+      });
+    }
+    for (size_t tensor = 0; tensor < kTensors.size(); ++tensor) {
+      EXPECT_EQ(results[1][tensor], results[3][tensor])
+          << kindName(kind) << " " << kTensors[tensor].name;
+    }
+  }
+}
 
 TEST(UpdateEngine, VelocityRoundTripsThroughACheckpoint) {
   runWithTransports(TransportKind::kLoopback, 3, [&](Transport& t) {

@@ -107,6 +107,46 @@ TEST(Trainer, P3AndShardedGiveWfbpParameters) {
   }
 }
 
+// Lee et al.'s fully-connected exchange computes each rank's columns of a linear layer's weight
+// gradient from every rank's activations and errors: the same average as the reduce-scatter,
+// summed in another order, so the parameters end where wfbp's do (float rounding), with fewer
+// bytes sent where the layers are wide against the batch (mlp: 784 x 512 and 512 x 512 at 4
+// rows per rank; vgg11's 512 x 512 classifier). A wide classifier (a model of its own) is in
+// torch_api_test (FcExchange.*). Every schedule sharded takes, fc=exchange and fc=auto (which
+// takes every layer here), 2 and 3 workers.
+TEST(Trainer, ShardedFcExchangeGivesWfbpParameters) {
+  struct Run {
+    const char* model;
+    int workers;
+    std::vector<std::pair<const char*, const char*>> modes;  // schedule, sync
+  };
+  const std::vector<Run> runs = {
+      {"mlp",
+       kEquivalenceWorkers,
+       {{"wfbp", "sharded:fc=exchange"},
+        {"fusion:1", "sharded:fc=auto"},
+        {"fifo", "sharded:fc=auto"}}},
+      {"mlp", 3, {{"wfbp", "sharded:fc=auto"}, {"fusion:1", "sharded:fc=exchange"}}},
+      {"vgg11", kEquivalenceWorkers, {{"wfbp", "sharded:fc=exchange"}}}};
+  for (const Run& run : runs) {
+    TrainOptions o = equivalenceOptions(run.model);
+    const TrainResult wfbp = train(run.workers, o);
+    o.sync = "sharded";
+    const TrainResult reduced = train(run.workers, o);
+    for (const auto& [schedule, sync] : run.modes) {
+      o.schedule = schedule;
+      o.sync = sync;
+      const TrainResult result = train(run.workers, o);
+      const double difference = maxRelativeDifference(wfbp.parameters, result.parameters);
+      std::printf("%-6s %d workers %-9s %-20s %.2g, %.0f bytes per step (sharded: %.0f)\n",
+                  run.model, run.workers, schedule, sync, difference, result.perStep.bytesSent,
+                  reduced.perStep.bytesSent);
+      EXPECT_LT(difference, kSameMath) << run.model << " on " << run.workers << ", " << schedule;
+      EXPECT_LT(result.perStep.bytesSent, reduced.perStep.bytesSent) << run.model << ", " << sync;
+    }
+  }
+}
+
 // The check above catches real errors: a p3 run that misses its last update, and the last
 // update with one 20,000-element slice written one element off (a wrong slice offset), both
 // end far outside the bound.
