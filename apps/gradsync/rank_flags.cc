@@ -74,6 +74,12 @@ void addRankFlags(CLI::App* app, RankFlags& flags, int defaultWorkers) {
   app->add_option("--timeout", flags.bootstrap.timeout, "bound on every wait (default 60s)");
   app->add_flag("--tls", flags.bootstrap.tls,
                 "encrypt every link between ranks with TLS 1.3 (all ranks or none)");
+  app->add_option("--ranks-per-host", flags.bootstrap.ranksPerHost,
+                  "consecutive runs of N ranks form a host (default: the hosts they share)")
+      ->check(CLI::PositiveNumber);
+  app->add_option("--shm", flags.bootstrap.sharedMemory,
+                  "on: ranks of one host talk through shared memory (default); off: over TCP")
+      ->transform(CLI::IsMember(std::map<std::string, bool>{{"on", true}, {"off", false}}));
 }
 
 int runRanks(const RankFlags& flags, const Env& env, const std::vector<std::string>& argv,
