@@ -51,18 +51,24 @@ std::vector<pid_t> spawnRanks(const LaunchOptions& options) {
   std::string port = std::to_string(freePort());
   std::string token = randomToken();
   std::vector<pid_t> pids;
+  const int perHost = options.ranksPerHost > 0 ? options.ranksPerHost : options.processes;
   for (int rank = 0; rank < options.processes; ++rank) {
     SpawnOptions spawn;
     spawn.argv = options.command;
-    spawn.env = {{"RANK", std::to_string(rank)},
-                 {"WORLD_SIZE", std::to_string(options.processes)},
-                 {"LOCAL_RANK", std::to_string(rank)},
-                 {"LOCAL_WORLD_SIZE", std::to_string(options.processes)},
-                 {"MASTER_ADDR", "127.0.0.1"},
-                 {"MASTER_PORT", port},
-                 {"GRADSYNC_JOB_ID", fmt::format("local-{}", ::getpid())},
-                 {"GRADSYNC_JOB_TOKEN", token}};
+    const int hostBegin = rank / perHost * perHost;
+    spawn.env = {
+        {"RANK", std::to_string(rank)},
+        {"WORLD_SIZE", std::to_string(options.processes)},
+        {"LOCAL_RANK", std::to_string(rank - hostBegin)},
+        {"LOCAL_WORLD_SIZE", std::to_string(std::min(perHost, options.processes - hostBegin))},
+        {"MASTER_ADDR", "127.0.0.1"},
+        {"MASTER_PORT", port},
+        {"GRADSYNC_JOB_ID", fmt::format("local-{}", ::getpid())},
+        {"GRADSYNC_JOB_TOKEN", token}};
     if (options.tls) spawn.env.emplace("GRADSYNC_TLS", "1");
+    if (options.ranksPerHost > 0) {
+      spawn.env.emplace("GRADSYNC_RANKS_PER_HOST", std::to_string(options.ranksPerHost));
+    }
     try {
       pids.push_back(spawnProcess(spawn));
     } catch (...) {  // the ranks already started would wait for this one until their timeout

@@ -1,7 +1,8 @@
 // Local multi-process launcher: `gradsync launch -n N -- CMD` and the `--workers N` of other
 // subcommands. Starts N processes with the rendezvous environment set (RANK, WORLD_SIZE,
 // LOCAL_RANK, MASTER_ADDR, MASTER_PORT, GRADSYNC_JOB_ID, GRADSYNC_JOB_TOKEN with a fresh random
-// token, and GRADSYNC_TLS=1 with --tls) and supervises them.
+// token, GRADSYNC_TLS=1 with --tls, GRADSYNC_RANKS_PER_HOST with --ranks-per-host) and
+// supervises them.
 #pragma once
 
 #include <chrono>
@@ -18,6 +19,9 @@ struct LaunchOptions {
   std::chrono::milliseconds grace{65'000};
   // --tls: sets GRADSYNC_TLS=1 for the processes, so every link between them is encrypted.
   bool tls = false;
+  // --ranks-per-host N: the processes form hosts of N consecutive ranks (GRADSYNC_RANKS_PER_HOST,
+  // and LOCAL_RANK / LOCAL_WORLD_SIZE within each); 0: one host of all of them.
+  int ranksPerHost = 0;
 };
 
 // Runs the processes to completion. Returns 0 if all succeeded, else the exit code of the first

@@ -1,6 +1,7 @@
 #include "job/host_transport.h"
 
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <fstream>
@@ -76,12 +77,17 @@ std::vector<std::string> splitLines(const std::string& text) {
 
 }  // namespace
 
+// The mount namespace is left out on purpose: `ip netns exec` gives each process a fresh one
+// (to remount /sys) while /dev/shm stays the same file system, which is what matters.
 std::string hostIdentity() {
   char host[256] = {};
   ::gethostname(host, sizeof host - 1);
-  return fmt::format("{} boot {} {} {} {}", host, readLine("/proc/sys/kernel/random/boot_id"),
-                     readLink("/proc/self/ns/net"), readLink("/proc/self/ns/mnt"),
-                     readLink("/proc/self/ns/pid"));
+  struct stat shm {};
+  const bool hasShm = ::stat("/dev/shm", &shm) == 0;
+  return fmt::format("{} boot {} {} {} shm {}:{}", host,
+                     readLine("/proc/sys/kernel/random/boot_id"), readLink("/proc/self/ns/net"),
+                     readLink("/proc/self/ns/pid"), hasShm ? shm.st_dev : 0,
+                     hasShm ? shm.st_ino : 0);
 }
 
 HostsInfo exchangeHosts(Store& store, int rank, int size, const HostTransportOptions& options) {

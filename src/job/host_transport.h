@@ -28,9 +28,9 @@ struct HostTransportOptions {
   int ranksPerHost = 0;
 };
 
-// What identifies this process's host: hostname, boot id, and the network, mount and PID
-// namespaces (processes in different network namespaces count as different hosts, which is
-// how scripts/netem emulates them; shared memory also needs the same /dev/shm and PIDs).
+// What identifies this process's host: hostname, boot id, the network and PID namespaces and
+// the /dev/shm file system (processes in different network namespaces count as different hosts,
+// which is how scripts/netem emulates them; shared memory needs one /dev/shm and one PID space).
 std::string hostIdentity();
 
 // What the ranks tell each other at rendezvous.

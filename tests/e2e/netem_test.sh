@@ -11,6 +11,10 @@
 #   train_mpi    the same over the MPI transport, launched by netem's mpirun mode.
 #   killed_host  host 2 is SIGKILLed mid-training: the run ends within a bound with a non-zero
 #                status and the survivors' errors name rank 2.
+#   hosts_2x2    2 hosts of 2 ranks each (--ranks-per-host): every rank finds the topology from
+#                the namespaces alone, talks to its host's other rank through shared memory and
+#                to the other host over the shaped link; training goes through the hierarchical
+#                allreduce, and no segment is left in /dev/shm.
 # After every case no namespace or bridge of that netem run is left. Exits 77 (skipped) without
 # root, ip/tc or network namespaces.
 # shellcheck disable=SC2016  # the hosts' bash -c scripts expand their own variables
@@ -112,8 +116,25 @@ case_train_mpi() {
   done
 }
 
+case_hosts_2x2() {
+  run_netem hosts_2x2 --hosts 2 --ranks-per-host 2 --rate 200mbit --timeout 240 run -- \
+    "$gradsync" "${train[@]}" --steps 20 --metrics "$tmp/2x2.json"
+  [ "$status" -eq 0 ] || fail "hosts_2x2: exit status $status"
+  expect hosts_2x2 '^\[h0\.0\] gradsync train: mlp on synthetic, 4 workers' "rank 0's summary line"
+  local r
+  for r in 0 1 2 3; do
+    local mates="0, 1"
+    [ "$r" -ge 2 ] && mates="2, 3"
+    expect hosts_2x2 "rank $r: 2 hosts x 2 ranks; ranks $mates through shared memory" \
+      "rank $r to find 2 hosts of 2 ranks"
+  done
+  if ls /dev/shm | grep -q '^gradsync-'; then
+    fail "hosts_2x2: segments left in /dev/shm: $(ls /dev/shm | grep '^gradsync-' | tr '\n' ' ')"
+  fi
+}
+
 # More cases: a case_NAME function built from run_netem and expect, added to the default list.
-read -r -a cases <<< "${NETEM_TEST_CASES:-train_tcp train_mpi killed_host}"
+read -r -a cases <<< "${NETEM_TEST_CASES:-train_tcp train_mpi killed_host hosts_2x2}"
 for c in "${cases[@]}"; do
   declare -F "case_$c" >/dev/null || fail "unknown case '$c'"
   "case_$c"
