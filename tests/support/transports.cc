@@ -9,6 +9,7 @@
 #include "gradsync/tcp.h"
 #include "job/host_transport.h"
 #include "rank_threads.h"
+#include "transport/routed_transport.h"
 #include "transport/shm/shm_transport.h"
 
 namespace gradsync::testing {
@@ -27,6 +28,8 @@ std::string kindName(TransportKind kind) {
       return "shmcopy";
     case TransportKind::kRouted:
       return "routed";
+    case TransportKind::kLoopbackHosts:
+      return "loopbackhosts";
     case TransportKind::kMpi:
       return "mpi";
   }
@@ -35,10 +38,13 @@ std::string kindName(TransportKind kind) {
 
 void runWithTransports(TransportKind kind, int size, const std::function<void(Transport&)>& body,
                        TransportOptions options) {
-  if (kind == TransportKind::kLoopback) {
+  if (kind == TransportKind::kLoopback || kind == TransportKind::kLoopbackHosts) {
     LoopbackFabric fabric(size, options);
     runRankThreads(size, [&](int rank) {
       std::unique_ptr<Transport> transport = fabric.connect(rank);
+      if (kind == TransportKind::kLoopbackHosts) {
+        transport = withTopology(std::move(transport), Topology::uniform(size, 2));
+      }
       body(*transport);
     });
     return;
