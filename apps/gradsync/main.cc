@@ -19,8 +19,16 @@ void addLaunchCommand(CLI::App& app, CommandContext& context) {
       ->add_option("--ranks-per-host", options->ranksPerHost,
                    "emulate hosts of N consecutive ranks (GRADSYNC_RANKS_PER_HOST)")
       ->check(CLI::PositiveNumber);
+  auto respawn = std::make_shared<std::string>();
+  launch->add_option("--respawn", *respawn,
+                     "ranks to start again when a signal kills them, e.g. 4-5 (embedding servers)");
+  launch->add_option("--max-respawns", options->maxRespawns, "respawns in all")
+      ->capture_default_str();
   launch->add_option("command", options->command, "command to run")->required();
-  launch->callback([options, &context] { context.exitCode = launchLocal(*options); });
+  launch->callback([options, respawn, &context] {
+    if (!respawn->empty()) options->respawn = parseRankList(*respawn);
+    context.exitCode = launchLocal(*options);
+  });
 }
 
 namespace {

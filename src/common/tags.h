@@ -33,5 +33,13 @@ inline constexpr uint64_t kAgreement = kReservedTagBase + 8;
 inline constexpr uint64_t kTorchApi = kReservedTagBase + 9;
 // DistributedOptimizer's join: each step, how many ranks still have data.
 inline constexpr uint64_t kJoin = kReservedTagBase + 10;
+// Embedding servers (ps/embedding_protocol.h), on each server's own star transport: requests,
+// their payloads, answers and theirs.
+inline constexpr uint64_t kEmbRequest = kReservedTagBase + 11;
+inline constexpr uint64_t kEmbPayload = kReservedTagBase + 12;
+inline constexpr uint64_t kEmbReply = kReservedTagBase + 13;
+inline constexpr uint64_t kEmbReplyPayload = kReservedTagBase + 14;
+// The recommendation trainer's per-step agreement (which servers failed, whether to stop).
+inline constexpr uint64_t kRecStatus = kReservedTagBase + 15;
 
 }  // namespace gradsync::tags
