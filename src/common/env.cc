@@ -67,6 +67,8 @@ Env Env::fromMap(const Vars& vars) {
   env.tls = boolVar(vars, "GRADSYNC_TLS");
   env.ranksPerHost = intVar(vars, "GRADSYNC_RANKS_PER_HOST");
   env.sharedMemory = boolVar(vars, "GRADSYNC_SHM", true);
+  env.externalStore = boolVar(vars, "GRADSYNC_EXTERNAL_STORE");
+  env.restartCount = intVar(vars, "GRADSYNC_RESTART_COUNT").value_or(0);
   if (const std::string* v = find(vars, "GRADSYNC_TIMEOUT")) {
     env.timeoutSeconds = parseDurationSeconds(*v, "GRADSYNC_TIMEOUT");
   }

@@ -158,12 +158,13 @@ BootstrapConfig resolveBootstrap(const BootstrapFlags& flags, const Env& env) {
          "give the number of ranks each host runs");
   }
   config.ranksPerHost = perHost.value_or(0);
+  config.externalStore = env.externalStore;
   return config;
 }
 
 std::shared_ptr<Store> connectStore(const BootstrapConfig& config,
                                     std::unique_ptr<TcpStoreServer>* serverOut) {
-  if (config.size == 1) {
+  if (config.size == 1 && !config.externalStore) {
     if (serverOut != nullptr) serverOut->reset();
     return makeInMemoryStore();
   }
@@ -172,7 +173,7 @@ std::shared_ptr<Store> connectStore(const BootstrapConfig& config,
   options.jobToken = config.jobToken;
   options.connectTimeout = config.timeout;
   options.requestTimeout = config.timeout;
-  if (config.rank == 0) {
+  if (config.rank == 0 && !config.externalStore) {
     GS_CHECK(serverOut != nullptr);
     try {
       *serverOut = std::make_unique<TcpStoreServer>(config.master, options);
