@@ -41,5 +41,10 @@ inline constexpr uint64_t kEmbReply = kReservedTagBase + 13;
 inline constexpr uint64_t kEmbReplyPayload = kReservedTagBase + 14;
 // The recommendation trainer's per-step agreement (which servers failed, whether to stop).
 inline constexpr uint64_t kRecStatus = kReservedTagBase + 15;
+// Pipeline stages (torch/pipeline_wire.h): activations forward, their gradients backward, and
+// the activations of evaluation batches, each a header then the tensor's floats.
+inline constexpr uint64_t kPipelineActivations = kReservedTagBase + 20;
+inline constexpr uint64_t kPipelineGradients = kReservedTagBase + 21;
+inline constexpr uint64_t kPipelineEval = kReservedTagBase + 22;
 
 }  // namespace gradsync::tags
