@@ -17,6 +17,7 @@
 #include "common/units.h"
 #include "gradsync/collectives.h"
 #include "gradsync/error.h"
+#include "gradsync/topology.h"
 
 namespace gradsync {
 namespace {
@@ -122,13 +123,28 @@ double jobCpuSeconds(Transport& t, double cpuSeconds) {
   return total;
 }
 
+AllreduceAlgorithm algorithmNamed(const std::string& name) {
+  if (name == "ring") return AllreduceAlgorithm::kRing;
+  if (name == "hierarchical") return AllreduceAlgorithm::kHierarchical;
+  return AllreduceAlgorithm::kAuto;
+}
+
+// "tcp, 2 hosts x 2 ranks" where the transport knows its hosts.
+std::string describeTransport(const Transport& t, const BenchOptions& options) {
+  const Topology* topology = t.topology();
+  return topology ? fmt::format("{}, {}", options.transportName, topology->describe())
+                  : options.transportName;
+}
+
 // Times one size: `iters` iterations, each on freshly initialised data (untimed) after a barrier
 // (untimed), so every iteration measures the collective alone. Verifies the last result.
 Row measure(Transport& t, const Collective& c, const BenchOptions& options, uint64_t bytes) {
   int n = t.size();
   size_t count = bytes / sizeof(float);
   std::vector<float> data(count);
-  CollectiveOptions collective{.tag = 0, .segmentBytes = options.segmentBytes};
+  CollectiveOptions collective{.tag = 0,
+                               .segmentBytes = options.segmentBytes,
+                               .algorithm = algorithmNamed(options.algorithm)};
   double total = 0;
   double cpu = 0;
   for (int iter = -options.warmup; iter < options.iters; ++iter) {
@@ -176,9 +192,9 @@ uint64_t runBench(Transport& t, const BenchOptions& options) {
   if (report) {
     std::printf(
         "# gradsync bench %s: %d ranks, transport %s, %d iterations (+%d warm-up), "
-        "segment %s\n",
-        options.collective.c_str(), n, options.transportName.c_str(), options.iters, options.warmup,
-        formatBytes(options.segmentBytes).c_str());
+        "segment %s, algorithm %s\n",
+        options.collective.c_str(), n, describeTransport(t, options).c_str(), options.iters,
+        options.warmup, formatBytes(options.segmentBytes).c_str(), options.algorithm.c_str());
     std::printf("#%13s %12s %12s %12s %12s %12s %8s\n", "size(B)", "count", "time(us)",
                 "algbw(GB/s)", "busbw(GB/s)", "cpu(s/GB)", "#wrong");
     std::fflush(stdout);
@@ -213,7 +229,8 @@ uint64_t runBench(Transport& t, const BenchOptions& options) {
     nlohmann::json doc = {{"system", "gradsync"},
                           {"collective", options.collective},
                           {"workers", n},
-                          {"transport", options.transportName},
+                          {"transport", describeTransport(t, options)},
+                          {"algorithm", options.algorithm},
                           {"bandwidth_bytes_per_s", link.bandwidthBytesPerSec},
                           {"latency_us", link.latency.count()},
                           {"iters", options.iters},

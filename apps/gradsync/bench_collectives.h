@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 
+#include "gradsync/collectives.h"
 #include "gradsync/transport.h"
 
 namespace gradsync {
@@ -18,6 +19,8 @@ struct BenchOptions {
   int iters = 20;
   int warmup = 3;
   size_t segmentBytes = 1 << 20;
+  // allreduce: ring, hierarchical (over the transport's topology), or auto (gradsync's choice).
+  std::string algorithm = "auto";
   std::string transportName = "tcp";  // for the report only
   std::string jsonPath;               // "" = no JSON
 };

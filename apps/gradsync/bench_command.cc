@@ -50,6 +50,11 @@ void addBenchCommand(CLI::App& app, CommandContext& context) {
   bench->add_option("--warmup", flags->options.warmup, "untimed iterations")->capture_default_str();
   bench->add_option("--segment-bytes", flags->segment, "pipeline segment")->capture_default_str();
   bench->add_option("--json", flags->options.jsonPath, "write results as JSON");
+  bench
+      ->add_option("--algorithm", flags->options.algorithm,
+                   "allreduce: ring, hierarchical (across hosts) or auto")
+      ->check(CLI::IsMember({"auto", "ring", "hierarchical"}))
+      ->capture_default_str();
   bench->add_option("--methods", flags->methods, "compress: specs to measure (default: all)");
   bench->add_option("--sizes", flags->sizes, "compress: gradient sizes in elements (1M = 2^20)");
   bench->callback([flags, &context] {
@@ -72,7 +77,8 @@ void addBenchCommand(CLI::App& app, CommandContext& context) {
                          {"--factor", std::to_string(options.factor)},
                          {"--iters", std::to_string(options.iters)},
                          {"--warmup", std::to_string(options.warmup)},
-                         {"--segment-bytes", std::to_string(options.segmentBytes)}};
+                         {"--segment-bytes", std::to_string(options.segmentBytes)},
+                         {"--algorithm", options.algorithm}};
     context.exitCode = runRanks(flags->ranks, context.env, context.argv, settings,
                                 [&](Transport& t) { return runBench(t, options) == 0 ? 0 : 1; });
   });

@@ -75,18 +75,24 @@ int exitCodeOf(const ExitStatus& status) {
 std::vector<SpawnOptions> rankSpawns(const LaunchOptions& options, const std::string& port,
                                      const std::string& token) {
   std::vector<SpawnOptions> spawns;
+  const int perHost = options.ranksPerHost > 0 ? options.ranksPerHost : options.processes;
   for (int rank = 0; rank < options.processes; ++rank) {
     SpawnOptions spawn;
     spawn.argv = options.command;
-    spawn.env = {{"RANK", std::to_string(rank)},
-                 {"WORLD_SIZE", std::to_string(options.processes)},
-                 {"LOCAL_RANK", std::to_string(rank)},
-                 {"LOCAL_WORLD_SIZE", std::to_string(options.processes)},
-                 {"MASTER_ADDR", "127.0.0.1"},
-                 {"MASTER_PORT", port},
-                 {"GRADSYNC_JOB_ID", fmt::format("local-{}", ::getpid())},
-                 {"GRADSYNC_JOB_TOKEN", token}};
+    const int hostBegin = rank / perHost * perHost;
+    spawn.env = {
+        {"RANK", std::to_string(rank)},
+        {"WORLD_SIZE", std::to_string(options.processes)},
+        {"LOCAL_RANK", std::to_string(rank - hostBegin)},
+        {"LOCAL_WORLD_SIZE", std::to_string(std::min(perHost, options.processes - hostBegin))},
+        {"MASTER_ADDR", "127.0.0.1"},
+        {"MASTER_PORT", port},
+        {"GRADSYNC_JOB_ID", fmt::format("local-{}", ::getpid())},
+        {"GRADSYNC_JOB_TOKEN", token}};
     if (options.tls) spawn.env.emplace("GRADSYNC_TLS", "1");
+    if (options.ranksPerHost > 0) {
+      spawn.env.emplace("GRADSYNC_RANKS_PER_HOST", std::to_string(options.ranksPerHost));
+    }
     if (options.elastic) {
       spawn.env.emplace("GRADSYNC_EXTERNAL_STORE", "1");
       spawn.env.emplace("GRADSYNC_RESTART_COUNT", "0");

@@ -1,7 +1,8 @@
 // Local multi-process launcher: `gradsync launch -n N -- CMD` and the `--workers N` of other
 // subcommands. Starts N processes with the rendezvous environment set (RANK, WORLD_SIZE,
 // LOCAL_RANK, MASTER_ADDR, MASTER_PORT, GRADSYNC_JOB_ID, GRADSYNC_JOB_TOKEN with a fresh random
-// token, and GRADSYNC_TLS=1 with --tls) and supervises them.
+// token, GRADSYNC_TLS=1 with --tls, GRADSYNC_RANKS_PER_HOST with --ranks-per-host) and
+// supervises them.
 //
 // For elastic workers (`gradsync train --elastic`), `--elastic` serves the rendezvous store in
 // the launcher itself (GRADSYNC_EXTERNAL_STORE=1 tells the workers), so that the job outlives any
@@ -24,6 +25,9 @@ struct LaunchOptions {
   std::chrono::milliseconds grace{65'000};
   // --tls: sets GRADSYNC_TLS=1 for the processes, so every link between them is encrypted.
   bool tls = false;
+  // --ranks-per-host N: the processes form hosts of N consecutive ranks (GRADSYNC_RANKS_PER_HOST,
+  // and LOCAL_RANK / LOCAL_WORLD_SIZE within each); 0: one host of all of them.
+  int ranksPerHost = 0;
   // Both restart policies start a process again in its slot the same way (same command line and
   // environment, GRADSYNC_RESTART_COUNT = the slot's restarts); they differ in the job around it.
   //

@@ -15,6 +15,10 @@ void addLaunchCommand(CLI::App& app, CommandContext& context) {
   CLI::App* launch = app.add_subcommand("launch", "start N local processes with the job's env");
   launch->add_option("-n,--processes", options->processes, "processes")->required();
   launch->add_flag("--tls", options->tls, "encrypt the links between the processes (TLS 1.3)");
+  launch
+      ->add_option("--ranks-per-host", options->ranksPerHost,
+                   "emulate hosts of N consecutive ranks (GRADSYNC_RANKS_PER_HOST)")
+      ->check(CLI::PositiveNumber);
   auto respawn = std::make_shared<std::string>();
   launch->add_option("--respawn", *respawn,
                      "ranks to start again when a signal kills them, e.g. 4-5 (embedding servers)");

@@ -10,7 +10,9 @@
 #include "gradsync/mpi.h"
 #endif
 #include "gradsync/context.h"
+#include "gradsync/topology.h"
 #include "launcher.h"
+#include "transport/routed_transport.h"
 
 namespace gradsync {
 
@@ -74,6 +76,12 @@ void addRankFlags(CLI::App* app, RankFlags& flags, int defaultWorkers) {
   app->add_option("--timeout", flags.bootstrap.timeout, "bound on every wait (default 60s)");
   app->add_flag("--tls", flags.bootstrap.tls,
                 "encrypt every link between ranks with TLS 1.3 (all ranks or none)");
+  app->add_option("--ranks-per-host", flags.bootstrap.ranksPerHost,
+                  "consecutive runs of N ranks form a host (default: the hosts they share)")
+      ->check(CLI::PositiveNumber);
+  app->add_option("--shm", flags.bootstrap.sharedMemory,
+                  "on: ranks of one host talk through shared memory (default); off: over TCP")
+      ->transform(CLI::IsMember(std::map<std::string, bool>{{"on", true}, {"off", false}}));
 }
 
 int runRanks(const RankFlags& flags, const Env& env, const std::vector<std::string>& argv,
@@ -86,8 +94,13 @@ int runRanks(const RankFlags& flags, const Env& env, const std::vector<std::stri
     bootstrap.insecureNoToken = true;
     link.timeout = resolveBootstrap(bootstrap, Env{}).timeout;
     LoopbackFabric fabric(flags.workers, link);
+    const int perHost = resolveBootstrap(bootstrap, env).ranksPerHost;
     return runRankThreads(flags.workers, [&](int rank) {
-      auto transport = fabric.connect(rank);
+      std::unique_ptr<Transport> transport = fabric.connect(rank);
+      // Threads share one process: hosts exist only when --ranks-per-host declares them.
+      if (perHost > 0) {
+        transport = withTopology(std::move(transport), Topology::uniform(flags.workers, perHost));
+      }
       return body(*transport);
     });
   }
@@ -101,7 +114,9 @@ int runRanks(const RankFlags& flags, const Env& env, const std::vector<std::stri
       BootstrapFlags{.timeout = flags.bootstrap.timeout, .insecureNoToken = true}, Env{});
   std::vector<std::string> command = argv;
   command[0] = selfExecutable();
-  return launchLocal({flags.workers, command, config.timeout + std::chrono::seconds(5)});
+  LaunchOptions launch{flags.workers, command, config.timeout + std::chrono::seconds(5)};
+  launch.ranksPerHost = flags.bootstrap.ranksPerHost.value_or(0);  // LOCAL_RANK per host
+  return launchLocal(launch);
 }
 
 int runElasticWorkers(

@@ -31,6 +31,11 @@ struct BootstrapFlags {
   bool insecureNoToken = false;
   // --tls: TLS on every link between ranks (TcpTransportOptions::tls); on with GRADSYNC_TLS=1 too.
   bool tls = false;
+  // --ranks-per-host N: consecutive runs of N ranks form a host (GRADSYNC_RANKS_PER_HOST), instead
+  // of the hosts the ranks find they share at rendezvous (gradsync/topology.h).
+  std::optional<int> ranksPerHost;
+  // --shm off: TCP between the ranks of one host too (GRADSYNC_SHM=0); default on.
+  std::optional<bool> sharedMemory;
 };
 
 inline constexpr int kDefaultMasterPort = 29500;
@@ -48,6 +53,10 @@ struct BootstrapConfig {
   std::chrono::milliseconds timeout{60'000};
   // Encrypt the links between ranks (--tls or GRADSYNC_TLS): every rank of a job must agree.
   bool tls = false;
+  // Ranks per host (0: the hosts found at rendezvous) and whether ranks of a host talk through
+  // shared memory; every rank of a job must agree (checked at rendezvous).
+  int ranksPerHost = 0;
+  bool sharedMemory = true;
   // The store is served outside the job (GRADSYNC_EXTERNAL_STORE=1, set by `gradsync launch
   // --elastic`): rank 0 connects to it as the others do, and the store outlives any rank.
   bool externalStore = false;

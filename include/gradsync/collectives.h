@@ -23,12 +23,19 @@ enum class ReduceOp { kSum, kAverage };
 // collectives use tags below it.
 inline constexpr uint64_t kReservedTagBase = uint64_t{1} << 56;
 
+// How allreduce combines the ranks' data (gradsync/hierarchical.h): kAuto picks the faster of
+// the two for the transport's topology and the message size; without a topology (or with one
+// host, or hosts of unequal sizes) it is always the ring.
+enum class AllreduceAlgorithm { kAuto, kRing, kHierarchical };
+
 struct CollectiveOptions {
   // Message stream of this collective; collectives running concurrently need distinct tags.
   uint64_t tag = 0;
   // Pipeline granularity: blocks are sent as segments of this many bytes, so the reduction of
   // one segment overlaps the transfer of the next. Tests lower it to reach multi-segment paths.
   size_t segmentBytes = size_t{1} << 20;
+  // allreduce only.
+  AllreduceAlgorithm algorithm = AllreduceAlgorithm::kAuto;
 };
 
 // The block of `count` elements that rank `rank` of `size` owns in reduce-scatter and
@@ -40,7 +47,9 @@ struct Block {
 };
 Block blockOf(size_t count, int size, int rank);
 
-// Ring allreduce (reduce-scatter then allgather, pipelined across both phases).
+// Allreduce: the ring (reduce-scatter then allgather, pipelined across both phases), or over a
+// transport whose topology has several hosts of several ranks each, hierarchical where that is
+// faster (options.algorithm; gradsync/hierarchical.h). Every rank ends with the same bits.
 void allreduce(Transport& transport, std::span<float> data, ReduceOp op = ReduceOp::kSum,
                const CollectiveOptions& options = {});
 

@@ -3,8 +3,11 @@
 // docs/threading.md for the model and docs/architecture.md for the wire format.
 #pragma once
 
+#include <exception>
+#include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "gradsync/store.h"
 #include "gradsync/transport.h"
@@ -27,6 +30,13 @@ struct TcpTransportOptions {
   // other. No certificates to provide: the job token authenticates each TLS session
   // (docs/rendezvous.md, "Threat model"). The rendezvous store's traffic stays plaintext.
   bool tls = false;
+  // By rank: which peers to connect (empty: every rank). The routed transport leaves out the
+  // ranks it reaches through shared memory; every rank must leave out the same pairs, and
+  // sending to a rank left out is a ConfigError.
+  std::vector<bool> peers;
+  // Called once, on the loop thread and without its locks, when the transport breaks (a lost
+  // peer, a bad frame, abort()): the routed transport aborts its other transports then.
+  std::function<void(std::exception_ptr)> onBroken;
 };
 
 // Connects `rank` of `size` to all others through `store`. Blocks until the mesh is complete

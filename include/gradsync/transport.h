@@ -21,11 +21,14 @@
 #include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
 
 namespace gradsync {
+
+class Topology;
 
 struct TransportOptions {
   // Upper bound of every wait; a Work not done by then fails with TimeoutError.
@@ -54,6 +57,17 @@ class Work {
   void complete();
   void fail(std::exception_ptr error);
 
+  // For transports whose waiting threads can move data themselves (shared memory: the waiting
+  // thread reads the rings instead of waiting for the transport's thread to, one wake-up less
+  // per message). wait() then calls progress(*this, deadline) until the work is done instead of
+  // sleeping on its condition variable; progress returns after making progress or sleeping a
+  // while (it looks at done() before it sleeps; never past the deadline, never throwing), or
+  // returns false if it cannot help any more (its transport is gone), and wait() blocks as
+  // usual from then on. Set by the transport before it returns the Work.
+  using Progress =
+      std::function<bool(const Work& work, std::chrono::steady_clock::time_point deadline)>;
+  void setProgress(Progress progress) { progress_ = std::move(progress); }
+
   Kind kind() const { return kind_; }
   int peer() const { return peer_; }
   uint64_t tag() const { return tag_; }
@@ -70,6 +84,7 @@ class Work {
   std::condition_variable cv_;
   bool done_ = false;
   std::exception_ptr error_;
+  Progress progress_;
 };
 using WorkPtr = std::shared_ptr<Work>;
 
@@ -94,6 +109,12 @@ class Transport {
   virtual uint64_t bytesSent() const = 0;
   // What bytesSent() counts per message on top of its payload (a frame header).
   virtual size_t messageOverheadBytes() const { return 0; }
+
+  // Which ranks share a host (gradsync/topology.h), if this transport knows: the one
+  // gradsync::init connects does (host identities exchanged at rendezvous, or
+  // --ranks-per-host); null means unknown, and hierarchical algorithms then run flat. Owned by
+  // the transport, unchanged for its lifetime.
+  virtual const Topology* topology() const { return nullptr; }
 };
 
 }  // namespace gradsync

@@ -10,6 +10,7 @@
 #include "common/half.h"
 #include "gradsync/collectives.h"
 #include "gradsync/error.h"
+#include "gradsync/hierarchical.h"
 
 namespace gradsync {
 namespace {
@@ -52,6 +53,16 @@ Block blockOf(size_t count, int size, int rank) {
 
 void allreduce(Transport& transport, std::span<float> data, ReduceOp op,
                const CollectiveOptions& options) {
+  if (const Topology* topology = transport.topology();
+      topology != nullptr && options.algorithm != AllreduceAlgorithm::kRing) {
+    const AllreduceAlgorithm chosen =
+        options.algorithm == AllreduceAlgorithm::kAuto
+            ? chooseAllreduce(topology, data.size_bytes(), LinkModel::of(transport.options()))
+            : options.algorithm;
+    if (chosen == AllreduceAlgorithm::kHierarchical) {
+      return hierarchicalAllreduce(transport, *topology, data, op, options);
+    }
+  }
   detail::runCollective("allreduce", transport, [&] {
     auto blocks = floatBlocks(data.size(), transport.size());
     std::vector<ring::Step> steps;

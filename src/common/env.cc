@@ -24,9 +24,9 @@ std::optional<int> intVar(const Vars& vars, const std::string& name) {
 }
 
 // 1/true/on/yes or 0/false/off/no; anything else is a ConfigError rather than a silent "off".
-bool boolVar(const Vars& vars, const std::string& name) {
+bool boolVar(const Vars& vars, const std::string& name, bool fallback = false) {
   const std::string* value = find(vars, name);
-  if (value == nullptr) return false;
+  if (value == nullptr) return fallback;
   for (const char* yes : {"1", "true", "on", "yes"}) {
     if (*value == yes) return true;
   }
@@ -65,6 +65,8 @@ Env Env::fromMap(const Vars& vars) {
     env.jobToken = "ompi-" + *ompi;
   }
   env.tls = boolVar(vars, "GRADSYNC_TLS");
+  env.ranksPerHost = intVar(vars, "GRADSYNC_RANKS_PER_HOST");
+  env.sharedMemory = boolVar(vars, "GRADSYNC_SHM", true);
   env.externalStore = boolVar(vars, "GRADSYNC_EXTERNAL_STORE");
   env.restartCount = intVar(vars, "GRADSYNC_RESTART_COUNT").value_or(0);
   if (const std::string* v = find(vars, "GRADSYNC_TIMEOUT")) {

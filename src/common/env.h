@@ -38,6 +38,12 @@ struct Env {
   // GRADSYNC_TLS: 1 = TLS on every link between ranks, as --tls (TcpTransportOptions::tls).
   bool tls = false;
 
+  // GRADSYNC_RANKS_PER_HOST: consecutive runs of N ranks form a host (--ranks-per-host; set by
+  // `gradsync launch --ranks-per-host N` for its processes).
+  std::optional<int> ranksPerHost;
+  // GRADSYNC_SHM: 0 = TCP between the ranks of one host too (--shm off). Default 1.
+  bool sharedMemory = true;
+
   // GRADSYNC_TIMEOUT: seconds any wait may last before it fails (default 60).
   std::optional<double> timeoutSeconds;
 

@@ -26,6 +26,8 @@ const char* aggregationName(Aggregation aggregation) {
       return "allgather";
     case Aggregation::kTree:
       return "tree";
+    case Aggregation::kHierarchical:
+      return "hierarchical";
   }
   return "?";
 }

@@ -10,6 +10,8 @@
 //   kAllgather  sparse and quantized encodings are all-gathered (allgatherv) and every rank
 //               decodes each rank's encoding and sums;
 //   kTree       gtopk: pairwise merges over log2 P rounds, then a broadcast of the result.
+//   kHierarchical  hitopk (Shi et al.'s HiTopKComm): dense reduce-scatter inside each host,
+//               sparse allgather of each shard across hosts, dense allgather inside each host.
 #pragma once
 
 #include <cstddef>
@@ -27,7 +29,7 @@
 
 namespace gradsync {
 
-enum class Aggregation { kAllreduce, kAllgather, kTree };
+enum class Aggregation { kAllreduce, kAllgather, kTree, kHierarchical };
 const char* aggregationName(Aggregation aggregation);
 
 // What one exchange may use. The same on every rank except `transport.rank()`.
@@ -137,6 +139,9 @@ struct MethodArgs {
   bool hasValue = false;
   std::vector<std::pair<std::string, std::string>> keys;  // the ",key=value" options
   double momentum = 0;  // the optimizer's momentum (DGC's momentum correction uses it)
+  // The spec's error feedback, for methods that keep their residual themselves (registry.h,
+  // MethodInfo::ownErrorFeedback); the others are wrapped in ErrorFeedback instead.
+  bool errorFeedback = false;
 
   // The option `key` as a number, or `fallback` when absent.
   double number(const std::string& key, double fallback) const;

@@ -20,6 +20,7 @@ const char* refusal(const std::string& method) {
     return "it exchanges in rounds among the workers, which parameter servers do not have";
   }
   if (method == "gtopk") return "its global selection merges the workers' top-k among them";
+  if (method == "hitopk") return "it reduces among the workers of each host, then across hosts";
   if (method == "dgc") {
     return "its momentum correction would apply momentum beside the servers' own";
   }

@@ -101,6 +101,16 @@ const std::vector<MethodInfo>& compressionMethods() {
        false,
        "PCA projection of slices to D coefficients, summed in the ring",
        makeGradiVeQ},
+      {"hitopk",
+       "R",
+       0.01,
+       {"iters", "fp16", "bypass"},
+       true,
+       false,
+       "Shi et al.'s HiTopKComm: reduce-scatter in hosts, MSTopK per shard, sparse allgather "
+       "across hosts",
+       makeHiTopK,
+       /*ownErrorFeedback=*/true},
   };
   return table;
 }

@@ -24,6 +24,9 @@ struct MethodInfo {
   bool absorbsMomentum;           // applies momentum itself: the optimizer must not (DGC)
   const char* summary;
   CompressorFactory make;  // throws ConfigError for out-of-range parameters
+  // Keeps its residual itself (where it needs it: hitopk's is per shard, after the reduction
+  // inside the host), reading MethodArgs::errorFeedback; never wrapped in ErrorFeedback.
+  bool ownErrorFeedback = false;
 };
 
 const std::vector<MethodInfo>& compressionMethods();

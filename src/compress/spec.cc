@@ -73,6 +73,7 @@ CompressSpec CompressSpec::parse(const std::string& text, const std::string& wha
     spec.args.hasValue = true;
   }
   applyKeys(spec, method, parts, what);
+  spec.args.errorFeedback = spec.errorFeedback;
   TensorShape probe{"probe", {64, 64}, 4096};
   try {
     method.make(spec.args, {&probe, 1});
@@ -95,8 +96,11 @@ std::string CompressSpec::toString() const {
 std::unique_ptr<Compressor> makeCompressor(const CompressSpec& spec,
                                            std::span<const TensorShape> unit) {
   if (spec.dense()) return nullptr;
-  auto compressor = findMethod(spec.method).make(spec.args, unit);
-  if (!spec.errorFeedback) return compressor;
+  const MethodInfo& method = findMethod(spec.method);
+  MethodArgs args = spec.args;
+  args.errorFeedback = spec.errorFeedback;
+  auto compressor = method.make(args, unit);
+  if (!spec.errorFeedback || method.ownErrorFeedback) return compressor;
   size_t elements = 0;
   for (const TensorShape& t : unit) elements += t.elements;
   return std::make_unique<ErrorFeedback>(std::move(compressor), elements);

@@ -6,6 +6,7 @@
 #include "common/socket.h"
 #include "gradsync/tcp.h"
 #include "job/agreement.h"
+#include "job/host_transport.h"
 #include "rendezvous/tcp_store.h"
 
 namespace gradsync {
@@ -25,14 +26,17 @@ Context join(const BootstrapConfig& config, const TransportOptions& link) {
   std::unique_ptr<TcpStoreServer> server;
   std::shared_ptr<Store> store = connectStore(config, &server);
   if (config.size > 1) checkSameWorldSize(*store, config);
-  TcpTransportOptions tcp;
+  HostTransportOptions options{.sharedMemory = config.sharedMemory,
+                               .ranksPerHost = config.ranksPerHost};
+  TcpTransportOptions& tcp = options.tcp;
   tcp.transport = link;
   tcp.transport.timeout = config.timeout;
   tcp.jobId = config.jobId;
   tcp.jobToken = config.jobToken;
   tcp.tls = config.tls;
   tcp.host = config.size > 1 ? localAddressToward(config.master.host) : "127.0.0.1";
-  std::unique_ptr<Transport> transport = connectTcpTransport(*store, config.rank, config.size, tcp);
+  std::unique_ptr<Transport> transport =
+      connectHostTransport(*store, config.rank, config.size, options);
   GS_LOG(kInfo, "rank {} of {} connected (bootstrap from {})", config.rank, config.size,
          config.source);
   return Context(config, std::move(server), std::move(store), std::move(transport));

@@ -149,6 +149,15 @@ BootstrapConfig resolveBootstrap(const BootstrapFlags& flags, const Env& env) {
   resolveJob(flags, env, config);
   resolveTimeout(flags, env, config);
   config.tls = flags.tls || env.tls;
+  config.sharedMemory = flags.sharedMemory.value_or(env.sharedMemory);
+  const std::optional<int> perHost = flags.ranksPerHost ? flags.ranksPerHost : env.ranksPerHost;
+  if (perHost && (*perHost < 1 || *perHost > config.size)) {
+    fail(fmt::format("{}={} is outside [1, {}] (the world size)",
+                     flags.ranksPerHost ? "--ranks-per-host" : "GRADSYNC_RANKS_PER_HOST", *perHost,
+                     config.size),
+         "give the number of ranks each host runs");
+  }
+  config.ranksPerHost = perHost.value_or(0);
   config.externalStore = env.externalStore;
   return config;
 }

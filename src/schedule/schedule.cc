@@ -1,6 +1,7 @@
 #include "schedule/schedule.h"
 
 #include <algorithm>
+#include <map>
 
 #include <fmt/format.h>
 
@@ -113,34 +114,68 @@ GradientLayout sliceLayout(const std::vector<size_t>& tensorElements, const Sche
 
 }  // namespace
 
+namespace {
+
+// Which tensors each unit holds, in the order the units close (their communication order). fifo
+// and wfbp: one tensor each. fusion: one open bucket per group, each closed once it holds
+// fusionBytes, and the rest at the end of backward in the order their last tensors came, so
+// tensors of one group fuse across the other groups' tensors between them (a compressed model's
+// weights across its dense BatchNorm tensors) instead of being cut at each of them.
+std::vector<std::vector<int>> unitTensors(const std::vector<size_t>& tensorElements,
+                                          const ScheduleSpec& spec,
+                                          const std::vector<int>& groups) {
+  struct Open {
+    std::vector<int> tensors;
+    size_t elements = 0;
+    int last = 0;  // when its last tensor came, in backward order
+  };
+  std::map<int, Open> open;
+  std::vector<std::vector<int>> units;
+  const int count = static_cast<int>(tensorElements.size());
+  for (int t = count - 1; t >= 0; --t) {  // reverse registration: backward's order
+    if (spec.kind != ScheduleSpec::Kind::kFusion) {
+      units.push_back({t});
+      continue;
+    }
+    const int group = groups.empty() ? 0 : groups[t];
+    Open& bucket = open[group];
+    bucket.tensors.push_back(t);
+    bucket.elements += tensorElements[t];
+    bucket.last = count - 1 - t;
+    if (bucket.elements * sizeof(float) >= spec.fusionBytes) {
+      units.push_back(std::move(bucket.tensors));
+      open.erase(group);
+    }
+  }
+  std::vector<Open> rest;
+  for (auto& [group, bucket] : open) rest.push_back(std::move(bucket));
+  std::sort(rest.begin(), rest.end(), [](const Open& a, const Open& b) { return a.last < b.last; });
+  for (Open& bucket : rest) units.push_back(std::move(bucket.tensors));
+  return units;
+}
+
+}  // namespace
+
 GradientLayout planLayout(const std::vector<size_t>& tensorElements, const ScheduleSpec& spec,
                           const std::vector<int>& groups, const std::vector<size_t>& rowElements) {
   if (spec.kind == ScheduleSpec::Kind::kP3) return sliceLayout(tensorElements, spec, rowElements);
   GradientLayout layout;
-  int count = static_cast<int>(tensorElements.size());
+  const int count = static_cast<int>(tensorElements.size());
   layout.offsetOf.resize(count);
   layout.unitOf.resize(count);
   layout.unitCount.assign(count, 1);
-  CommUnit open;
-  auto close = [&] {
-    if (open.tensors.empty()) return;
-    for (int t : open.tensors) layout.unitOf[t] = static_cast<int>(layout.units.size());
-    open.priority = open.tensors.back();  // the unit's earliest tensor in forward order
-    layout.units.push_back(std::move(open));
-    open = CommUnit{.offset = layout.totalElements};
-  };
-  auto groupOf = [&](int t) { return groups.empty() ? 0 : groups[t]; };
-  for (int t = count - 1; t >= 0; --t) {  // reverse registration: backward's order
-    if (!open.tensors.empty() && groupOf(open.tensors.back()) != groupOf(t)) close();
-    layout.offsetOf[t] = layout.totalElements;
-    layout.totalElements += tensorElements[t];
-    open.elements += tensorElements[t];
-    open.tensors.push_back(t);
-    bool full = spec.kind != ScheduleSpec::Kind::kFusion ||
-                open.elements * sizeof(float) >= spec.fusionBytes;
-    if (full) close();
+  for (std::vector<int>& tensors : unitTensors(tensorElements, spec, groups)) {
+    CommUnit unit{.offset = layout.totalElements};
+    for (int t : tensors) {
+      layout.unitOf[t] = static_cast<int>(layout.units.size());
+      layout.offsetOf[t] = layout.totalElements;
+      layout.totalElements += tensorElements[t];
+      unit.elements += tensorElements[t];
+    }
+    unit.tensors = std::move(tensors);
+    unit.priority = unit.tensors.back();  // the unit's earliest tensor in forward order
+    layout.units.push_back(std::move(unit));
   }
-  close();
   return layout;
 }
 

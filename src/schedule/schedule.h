@@ -65,7 +65,10 @@ struct GradientLayout {
 
 // Lays out tensors of the given element counts (registration order) and groups them into units.
 // Tensors of different `groups` (by registration index; empty = all alike) never share a unit:
-// a unit is compressed as a whole, so its tensors must want the same compression. p3 cuts a
+// a unit is compressed as a whole, so its tensors must want the same compression. Fusion keeps
+// a bucket open per group, so a group's tensors fuse across the other groups' tensors between
+// them; the buffer then follows the units (a unit's tensors are consecutive), not strictly
+// backward's order. p3 cuts a
 // tensor only between rows of `rowElements[t]` elements (the product of its trailing
 // dimensions; empty = 1), so a slice of a matrix is a matrix (for PowerSGD and GradiVeQ): a
 // slice holds the most whole rows within `sliceElements`, and at least one row.

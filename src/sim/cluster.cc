@@ -6,6 +6,8 @@
 
 #include "gradsync/collectives.h"
 #include "gradsync/error.h"
+#include "gradsync/hierarchical.h"
+#include "gradsync/topology.h"
 
 namespace gradsync::sim {
 
@@ -94,6 +96,87 @@ double treeSeconds(const ClusterSpec& cluster, size_t listBytes) {
   for (int distance = 1; distance < cluster.workers; distance *= 2)
     seconds += 2 * transferSeconds(cluster, distance, 0, listBytes);
   return seconds;
+}
+
+bool hierarchicalApplies(const ClusterSpec& cluster) {
+  return cluster.hosts() > 1 && cluster.gpusPerHost > 1 &&
+         cluster.workers % cluster.gpusPerHost == 0;
+}
+
+size_t shardElements(const ClusterSpec& cluster, size_t elements) {
+  return blockOf(elements, cluster.gpusPerHost, 0).size();  // the first block is the largest
+}
+
+namespace {
+
+// One ring pass inside a host over `elements`.
+double localPassSeconds(const ClusterSpec& cluster, size_t elements, size_t elementBytes) {
+  const int g = cluster.gpusPerHost;
+  if (g == 1 || elements == 0) return 0;
+  const size_t block = blockOf(elements, g, 0).size() * elementBytes;
+  return (g - 1) * transferSeconds(cluster, 0, 1, block);
+}
+
+// One step across hosts in which each of a host's G workers sends `bytes` to another host: the
+// G messages share the NIC.
+double crossStepSeconds(const ClusterSpec& cluster, size_t bytes) {
+  return cluster.latency +
+         static_cast<double>(cluster.gpusPerHost) * static_cast<double>(bytes) / cluster.bandwidth;
+}
+
+}  // namespace
+
+double hierarchicalAllreduceSeconds(const ClusterSpec& cluster, size_t elements,
+                                    size_t elementBytes) {
+  if (cluster.workers == 1 || elements == 0) return 0;
+  const int hosts = cluster.hosts();
+  const size_t shard = shardElements(cluster, elements);
+  const size_t block = blockOf(shard, hosts, 0).size() * elementBytes;
+  const double cross = shard == 0 ? 0 : 2.0 * (hosts - 1) * crossStepSeconds(cluster, block);
+  return 2 * localPassSeconds(cluster, elements, elementBytes) + cross;
+}
+
+double denseAllreduceSeconds(const ClusterSpec& cluster, size_t elements, size_t elementBytes) {
+  const double ring = ringAllreduceSeconds(cluster, elements, elementBytes);
+  if (!hierarchicalApplies(cluster)) return ring;
+  const LinkModel links{.intraBytesPerSec = cluster.localBandwidth,
+                        .intraLatencySec = cluster.localLatency,
+                        .interBytesPerSec = cluster.bandwidth,
+                        .interLatencySec = cluster.latency};
+  const Topology topology = Topology::uniform(cluster.workers, cluster.gpusPerHost);
+  return chooseAllreduce(&topology, elements * elementBytes, links) ==
+                 AllreduceAlgorithm::kHierarchical
+             ? hierarchicalAllreduceSeconds(cluster, elements, elementBytes)
+             : ring;
+}
+
+double denseAllreduceBytes(const ClusterSpec& cluster, size_t elements, size_t elementBytes) {
+  const double p = cluster.workers, g = cluster.gpusPerHost, n = cluster.hosts();
+  const double d = static_cast<double>(elements * elementBytes);
+  if (denseAllreduceSeconds(cluster, elements, elementBytes) ==
+      ringAllreduceSeconds(cluster, elements, elementBytes)) {
+    return 2 * (p - 1) / p * d;
+  }
+  return 2 * (g - 1) / g * d + 2 * (n - 1) / n * d / g;
+}
+
+bool regular(const ClusterSpec& cluster) {
+  return cluster.workers % cluster.gpusPerHost == 0;
+}
+
+double hierarchicalSparseSeconds(const ClusterSpec& cluster, size_t elements, size_t listBytes) {
+  if (!regular(cluster)) return allgathervSeconds(cluster, listBytes);
+  if (elements == 0) return 0;
+  const double cross = (cluster.hosts() - 1) * crossStepSeconds(cluster, listBytes);
+  return 2 * localPassSeconds(cluster, elements, sizeof(float)) + cross;
+}
+
+double hierarchicalSparseBytes(const ClusterSpec& cluster, size_t elements, size_t listBytes) {
+  const double list = static_cast<double>(listBytes);
+  if (!regular(cluster)) return (cluster.workers - 1) * list;
+  const double g = cluster.gpusPerHost;
+  return 2 * (g - 1) / g * static_cast<double>(elements * sizeof(float)) +
+         (cluster.hosts() - 1) * list;
 }
 
 }  // namespace gradsync::sim

@@ -46,4 +46,28 @@ double alltoallSeconds(const ClusterSpec& cluster, size_t bytesPerPeer);
 // gtopk: lists of `listBytes` merged up a binomial tree and sent back down it.
 double treeSeconds(const ClusterSpec& cluster, size_t listBytes);
 
+// Whether the hierarchical collectives apply: several hosts, each full with several workers (as
+// gradsync/hierarchical.h requires of a topology).
+bool hierarchicalApplies(const ClusterSpec& cluster);
+// The largest of a host's blocks of `elements` (blockOf over gpusPerHost): one worker's shard.
+size_t shardElements(const ClusterSpec& cluster, size_t elements);
+// Hierarchical allreduce: a ring pass inside each host, an allreduce of each shard across the
+// hosts with the host's gpusPerHost cross rings sharing its NIC (a step carries their blocks
+// through it one after another), a ring pass inside.
+double hierarchicalAllreduceSeconds(const ClusterSpec& cluster, size_t elements,
+                                    size_t elementBytes);
+// The dense allreduce the engine runs (allreduce's automatic choice, gradsync/hierarchical.h,
+// with this cluster's links as its LinkModel), and the bytes one worker sends in it.
+double denseAllreduceSeconds(const ClusterSpec& cluster, size_t elements, size_t elementBytes);
+double denseAllreduceBytes(const ClusterSpec& cluster, size_t elements, size_t elementBytes);
+// Every host has gpusPerHost workers (the topology is regular).
+bool regular(const ClusterSpec& cluster);
+// hitopk (Shi et al.'s HiTopKComm) on a unit of `elements` floats whose shard's list is
+// `listBytes`: a dense ring pass inside each host, an allgatherv of the lists among the hosts
+// (gpusPerHost groups sharing each NIC), a dense ring pass inside; with uneven hosts, a flat
+// allgatherv of whole-unit lists (as the compressor falls back). Seconds, and bytes one worker
+// sends (over both kinds of link).
+double hierarchicalSparseSeconds(const ClusterSpec& cluster, size_t elements, size_t listBytes);
+double hierarchicalSparseBytes(const ClusterSpec& cluster, size_t elements, size_t listBytes);
+
 }  // namespace gradsync::sim

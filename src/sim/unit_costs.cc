@@ -1,6 +1,7 @@
 #include "sim/unit_costs.h"
 
 #include "compress/compressor.h"
+#include "compress/impl/hitopk.h"
 #include "compress/spec.h"
 
 namespace gradsync::sim {
@@ -30,6 +31,13 @@ UnitCost compressedCost(const ClusterSpec& cluster, const Compressor& compressor
       cost.allreduceSeconds = treeSeconds(cluster, cost.wireBytes);
       cost.bytesSent = 2 * (p - 1) / p * static_cast<double>(cost.wireBytes);
       break;
+    case Aggregation::kHierarchical: {  // hitopk: lists of a host shard's k pairs
+      const size_t shard = regular(cluster) ? shardElements(cluster, elements) : elements;
+      cost.wireBytes = compressor.encodedBytes(shard);
+      cost.allreduceSeconds = hierarchicalSparseSeconds(cluster, elements, cost.wireBytes);
+      cost.bytesSent = hierarchicalSparseBytes(cluster, elements, cost.wireBytes);
+      break;
+    }
   }
   return cost;
 }
@@ -44,6 +52,8 @@ std::vector<UnitCost> unitCosts(const ClusterSpec& cluster, const GradientLayout
     const CommUnit& unit = layout.units[u];
     std::unique_ptr<Compressor> compressor =
         makeCompressor(plan.perTensor[unit.tensors[0]], unitShapes(layout, u, tensors));
+    const auto* hitopk = dynamic_cast<const methods::HiTopK*>(compressor.get());
+    if (hitopk != nullptr && unit.elements < hitopk->bypass()) compressor.reset();  // dense
     if (compressor) {
       costs.push_back(compressedCost(cluster, *compressor, unit.elements));
       costs.back().codecSeconds = codecSecondsPerElement * static_cast<double>(unit.elements);
@@ -51,8 +61,8 @@ std::vector<UnitCost> unitCosts(const ClusterSpec& cluster, const GradientLayout
     }
     UnitCost dense;
     dense.wireBytes = unit.elements * sizeof(float);
-    dense.allreduceSeconds = ringAllreduceSeconds(cluster, unit.elements, sizeof(float));
-    dense.bytesSent = ringBytes(cluster, dense.wireBytes);
+    dense.allreduceSeconds = denseAllreduceSeconds(cluster, unit.elements, sizeof(float));
+    dense.bytesSent = denseAllreduceBytes(cluster, unit.elements, sizeof(float));
     costs.push_back(dense);
   }
   return costs;

@@ -16,8 +16,15 @@ std::string Work::describe() const {
 }
 
 void Work::wait() {
+  const auto deadline = std::chrono::steady_clock::now() + timeout_;
   std::unique_lock<std::mutex> lock(mutex_);
-  if (!cv_.wait_for(lock, timeout_, [this] { return done_; })) {
+  while (progress_ && !done_ && std::chrono::steady_clock::now() < deadline) {
+    lock.unlock();
+    const bool helping = progress_(*this, deadline);
+    lock.lock();
+    if (!helping) break;
+  }
+  if (!cv_.wait_until(lock, deadline, [this] { return done_; })) {
     throw TimeoutError(
         fmt::format("{} did not complete within {} ms", describe(), timeout_.count()),
         {.rank = rank_,

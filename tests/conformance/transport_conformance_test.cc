@@ -1,5 +1,7 @@
 // The contract of include/gradsync/transport.h, checked against every transport. Built twice:
-// transport_conformance_test (loopback, TCP and TCP over TLS, ranks as threads) and, with
+// transport_conformance_test (loopback, TCP, TCP over TLS, shared memory with and without
+// single-copy sends, and the routed transport of shared memory and TCP with two ranks per host,
+// ranks as threads) and, with
 // GRADSYNC_TEST_MPI, transport_conformance_mpi_test (ranks as the processes of one mpirun launch
 // of >= 5).
 #include <gtest/gtest.h>
@@ -229,7 +231,8 @@ INSTANTIATE_TEST_SUITE_P(Transports, TransportConformance, ::testing::Values(Tra
 #else
 INSTANTIATE_TEST_SUITE_P(Transports, TransportConformance,
                          ::testing::Values(TransportKind::kLoopback, TransportKind::kTcp,
-                                           TransportKind::kTcpTls),
+                                           TransportKind::kTcpTls, TransportKind::kShm,
+                                           TransportKind::kShmCopy, TransportKind::kRouted),
                          [](const auto& info) { return kindName(info.param); });
 #endif
 

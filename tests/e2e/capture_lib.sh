@@ -25,7 +25,8 @@ ip netns exec "$ns" ip link set lo up
 
 # Runs a 2-rank allreduce benchmark (rendezvous on 127.0.0.1:PORT; job id and token from
 # $job_id and $job_token) with FLAGS while capturing into PCAP; fails if a rank fails or the
-# capture is empty.
+# capture is empty. The ranks share a host, so --shm off makes their traffic TCP (what is
+# captured) instead of shared memory.
 capture_job() {
   local pcap="$1" port="$2"
   shift 2
@@ -37,7 +38,7 @@ capture_job() {
   for rank in 0 1; do
     ip netns exec "$ns" env RANK="$rank" WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT="$port" \
       GRADSYNC_JOB_ID="$job_id" GRADSYNC_JOB_TOKEN="$job_token" \
-      timeout 60 "$gradsync" bench allreduce --iters 2 "$@" >"$work/rank$rank.txt" 2>&1 &
+      timeout 60 "$gradsync" bench allreduce --iters 2 --shm off "$@" >"$work/rank$rank.txt" 2>&1 &
     pids+=($!)
   done
   for i in 0 1; do

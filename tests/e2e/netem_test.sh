@@ -14,6 +14,10 @@
 #   emulated     2 hosts at 1 Gbit/s train 4 steps of emulated accelerator compute (the
 #                ResNet-50 profile, --compute emulate:resnet50) with p3: its 102 MB of
 #                gradients per step crossed each host's eth0.
+#   hosts_2x2    2 hosts of 2 ranks each (--ranks-per-host): every rank finds the topology from
+#                the namespaces alone, talks to its host's other rank through shared memory and
+#                to the other host over the shaped link; training goes through the hierarchical
+#                allreduce, and no segment is left in /dev/shm.
 # After every case no namespace or bridge of that netem run is left. Exits 77 (skipped) without
 # root, ip/tc or network namespaces.
 # shellcheck disable=SC2016  # the hosts' bash -c scripts expand their own variables
@@ -133,8 +137,25 @@ case_emulated() {
   done
 }
 
+case_hosts_2x2() {
+  run_netem hosts_2x2 --hosts 2 --ranks-per-host 2 --rate 200mbit --timeout 240 run -- \
+    "$gradsync" "${train[@]}" --steps 20 --metrics "$tmp/2x2.json"
+  [ "$status" -eq 0 ] || fail "hosts_2x2: exit status $status"
+  expect hosts_2x2 '^\[h0\.0\] gradsync train: mlp on synthetic, 4 workers' "rank 0's summary line"
+  local r
+  for r in 0 1 2 3; do
+    local mates="0, 1"
+    [ "$r" -ge 2 ] && mates="2, 3"
+    expect hosts_2x2 "rank $r: 2 hosts x 2 ranks; ranks $mates through shared memory" \
+      "rank $r to find 2 hosts of 2 ranks"
+  done
+  if ls /dev/shm | grep -q '^gradsync-'; then
+    fail "hosts_2x2: segments left in /dev/shm: $(ls /dev/shm | grep '^gradsync-' | tr '\n' ' ')"
+  fi
+}
+
 # More cases: a case_NAME function built from run_netem and expect, added to the default list.
-read -r -a cases <<< "${NETEM_TEST_CASES:-train_tcp train_mpi killed_host emulated}"
+read -r -a cases <<< "${NETEM_TEST_CASES:-train_tcp train_mpi killed_host emulated hosts_2x2}"
 for c in "${cases[@]}"; do
   declare -F "case_$c" >/dev/null || fail "unknown case '$c'"
   "case_$c"

@@ -1,4 +1,6 @@
-// Real processes over real TCP sockets.
+// Real processes of one job on this host, over each way they can reach each other: shared memory
+// (the default between ranks of one host), TCP (GRADSYNC_SHM=0), and both at once (two ranks
+// per emulated host: shared memory inside, TCP between).
 #include <gtest/gtest.h>
 
 #include <signal.h>
@@ -7,6 +9,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <thread>
 
@@ -31,8 +34,35 @@ struct Job {
   }
 };
 
+enum class Links { kShm, kTcp, kMixed };
+
+std::string nameOf(Links links) {
+  return links == Links::kShm ? "shm" : links == Links::kTcp ? "tcp" : "mixed";
+}
+
+// The environment that makes the ranks use `links`.
+std::map<std::string, std::string> linksEnv(Links links) {
+  if (links == Links::kTcp) return {{"GRADSYNC_SHM", "0"}};
+  if (links == Links::kMixed) return {{"GRADSYNC_RANKS_PER_HOST", "2"}};
+  return {};
+}
+
+// The shared-memory objects the processes `pids` created in /dev/shm (gradsync-PID-...): none
+// may outlive a job.
+std::vector<std::string> shmLeftovers(const std::vector<pid_t>& pids) {
+  std::vector<std::string> names;
+  for (const auto& entry : fs::directory_iterator("/dev/shm")) {
+    std::string name = entry.path().filename().string();
+    for (pid_t pid : pids) {
+      if (name.starts_with("gradsync-" + std::to_string(pid) + "-")) names.push_back(name);
+    }
+  }
+  return names;
+}
+
 // Starts `size` collective_rank processes of one job, stderr of each in dir/rankN.err.
-Job startJob(int size, const std::vector<std::string>& args, const std::string& timeout = "60") {
+Job startJob(int size, const std::vector<std::string>& args, const std::string& timeout = "60",
+             Links links = Links::kShm) {
   Job job;
   job.dir = fs::temp_directory_path() /
             ("gradsync-multiproc-" + std::to_string(::getpid()) + "-" + std::to_string(size));
@@ -48,6 +78,7 @@ Job startJob(int size, const std::vector<std::string>& args, const std::string& 
     spawn.env = {{"RANK", std::to_string(rank)},      {"WORLD_SIZE", std::to_string(size)},
                  {"MASTER_ADDR", "127.0.0.1"},        {"MASTER_PORT", port},
                  {"GRADSYNC_JOB_TOKEN", "multiproc"}, {"GRADSYNC_TIMEOUT", timeout}};
+    for (const auto& [name, value] : linksEnv(links)) spawn.env[name] = value;
     spawn.stderrPath = (job.dir / ("rank" + std::to_string(rank) + ".err")).string();
     job.pids.push_back(spawnProcess(spawn));
   }
@@ -76,18 +107,27 @@ std::vector<ExitStatus> waitAll(const Job& job, std::chrono::milliseconds limit)
   return statuses;
 }
 
-class MultiProcess : public ::testing::TestWithParam<int> {};
+class MultiProcess : public ::testing::TestWithParam<std::tuple<int, Links>> {};
 
 TEST_P(MultiProcess, EveryCollectiveVerifiesAcrossProcesses) {
-  Job job = startJob(GetParam(), {"verify"});
+  auto [size, links] = GetParam();
+  Job job = startJob(size, {"verify"}, "60", links);
   std::vector<ExitStatus> statuses = waitAll(job, 240s);
   for (size_t rank = 0; rank < statuses.size(); ++rank) {
     EXPECT_TRUE(statuses[rank].ok()) << "rank " << rank << " " << statuses[rank].describe() << "\n"
                                      << job.log(static_cast<int>(rank));
   }
+  EXPECT_EQ(shmLeftovers(job.pids), std::vector<std::string>{});
 }
 
-INSTANTIATE_TEST_SUITE_P(WorldSizes, MultiProcess, ::testing::Values(2, 3, 4));
+INSTANTIATE_TEST_SUITE_P(WorldSizes, MultiProcess,
+                         ::testing::Combine(::testing::Values(2, 3, 4),
+                                            ::testing::Values(Links::kShm, Links::kTcp,
+                                                              Links::kMixed)),
+                         [](const auto& info) {
+                           return std::to_string(std::get<0>(info.param)) + "_" +
+                                  nameOf(std::get<1>(info.param));
+                         });
 
 // Scale on one machine: 32 processes (8 under a sanitizer, whose processes are heavy on 2 cores)
 // rendezvous at once (a connection storm on rank 0's store, 496 mesh connections, 32 descriptors
@@ -103,12 +143,14 @@ TEST(MultiProcessScale, ThirtyTwoProcessesVerifyEveryCollective) {
 }
 
 // Kill one rank mid-allreduce: every other rank must fail promptly (well within the timeout)
-// with an error naming the lost rank, never hang.
-TEST(MultiProcessFailure, KilledRankIsNamedByEverySurvivor) {
+// with an error naming the lost rank, never hang, and no shared memory may be left behind.
+class MultiProcessFailure : public ::testing::TestWithParam<Links> {};
+
+TEST_P(MultiProcessFailure, KilledRankIsNamedByEverySurvivor) {
   constexpr int kSize = 4;
   constexpr int kVictim = 2;
   Job job = startJob(kSize, {"loop", (fs::temp_directory_path() / "gs-kill-ready").string()},
-                     /*timeout=*/"30");
+                     /*timeout=*/"30", GetParam());
   auto ready = [&] {
     for (int r = 0; r < kSize; ++r) {
       if (!fs::exists(fs::temp_directory_path() / ("gs-kill-ready." + std::to_string(r)))) {
@@ -138,7 +180,12 @@ TEST(MultiProcessFailure, KilledRankIsNamedByEverySurvivor) {
   for (int r = 0; r < kSize; ++r) {
     fs::remove(fs::temp_directory_path() / ("gs-kill-ready." + std::to_string(r)));
   }
+  EXPECT_EQ(shmLeftovers(job.pids), std::vector<std::string>{});
 }
+
+INSTANTIATE_TEST_SUITE_P(Links, MultiProcessFailure,
+                         ::testing::Values(Links::kShm, Links::kTcp, Links::kMixed),
+                         [](const auto& info) { return nameOf(info.param); });
 
 }  // namespace
 }  // namespace gradsync

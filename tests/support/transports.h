@@ -9,9 +9,22 @@
 
 namespace gradsync::testing {
 
-// kTcpTls: TCP with TcpTransportOptions::tls. kMpi runs through support/mpi_transport.h (only
-// in binaries launched by mpirun).
-enum class TransportKind { kLoopback, kTcp, kTcpTls, kMpi };
+// kTcpTls: TCP with TcpTransportOptions::tls. kShm: shared memory, every rank on one host
+// (kShmCopy: without single-copy sends, every message through the rings). kRouted: what
+// gradsync::init connects, with two ranks per host (shared memory inside a host, TCP between
+// hosts). kLoopbackHosts: loopback threads with a topology of two ranks per host (hierarchical
+// algorithms, without sockets). kMpi runs through support/mpi_transport.h (only in binaries
+// launched by mpirun).
+enum class TransportKind {
+  kLoopback,
+  kTcp,
+  kTcpTls,
+  kShm,
+  kShmCopy,
+  kRouted,
+  kLoopbackHosts,
+  kMpi
+};
 std::string kindName(TransportKind kind);
 
 // Connects one transport per rank thread (TCP over an in-memory store on 127.0.0.1), runs

@@ -100,7 +100,8 @@ std::unique_ptr<Link> connectToPeer(Store& store, const MeshConfig& config, cons
 AckStatus checkHello(const Hello& hello, const std::string& jobId, const MeshConfig& config,
                      const Links& peers) {
   if (jobId != config.jobId) return AckStatus::kWrongJob;
-  if (hello.size != config.size || hello.rank <= config.rank || hello.rank >= config.size) {
+  if (hello.size != config.size || hello.rank <= config.rank || hello.rank >= config.size ||
+      !config.wants(hello.rank)) {
     return AckStatus::kBadRank;
   }
   if (peers[hello.rank]) return AckStatus::kDuplicateRank;
@@ -230,7 +231,7 @@ std::unique_ptr<Link> openAccepted(Fd fd, const TlsContext* tls, const MeshConfi
                                const Refusals& refusals) {
   std::vector<int> missing;
   for (int r = config.rank + 1; r < config.size; ++r) {
-    if (!peers[r]) missing.push_back(r);
+    if (!peers[r] && config.wants(r)) missing.push_back(r);
   }
   std::string hint = "check that every rank was started with the same master address and job";
   if (!refusals.tlsMismatch.empty()) hint = refusals.tlsMismatch;
@@ -241,7 +242,8 @@ std::unique_ptr<Link> openAccepted(Fd fd, const TlsContext* tls, const MeshConfi
 
 void acceptHigherRanks(int listener, const MeshConfig& config, const TlsContext* tls,
                        const Deadline& deadline, Links& peers) {
-  int expected = config.size - 1 - config.rank;
+  int expected = 0;
+  for (int r = config.rank + 1; r < config.size; ++r) expected += config.wants(r) ? 1 : 0;
   Refusals refusals;
   while (expected > 0) {
     std::optional<Fd> fd = acceptBefore(listener, deadline);
@@ -272,7 +274,7 @@ Links connectMesh(Store& store, const MeshConfig& config) {
   store.setString(addressKey(config, config.rank),
                   SocketAddress{config.host, boundPort(listener.get())}.toString());
   for (int peer = 0; peer < config.rank; ++peer) {
-    peers[peer] = connectToPeer(store, config, tls.get(), peer, deadline);
+    if (config.wants(peer)) peers[peer] = connectToPeer(store, config, tls.get(), peer, deadline);
   }
   acceptHigherRanks(listener.get(), config, tls.get(), deadline, peers);
   return peers;

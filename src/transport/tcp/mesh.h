@@ -39,11 +39,17 @@ struct MeshConfig {
   std::chrono::milliseconds helloTimeout{5'000};
   // Every connection over TLS (TcpTransportOptions::tls).
   bool tls = false;
+  // By rank: the peers to connect (TcpTransportOptions::peers); empty = every rank. Both ends
+  // of a pair must agree.
+  std::vector<bool> peers;
+
+  bool wants(int peer) const { return peers.empty() || peers[peer]; }
 };
 
 // Blocks until the mesh is complete. Returns one authenticated Link per peer, indexed by rank
-// (the own slot is null); their sockets may be blocking or not. Throws TimeoutError naming the
-// ranks that never connected, or ProtocolError when a peer refused this rank's handshake.
+// (the own slot and those of peers left out are null); their sockets may be blocking or not. Throws
+// TimeoutError naming the ranks that never connected, or ProtocolError when a peer refused this
+// rank's handshake.
 std::vector<std::unique_ptr<Link>> connectMesh(Store& store, const MeshConfig& config);
 
 }  // namespace gradsync::tcp

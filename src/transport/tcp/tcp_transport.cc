@@ -52,6 +52,7 @@ class TcpTransport final : public Transport {
   };
 
   void submit(int peer, OutFrame frame);
+  void checkConnected(int peer) const;
   void wake();
   void loop();
   void drainSubmissions();
@@ -140,7 +141,7 @@ TcpTransport::~TcpTransport() {
     closing_ = true;
     if (!brokenError_) {
       for (int peer = 0; peer < size_; ++peer) {
-        if (peer == rank_) continue;
+        if (peer == rank_ || !connections_[peer]) continue;  // null: left out (options.peers)
         OutFrame goodbye;
         tcp::encodeFrameHeader({tcp::FrameType::kGoodbye, 0, 0}, goodbye.header);
         pending_.push_back({peer, std::move(goodbye)});
@@ -169,6 +170,7 @@ WorkPtr TcpTransport::send(int peer, uint64_t tag, const void* data, size_t byte
     work->complete();
     return work;
   }
+  checkConnected(peer);
   bytesSent_.fetch_add(bytes + tcp::kFrameHeaderBytes, std::memory_order_relaxed);
   OutFrame frame;
   tcp::encodeFrameHeader({tcp::FrameType::kData, tag, bytes}, frame.header);
@@ -196,7 +198,18 @@ void TcpTransport::abort(std::exception_ptr error) {
 
 WorkPtr TcpTransport::recv(int peer, uint64_t tag, void* data, size_t bytes) {
   checkPeerRank(rank_, size_, peer);
+  if (peer != rank_) checkConnected(peer);
   return mailbox_.postRecv(peer, tag, data, bytes);
+}
+
+void TcpTransport::checkConnected(int peer) const {
+  if (!connections_[peer]) {
+    throw ConfigError(fmt::format("this TCP transport does not connect rank {}", peer),
+                      {.rank = rank_,
+                       .peer = peer,
+                       .operation = "tcp",
+                       .hint = "the routed transport reaches it through shared memory"});
+  }
 }
 
 void TcpTransport::submit(int peer, OutFrame frame) {
@@ -392,6 +405,7 @@ void TcpTransport::breakAll(const std::exception_ptr& error) {
     ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, connection->fd(), nullptr);
   }
   drainSubmissions();
+  if (options_.onBroken) options_.onBroken(error);
 }
 
 bool TcpTransport::drained() const {
@@ -420,6 +434,7 @@ std::unique_ptr<Transport> connectTcpTransport(Store& store, int rank, int size,
   mesh.keyPrefix = options.keyPrefix;
   mesh.timeout = options.transport.timeout;
   mesh.tls = options.tls;
+  mesh.peers = options.peers;
   std::vector<std::unique_ptr<tcp::Link>> peers = tcp::connectMesh(store, mesh);
   return std::make_unique<TcpTransport>(rank, size, options, std::move(peers));
 }

@@ -1,5 +1,6 @@
 // Every collective against a naive reference computed from the same inputs, for world sizes
-// 1..8 (threads over loopback; a subset over TCP) and element counts 0, 1, non-divisible and
+// 1..8 (threads over loopback; subsets over TCP, TLS, shared memory and the routed transport of
+// both with two ranks per host) and element counts 0, 1, non-divisible and
 // large. Inputs are small integers unique per (rank, index), so sums are exact in float and a
 // misplaced element is always caught.
 #include <gtest/gtest.h>
@@ -56,6 +57,17 @@ std::vector<Case> cases() {
   for (int size : {2, 3, 4}) {
     for (size_t count : {size_t{0}, size_t{1}, size_t{1003}, kLarge}) {
       all.push_back({TransportKind::kTcp, size, count});
+    }
+  }
+  for (int size : {2, 3, 4}) {  // shared memory: eager rings and single-copy sends
+    for (size_t count : {size_t{0}, size_t{1}, size_t{1003}, kLarge}) {
+      all.push_back({TransportKind::kShm, size, count});
+    }
+  }
+  // Shared memory inside hosts of two ranks, TCP between (allreduce goes hierarchical on 4).
+  for (int size : {3, 4, 5}) {
+    for (size_t count : {size_t{1}, size_t{1003}, kLarge}) {
+      all.push_back({TransportKind::kRouted, size, count});
     }
   }
   for (int size : {2, 3}) {  // every collective over TLS: records, buffered input, odd rings

@@ -59,4 +59,13 @@ TEST(Env, TlsIsABoolean) {
   EXPECT_FALSE(Env::fromMap({{"GRADSYNC_TLS", "off"}}).tls);
 }
 
+TEST(Env, SharedMemoryAndRanksPerHost) {
+  EXPECT_TRUE(Env::fromMap({}).sharedMemory);
+  EXPECT_FALSE(Env::fromMap({{"GRADSYNC_SHM", "0"}}).sharedMemory);
+  EXPECT_TRUE(Env::fromMap({{"GRADSYNC_SHM", "on"}}).sharedMemory);
+  EXPECT_THROW(Env::fromMap({{"GRADSYNC_SHM", "fast"}}), ConfigError);
+  EXPECT_FALSE(Env::fromMap({}).ranksPerHost.has_value());
+  EXPECT_EQ(Env::fromMap({{"GRADSYNC_RANKS_PER_HOST", "4"}}).ranksPerHost, 4);
+}
+
 }  // namespace gradsync

@@ -58,6 +58,25 @@ TEST(Bootstrap, TlsFromFlagOrEnvironment) {
   EXPECT_TRUE(resolveBootstrap({}, env).tls);
 }
 
+TEST(Bootstrap, RanksPerHostAndSharedMemoryFromFlagOrEnvironment) {
+  BootstrapConfig config = resolveBootstrap({}, torchrunEnv());
+  EXPECT_EQ(config.ranksPerHost, 0);
+  EXPECT_TRUE(config.sharedMemory);
+  Env env = torchrunEnv();
+  env.ranksPerHost = 2;
+  env.sharedMemory = false;
+  config = resolveBootstrap({}, env);
+  EXPECT_EQ(config.ranksPerHost, 2);
+  EXPECT_FALSE(config.sharedMemory);
+  config = resolveBootstrap({.ranksPerHost = 4, .sharedMemory = true}, env);
+  EXPECT_EQ(config.ranksPerHost, 4);
+  EXPECT_TRUE(config.sharedMemory);
+  expectConfigError({.ranksPerHost = 5}, torchrunEnv(), "--ranks-per-host");
+  expectConfigError({.ranksPerHost = 0}, torchrunEnv(), "--ranks-per-host");
+  env.ranksPerHost = 9;
+  expectConfigError({}, env, "GRADSYNC_RANKS_PER_HOST");
+}
+
 TEST(Bootstrap, TorchrunStyleEnvironment) {
   BootstrapConfig config = resolveBootstrap({}, torchrunEnv());
   EXPECT_EQ(config.rank, 1);

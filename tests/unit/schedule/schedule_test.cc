@@ -103,13 +103,27 @@ TEST(Schedule, FusionFillsBucketsUpToTheThreshold) {
   EXPECT_EQ(layout.unitOf[3], 0);
 }
 
-TEST(Schedule, FusionNeverMixesGroups) {
-  // Tensors 3, 2 and 0 are compressed alike, tensor 1 is not: the bucket closes around it.
+TEST(Schedule, FusionNeverMixesGroupsButFusesEachAcrossTheOthers) {
+  // Tensors 3, 2 and 0 are compressed alike, tensor 1 is not (a BatchNorm tensor between
+  // weights): the compressed bucket goes on past it, and it gets a bucket of its own. Neither
+  // fills 1 MiB, so both close at the end of backward, the one whose last tensor came first
+  // first.
   GradientLayout layout =
       planLayout({10, 50, 100, 200}, ScheduleSpec::parse("fusion:1"), {0, 1, 0, 0});
+  ASSERT_EQ(layout.units.size(), 2u);
+  EXPECT_EQ(layout.units[0].tensors, (std::vector<int>{1}));
+  EXPECT_EQ(layout.units[1].tensors, (std::vector<int>{3, 2, 0}));
+  EXPECT_EQ(layout.units[1].elements, 310u);
+  // A unit's tensors are consecutive in the buffer, in the unit's order.
+  EXPECT_EQ(layout.offsetOf[1], 0u);
+  EXPECT_EQ(layout.offsetOf[3], 50u);
+  EXPECT_EQ(layout.offsetOf[2], 250u);
+  EXPECT_EQ(layout.offsetOf[0], 350u);
+  // A bucket that fills closes at once, before the other group's open one.
+  layout = planLayout({300, 1, 300, 1, 300}, ScheduleSpec::parse("fusion:0.002"), {0, 1, 0, 1, 0});
   ASSERT_EQ(layout.units.size(), 3u);
-  EXPECT_EQ(layout.units[0].tensors, (std::vector<int>{3, 2}));
-  EXPECT_EQ(layout.units[1].tensors, (std::vector<int>{1}));
+  EXPECT_EQ(layout.units[0].tensors, (std::vector<int>{4, 2}));  // 600 floats >= 2 KiB
+  EXPECT_EQ(layout.units[1].tensors, (std::vector<int>{3, 1}));
   EXPECT_EQ(layout.units[2].tensors, (std::vector<int>{0}));
 }
 

@@ -134,8 +134,13 @@ TEST(EngineCompression, CompressesLargeTensorsAfterTheWarmUp) {
                         .compression = {.spec = "fp16", .minElements = 500, .warmupSteps = 1}};
   runWithTransports(TransportKind::kLoopback, kSize, [&](Transport& t) {
     Engine engine(t, kTensors, options);
-    // fp16 weights and dense biases never share a fusion bucket.
-    EXPECT_EQ(engine.layout().units.size(), 4u);
+    // fp16 weights and dense biases never share a fusion bucket: the weights fuse into one
+    // across the biases between them, and the biases into another.
+    ASSERT_EQ(engine.layout().units.size(), 2u);
+    for (const CommUnit& unit : engine.layout().units) {
+      EXPECT_EQ(unit.tensors.size(), 2u);
+      EXPECT_EQ(unit.tensors[0] % 2, unit.tensors[1] % 2) << "a weight and a bias fused";
+    }
     for (int step = 0; step < 2; ++step) {
       const StepStats before = engine.totals();
       runStep(engine, t.rank(), step);

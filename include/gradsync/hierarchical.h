@@ -1,0 +1,56 @@
+// Collectives that follow the hosts of a topology (gradsync/topology.h): the intra-host links
+// (shared memory, NVLink) are much faster than the links between hosts, so traffic between
+// hosts is what to save. docs/algorithms.md, "Hierarchical allreduce", derives the costs.
+//
+// Hierarchical allreduce of d bytes on N hosts of n ranks:
+//   1. reduce-scatter inside each host: local rank j ends with block j (d/n) of its host's sum;
+//   2. allreduce of block j among the N ranks of local rank j (a cross group; the n cross groups
+//      run at once and share each host's NIC);
+//   3. allgather inside each host.
+// Each host's NIC carries 2(N-1)/N d bytes each way, against 2(P-1)/P d for a flat ring over
+// node-contiguous ranks, in 2(N-1) latencies instead of 2(P-1).
+//
+// Blocking, collective over every rank of the transport, float32 in place, like the ring
+// collectives (gradsync/collectives.h); results are bitwise the same on every rank.
+#pragma once
+
+#include <cstddef>
+#include <span>
+
+#include "gradsync/collectives.h"
+#include "gradsync/topology.h"
+#include "gradsync/transport.h"
+
+namespace gradsync {
+
+// The alpha-beta model kAuto decides with: per-message latency and bandwidth of a link inside a
+// host and of a host's NIC.
+struct LinkModel {
+  double intraBytesPerSec = 3e9;  // shared memory between processes here (docs/performance.md)
+  double intraLatencySec = 20e-6;
+  double interBytesPerSec = 1.25e9;  // 10 Gbit/s unless the transport knows (--bandwidth)
+  double interLatencySec = 50e-6;
+
+  // The model for a transport: its --bandwidth and --latency, where set, are the NIC's.
+  static LinkModel of(const TransportOptions& options);
+};
+
+// Whether the hierarchical algorithm applies: every host has the same number n >= 2 of ranks and
+// there are N >= 2 hosts.
+bool hierarchicalApplies(const Topology& topology);
+
+// Modelled seconds of an allreduce of `bytes` by each algorithm (the ring over ranks in order).
+double ringAllreduceSeconds(const Topology& topology, size_t bytes, const LinkModel& links);
+double hierarchicalAllreduceSeconds(const Topology& topology, size_t bytes, const LinkModel& links);
+
+// kRing or kHierarchical: the hierarchical algorithm where it applies and the model says it is
+// faster. Without a topology: kRing.
+AllreduceAlgorithm chooseAllreduce(const Topology* topology, size_t bytes, const LinkModel& links);
+
+// The hierarchical allreduce on `topology`, which must be `transport`'s ranks with the same
+// number on every host (ConfigError otherwise; one host, or one rank per host, is allowed and
+// degenerates to the ring).
+void hierarchicalAllreduce(Transport& transport, const Topology& topology, std::span<float> data,
+                           ReduceOp op = ReduceOp::kSum, const CollectiveOptions& options = {});
+
+}  // namespace gradsync

@@ -1,0 +1,143 @@
+// The hierarchical allreduce against naive sums on (hosts x ranks per host) = 1x4, 4x1, 2x2, 3x2
+// and 2x3, element counts 0, 1, non-divisible and large, over loopback threads given a topology
+// and over the routed transport (shared memory inside hosts, TCP between); every rank ends with
+// the same bits; the automatic choice follows the cost model.
+#include "gradsync/hierarchical.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "gradsync/error.h"
+#include "gradsync/loopback.h"
+#include "gradsync/store.h"
+#include "job/host_transport.h"
+#include "support/rank_threads.h"
+#include "support/sanitized.h"
+#include "transport/routed_transport.h"
+
+namespace gradsync {
+namespace {
+
+float input(int rank, size_t i) {
+  return static_cast<float>(i % 89 + 103 * rank);
+}
+
+struct Shape {
+  int hosts;
+  int perHost;
+  bool routed;  // shared memory + TCP rather than loopback threads
+};
+
+std::string shapeName(const ::testing::TestParamInfo<Shape>& info) {
+  return std::to_string(info.param.hosts) + "x" + std::to_string(info.param.perHost) +
+         (info.param.routed ? "_routed" : "_loopback");
+}
+
+void runOn(const Shape& shape, const std::function<void(Transport&)>& body) {
+  const int size = shape.hosts * shape.perHost;
+  const Topology topology = Topology::uniform(size, shape.perHost);
+  if (!shape.routed) {
+    LoopbackFabric fabric(size);
+    testing::runRankThreads(size, [&](int rank) {
+      auto transport = withTopology(fabric.connect(rank), topology);
+      body(*transport);
+    });
+    return;
+  }
+  auto store = makeInMemoryStore();
+  HostTransportOptions options{.ranksPerHost = shape.perHost};
+  options.tcp.jobToken = "test";
+  testing::runRankThreads(size, [&](int rank) {
+    auto transport = connectHostTransport(*store, rank, size, options);
+    ASSERT_EQ(*transport->topology(), topology);
+    body(*transport);
+  });
+}
+
+class Hierarchical : public ::testing::TestWithParam<Shape> {};
+
+TEST_P(Hierarchical, SumsAndAveragesMatchNaiveReference) {
+  runOn(GetParam(), [](Transport& t) {
+    const int n = t.size();
+    for (size_t count : {size_t{0}, size_t{1}, size_t{7}, size_t{1003},
+                         testing::sanitizedSize((1 << 18) + 5, (1 << 12) + 5)}) {
+      std::vector<float> data(count);
+      for (size_t i = 0; i < count; ++i) data[i] = input(t.rank(), i);
+      // Small segments reach the pipelines' multi-segment paths.
+      CollectiveOptions options{.segmentBytes = 4096,
+                                .algorithm = AllreduceAlgorithm::kHierarchical};
+      hierarchicalAllreduce(t, *t.topology(), data, ReduceOp::kSum, options);
+      for (size_t i = 0; i < count; ++i) {
+        float sum = 0;
+        for (int r = 0; r < n; ++r) sum += input(r, i);
+        ASSERT_EQ(data[i], sum) << "rank " << t.rank() << " element " << i << " of " << count;
+      }
+      for (size_t i = 0; i < count; ++i) data[i] = input(t.rank(), i);
+      allreduce(t, data, ReduceOp::kAverage, options);
+      for (size_t i = 0; i < count; ++i) {
+        float sum = 0;
+        for (int r = 0; r < n; ++r) sum += input(r, i);
+        ASSERT_FLOAT_EQ(data[i], sum / n) << "element " << i;
+      }
+    }
+  });
+}
+
+// Random values, whose sums round: every rank must still hold the very same bits (a host's ranks
+// copy one reduced block; a cross group's ring gives each block one summation order).
+TEST_P(Hierarchical, EveryRankEndsWithTheSameBits) {
+  runOn(GetParam(), [](Transport& t) {
+    std::mt19937 random(static_cast<unsigned>(t.rank() + 1));
+    std::normal_distribution<float> normal;
+    std::vector<float> data(10'007);
+    for (float& v : data) v = normal(random);
+    hierarchicalAllreduce(t, *t.topology(), data);
+    std::vector<float> fromRoot = data;
+    broadcast(t, fromRoot, 0, {.tag = 1});
+    EXPECT_EQ(std::memcmp(data.data(), fromRoot.data(), data.size() * sizeof(float)), 0)
+        << "rank " << t.rank();
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, Hierarchical,
+                         ::testing::Values(Shape{1, 4, false}, Shape{4, 1, false},
+                                           Shape{2, 2, false}, Shape{3, 2, false},
+                                           Shape{2, 3, false}, Shape{2, 2, true},
+                                           Shape{3, 2, true}),
+                         shapeName);
+
+TEST(HierarchicalModel, ChoosesHierarchicalWhereTheNicIsTheBottleneck) {
+  const Topology two = Topology::uniform(4, 2);
+  LinkModel slow = LinkModel::of({.bandwidthBytesPerSec = 12.5e6});  // 100 Mbit/s between hosts
+  EXPECT_EQ(chooseAllreduce(&two, 64 << 20, slow), AllreduceAlgorithm::kHierarchical);
+  EXPECT_EQ(chooseAllreduce(&two, 4096, slow), AllreduceAlgorithm::kHierarchical);
+  // Flat ring: 2(P-1)/P = 1.5 d over the NIC; hierarchical: 2(N-1)/N = d, plus d over memory.
+  EXPECT_NEAR(
+      ringAllreduceSeconds(two, 1 << 30, slow) / hierarchicalAllreduceSeconds(two, 1 << 30, slow),
+      1.5, 0.01);
+  // As fast between hosts as inside them, the two extra intra-host passes cost more than the
+  // NIC saves: the ring.
+  LinkModel even{.intraBytesPerSec = 1e9, .interBytesPerSec = 1e9};
+  EXPECT_EQ(chooseAllreduce(&two, 64 << 20, even), AllreduceAlgorithm::kRing);
+  // One host, one rank per host, hosts of unequal sizes, no topology: the ring.
+  for (const Topology& t :
+       {Topology::uniform(4, 4), Topology::uniform(4, 1), Topology::uniform(5, 2)}) {
+    EXPECT_EQ(chooseAllreduce(&t, 64 << 20, slow), AllreduceAlgorithm::kRing) << t.describe();
+  }
+  EXPECT_EQ(chooseAllreduce(nullptr, 64 << 20, slow), AllreduceAlgorithm::kRing);
+}
+
+TEST(HierarchicalModel, UnequalHostsAreRefused) {
+  LoopbackFabric fabric(3);
+  testing::runRankThreads(3, [&](int rank) {
+    auto transport = fabric.connect(rank);
+    std::vector<float> data(4);
+    EXPECT_THROW(hierarchicalAllreduce(*transport, Topology::uniform(3, 2), data), ConfigError);
+  });
+}
+
+}  // namespace
+}  // namespace gradsync
