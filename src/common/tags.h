@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "gradsync/collectives.h"
+#include "gradsync/gradient_averager.h"
 
 namespace gradsync::tags {
 
@@ -33,5 +34,9 @@ inline constexpr uint64_t kAgreement = kReservedTagBase + 8;
 inline constexpr uint64_t kTorchApi = kReservedTagBase + 9;
 // DistributedOptimizer's join: each step, how many ranks still have data.
 inline constexpr uint64_t kJoin = kReservedTagBase + 10;
+// GradientAverager's default stream (public as kAveragerTag: a user picks another for a second
+// averager running at the same time).
+inline constexpr uint64_t kAverager = kAveragerTag;
+static_assert(kAverager == kReservedTagBase + 11);
 
 }  // namespace gradsync::tags
