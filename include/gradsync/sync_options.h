@@ -39,6 +39,11 @@ struct SyncOptions {
   double cdThreshold = 0.5;   // --cd-threshold: cdsgd's 2-bit quantization threshold
   // The same on every rank: stochastic compressors draw from it.
   uint64_t seed = 0;
+  // Gradient accumulation (Horovod's backward_passes_per_step): each step runs this many
+  // backward passes; each parameter's gradients are summed locally and communicated once, as its
+  // last pass produces it (or at step() for one a pass skipped). The average over the ranks of
+  // those sums is what step() applies, as one process accumulating in .grad would.
+  int backwardPassesPerStep = 1;
   // Ranks may run out of data at different steps (DistributedOptimizer::join). Costs one small
   // allreduce per step (how many ranks still have data); ring ssgd in gradient mode only.
   bool join = false;

@@ -186,7 +186,13 @@ SyncSetup setupFor(const torch::optim::Optimizer& optimizer, const SyncOptions& 
   } else {
     engine.update.momentum = compressorMomentum(optimizer, absorbs);
   }
-  setup = {.engine = std::move(engine), .local = local};
+  if (sync.backwardPassesPerStep < 1) {
+    refuse(fmt::format("backward passes per step must be at least 1, not {}",
+                       sync.backwardPassesPerStep),
+           "1 communicates every backward pass's gradients; N sums N passes first");
+  }
+  setup = {
+      .engine = std::move(engine), .local = local, .backwardPasses = sync.backwardPassesPerStep};
   logSetup(sync, setup);
   return setup;
 }
