@@ -46,7 +46,7 @@ def main():
     if "WORLD_SIZE" not in os.environ:  # alone, without a launcher
         os.environ.update(RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT="29500")
     dist.init_process_group("gloo")  # DDP's own group (its start-up broadcast), on MASTER_PORT
-    gs.init()  # gradsync's transport for the gradients (its store on MASTER_PORT + 1)
+    gs.init()  # gradsync's transport for the gradients (its store on a port rank 0 picks)
     torch.manual_seed(0)
     train_x, train_y = load(args.data_dir, "train")
     test_x, test_y = load(args.data_dir, "t10k")

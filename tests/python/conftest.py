@@ -38,6 +38,22 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def free_port_pair() -> int:
+    """A port P with P + 1 free too, below the kernel's ephemeral range (whose ports a
+    connection may take at any time), for a store on P and gradsync's on P + 1."""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    for _ in range(100):
+        port = secrets.randbelow(low - 20000) + 20000
+        try:
+            for p in (port, port + 1):
+                with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                    s.bind(("127.0.0.1", p))
+            return port
+        except OSError:
+            continue
+    raise RuntimeError("no free pair of ports")
+
+
 def job_env(rank: int, size: int, port: int, token: str, extra: dict | None = None) -> dict:
     env = dict(os.environ)
     env.update({

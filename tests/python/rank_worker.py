@@ -137,11 +137,11 @@ def ddp(methods: str) -> dict:
     ("none" and each of `methods`), and gs.DistributedOptimizer (wfbp) with each method."""
     out = {}
 
-    def run(make, key):
-        model = fresh_model()
+    def run(make, key, steps=2, model=None, first=0):
+        model = model or fresh_model()
         wrapped, opt, sync = make(model)
         grads = []
-        for step in range(2):
+        for step in range(first, first + steps):
             x, y = share(step)
             opt.zero_grad()
             F.cross_entropy(wrapped(x), y).backward()
@@ -154,16 +154,23 @@ def ddp(methods: str) -> dict:
             else:
                 opt.step()
         out[key] = grads
+        return model, wrapped
 
     def plain_ddp(model):
         return DistributedDataParallel(model, bucket_cap_mb=0.004), torch.optim.SGD(
             model.parameters(), lr=0.1), False
 
-    def hooked(method):
+    states = []
+
+    def hooked(method, saved=None):
         def make(model):
             wrapped = DistributedDataParallel(model, bucket_cap_mb=0.004)
-            wrapped.register_comm_hook(gs.DdpHookState(wrapped), gs.ddp_comm_hook(
-                method, compress_min_elements=64, seed=3))
+            state = gs.DdpHookState(wrapped)
+            if saved is not None:
+                state.load_state_dict(saved)
+            states.append(state)
+            wrapped.register_comm_hook(state, gs.ddp_comm_hook(method, compress_min_elements=64,
+                                                               seed=3))
             return wrapped, torch.optim.SGD(model.parameters(), lr=0.1), False
         return make
 
@@ -180,6 +187,17 @@ def ddp(methods: str) -> dict:
         run(hooked(method), f"hook {method}")
         if method != "none":
             run(engine(method), f"engine {method}")
+    # The hook's state_dict: 2 steps, saved; a fresh DDP model and state loaded from it give the
+    # third step of an uninterrupted run (error feedback's residuals restored), and without the
+    # state another one.
+    run(hooked("topk:0.05"), "whole", steps=3)
+    model, _ = run(hooked("topk:0.05"), "first", steps=2)
+    saved, parameters_after = states[-1].state_dict(), model.state_dict()
+    for key, state in (("resumed", saved), ("stateless", None)):
+        resumed = fresh_model()
+        resumed.load_state_dict(parameters_after)
+        run(hooked("topk:0.05", state), key, steps=1, model=resumed, first=2)
+    out["metrics"] = states[-1].metrics()
     return out
 
 
@@ -212,7 +230,46 @@ def resume_second(directory: str, configs: str) -> dict:
     return out
 
 
-SCENARIOS = {"equivalence": equivalence, "reach": reach, "killed": killed,
+def accumulated(passes: str) -> list:
+    """Gradient accumulation: each step `passes` backward passes over parts of this rank's
+    share, the loss divided among them; the parameters after the steps (SGD, wfbp)."""
+    model = gs.DistributedModel(fresh_model())
+    opt = gs.DistributedOptimizer(make_optimizer("sgd", model), model.named_parameters(),
+                                  backward_passes_per_step=int(passes))
+    for step in range(4):
+        x, y = share(step)
+        opt.zero_grad()
+        for part_x, part_y in zip(x.chunk(int(passes)), y.chunk(int(passes))):
+            (F.cross_entropy(model(part_x), part_y) / int(passes)).backward()
+        opt.step()
+    return parameters(model)
+
+
+def extras(trace_path: str) -> dict:
+    """A trace of steps 1-2 (p3, top-k), the metrics, and join: the last rank has data for 2 of
+    4 steps, then joins the others' remaining steps."""
+    model = gs.DistributedModel(fresh_model())
+    opt = gs.DistributedOptimizer(make_optimizer("sgd", model), model.named_parameters(),
+                                  schedule="p3", compression="topk:0.1", compress_min_elements=64)
+    trace = gs.trace(opt, steps="1:2")
+    train({}, steps=4, model=model, optimizer=opt)
+    trace.save(trace_path)
+    metrics = gs.metrics()
+    opt._close()
+    model = fresh_model()
+    opt = gs.DistributedOptimizer(make_optimizer("sgd", model), model.named_parameters(),
+                                  join=True)
+    steps = 2 if gs.rank() == gs.size() - 1 else 4
+    for step in range(steps):
+        x, y = share(step)
+        opt.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+        opt.step()
+    opt.join()
+    return {"metrics": metrics, "joined": parameters(model)}
+
+
+SCENARIOS = {"accumulated": accumulated, "extras": extras, "equivalence": equivalence, "reach": reach, "killed": killed,
              "interrupted": interrupted, "collectives": collectives, "ddp": ddp,
              "resume_first": resume_first, "resume_second": resume_second}
 

@@ -1,7 +1,8 @@
 """gs.ddp_comm_hook under PyTorch's DistributedDataParallel (gloo for its own set-up, gradsync's
 transport for the gradients), 2 ranks, buckets of a few KB (several per step), 2 steps: with
 compression "none" every gradient is bitwise what DDP's own gloo average gives; with a
-compressor, bitwise what gs.DistributedOptimizer's engine (wfbp) gives for the same seed."""
+compressor, bitwise what gs.DistributedOptimizer's engine (wfbp) gives for the same seed. The
+hook's state_dict resumes a run bitwise."""
 
 import torch
 
@@ -23,3 +24,12 @@ def test_ddp_hook_equals_ddp_and_the_engine(job):
             # A compressor changes the gradient: the equality above is not the dense one's.
             assert any(not torch.equal(a, b) for a, b in zip(grads[f"hook {method}"][1],
                                                               grads["ddp"][1])), method
+
+    for rank in range(2):
+        grads = result.results[rank]["value"]
+        for a, b in zip(grads["resumed"][0], grads["whole"][2]):
+            assert torch.equal(a, b), f"rank {rank}: the resumed step differs"
+        assert any(not torch.equal(a, b) for a, b in zip(grads["stateless"][0],
+                                                          grads["whole"][2]))
+        metrics = grads["metrics"]
+        assert metrics["steps"] == 1 and 0 < metrics["bytes_sent"] < metrics["dense_bytes"]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import PACKAGE, REPO, free_port, live_processes
+from conftest import PACKAGE, REPO, free_port_pair, live_processes
 
 EXAMPLES = REPO / "examples" / "python"
 GRADSYNC = Path(os.environ.get("GRADSYNC_BIN", REPO / "build" / "apps" / "gradsync" / "gradsync"))
@@ -42,7 +42,7 @@ def torchrun(script: str, *args: str) -> str:
     # non-zero values (docs/python.md, "torchrun"). Its static rendezvous: the agent's store
     # holds MASTER_PORT, torch.distributed uses it, gradsync takes MASTER_PORT + 1.
     return run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-                "--master_port", str(free_port()), "--redirects", "1", "--tee", "1",
+                "--master_port", str(free_port_pair()), "--redirects", "1", "--tee", "1",
                 str(EXAMPLES / script), *args],
                GRADSYNC_JOB_TOKEN=secrets.token_hex(16), GLOO_SOCKET_IFNAME="lo")
 

@@ -35,6 +35,7 @@ class DdpHookState:
         self._index = {id(p): i for i, (_, p) in enumerate(self._named)}
         self._averager = None
         self._options = None
+        self._pending = None  # a loaded state, for the averager the first bucket builds
         self.step = 0
         _job.register(self)
 
@@ -73,19 +74,18 @@ class DdpHookState:
         return {"format": _STATE_FORMAT, "step": self.step, "states": states}
 
     def load_state_dict(self, state: dict) -> None:
-        """Restores a state_dict() (every rank takes its own), before the first step; needs the
-        hook's options, so call it after the first step or pass them: the averager is built by
-        the first bucket, and the state waits until then."""
+        """Restores a state_dict() (every rank takes its own) before the first step: the
+        averager is built by the first bucket, with the hook's options, and takes the state then
+        (DataError there if it holds another model's or method's)."""
         if state.get("format") != _STATE_FORMAT or len(state["states"]) != _job.size():
             raise DataError("not a DdpHookState of this job (another format or world size)")
         self.step = int(state["step"])
         self._pending = bytes(state["states"][_job.rank()].numpy().tobytes())
 
     def _load_pending(self) -> None:
-        pending = getattr(self, "_pending", None)
-        if pending:
-            self._averager.load_state(pending)
-        self._pending = None
+        if self._pending is not None:
+            self._averager.load_state(self._pending)
+            self._pending = None
 
     def _close(self) -> None:
         if self._averager is not None:

@@ -11,6 +11,7 @@ import atexit
 import os
 import re
 import signal
+import socket
 import threading
 import weakref
 
@@ -37,14 +38,23 @@ def _parse_rate(rate) -> float:
     return float(match.group(1)) * scale / 8
 
 
-def _torch_holds_master_port() -> bool:
-    """Whether torch.distributed's own store already listens on MASTER_PORT."""
-    if "GRADSYNC_MASTER_PORT" in os.environ or "MASTER_PORT" not in os.environ:
-        return False
-    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") in ("True", "1"):
-        return False  # gradsync's bootstrap moves to MASTER_PORT + 1 by itself
+def _port_beside_torch() -> int | None:
+    """A port for gradsync's store when torch.distributed's holds MASTER_PORT already (its
+    init_process_group came first): rank 0 picks a free one and tells the others through
+    torch.distributed itself. None when gradsync's bootstrap decides (GRADSYNC_MASTER_PORT set,
+    torch.distributed not initialized, or torchrun's agent store: MASTER_PORT + 1)."""
     dist = torch.distributed
-    return dist.is_available() and dist.is_initialized()
+    if "GRADSYNC_MASTER_PORT" in os.environ or not (dist.is_available() and dist.is_initialized()):
+        return None
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") in ("True", "1"):
+        return None
+    chosen = [0]
+    if dist.get_rank() == 0:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("", 0))
+            chosen[0] = s.getsockname()[1]
+    dist.broadcast_object_list(chosen, src=0)
+    return chosen[0]
 
 
 def init(*, rank: int | None = None, size: int | None = None, master_addr: str | None = None,
@@ -57,7 +67,8 @@ def init(*, rank: int | None = None, size: int | None = None, master_addr: str |
     (OMPI_COMM_WORLD_*), else one process alone. A job of several needs GRADSYNC_JOB_TOKEN, the
     same secret in every process (`gradsync launch` sets one). gradsync's store listens on
     MASTER_PORT, or GRADSYNC_MASTER_PORT; where torch.distributed's store holds MASTER_PORT
-    already (init_process_group called first, or torchrun's agent), on MASTER_PORT + 1.
+    already: under torchrun's static rendezvous (its agent's store) on MASTER_PORT + 1, after
+    init_process_group on a free port rank 0 picks and broadcasts through torch.distributed.
     `timeout` bounds every wait ("30s", "500ms" or seconds; GRADSYNC_TIMEOUT; default 60 s).
     `tls` encrypts every link; `bandwidth` ("100mbit", or bytes/s) emulates a slower link.
     With `handle_ctrl_c` (and Python's default SIGINT handler), Ctrl-C aborts the job's
@@ -67,8 +78,8 @@ def init(*, rank: int | None = None, size: int | None = None, master_addr: str |
     global _job
     if _job is not None:
         return
-    if master_port is None and _torch_holds_master_port():
-        master_port = int(os.environ["MASTER_PORT"]) + 1
+    if master_port is None:
+        master_port = _port_beside_torch()
     watch = (handle_ctrl_c and threading.current_thread() is threading.main_thread()
              and signal.getsignal(signal.SIGINT) is signal.default_int_handler)
     _job = _C.init(rank=rank, size=size, master_addr=master_addr, master_port=master_port,
