@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "binding.h"
+#include "gradsync/allocator.h"
 #include "gradsync/collectives.h"
 #include "gradsync/error.h"
 #include "gradsync/torch/collectives.h"
@@ -119,7 +120,8 @@ void watchJob(const std::shared_ptr<Job>& job) {
 std::shared_ptr<Job> init(std::optional<int> rank, std::optional<int> size,
                           std::optional<std::string> masterAddr, std::optional<int> masterPort,
                           std::optional<std::string> timeout, bool tls, double bandwidth,
-                          bool watchCtrlC) {
+                          bool watchCtrlC, bool keepFreedMemory) {
+  if (keepFreedMemory) keepFreedMemoryInHeap();  // as `gradsync train` does
   InitOptions options;
   options.bootstrap.rank = rank;
   options.bootstrap.worldSize = size;
@@ -312,7 +314,7 @@ PYBIND11_MODULE(_C, m) {
       .def("close", &Job::close, py::call_guard<py::gil_scoped_release>());
   m.def("init", &init, py::arg("rank"), py::arg("size"), py::arg("master_addr"),
         py::arg("master_port"), py::arg("timeout"), py::arg("tls"), py::arg("bandwidth"),
-        py::arg("watch_ctrl_c"));
+        py::arg("watch_ctrl_c"), py::arg("keep_freed_memory"));
   bindCollectives(m);
   bindOptimizer(m);
   bindAverager(m);

@@ -59,7 +59,7 @@ def _port_beside_torch() -> int | None:
 
 def init(*, rank: int | None = None, size: int | None = None, master_addr: str | None = None,
          master_port: int | None = None, timeout: str | float | None = None, tls: bool = False,
-         bandwidth=None, handle_ctrl_c: bool = True) -> None:
+         bandwidth=None, handle_ctrl_c: bool = True, keep_freed_memory: bool = True) -> None:
     """Joins this process to its job; blocks until every rank has called it.
 
     The job comes from the arguments, else the launcher's environment: `gradsync launch` and
@@ -73,7 +73,11 @@ def init(*, rank: int | None = None, size: int | None = None, master_addr: str |
     `tls` encrypts every link; `bandwidth` ("100mbit", or bytes/s) emulates a slower link.
     With `handle_ctrl_c` (and Python's default SIGINT handler), Ctrl-C aborts the job's
     connections at once, so that no rank stays blocked in a collective: this rank raises
-    KeyboardInterrupt, the others a PeerLostError naming it. Calling init() again does nothing.
+    KeyboardInterrupt, the others a PeerLostError naming it. With `keep_freed_memory`, glibc
+    keeps freed memory in the process's heap (mallopt M_MMAP_THRESHOLD 32 MiB, M_TRIM_THRESHOLD
+    512 MiB), as `gradsync train` does: by default it unmaps LibTorch's multi-MB activations when
+    freed and faults them back in at every step, which halved CPU training throughput here
+    (docs/performance.md). Calling init() again does nothing.
     """
     global _job
     if _job is not None:
@@ -84,7 +88,8 @@ def init(*, rank: int | None = None, size: int | None = None, master_addr: str |
              and signal.getsignal(signal.SIGINT) is signal.default_int_handler)
     _job = _C.init(rank=rank, size=size, master_addr=master_addr, master_port=master_port,
                    timeout=None if timeout is None else str(timeout), tls=tls,
-                   bandwidth=_parse_rate(bandwidth), watch_ctrl_c=watch)
+                   bandwidth=_parse_rate(bandwidth), watch_ctrl_c=watch,
+                   keep_freed_memory=keep_freed_memory)
     atexit.register(shutdown)
 
 
