@@ -65,6 +65,16 @@ class Handle:
         return self._result
 
 
+class _Completed:
+    """The handle of an operation that completed before returning (allgather's bytes path)."""
+
+    def wait(self) -> None:
+        pass
+
+    def done(self) -> bool:
+        return True
+
+
 def synchronize(handle: Handle) -> torch.Tensor:
     """Waits for an asynchronous collective (Horovod's hvd.synchronize); returns its result."""
     return handle.wait()
@@ -176,17 +186,7 @@ def allgather_async(tensor: torch.Tensor) -> Handle:
             out = torch.empty((_job.size(),) + tuple(t.shape), dtype=torch.float32)
             handle = _C.allgather_async(_job.job(), t.contiguous(), out)
             return Handle(handle, out.view((-1,) + tuple(t.shape[1:])))
-    parts = allgather_object(t.cpu())
-    result = torch.cat(parts, dim=0)
-
-    class _Done:
-        def wait(self):
-            pass
-
-        def done(self):
-            return True
-
-    return Handle(_Done(), result)
+    return Handle(_Completed(), torch.cat(allgather_object(t.cpu()), dim=0))
 
 
 def allgather(tensor: torch.Tensor) -> torch.Tensor:

@@ -69,6 +69,16 @@ def _update_mode(schedule: str, sync: str, options: dict) -> bool:
             or bool(options.get("parameter_servers")) or int(options.get("servers", 0)) > 0)
 
 
+def _check_update_mode(groups) -> None:
+    """What torch.optim has and the engine's rules (src/optim/update_rule.h) do not."""
+    for _, options in groups:
+        for key in ("maximize", "capturable", "differentiable"):
+            if options.get(key):
+                raise ConfigError(f"{key}=True: with p3, sharded and parameter servers the "
+                                  "engine applies SGD's, Adam's or AdamW's plain rule; use "
+                                  "schedule wfbp (the optimizer then runs as given)")
+
+
 class DistributedOptimizer(torch.optim.Optimizer):
     """Wraps `optimizer` so that every rank's gradients are averaged across the job.
 
@@ -110,6 +120,9 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self._named = _named(optimizer, named_parameters)
         groups = [(list(g["params"]), {k: v for k, v in g.items() if k != "params"})
                   for g in optimizer.param_groups]
+        self._impl = None
+        if _update_mode(schedule, sync, options):
+            _check_update_mode(groups)
         self._impl = _C.DistributedOptimizer(
             _job.job(), optimizer, self._kind, groups, self._named,
             _sync_options(schedule, compression, sync, backward_passes_per_step, options))
@@ -119,21 +132,10 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self._synchronized = False
         self._skip = False
         self._model = None  # the gs.DistributedModel whose forward waits layer by layer
-        if _update_mode(schedule, sync, options):
-            self._check_update_mode(groups)
         _job.register(self)
         if model is not None:
             model._attach(self)
             self._model = model
-
-    def _check_update_mode(self, groups) -> None:
-        for _, options in groups:
-            for key in ("maximize", "capturable", "differentiable"):
-                if options.get(key):
-                    self._close()
-                    raise ConfigError(f"{key}=True: with p3, sharded and parameter servers the "
-                                      "engine applies SGD's, Adam's or AdamW's plain rule; use "
-                                      "schedule wfbp (the optimizer then runs as given)")
 
     # --- the wrapped optimizer's state, shared ---------------------------------------------
     @property
