@@ -74,7 +74,8 @@ test-kernels: build
 # files, model-profile JSON, compressed payloads (tests/fuzz, docs/testing.md "Fuzzing"); runs
 # FUZZ_SECONDS per target from the committed seeds (scripts/fuzz.sh).
 FUZZ_SECONDS ?= 60
-FUZZERS = frame_fuzz store_wire_fuzz checkpoint_fuzz idx_fuzz profile_fuzz codec_fuzz
+FUZZERS = frame_fuzz store_wire_fuzz checkpoint_fuzz idx_fuzz profile_fuzz codec_fuzz \
+          recommendation_fuzz
 fuzz: deps
 	cmake -S tests/fuzz -B $(BUILD)-fuzz -G Ninja -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo
 	cmake --build $(BUILD)-fuzz -j $(JOBS)

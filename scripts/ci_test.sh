@@ -8,7 +8,7 @@
 # release  ctest on BUILD (the release build): every suite but the long ones (label long);
 #          convergence_test runs alone (RUN_SERIAL), never beside the timing-sensitive suites.
 # long     the long suites (convergence_long: the convergence cases make test leaves out).
-# fuzz     libFuzzer on every decoder of untrusted bytes (six targets: tests/fuzz) for
+# fuzz     libFuzzer on every decoder of untrusted bytes (seven targets: tests/fuzz) for
 #          FUZZ_SECONDS each, from the committed seed corpora.
 # asan     AddressSanitizer build (no LibTorch) and its ctest: the suites labelled asan (every
 #          torch-free unit suite, the collectives, the conformance and multi-process suites).

@@ -24,6 +24,8 @@ struct RankFlags {
 };
 
 void addRankFlags(CLI::App* app, RankFlags& flags, int defaultWorkers);
+// Link emulation from the flags (--bandwidth, --latency); the timeout is left to the caller.
+TransportOptions parseLink(const RankFlags& flags);
 
 // Runs `body` as the ranks of a job, in whichever of three ways fits: as threads over loopback,
 // as this process's rank when a launcher (ours, torchrun-style env, mpirun) started us, or by

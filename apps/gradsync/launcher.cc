@@ -46,11 +46,18 @@ void killAll(const std::vector<pid_t>& pids, int signal) {
   for (pid_t pid : pids) ::kill(pid, signal);
 }
 
-// Starts the processes with the job's environment; returns their pids, by rank.
-std::vector<pid_t> spawnRanks(const LaunchOptions& options) {
+void remember(pid_t pid) {
+  const int slot = gChildCount.load();
+  if (slot >= kMaxChildren) return;  // respawns beyond the table: signals do not reach them
+  gChildren[slot] = pid;
+  gChildCount.fetch_add(1);
+}
+
+// Every rank's command line and environment, to start it (again).
+std::vector<SpawnOptions> rankSpawns(const LaunchOptions& options) {
   std::string port = std::to_string(freePort());
   std::string token = randomToken();
-  std::vector<pid_t> pids;
+  std::vector<SpawnOptions> spawns;
   for (int rank = 0; rank < options.processes; ++rank) {
     SpawnOptions spawn;
     spawn.argv = options.command;
@@ -63,6 +70,15 @@ std::vector<pid_t> spawnRanks(const LaunchOptions& options) {
                  {"GRADSYNC_JOB_ID", fmt::format("local-{}", ::getpid())},
                  {"GRADSYNC_JOB_TOKEN", token}};
     if (options.tls) spawn.env.emplace("GRADSYNC_TLS", "1");
+    spawns.push_back(std::move(spawn));
+  }
+  return spawns;
+}
+
+// Starts the processes; returns their pids, by rank.
+std::vector<pid_t> spawnRanks(const std::vector<SpawnOptions>& spawns) {
+  std::vector<pid_t> pids;
+  for (const SpawnOptions& spawn : spawns) {
     try {
       pids.push_back(spawnProcess(spawn));
     } catch (...) {  // the ranks already started would wait for this one until their timeout
@@ -70,18 +86,28 @@ std::vector<pid_t> spawnRanks(const LaunchOptions& options) {
       for (pid_t pid : pids) waitAny({pid}, std::chrono::seconds(5));
       throw;
     }
-    gChildren[gChildCount.load()] = pids.back();
-    gChildCount.fetch_add(1);
+    remember(pids.back());
   }
   return pids;
 }
 
+// Whether `rank`, just killed by a signal, is started again (LaunchOptions::respawn).
+bool respawnable(const LaunchOptions& options, int rank, const ExitStatus& status, int respawned,
+                 const std::vector<pid_t>& running) {
+  const bool listed =
+      std::find(options.respawn.begin(), options.respawn.end(), rank) != options.respawn.end();
+  return listed && status.signal != 0 && respawned < options.maxRespawns && !running.empty();
+}
+
 // Waits for every process. Every failed rank is reported; a rank killed by a signal is the
 // likely culprit (the others fail because they lost it), so it decides the exit code. Once one
-// failed, the rest get `grace` to notice and report before they are killed.
-int superviseRanks(const std::vector<pid_t>& pids, std::chrono::milliseconds grace) {
+// failed, the rest get `grace` to notice and report before they are killed. A respawnable rank
+// killed by a signal is started again instead (and is no failure).
+int superviseRanks(const LaunchOptions& options, const std::vector<SpawnOptions>& spawns,
+                   std::vector<pid_t> pids) {
   int result = 0;
   bool resultFromSignal = false;
+  int respawned = 0;
   std::vector<pid_t> running = pids;
   std::optional<Deadline> killAt;
   while (!running.empty()) {
@@ -92,7 +118,7 @@ int superviseRanks(const std::vector<pid_t>& pids, std::chrono::milliseconds gra
       std::fprintf(stderr,
                    "gradsync launch: killing %zu process(es) still running %lld s after "
                    "the first failure\n",
-                   running.size(), static_cast<long long>(grace.count() / 1000));
+                   running.size(), static_cast<long long>(options.grace.count() / 1000));
       killAll(running, SIGKILL);
       killAt.emplace(std::chrono::seconds(5));
       continue;
@@ -103,19 +129,54 @@ int superviseRanks(const std::vector<pid_t>& pids, std::chrono::milliseconds gra
       if (gChildren[i] == pid) gChildren[i] = 0;
     }
     if (status.ok()) continue;
-    auto rank = std::find(pids.begin(), pids.end(), pid) - pids.begin();
-    std::fprintf(stderr, "gradsync launch: rank %d %s\n", static_cast<int>(rank),
-                 status.describe().c_str());
+    const auto rank = static_cast<int>(std::find(pids.begin(), pids.end(), pid) - pids.begin());
+    if (!killAt && respawnable(options, rank, status, respawned, running)) {
+      ++respawned;
+      std::fprintf(stderr, "gradsync launch: rank %d %s; respawning it (%d of at most %d)\n", rank,
+                   status.describe().c_str(), respawned, options.maxRespawns);
+      SpawnOptions again = spawns[static_cast<size_t>(rank)];
+      again.env["GRADSYNC_RESPAWN"] = std::to_string(respawned);
+      pids[static_cast<size_t>(rank)] = spawnProcess(again);
+      remember(pids[static_cast<size_t>(rank)]);
+      running.push_back(pids[static_cast<size_t>(rank)]);
+      continue;
+    }
+    std::fprintf(stderr, "gradsync launch: rank %d %s\n", rank, status.describe().c_str());
     if (result == 0 || (status.signal != 0 && !resultFromSignal)) {
       result = status.signal != 0 ? 128 + status.signal : status.code;
       resultFromSignal = status.signal != 0;
     }
-    if (!killAt) killAt.emplace(grace);
+    if (!killAt) killAt.emplace(options.grace);
   }
   return result;
 }
 
 }  // namespace
+
+std::vector<int> parseRankList(const std::string& text) {
+  std::vector<int> ranks;
+  size_t start = 0;
+  while (start <= text.size()) {
+    const size_t comma = text.find(',', start);
+    const std::string item = text.substr(start, comma == std::string::npos ? comma : comma - start);
+    const size_t dash = item.find('-');
+    try {
+      size_t used = 0;
+      const int first = std::stoi(item.substr(0, dash), &used);
+      const int last = dash == std::string::npos ? first : std::stoi(item.substr(dash + 1));
+      if (used != (dash == std::string::npos ? item.size() : dash) || first < 0 || last < first) {
+        throw std::invalid_argument(item);
+      }
+      for (int r = first; r <= last; ++r) ranks.push_back(r);
+    } catch (const std::logic_error&) {
+      throw ConfigError(fmt::format("--respawn: '{}' is not a rank or a range of ranks", item),
+                        {.hint = "e.g. --respawn 4-5 or --respawn 4,6"});
+    }
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return ranks;
+}
 
 int launchLocal(const LaunchOptions& options) {
   if (options.processes < 1 || options.processes > kMaxChildren) {
@@ -127,8 +188,9 @@ int launchLocal(const LaunchOptions& options) {
   action.sa_handler = forwardSignal;
   ::sigaction(SIGINT, &action, nullptr);
   ::sigaction(SIGTERM, &action, nullptr);
-  std::vector<pid_t> pids = spawnRanks(options);
-  int result = superviseRanks(pids, options.grace);
+  const std::vector<SpawnOptions> spawns = rankSpawns(options);
+  std::vector<pid_t> pids = spawnRanks(spawns);
+  int result = superviseRanks(options, spawns, pids);
   gChildCount.store(0);
   return result;
 }

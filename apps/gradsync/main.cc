@@ -15,8 +15,16 @@ void addLaunchCommand(CLI::App& app, CommandContext& context) {
   CLI::App* launch = app.add_subcommand("launch", "start N local processes with the job's env");
   launch->add_option("-n,--processes", options->processes, "processes")->required();
   launch->add_flag("--tls", options->tls, "encrypt the links between the processes (TLS 1.3)");
+  auto respawn = std::make_shared<std::string>();
+  launch->add_option("--respawn", *respawn,
+                     "ranks to start again when a signal kills them, e.g. 4-5 (embedding servers)");
+  launch->add_option("--max-respawns", options->maxRespawns, "respawns in all")
+      ->capture_default_str();
   launch->add_option("command", options->command, "command to run")->required();
-  launch->callback([options, &context] { context.exitCode = launchLocal(*options); });
+  launch->callback([options, respawn, &context] {
+    if (!respawn->empty()) options->respawn = parseRankList(*respawn);
+    context.exitCode = launchLocal(*options);
+  });
 }
 
 namespace {

@@ -13,9 +13,7 @@
 #include "launcher.h"
 
 namespace gradsync {
-namespace {
 
-// Link emulation from the flags; the timeout is filled in from the bootstrap configuration.
 TransportOptions parseLink(const RankFlags& flags) {
   TransportOptions link;
   if (!flags.bandwidth.empty()) {
@@ -27,6 +25,8 @@ TransportOptions parseLink(const RankFlags& flags) {
   }
   return link;
 }
+
+namespace {
 
 // This process as one rank of an mpirun launch, over the MPI transport.
 int runMpiRank(const BootstrapFlags& bootstrap, const Env& env, TransportOptions link,

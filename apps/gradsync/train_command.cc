@@ -9,6 +9,7 @@
 #include "compress/registry.h"
 #include "gradsync/error.h"
 #include "torch/trainer.h"
+#include "train_recommendation.h"
 
 namespace gradsync {
 namespace {
@@ -16,6 +17,9 @@ namespace {
 struct TrainFlags {
   TrainOptions options;
   RankFlags ranks;
+  RecommendationOptions recommendation;  // --model dlrm
+  std::shared_ptr<std::string> bottomMlp = std::make_shared<std::string>("64,16");
+  std::shared_ptr<std::string> topMlp = std::make_shared<std::string>("64");
 };
 
 // " asgd", " ssgd over 2 servers", ...; nothing for ring ssgd (the default).
@@ -92,9 +96,12 @@ void addTrainCommand(CLI::App& app, CommandContext& context) {
   TrainOptions& o = flags->options;
   CLI::App* train = app.add_subcommand("train", "data-parallel training of a model");
   addRankFlags(train, flags->ranks, 2);
-  train->add_option("--model", o.model, "mlp | cnn | resnet20 | vgg11")->capture_default_str();
-  train->add_option("--dataset", o.dataset, "fashion-mnist | synthetic")->capture_default_str();
-  train->add_option("--data-dir", o.dataDir, "Fashion-MNIST files")->capture_default_str();
+  train->add_option("--model", o.model, "mlp | cnn | resnet20 | vgg11 | dlrm")
+      ->capture_default_str();
+  train->add_option("--dataset", o.dataset, "fashion-mnist | synthetic | criteo (dlrm)")
+      ->capture_default_str();
+  train->add_option("--data-dir", o.dataDir, "Fashion-MNIST files (criteo: train.txt, test.txt)")
+      ->capture_default_str();
   train->add_option("--epochs", o.epochs, "passes over the training set")->capture_default_str();
   train->add_option("--steps", o.steps, "stop after this many steps (overrides --epochs)");
   train->add_option("--batch-size", o.batchSize, "per worker")->capture_default_str();
@@ -142,10 +149,19 @@ void addTrainCommand(CLI::App& app, CommandContext& context) {
   train->add_option("--checkpoint-every", o.checkpointEvery, "steps between checkpoints");
   train->add_flag("--resume", o.resume, "continue from the newest checkpoint");
   train->add_flag("--quiet", o.quiet, "no progress display");
-  train->callback([flags, &context] {
+  addRecommendationFlags(train, flags->recommendation, flags->bottomMlp, flags->topMlp);
+  train->callback([flags, train, &context] {
     keepFreedMemoryInHeap();  // this process and the ranks it launches (they run this callback)
     if (flags->options.resume && flags->options.checkpointDir.empty()) {
       throw ConfigError("--resume needs --checkpoint-dir");
+    }
+    if (flags->options.model == "dlrm") {  // its own trainer (docs/recommendation.md)
+      RecommendationOptions recommendation = flags->recommendation;
+      recommendation.train = flags->options;
+      if (train->count("--dataset") == 0) recommendation.train.dataset = "synthetic";
+      context.exitCode = runRecommendation(flags->ranks, context, recommendation, *flags->bottomMlp,
+                                           *flags->topMlp);
+      return;
     }
     validateTrainOptions(flags->options);
     RankFlags ranks = flags->ranks;

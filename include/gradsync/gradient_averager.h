@@ -26,8 +26,10 @@
 namespace gradsync {
 
 // The message stream a GradientAverager uses unless told otherwise: one of gradsync's reserved
-// tags, apart from the application's collectives and from a DistributedOptimizer's engine.
-inline constexpr uint64_t kAveragerTag = kReservedTagBase + 11;
+// tags, apart from the application's collectives and from a DistributedOptimizer's engine. Its
+// number is registered with gradsync's other streams in src/common/tags.h, which checks at compile
+// time that no two of them are equal.
+inline constexpr uint64_t kAveragerTag = kReservedTagBase + 16;
 
 // One tensor an averager may be asked to average: its name (compressOverrides match it; the
 // stochastic compressors' seeds depend on it) and its shape (PowerSGD and GradiVeQ see a matrix).

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <iterator>
 
 #include "gradsync/collectives.h"
 #include "gradsync/gradient_averager.h"
@@ -34,9 +35,36 @@ inline constexpr uint64_t kAgreement = kReservedTagBase + 8;
 inline constexpr uint64_t kTorchApi = kReservedTagBase + 9;
 // DistributedOptimizer's join: each step, how many ranks still have data.
 inline constexpr uint64_t kJoin = kReservedTagBase + 10;
-// GradientAverager's default stream (public as kAveragerTag: a user picks another for a second
-// averager running at the same time).
+// Embedding servers (ps/embedding_protocol.h), on each server's own star transport: requests,
+// their payloads, answers and theirs.
+inline constexpr uint64_t kEmbRequest = kReservedTagBase + 11;
+inline constexpr uint64_t kEmbPayload = kReservedTagBase + 12;
+inline constexpr uint64_t kEmbReply = kReservedTagBase + 13;
+inline constexpr uint64_t kEmbReplyPayload = kReservedTagBase + 14;
+// The recommendation trainer's per-step agreement (which servers failed, whether to stop).
+inline constexpr uint64_t kRecStatus = kReservedTagBase + 15;
+// GradientAverager's default stream. It is public (gradsync/gradient_averager.h, kAveragerTag)
+// so that a user can pick another tag for a second averager; its number is given there and
+// registered here.
 inline constexpr uint64_t kAverager = kAveragerTag;
-static_assert(kAverager == kReservedTagBase + 11);
+static_assert(kAverager == kReservedTagBase + 16);
+
+// Every stream above, once: a new stream is added here too, and the check below refuses a
+// number taken twice (kPsReplies + u spans 2^32 numbers from its base, above all the others).
+inline constexpr uint64_t kAll[] = {
+    kGradients,  kModelState, kTrainer,         kP3Decision, kVelocity, kPsRequest,
+    kPsPayload,  kPsState,    kAgreement,       kTorchApi,   kJoin,     kEmbRequest,
+    kEmbPayload, kEmbReply,   kEmbReplyPayload, kRecStatus,  kAverager};
+
+constexpr bool allDistinct() {
+  for (size_t i = 0; i < std::size(kAll); ++i) {
+    for (size_t j = i + 1; j < std::size(kAll); ++j) {
+      if (kAll[i] == kAll[j]) return false;
+    }
+    if (kAll[i] >= kPsReplies) return false;
+  }
+  return true;
+}
+static_assert(allDistinct(), "two gradsync streams share a tag: take the next free number");
 
 }  // namespace gradsync::tags

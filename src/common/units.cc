@@ -91,13 +91,15 @@ double parseBandwidth(std::string_view text, std::string_view what) {
 }
 
 double parseDurationSeconds(std::string_view text, std::string_view what) {
-  constexpr std::string_view kForms = "a duration such as 100us, 5ms, 2s or 1.5 (seconds)";
+  constexpr std::string_view kForms =
+      "a duration such as 100us, 5ms, 2s, 5min, 8h or 1.5 (seconds)";
   auto [value, unit] = splitNumber(text, what, kForms);
   if (unit.empty() || unit == "s") return value;
   if (unit == "ms") return value * 1e-3;
   if (unit == "us") return value * 1e-6;
   if (unit == "ns") return value * 1e-9;
   if (unit == "min") return value * 60;
+  if (unit == "h") return value * 3600;
   badUnit(text, what, kForms);
 }
 

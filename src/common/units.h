@@ -15,7 +15,7 @@ double parseNumber(std::string_view text, std::string_view what);
 uint64_t parseBytes(std::string_view text, std::string_view what);
 // "1gbit", "100mbit", "500kbit", "2gbps" (bits, decimal), "125MB/s" (bytes, decimal) -> bytes/s.
 double parseBandwidth(std::string_view text, std::string_view what);
-// "100us", "5ms", "2s", "1.5" (seconds) -> seconds.
+// "100us", "5ms", "2s", "5min", "8h", "1.5" (seconds) -> seconds.
 double parseDurationSeconds(std::string_view text, std::string_view what);
 // 1536 -> "1.5K"; used in tables.
 std::string formatBytes(uint64_t bytes);

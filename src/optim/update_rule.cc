@@ -56,10 +56,25 @@ void adam(const UpdateRule& rule, std::span<float> p, std::span<const float> g, 
   }
 }
 
+// torch 1.13's Adagrad step (no lr decay): sum.addcmul_(g, g); p.addcdiv_(g, sum.sqrt() + eps,
+// -lr).
+void adagrad(const UpdateRule& rule, std::span<float> p, std::span<const float> g,
+             std::span<float> sum) {
+  const auto negativeLr = static_cast<float>(-rule.lr);
+  const auto eps = static_cast<float>(rule.eps);
+  const auto decay = static_cast<float>(rule.weightDecay);
+  for (size_t i = 0; i < p.size(); ++i) {
+    const float grad = decay != 0 ? g[i] + decay * p[i] : g[i];
+    sum[i] += grad * grad;
+    p[i] += negativeLr * grad / (std::sqrt(sum[i]) + eps);
+  }
+}
+
 }  // namespace
 
 size_t UpdateRule::stateSlots() const {
   if (kind == Kind::kSgd) return momentum != 0 ? 1 : 0;
+  if (kind == Kind::kAdagrad) return 1;
   return 2;
 }
 
@@ -73,6 +88,8 @@ std::string UpdateRule::describe() const {
       return fmt::format("{}(lr={}, betas=({}, {}), eps={}, weight_decay={})",
                          kind == Kind::kAdam ? "adam" : "adamw", lr, beta1, beta2, eps,
                          weightDecay);
+    case Kind::kAdagrad:
+      return fmt::format("adagrad(lr={}, eps={}, weight_decay={})", lr, eps, weightDecay);
   }
   return "?";
 }
@@ -83,6 +100,10 @@ void applyUpdate(const UpdateRule& rule, std::span<float> parameters,
   GS_CHECK(rule.stateSlots() == 0 || state.first.size() == parameters.size());
   if (rule.kind == UpdateRule::Kind::kSgd) {
     sgd(rule, parameters, gradients, state.first, step);
+    return;
+  }
+  if (rule.kind == UpdateRule::Kind::kAdagrad) {
+    adagrad(rule, parameters, gradients, state.first);
     return;
   }
   GS_CHECK(state.first.size() == parameters.size() && state.second.size() == parameters.size());

@@ -16,7 +16,7 @@
 namespace gradsync {
 
 struct UpdateRule {
-  enum class Kind { kSgd, kAdam, kAdamW };
+  enum class Kind { kSgd, kAdam, kAdamW, kAdagrad };
   Kind kind = Kind::kSgd;
   double lr = 0;
   // SGD: v = momentum·v + (1 − dampening)·g (v = g on the first step), then p −= lr·v, or with
@@ -24,7 +24,8 @@ struct UpdateRule {
   double momentum = 0;
   double dampening = 0;
   bool nesterov = false;
-  // Adam and AdamW: the moments' decay rates and the denominator's epsilon.
+  // Adam and AdamW: the moments' decay rates and the denominator's epsilon (Adagrad's too:
+  // torch's default for it is 1e-10, see adagrad()).
   double beta1 = 0.9;
   double beta2 = 0.999;
   double eps = 1e-8;
@@ -35,8 +36,14 @@ struct UpdateRule {
   static UpdateRule sgd(double lr, double momentum = 0) {
     return {.kind = Kind::kSgd, .lr = lr, .momentum = momentum};
   }
+  // Adagrad as torch::optim::Adagrad (no learning-rate decay, initial accumulator 0):
+  // s += g², p −= lr·g / (√s + eps). The usual optimizer of embedding tables: a row's steps
+  // shrink with the updates it has had, so rare rows still move. Its state is s.
+  static UpdateRule adagrad(double lr, double eps = 1e-10) {
+    return {.kind = Kind::kAdagrad, .lr = lr, .eps = eps};
+  }
   // Floats of state per parameter element: SGD with momentum 1 (the velocity), without 0;
-  // Adam and AdamW 2 (the first and second moments).
+  // Adam and AdamW 2 (the first and second moments); Adagrad 1 (the sum of squares).
   size_t stateSlots() const;
   // "sgd(lr=0.1, momentum=0.9)", for logs and errors.
   std::string describe() const;
@@ -44,7 +51,7 @@ struct UpdateRule {
 
 // The state of a span of elements: stateSlots() of these are used, each as long as the span.
 struct UpdateState {
-  std::span<float> first;   // SGD's velocity; Adam's first moment
+  std::span<float> first;   // SGD's velocity; Adam's first moment; Adagrad's sum of squares
   std::span<float> second;  // Adam's second moment
 };
 

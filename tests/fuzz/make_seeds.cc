@@ -17,8 +17,10 @@
 
 #include "ckpt/checkpoint_file.h"
 #include "codec_cases.h"
+#include "data/criteo_tsv.h"
 #include "data/idx.h"
 #include "gzip.h"
+#include "ps/embedding_shard.h"
 #include "rendezvous/tcp_store_wire.h"
 #include "sim/model_profile.h"
 #include "transport/tcp/frame.h"
@@ -241,6 +243,37 @@ void storeSeeds() {
 
 }  // namespace
 
+// recommendation_fuzz.cc's inputs: a Criteo line (mode 0), and shard 1's full and partial
+// saves of its small embedding (modes 1, 2) in the harness's framing.
+Bytes shardSeed(uint8_t mode, const std::vector<Section>& sections) {
+  const Bytes& meta = sections.front().data;
+  Bytes out{mode, static_cast<uint8_t>(meta.size() & 0xff), static_cast<uint8_t>(meta.size() >> 8)};
+  out.insert(out.end(), meta.begin(), meta.end());
+  for (size_t i = 1; i < sections.size(); ++i) {
+    out.push_back(static_cast<uint8_t>(sections[i].data.size() / 4));
+  }
+  for (size_t i = 1; i < sections.size(); ++i) {
+    out.insert(out.end(), sections[i].data.begin(), sections[i].data.end());
+  }
+  return out;
+}
+
+void recommendationSeeds() {
+  ClickRecord record;
+  record.label = 1;
+  record.counts = {3, std::nullopt, 0, -2, 120, 7, 1, std::nullopt, 44, 0, 5, 2, 9};
+  record.hashes.assign(26, std::nullopt);
+  for (size_t t = 0; t < 26; t += 2)
+    record.hashes[t] = static_cast<uint32_t>(0x9e3779b9u * (t + 1));
+  put("recommendation_fuzz", "criteo-line", prefixed(0, text(formatCriteoLine(record))));
+  const EmbeddingSpec spec{.tableRows = {5, 3}, .dim = 2, .shards = 2, .seed = 1};
+  EmbeddingShard shard(spec, 1, UpdateRule::adagrad(0.1));
+  const std::vector<uint64_t> rows = {0, 2};
+  shard.apply(rows, std::vector<float>{0.5f, -1, 2, 0.25f}, std::vector<uint32_t>{3, 1}, 0);
+  put("recommendation_fuzz", "shard-full", shardSeed(1, shard.saveFull(4)));
+  put("recommendation_fuzz", "shard-partial", shardSeed(2, shard.savePartial(5, rows)));
+}
+
 int main(int argc, char** argv) {
   if (argc != 2) {
     std::fprintf(stderr, "usage: %s DIR   (writes DIR/<fuzzer>/<seed>)\n", argv[0]);
@@ -253,5 +286,6 @@ int main(int argc, char** argv) {
   codecSeeds();
   frameSeeds();
   storeSeeds();
+  recommendationSeeds();
   return 0;
 }

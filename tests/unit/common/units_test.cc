@@ -28,7 +28,9 @@ TEST(Units, Duration) {
   EXPECT_DOUBLE_EQ(parseDurationSeconds("100us", "x"), 100e-6);
   EXPECT_DOUBLE_EQ(parseDurationSeconds("5ms", "x"), 5e-3);
   EXPECT_DOUBLE_EQ(parseDurationSeconds("2", "x"), 2.0);
-  EXPECT_THROW(parseDurationSeconds("2h", "--timeout"), ConfigError);
+  EXPECT_DOUBLE_EQ(parseDurationSeconds("5min", "x"), 300.0);
+  EXPECT_DOUBLE_EQ(parseDurationSeconds("8h", "x"), 8 * 3600.0);
+  EXPECT_THROW(parseDurationSeconds("2d", "--timeout"), ConfigError);
 }
 
 TEST(Units, ErrorNamesFlagAndForms) {
