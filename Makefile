@@ -22,9 +22,10 @@ $(BUILD)/build.ninja:
 build: deps $(BUILD)/build.ninja
 	cmake --build $(BUILD) -j $(JOBS)
 
-# The Python package gradsync.torch into $(BUILD)/python (PYTHONPATH=$(BUILD)/python; docs/python.md).
+# The Python package gradsync.torch into $(BUILD)/python (PYTHONPATH=$(BUILD)/python; docs/python.md),
+# and the CLI beside it: `gradsync launch` starts Python ranks.
 python: deps $(BUILD)/build.ninja
-	cmake --build $(BUILD) -j $(JOBS) --target gradsync_python
+	cmake --build $(BUILD) -j $(JOBS) --target gradsync_python gradsync
 
 # Every stage timed, then one summary of every suite (scripts/ci_test.sh, docs/testing.md).
 CI_TEST = BUILD=$(BUILD) JOBS=$(JOBS) scripts/ci_test.sh
