@@ -35,6 +35,14 @@ TransportOptions parseLink(const RankFlags& flags);
 int runRanks(const RankFlags& flags, const Env& env, const std::vector<std::string>& argv,
              const Settings& settings, const std::function<int(Transport&)>& body);
 
+// As runRanks, for elastic workers (`train --elastic`): `body` gets the job's bootstrap
+// configuration (this worker's slot, the store) and forms its own transports, round by round.
+// Launched, this process is one worker; otherwise it launches --workers copies of the command
+// line with the launcher serving the store (`gradsync launch --elastic`). TCP only.
+int runElasticWorkers(
+    const RankFlags& flags, const Env& env, const std::vector<std::string>& argv,
+    const std::function<int(const BootstrapConfig&, const TransportOptions&)>& body);
+
 // What a subcommand needs from main: the environment, the command line, where to put its exit
 // code. Each add*Command registers its flags and a callback that runs after parsing.
 struct CommandContext {

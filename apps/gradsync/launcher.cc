@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <memory>
 #include <optional>
 #include <random>
 
@@ -14,6 +15,7 @@
 #include "common/socket.h"
 #include "common/subprocess.h"
 #include "gradsync/error.h"
+#include "rendezvous/tcp_store.h"
 
 namespace gradsync {
 namespace {
@@ -23,8 +25,14 @@ namespace {
 constexpr int kMaxChildren = 1024;
 pid_t gChildren[kMaxChildren];
 std::atomic<int> gChildCount{0};
+std::atomic<int> gSignal{0};  // the signal the launcher was sent (elastic: no restarts after one)
+
+// gradsync train's exit code after a graceful stop (kStoppedExitCode in torch/trainer.h): the
+// process was asked to stop, not failed, so it is not restarted.
+constexpr int kAskedToStop = 75;
 
 void forwardSignal(int signal) {
+  gSignal.store(signal);
   for (int i = 0; i < gChildCount.load(); ++i) {
     if (gChildren[i] > 0) ::kill(gChildren[i], signal);  // 0: reaped, its pid may be reused
   }
@@ -53,10 +61,19 @@ void remember(pid_t pid) {
   gChildCount.fetch_add(1);
 }
 
-// Every rank's command line and environment, to start it (again).
-std::vector<SpawnOptions> rankSpawns(const LaunchOptions& options) {
-  std::string port = std::to_string(freePort());
-  std::string token = randomToken();
+void forget(pid_t pid) {
+  for (int i = 0; i < gChildCount.load(); ++i) {
+    if (gChildren[i] == pid) gChildren[i] = 0;
+  }
+}
+
+int exitCodeOf(const ExitStatus& status) {
+  return status.signal != 0 ? 128 + status.signal : status.code;
+}
+
+// Every rank's command line and environment, to start it (again), with the store at `port`.
+std::vector<SpawnOptions> rankSpawns(const LaunchOptions& options, const std::string& port,
+                                     const std::string& token) {
   std::vector<SpawnOptions> spawns;
   for (int rank = 0; rank < options.processes; ++rank) {
     SpawnOptions spawn;
@@ -70,6 +87,10 @@ std::vector<SpawnOptions> rankSpawns(const LaunchOptions& options) {
                  {"GRADSYNC_JOB_ID", fmt::format("local-{}", ::getpid())},
                  {"GRADSYNC_JOB_TOKEN", token}};
     if (options.tls) spawn.env.emplace("GRADSYNC_TLS", "1");
+    if (options.elastic) {
+      spawn.env.emplace("GRADSYNC_EXTERNAL_STORE", "1");
+      spawn.env.emplace("GRADSYNC_RESTART_COUNT", "0");
+    }
     spawns.push_back(std::move(spawn));
   }
   return spawns;
@@ -91,6 +112,18 @@ std::vector<pid_t> spawnRanks(const std::vector<SpawnOptions>& spawns) {
   return pids;
 }
 
+// Starts the process of `slot` again (--respawn and --max-restarts alike): the same command line
+// and environment, GRADSYNC_RESTART_COUNT counting the slot's restarts; it takes the slot's place
+// in `pids` and `running`.
+void restartSlot(const std::vector<SpawnOptions>& spawns, size_t slot, int restartsOfSlot,
+                 std::vector<pid_t>& pids, std::vector<pid_t>& running) {
+  SpawnOptions again = spawns[slot];
+  again.env["GRADSYNC_RESTART_COUNT"] = std::to_string(restartsOfSlot);
+  pids[slot] = spawnProcess(again);
+  remember(pids[slot]);
+  running.push_back(pids[slot]);
+}
+
 // Whether `rank`, just killed by a signal, is started again (LaunchOptions::respawn).
 bool respawnable(const LaunchOptions& options, int rank, const ExitStatus& status, int respawned,
                  const std::vector<pid_t>& running) {
@@ -108,6 +141,7 @@ int superviseRanks(const LaunchOptions& options, const std::vector<SpawnOptions>
   int result = 0;
   bool resultFromSignal = false;
   int respawned = 0;
+  std::vector<int> respawnsOf(pids.size(), 0);
   std::vector<pid_t> running = pids;
   std::optional<Deadline> killAt;
   while (!running.empty()) {
@@ -125,28 +159,64 @@ int superviseRanks(const LaunchOptions& options, const std::vector<SpawnOptions>
     }
     auto [pid, status] = *ended;
     std::erase(running, pid);
-    for (int i = 0; i < gChildCount.load(); ++i) {
-      if (gChildren[i] == pid) gChildren[i] = 0;
-    }
+    forget(pid);
     if (status.ok()) continue;
     const auto rank = static_cast<int>(std::find(pids.begin(), pids.end(), pid) - pids.begin());
     if (!killAt && respawnable(options, rank, status, respawned, running)) {
       ++respawned;
       std::fprintf(stderr, "gradsync launch: rank %d %s; respawning it (%d of at most %d)\n", rank,
                    status.describe().c_str(), respawned, options.maxRespawns);
-      SpawnOptions again = spawns[static_cast<size_t>(rank)];
-      again.env["GRADSYNC_RESPAWN"] = std::to_string(respawned);
-      pids[static_cast<size_t>(rank)] = spawnProcess(again);
-      remember(pids[static_cast<size_t>(rank)]);
-      running.push_back(pids[static_cast<size_t>(rank)]);
+      const auto slot = static_cast<size_t>(rank);
+      restartSlot(spawns, slot, ++respawnsOf[slot], pids, running);
       continue;
     }
     std::fprintf(stderr, "gradsync launch: rank %d %s\n", rank, status.describe().c_str());
     if (result == 0 || (status.signal != 0 && !resultFromSignal)) {
-      result = status.signal != 0 ? 128 + status.signal : status.code;
+      result = exitCodeOf(status);
       resultFromSignal = status.signal != 0;
     }
     if (!killAt) killAt.emplace(options.grace);
+  }
+  return result;
+}
+
+// Elastic workers: a failed process ends alone (the others re-form the job without it) and, while
+// restarts are left and the launcher was not asked to stop, starts again in its slot. Every wait
+// is the workers' own (they never hang: each bounds its waits), so none is added here.
+int superviseElastic(const LaunchOptions& options, const std::vector<SpawnOptions>& spawns,
+                     std::vector<pid_t> pids) {
+  std::vector<ExitStatus> last(pids.size());
+  std::vector<int> restartsOf(pids.size(), 0);
+  std::vector<pid_t> running = pids;
+  int restarts = 0;
+  while (!running.empty()) {
+    auto ended = waitAny(running, std::chrono::hours(24));
+    if (!ended) continue;
+    auto [pid, status] = *ended;
+    std::erase(running, pid);
+    forget(pid);
+    const auto slot = static_cast<size_t>(std::find(pids.begin(), pids.end(), pid) - pids.begin());
+    last[slot] = status;
+    if (status.ok()) continue;
+    std::fprintf(stderr, "gradsync launch: worker %zu %s\n", slot, status.describe().c_str());
+    const bool failed = status.signal != 0 || status.code != kAskedToStop;
+    if (!failed || restarts >= options.maxRestarts || gSignal.load() != 0 ||
+        gChildCount.load() >= kMaxChildren) {
+      continue;
+    }
+    ++restarts;
+    std::fprintf(stderr, "gradsync launch: restarting worker %zu (restart %d of %d)\n", slot,
+                 restarts, options.maxRestarts);
+    restartSlot(spawns, slot, ++restartsOf[slot], pids, running);
+  }
+  if (std::any_of(last.begin(), last.end(), [](const ExitStatus& s) { return s.ok(); })) return 0;
+  int result = 0;
+  bool fromSignal = false;
+  for (const ExitStatus& status : last) {  // as superviseRanks: a signal is the likely culprit
+    if (result == 0 || (status.signal != 0 && !fromSignal)) {
+      result = exitCodeOf(status);
+      fromSignal = status.signal != 0;
+    }
   }
   return result;
 }
@@ -184,13 +254,35 @@ int launchLocal(const LaunchOptions& options) {
                       {.hint = fmt::format("use 1..{}", kMaxChildren)});
   }
   if (options.command.empty()) throw ConfigError("nothing to launch: the command is empty");
+  if (options.maxRestarts < 0) throw ConfigError("--max-restarts must be >= 0");
+  LaunchOptions launch = options;
+  launch.elastic = options.elastic || options.maxRestarts > 0;
+  if (launch.elastic && !options.respawn.empty()) {
+    throw ConfigError(
+        "--respawn restarts the ranks it names in a fixed job; --elastic and "
+        "--max-restarts restart any worker of an elastic one",
+        {.hint = "use one of them (docs/cli.md, gradsync launch)"});
+  }
   struct sigaction action {};  // before spawning: a signal must never orphan the children
   action.sa_handler = forwardSignal;
   ::sigaction(SIGINT, &action, nullptr);
   ::sigaction(SIGTERM, &action, nullptr);
-  const std::vector<SpawnOptions> spawns = rankSpawns(options);
+  const std::string token = randomToken();
+  // Elastic: the store lives here, so that it outlives every worker (rank 0's included).
+  std::unique_ptr<TcpStoreServer> store;
+  std::string port;
+  if (launch.elastic) {
+    store = std::make_unique<TcpStoreServer>(
+        SocketAddress{"127.0.0.1", 0},
+        TcpStoreOptions{.jobId = fmt::format("local-{}", ::getpid()), .jobToken = token});
+    port = std::to_string(store->port());
+  } else {
+    port = std::to_string(freePort());
+  }
+  const std::vector<SpawnOptions> spawns = rankSpawns(launch, port, token);
   std::vector<pid_t> pids = spawnRanks(spawns);
-  int result = superviseRanks(options, spawns, pids);
+  int result = launch.elastic ? superviseElastic(launch, spawns, pids)
+                              : superviseRanks(launch, spawns, pids);
   gChildCount.store(0);
   return result;
 }

@@ -2,6 +2,12 @@
 // subcommands. Starts N processes with the rendezvous environment set (RANK, WORLD_SIZE,
 // LOCAL_RANK, MASTER_ADDR, MASTER_PORT, GRADSYNC_JOB_ID, GRADSYNC_JOB_TOKEN with a fresh random
 // token, and GRADSYNC_TLS=1 with --tls) and supervises them.
+//
+// For elastic workers (`gradsync train --elastic`), `--elastic` serves the rendezvous store in
+// the launcher itself (GRADSYNC_EXTERNAL_STORE=1 tells the workers), so that the job outlives any
+// worker, rank 0's included; a failed worker does not end the others; and `--max-restarts K`
+// restarts failed workers, as torchrun's agent does, but only the failed one: it starts again
+// with its RANK (its slot) and GRADSYNC_RESTART_COUNT, and joins the running job.
 #pragma once
 
 #include <chrono>
@@ -18,12 +24,21 @@ struct LaunchOptions {
   std::chrono::milliseconds grace{65'000};
   // --tls: sets GRADSYNC_TLS=1 for the processes, so every link between them is encrypted.
   bool tls = false;
-  // --respawn: ranks started again, with the same command and environment (and
-  // GRADSYNC_RESPAWN=<count>), when a signal kills them while another rank still runs: embedding
-  // servers, whose replacements restore their shard (docs/recommendation.md). A rank that exits
-  // with an error is not respawned (that is a failure of its own, not a lost machine).
+  // Both restart policies start a process again in its slot the same way (same command line and
+  // environment, GRADSYNC_RESTART_COUNT = the slot's restarts); they differ in the job around it.
+  //
+  // --respawn, for a fixed job: the listed ranks are started again when a signal kills them while
+  // another rank still runs: embedding servers, whose replacements restore their shard
+  // (docs/recommendation.md). A rank that exits with an error is not respawned (that is a failure
+  // of its own, not a lost machine), and any other failure ends the job as without --respawn.
   std::vector<int> respawn;
   int maxRespawns = 10;  // in all, over every rank
+  // --elastic: serve the store here; a failure does not end the other processes (no grace).
+  bool elastic = false;
+  // --max-restarts (implies elastic): how many failed processes are restarted, in all, any slot.
+  // A process fails when a signal ends it or it exits with a code other than 0 and 75 (asked to
+  // stop); the restarted one joins the running job (train --elastic) instead of replacing a rank.
+  int maxRestarts = 0;
 };
 
 // "4", "4,5", "4-7" or "4-5,8": the ranks --respawn names. ConfigError otherwise.
@@ -31,8 +46,10 @@ std::vector<int> parseRankList(const std::string& text);
 
 // Runs the processes to completion. Returns 0 if all succeeded (respawned ranks count by their
 // last process), else the exit code of the first failure (128 + signal for a killed process)
-// after reporting on stderr which rank failed how. SIGINT and SIGTERM are forwarded to the
-// children.
+// after reporting on stderr which rank failed how. Elastic: 0 if any slot's last process
+// succeeded (the job finished), the failures reported. SIGINT and SIGTERM are forwarded to the
+// children (and stop any restarting of elastic workers). --respawn and --elastic exclude each
+// other (ConfigError).
 int launchLocal(const LaunchOptions& options);
 
 }  // namespace gradsync

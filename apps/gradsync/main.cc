@@ -20,6 +20,13 @@ void addLaunchCommand(CLI::App& app, CommandContext& context) {
                      "ranks to start again when a signal kills them, e.g. 4-5 (embedding servers)");
   launch->add_option("--max-respawns", options->maxRespawns, "respawns in all")
       ->capture_default_str();
+  launch->add_flag("--elastic", options->elastic,
+                   "elastic workers (train --elastic): serve the store here; a failure does not "
+                   "end the others");
+  launch
+      ->add_option("--max-restarts", options->maxRestarts,
+                   "restart failed workers, this many times in all (implies --elastic)")
+      ->check(CLI::NonNegativeNumber);
   launch->add_option("command", options->command, "command to run")->required();
   launch->callback([options, respawn, &context] {
     if (!respawn->empty()) options->respawn = parseRankList(*respawn);

@@ -104,4 +104,26 @@ int runRanks(const RankFlags& flags, const Env& env, const std::vector<std::stri
   return launchLocal({flags.workers, command, config.timeout + std::chrono::seconds(5)});
 }
 
+int runElasticWorkers(
+    const RankFlags& flags, const Env& env, const std::vector<std::string>& argv,
+    const std::function<int(const BootstrapConfig&, const TransportOptions&)>& body) {
+  if (flags.transport != "tcp") {
+    throw ConfigError("--elastic runs its workers as processes over TCP",
+                      {.hint = "drop --transport " + flags.transport});
+  }
+  TransportOptions link = parseLink(flags);
+  if (flags.bootstrap.rank || !env.launcher.empty()) {
+    BootstrapConfig config = resolveBootstrap(flags.bootstrap, env);
+    link.timeout = config.timeout;
+    return body(config, link);
+  }
+  BootstrapConfig config = resolveBootstrap(
+      BootstrapFlags{.timeout = flags.bootstrap.timeout, .insecureNoToken = true}, Env{});
+  std::vector<std::string> command = argv;
+  command[0] = selfExecutable();
+  LaunchOptions launch{flags.workers, command, config.timeout + std::chrono::seconds(5)};
+  launch.elastic = true;  // the store outlives every worker
+  return launchLocal(launch);
+}
+
 }  // namespace gradsync

@@ -98,6 +98,7 @@ void writePlot(const SimulateFlags& f, const std::string& variable, const nlohma
   chart.xLabel = variable == "workers" ? "workers" : "bandwidth per host (Gbit/s)";
   chart.yLabel = "samples/s (all workers)";
   chart.logX = true;
+  chart.logY = true;  // linear scaling is a straight line; the gap to it reads as a ratio
   ChartSeries predicted{"predicted", {}}, ideal{"linear scaling", {}};
   for (const nlohmann::json& row : rows) {
     chart.x.push_back(row[variable == "workers" ? "workers" : "bandwidth_gbit"].get<double>());

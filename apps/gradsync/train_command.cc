@@ -8,6 +8,7 @@
 #include "common/allocator.h"
 #include "compress/registry.h"
 #include "gradsync/error.h"
+#include "torch/elastic_trainer.h"
 #include "torch/trainer.h"
 #include "train_recommendation.h"
 
@@ -48,8 +49,15 @@ void printSummary(const TrainOptions& options, int workers, const TrainResult& r
                 options.compression.spec.c_str(), p.denseBytes / p.bytesSent, p.encodeMs,
                 p.decodeMs);
   }
+  if (result.rounds.size() > 1) {
+    std::string sizes;
+    for (const RoundRecord& r : result.rounds)
+      sizes += (sizes.empty() ? "" : " -> ") + std::to_string(r.workers);
+    std::printf("; elastic: %s workers in %zu rounds", sizes.c_str(), result.rounds.size());
+  }
   if (result.stopped) {
-    std::printf("; stopped early by a signal (exit %d: resume with --resume)", kStoppedExitCode);
+    std::printf("; stopped early by a signal (exit %d%s)", kStoppedExitCode,
+                options.elastic.empty() ? ": resume with --resume" : "");
   }
   std::printf("\n");
   std::fflush(stdout);
@@ -86,7 +94,24 @@ Settings trainSettings(const TrainOptions& o, const std::string& transport) {
           {"--eval-every", text(o.evalEvery)},
           {"--eval-samples", text(o.evalSamples)},
           {"--checkpoint-every", text(o.checkpointEvery)},
-          {"--resume", text(o.resume)}};
+          {"--resume", text(o.resume)},
+          {"--elastic", o.elastic}};
+}
+
+// --elastic: every worker of the job (elastic_trainer.h); rank 0 of the last round reports.
+void runElastic(TrainFlags& flags, CommandContext& context) {
+  validateElasticOptions(flags.options);
+  Settings settings = trainSettings(flags.options, flags.ranks.transport);
+  flags.options.stopOnSignal = true;  // the asked leave; all asked: exit 75
+  context.exitCode =
+      runElasticWorkers(flags.ranks, context.env, context.argv,
+                        [&](const BootstrapConfig& config, const TransportOptions& link) {
+                          ElasticOutcome outcome = runElasticTraining(
+                              {config, link, settings, context.env.restartCount}, flags.options);
+                          if (outcome.rank == 0)
+                            printSummary(flags.options, outcome.workers, outcome.result);
+                          return outcome.result.stopped ? kStoppedExitCode : 0;
+                        });
 }
 
 }  // namespace
@@ -149,11 +174,20 @@ void addTrainCommand(CLI::App& app, CommandContext& context) {
   train->add_option("--checkpoint-every", o.checkpointEvery, "steps between checkpoints");
   train->add_flag("--resume", o.resume, "continue from the newest checkpoint");
   train->add_flag("--quiet", o.quiet, "no progress display");
+  train->add_option("--elastic", o.elastic,
+                    "MIN:MAX workers: go on without lost workers, take in new ones");
+  train->add_option("--record-samples", o.recordSamples,
+                    "--elastic: write each step's sample indices of every worker to DIR");
   addRecommendationFlags(train, flags->recommendation, flags->bottomMlp, flags->topMlp);
   train->callback([flags, train, &context] {
     keepFreedMemoryInHeap();  // this process and the ranks it launches (they run this callback)
     if (flags->options.resume && flags->options.checkpointDir.empty()) {
       throw ConfigError("--resume needs --checkpoint-dir");
+    }
+    if (flags->options.model == "dlrm" && !flags->options.elastic.empty()) {
+      throw ConfigError("--elastic does not support --model dlrm",
+                        {.hint = "dlrm's embedding servers recover on their own (--recovery, "
+                                 "docs/recommendation.md); its workers are not elastic"});
     }
     if (flags->options.model == "dlrm") {  // its own trainer (docs/recommendation.md)
       RecommendationOptions recommendation = flags->recommendation;
@@ -164,6 +198,13 @@ void addTrainCommand(CLI::App& app, CommandContext& context) {
       return;
     }
     validateTrainOptions(flags->options);
+    if (!flags->options.elastic.empty()) {
+      runElastic(*flags, context);
+      return;
+    }
+    if (!flags->options.recordSamples.empty()) {
+      throw ConfigError("--record-samples records elastic runs", {.hint = "add --elastic MIN:MAX"});
+    }
     RankFlags ranks = flags->ranks;
     ranks.workers += flags->options.strategy.servers;  // separate servers are ranks too
     Settings settings = trainSettings(flags->options, ranks.transport);

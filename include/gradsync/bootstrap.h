@@ -48,6 +48,9 @@ struct BootstrapConfig {
   std::chrono::milliseconds timeout{60'000};
   // Encrypt the links between ranks (--tls or GRADSYNC_TLS): every rank of a job must agree.
   bool tls = false;
+  // The store is served outside the job (GRADSYNC_EXTERNAL_STORE=1, set by `gradsync launch
+  // --elastic`): rank 0 connects to it as the others do, and the store outlives any rank.
+  bool externalStore = false;
   // Where rank and size came from: "flags", "env" (torchrun style), "mpirun" or "defaults".
   std::string source = "defaults";
 };
@@ -61,8 +64,10 @@ BootstrapConfig resolveBootstrap(const BootstrapFlags& flags, const Env& env);
 // returns an in-memory store and starts no server. Otherwise rank 0 starts a TcpStoreServer on
 // config.master and stores it in *serverOut (the caller keeps it alive as long as any rank may
 // use the store; serverOut must not be null on rank 0), and every rank, rank 0 included, returns a
-// client connected to it. Blocks up to config.timeout for the server to be reachable; throws
-// TimeoutError, ProtocolError (refused handshake) or SystemError (port already in use).
+// client connected to it. With config.externalStore every rank, whatever the size, connects to
+// the store served there and none serves it. Blocks up to config.timeout for the server to be
+// reachable; throws TimeoutError, ProtocolError (refused handshake) or SystemError (port already in
+// use).
 std::shared_ptr<Store> connectStore(const BootstrapConfig& config,
                                     std::unique_ptr<TcpStoreServer>* serverOut);
 

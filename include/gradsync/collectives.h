@@ -74,6 +74,11 @@ std::vector<std::vector<uint8_t>> allgatherBytes(Transport& transport,
 void broadcast(Transport& transport, std::span<float> data, int root,
                const CollectiveOptions& options = {});
 
+// `root`'s byte string, of any length, to every rank (the others' `bytes` are not read): the
+// length, then the bytes, by broadcast. Returns it on every rank, root included.
+std::vector<uint8_t> broadcastBytes(Transport& transport, std::span<const uint8_t> bytes, int root,
+                                    const CollectiveOptions& options = {});
+
 // Dissemination barrier: returns on a rank once every rank has entered it.
 void barrier(Transport& transport, const CollectiveOptions& options = {});
 

@@ -1,5 +1,6 @@
 // Broadcast (pipelined chain) and barrier (dissemination).
 #include <algorithm>
+#include <cstring>
 
 #include <fmt/format.h>
 
@@ -62,6 +63,23 @@ void broadcast(Transport& transport, std::span<float> data, int root,
   }
   if (n == 1 || data.empty()) return;
   detail::runCollective("broadcast", transport, [&] { chain(transport, data, root, options); });
+}
+
+// Broadcast only copies, so packing bytes into floats is exact.
+std::vector<uint8_t> broadcastBytes(Transport& transport, std::span<const uint8_t> bytes, int root,
+                                    const CollectiveOptions& options) {
+  const bool mine = transport.rank() == root;
+  uint64_t length = mine ? bytes.size() : 0;
+  float lengthWords[2];
+  std::memcpy(lengthWords, &length, sizeof length);
+  broadcast(transport, lengthWords, root, options);
+  std::memcpy(&length, lengthWords, sizeof length);
+  std::vector<float> words((length + sizeof(float) - 1) / sizeof(float));
+  if (mine && length > 0) std::memcpy(words.data(), bytes.data(), length);
+  broadcast(transport, words, root, options);
+  std::vector<uint8_t> out(length);
+  if (length > 0) std::memcpy(out.data(), words.data(), length);
+  return out;
 }
 
 void barrier(Transport& transport, const CollectiveOptions& options) {

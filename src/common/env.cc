@@ -81,6 +81,8 @@ Env Env::fromMap(const Vars& vars) {
     env.jobToken = "ompi-" + *ompi;
   }
   env.tls = boolVar(vars, "GRADSYNC_TLS");
+  env.externalStore = boolVar(vars, "GRADSYNC_EXTERNAL_STORE");
+  env.restartCount = intVar(vars, "GRADSYNC_RESTART_COUNT").value_or(0);
   if (const std::string* v = find(vars, "GRADSYNC_TIMEOUT")) {
     env.timeoutSeconds = parseDurationSeconds(*v, "GRADSYNC_TIMEOUT");
   }

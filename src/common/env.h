@@ -45,6 +45,12 @@ struct Env {
   // GRADSYNC_TIMEOUT: seconds any wait may last before it fails (default 60).
   std::optional<double> timeoutSeconds;
 
+  // GRADSYNC_EXTERNAL_STORE: 1 = the rendezvous store at MASTER_ADDR:MASTER_PORT is served
+  // outside the job's processes (`gradsync launch --elastic` serves it), so rank 0 does not.
+  bool externalStore = false;
+  // GRADSYNC_RESTART_COUNT: how often the launcher restarted this process's slot (0: never).
+  int restartCount = 0;
+
   // Reads the process environment.
   static Env fromProcess();
   // Reads the given variables (tests). Throws ConfigError on malformed values.

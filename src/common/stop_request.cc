@@ -19,7 +19,8 @@ void onStopSignal(int signal) {
     ::_exit(128 + signal);
   }
   static const char kMessage[] =
-      "gradsync: stop requested; finishing the step and saving a checkpoint (again to exit now)\n";
+      "gradsync: stop requested; finishing the step (and writing a checkpoint with "
+      "--checkpoint-dir; again to exit now)\n";
   (void)!::write(STDERR_FILENO, kMessage, sizeof kMessage - 1);
 }
 

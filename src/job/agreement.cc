@@ -121,22 +121,28 @@ Settings decodeSettings(const std::string& bytes) {
 }
 
 std::string describeDifference(const Settings& rank0, const Settings& other, int rank) {
+  return describeDifference(rank0, other, fmt::format("rank {}", rank), "rank 0");
+}
+
+std::string describeDifference(const Settings& reference, const Settings& other,
+                               const std::string& otherName, const std::string& referenceName) {
   std::map<std::string, std::string> theirs(other.begin(), other.end());
   auto shown = [](const std::string& value) { return value.empty() ? "\"\"" : value; };
-  for (const auto& [name, value] : rank0) {
+  for (const auto& [name, value] : reference) {
     auto it = theirs.find(name);
     if (it == theirs.end()) {
-      return fmt::format("rank {} has no setting {} but rank 0 has {}", rank, name, shown(value));
+      return fmt::format("{} has no setting {} but {} has {}", otherName, name, referenceName,
+                         shown(value));
     }
     if (it->second != value) {
-      return fmt::format("rank {} has {} {} but rank 0 has {}", rank, name, shown(it->second),
-                         shown(value));
+      return fmt::format("{} has {} {} but {} has {}", otherName, name, shown(it->second),
+                         referenceName, shown(value));
     }
     theirs.erase(it);
   }
   if (!theirs.empty()) {
-    return fmt::format("rank {} has the setting {} that rank 0 does not know", rank,
-                       theirs.begin()->first);
+    return fmt::format("{} has the setting {} that {} does not know", otherName,
+                       theirs.begin()->first, referenceName);
   }
   return "";
 }

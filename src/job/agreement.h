@@ -36,5 +36,8 @@ Settings decodeSettings(const std::string& bytes);
 
 // The first difference between rank `rank`'s settings and rank 0's, as a message; "" if none.
 std::string describeDifference(const Settings& rank0, const Settings& other, int rank);
+// The same, naming the two sides: "`otherName` has --lr 0.1 but `referenceName` has 0.05".
+std::string describeDifference(const Settings& reference, const Settings& other,
+                               const std::string& otherName, const std::string& referenceName);
 
 }  // namespace gradsync

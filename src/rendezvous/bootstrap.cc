@@ -149,12 +149,13 @@ BootstrapConfig resolveBootstrap(const BootstrapFlags& flags, const Env& env) {
   resolveJob(flags, env, config);
   resolveTimeout(flags, env, config);
   config.tls = flags.tls || env.tls;
+  config.externalStore = env.externalStore;
   return config;
 }
 
 std::shared_ptr<Store> connectStore(const BootstrapConfig& config,
                                     std::unique_ptr<TcpStoreServer>* serverOut) {
-  if (config.size == 1) {
+  if (config.size == 1 && !config.externalStore) {
     if (serverOut != nullptr) serverOut->reset();
     return makeInMemoryStore();
   }
@@ -163,7 +164,7 @@ std::shared_ptr<Store> connectStore(const BootstrapConfig& config,
   options.jobToken = config.jobToken;
   options.connectTimeout = config.timeout;
   options.requestTimeout = config.timeout;
-  if (config.rank == 0) {
+  if (config.rank == 0 && !config.externalStore) {
     GS_CHECK(serverOut != nullptr);
     try {
       *serverOut = std::make_unique<TcpStoreServer>(config.master, options);

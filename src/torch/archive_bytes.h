@@ -38,4 +38,21 @@ void loadArchiveBytes(const std::vector<uint8_t>& bytes, const std::string& what
   }
 }
 
+// Loads `bytes` (a module's saved archive) into `module`, keeping every parameter's storage:
+// Module::load points each parameter at new storage (Tensor::set_), while the gradient engine
+// updates parameters through their storage (p3, sharded), so the values are copied back into the
+// original storage. DataError naming `what` if the bytes do not load.
+inline void loadModuleInPlace(torch::nn::Module& module, const std::vector<uint8_t>& bytes,
+                              const std::string& what) {
+  std::vector<torch::Tensor> storage;
+  for (const torch::Tensor& p : module.parameters()) storage.push_back(p.detach());
+  loadArchiveBytes(bytes, what, [&](auto& archive) { module.load(archive); });
+  torch::NoGradGuard noGrad;
+  std::vector<torch::Tensor> parameters = module.parameters();
+  for (size_t i = 0; i < parameters.size(); ++i) {
+    storage[i].copy_(parameters[i]);
+    parameters[i].set_(storage[i]);
+  }
+}
+
 }  // namespace gradsync

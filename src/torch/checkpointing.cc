@@ -99,20 +99,8 @@ std::optional<RunPosition> loadCheckpoint(const CheckpointDir& dir, torch::nn::M
                     checkpoint.path, run.value("format", 0), kRunFormat));
   }
   checkIdentity(run, identity, checkpoint.path);
-  // Module::load points each parameter at new storage (Tensor::set_); the gradient engine
-  // updates parameters through their storage (p3, sharded), so the values are copied back
-  // into the original storage.
-  std::vector<torch::Tensor> storage;
-  for (const torch::Tensor& p : model.parameters()) storage.push_back(p.detach());
-  loadArchiveBytes(findSection(checkpoint.sections, "model").data,
-                   fmt::format("{}: section 'model'", checkpoint.path),
-                   [&](auto& archive) { model.load(archive); });
-  torch::NoGradGuard noGrad;
-  std::vector<torch::Tensor> parameters = model.parameters();
-  for (size_t i = 0; i < parameters.size(); ++i) {
-    storage[i].copy_(parameters[i]);
-    parameters[i].set_(storage[i]);
-  }
+  loadModuleInPlace(model, findSection(checkpoint.sections, "model").data,
+                    fmt::format("{}: section 'model'", checkpoint.path));
   loadArchiveBytes(findSection(checkpoint.sections, "optimizer").data,
                    fmt::format("{}: section 'optimizer'", checkpoint.path),
                    [&](auto& archive) { optimizer.load(archive); });

@@ -72,6 +72,19 @@ void writeMetrics(const std::string& path, const TrainOptions& options, int work
                           {"compression_ratio", p.bytesSent > 0 ? p.denseBytes / p.bytesSent : 1.0},
                           {"encode_ms", p.encodeMs},
                           {"decode_ms", p.decodeMs}}}};
+  if (!result.rounds.empty()) {  // an elastic run: who trained when
+    nlohmann::json rounds = nlohmann::json::array();
+    for (const RoundRecord& r : result.rounds) {
+      rounds.push_back({{"round", r.round},
+                        {"workers", r.workers},
+                        {"first_step", r.firstStep},
+                        {"epoch", r.epoch + 1},
+                        {"samples_used", r.offset}});
+    }
+    doc["elastic"] = {{"range", options.elastic},
+                      {"rounds", rounds},
+                      {"final_workers", result.rounds.back().workers}};
+  }
   std::string temporary = path + ".tmp";
   {
     std::ofstream out(temporary);

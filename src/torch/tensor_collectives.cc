@@ -28,22 +28,6 @@ std::span<float> floatsOf(const torch::Tensor& tensor, const char* what) {
   return {tensor.data_ptr<float>(), static_cast<size_t>(tensor.numel())};
 }
 
-// `bytes` from `root` to every rank: the length, then the bytes (broadcast only copies, so
-// packing bytes into floats is exact).
-std::string broadcastBytes(Transport& transport, std::string bytes, int root) {
-  uint64_t length = bytes.size();
-  float lengthWords[2];
-  std::memcpy(lengthWords, &length, sizeof(length));
-  broadcast(transport, lengthWords, root, kApiStream);
-  std::memcpy(&length, lengthWords, sizeof(length));
-  std::vector<float> words((length + sizeof(float) - 1) / sizeof(float));
-  std::memcpy(words.data(), bytes.data(), transport.rank() == root ? length : 0);
-  broadcast(transport, words, root, kApiStream);
-  bytes.resize(length);
-  std::memcpy(bytes.data(), words.data(), length);
-  return bytes;
-}
-
 }  // namespace
 
 void broadcastParameters(torch::nn::Module& module, Transport& transport, int root) {
@@ -65,9 +49,11 @@ void broadcastOptimizerState(torch::optim::Optimizer& optimizer, Transport& tran
     optimizer.save(archive);
     archive.save_to(out);
   }
-  std::string bytes = broadcastBytes(transport, out.str(), root);
+  const std::string mine = out.str();
+  const std::vector<uint8_t> bytes = broadcastBytes(
+      transport, {reinterpret_cast<const uint8_t*>(mine.data()), mine.size()}, root, kApiStream);
   if (transport.rank() == root) return;
-  std::istringstream in(bytes);
+  std::istringstream in(std::string(bytes.begin(), bytes.end()));
   torch::serialize::InputArchive archive;
   archive.load_from(in);
   optimizer.load(archive);

@@ -20,6 +20,7 @@
 #include "gradsync/trace.h"
 #include "torch/checkpointing.h"
 #include "torch/data_source.h"
+#include "torch/evaluation.h"
 #include "torch/metrics.h"
 #include "torch/models.h"
 #include "torch/progress.h"
@@ -274,32 +275,11 @@ double Trainer::globalMean(double localSum, double localCount) {
 
 // Each rank evaluates every size()-th test sample; the counts are summed across ranks.
 double Trainer::evaluate(size_t samples) {
-  const size_t testSize = std::min(samples, data_->testSize());
   distributed_.averageBuffers();
-  size_t correct = 0;
-  size_t seen = 0;
-  distributed_.withGlobalModel([&] {
-    torch::NoGradGuard noGrad;
-    net_->eval();
-    constexpr size_t kBatch = 500;
-    std::vector<size_t> indices;
-    std::vector<float> inputs(kBatch * data_->sampleElements());
-    std::vector<int64_t> labels(kBatch);
-    for (size_t i = transport_.rank(); i < testSize; i += transport_.size()) {
-      indices.push_back(i);
-      if (indices.size() < kBatch && i + transport_.size() < testSize) continue;
-      auto n = static_cast<int64_t>(indices.size());
-      data_->batch(false, indices,
-                   std::span(inputs).first(indices.size() * data_->sampleElements()),
-                   std::span(labels).first(indices.size()));
-      torch::Tensor logits = net_->forward(torch::from_blob(inputs.data(), {n, 1, 28, 28}));
-      torch::Tensor truth = torch::from_blob(labels.data(), {n}, torch::kLong);
-      correct += static_cast<size_t>(logits.argmax(1).eq(truth).sum().item<int64_t>());
-      seen += indices.size();
-      indices.clear();
-    }
-  });
-  return globalMean(static_cast<double>(correct), static_cast<double>(seen));
+  double accuracy = 0;
+  distributed_.withGlobalModel(
+      [&] { accuracy = testAccuracy(*net_, *data_, transport_, samples); });
+  return accuracy;
 }
 
 RunIdentity Trainer::identity() const {

@@ -48,6 +48,12 @@ struct TrainOptions {
   // then all of them finish the step, write a final checkpoint (with --checkpoint-dir) and
   // return TrainResult::stopped. `gradsync train` turns it on.
   bool stopOnSignal = false;
+  // --elastic MIN:MAX ("": a fixed set of workers): the job goes on with at least MIN workers
+  // when some are lost, and takes in up to MAX (torch/elastic_trainer.h, docs/cluster.md).
+  std::string elastic;
+  // --record-samples DIR (elastic runs): each worker writes the dataset indices of every step it
+  // trains, so that a run can be checked to use every sample once per epoch.
+  std::string recordSamples;
 };
 
 struct EpochRecord {
@@ -78,6 +84,15 @@ struct Evaluation {
   double testAccuracy = 0;  // on the whole test set
 };
 
+// A round of an elastic run: its members trained from this step on.
+struct RoundRecord {
+  int64_t round = 0;
+  int workers = 0;
+  int64_t firstStep = 0;  // steps completed when it began
+  int64_t epoch = 0;      // where the data stood then (0-based epoch, samples of it used)
+  size_t offset = 0;
+};
+
 struct TrainResult {
   std::vector<EpochRecord> epochs;
   std::vector<Evaluation> evaluations;  // of this run (a resumed run starts a new list)
@@ -89,6 +104,7 @@ struct TrainResult {
   double finalTestAccuracy = 0;
   StepProfile perStep;
   bool stopped = false;  // a stop was asked for (stopOnSignal): the run ended early, checkpointed
+  std::vector<RoundRecord> rounds;  // elastic runs: every round the job went through, in order
 };
 
 // `gradsync train`'s exit status after a graceful stop (EX_TEMPFAIL: "try again"), so that a

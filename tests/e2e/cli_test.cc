@@ -101,6 +101,38 @@ TEST(Cli, LaunchReportsTheFailedRankAndItsCode) {
   EXPECT_NE(r.err.find("rank 1 exited with code 7"), std::string::npos) << r.err;
 }
 
+// --respawn and --max-restarts start a process again by one path: same slot, same command,
+// GRADSYNC_RESTART_COUNT set. A fixed job's listed rank comes back after a SIGKILL (rank 0 waits,
+// bounded, for the replacement's mark); an elastic job's worker after an error exit.
+TEST(Cli, LaunchStartsAFailedProcessAgainInItsSlot) {
+  const fs::path mark = scratch() / "respawned";
+  fs::remove(mark);
+  const std::string script =
+      "if [ \"$RANK\" = 1 ]; then [ \"${GRADSYNC_RESTART_COUNT:-0}\" = 1 ] || kill -9 $$; "
+      "touch " +
+      mark.string() +
+      "; exit 0; fi; "
+      "for i in $(seq 600); do [ -e " +
+      mark.string() + " ] && exit 0; sleep 0.1; done; exit 9";
+  Result fixed = gradsync({"launch", "-n", "2", "--respawn", "1", "--", "sh", "-c", script});
+  EXPECT_TRUE(fixed.status.ok()) << fixed.err;
+  EXPECT_NE(fixed.err.find("rank 1 killed by signal 9 (Killed); respawning it (1 of at most 10)"),
+            std::string::npos)
+      << fixed.err;
+
+  Result elastic =
+      gradsync({"launch", "-n", "2", "--max-restarts", "1", "--", "sh", "-c",
+                "[ \"$RANK\" != 1 ] || [ \"$GRADSYNC_RESTART_COUNT\" = 1 ] || exit 3"});
+  EXPECT_TRUE(elastic.status.ok()) << elastic.err;
+  EXPECT_NE(elastic.err.find("worker 1 exited with code 3"), std::string::npos) << elastic.err;
+  EXPECT_NE(elastic.err.find("restarting worker 1 (restart 1 of 1)"), std::string::npos)
+      << elastic.err;
+
+  Result both = gradsync({"launch", "-n", "2", "--respawn", "1", "--elastic", "--", "true"});
+  EXPECT_EQ(both.status.code, 2);
+  EXPECT_NE(both.err.find("--respawn restarts the ranks it names"), std::string::npos) << both.err;
+}
+
 TEST(Cli, SimulateSweepsWritesJsonAndAPlot) {
   fs::path json = scratch() / "sim.json";
   fs::path svg = scratch() / "sim.svg";
@@ -259,6 +291,16 @@ TEST_F(CliTrain, BadFlagsGiveAOneLineErrorWithTheChoices) {
            {{"train", "--compress", "qsgd,levels=3"}, "options are: ef, bucket"},
            {{"train", "--compress-override", "fc*"}, "GLOB=SPEC"},
            {{"train", "--resume"}, "--checkpoint-dir"},
+           {{"train", "--elastic", "3"}, "--elastic 3 is not MIN:MAX"},
+           {{"train", "--elastic", "4:3"}, "1 <= MIN <= MAX"},
+           {{"train", "--elastic", "2:4", "--schedule", "p3"},
+            "--elastic does not support --schedule p3"},
+           {{"train", "--elastic", "2:4", "--compress", "topk:0.01"},
+            "--elastic does not support --compress topk:0.01"},
+           {{"train", "--elastic", "2:4", "--sync", "asgd"}, "--elastic does not support --sync"},
+           {{"train", "--elastic", "2:4", "--sync", "sharded"}, "optimizer state of its shard"},
+           {{"train", "--elastic", "2:4", "--transport", "loopback"}, "processes over TCP"},
+           {{"train", "--record-samples", "/tmp/x"}, "--record-samples records elastic runs"},
            {{"train", "--data-dir", "/nonexistent", "--steps", "1"}, "dataset-fashion-mnist"}}) {
     Result r = gradsync(c.args);
     EXPECT_NE(r.status.code, 0) << c.args[1];

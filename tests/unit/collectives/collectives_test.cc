@@ -184,6 +184,22 @@ TEST(CollectivesBytes, AllgatherBytesOfUnknownLengths) {
   }
 }
 
+// Lengths 0, 1, not a multiple of a float's 4 bytes, and large; from every root.
+TEST(CollectivesBytes, BroadcastBytesOfAnyLength) {
+  for (int size : {1, 2, 3, 5}) {
+    runWithTransports(TransportKind::kLoopback, size, [](Transport& t) {
+      for (size_t length : {size_t{0}, size_t{1}, size_t{7}, size_t{1} << 20 | 3}) {
+        for (int root = 0; root < t.size(); ++root) {
+          std::vector<uint8_t> expected(length);
+          for (size_t i = 0; i < length; ++i) expected[i] = static_cast<uint8_t>(i * 7 + root);
+          std::vector<uint8_t> mine = t.rank() == root ? expected : std::vector<uint8_t>(3, 0xff);
+          EXPECT_EQ(broadcastBytes(t, mine, root), expected) << length << " from " << root;
+        }
+      }
+    });
+  }
+}
+
 TEST(CollectivesErrors, AllgathervNeedsOneCountPerRank) {
   runWithTransports(TransportKind::kLoopback, 2, [](Transport& t) {
     std::vector<uint8_t> data(10);

@@ -248,6 +248,32 @@ TEST(Bootstrap, ConnectStoreJoinsThreeRanks) {
   });
 }
 
+// GRADSYNC_EXTERNAL_STORE=1 (gradsync launch --elastic serves the store): no rank serves, every
+// rank is a client, even rank 0 of a job of one.
+TEST(Bootstrap, AnExternalStoreIsServedByNoRank) {
+  EXPECT_FALSE(resolveBootstrap({}, torchrunEnv()).externalStore);
+  Env env = torchrunEnv();
+  env.externalStore = true;
+  EXPECT_TRUE(resolveBootstrap({}, env).externalStore);
+  EXPECT_TRUE(Env::fromMap({{"GRADSYNC_EXTERNAL_STORE", "1"}}).externalStore);
+  EXPECT_EQ(Env::fromMap({{"GRADSYNC_RESTART_COUNT", "3"}}).restartCount, 3);
+  EXPECT_THROW(Env::fromMap({{"GRADSYNC_EXTERNAL_STORE", "maybe"}}), ConfigError);
+
+  TcpStoreServer launcher(SocketAddress{"127.0.0.1", 0},
+                          TcpStoreOptions{.jobId = "gradsync", .jobToken = "t0k3n"});
+  for (int size : {1, 2}) {
+    BootstrapConfig config = localJob(0, size, launcher.port());
+    config.externalStore = true;
+    std::unique_ptr<TcpStoreServer> server;
+    auto store = connectStore(config, &server);
+    EXPECT_EQ(server, nullptr) << "rank 0 of " << size << " served the store";
+    store->setString("seen/" + std::to_string(size), "yes");
+    EXPECT_EQ(makeTcpStoreClient(launcher.address(), {.jobToken = "t0k3n"})
+                  ->getString("seen/" + std::to_string(size), 1s),
+              "yes");
+  }
+}
+
 TEST(Bootstrap, ConnectStoreRefusesAnotherJobsToken) {
   int port = freePort();
   std::unique_ptr<TcpStoreServer> server;

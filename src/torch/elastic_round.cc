@@ -1,0 +1,197 @@
+#include "torch/elastic_round.h"
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "common/stop_request.h"
+#include "common/tags.h"
+#include "gradsync/collectives.h"
+#include "torch/evaluation.h"
+
+namespace gradsync {
+namespace {
+
+using WallClock = std::chrono::steady_clock;
+
+double since(WallClock::time_point start) {
+  return std::chrono::duration<double>(WallClock::now() - start).count();
+}
+
+// Steps left: for the bar's estimate.
+int64_t stepsLeft(const ElasticMember& m) {
+  const auto stepSamples = static_cast<double>(m.sampler.globalBatch());
+  if (m.options.steps > 0) return std::max<int64_t>(0, m.options.steps - m.progress.step);
+  const double samples = static_cast<double>(m.options.epochs - m.progress.data.epoch) *
+                             static_cast<double>(m.sampler.datasetSize()) -
+                         static_cast<double>(m.progress.data.offset);
+  return static_cast<int64_t>(std::ceil(std::max(0.0, samples) / stepSamples));
+}
+
+}  // namespace
+
+ElasticMember::ElasticMember(const TrainOptions& options, ElasticRange range)
+    : options(options),
+      range(range),
+      data(
+          openDataSource(options.dataset, options.dataDir, options.syntheticSamples, options.seed)),
+      sampler(data->trainSize(), options.batchSize, range.max, options.seed),
+      net([&] {
+        std::shared_ptr<Model> model = makeModel(options.model);
+        initializeParameters(*model, options.seed);
+        return model;
+      }()),
+      optimizer(net->parameters(),
+                torch::optim::SGDOptions(options.lr).momentum(options.momentum)) {}
+
+ElasticRound::ElasticRound(ElasticMember& member, Transport& transport,
+                           ElasticRendezvous& rendezvous, int64_t round)
+    : member_(member),
+      transport_(transport),
+      rendezvous_(rendezvous),
+      round_(round),
+      distributed_(member.optimizer, member.net, transport, syncOptionsOf(member.options)),
+      display_(transport.rank() == 0 && !member.options.quiet,
+               member.progress.step + stepsLeft(member),
+               member.options.steps > 0 ? 1 : member.options.epochs),
+      nextCheck_(member.progress.step + 1) {}
+
+ElasticRound::~ElasticRound() {
+  const SyncStats stats = distributed_.stats();
+  member_.sums.commMs += stats.commSeconds * 1e3;
+  member_.sums.bytesSent += static_cast<double>(stats.bytesSent);
+  member_.sums.denseBytes += static_cast<double>(stats.denseBytes);
+}
+
+RoundEnd ElasticRound::run() {
+  const ElasticProgress& p = member_.progress;
+  for (;;) {
+    const bool stepsDone = member_.options.steps > 0 && p.step >= member_.options.steps;
+    if (p.data.offset == member_.sampler.datasetSize() || (stepsDone && p.data.offset > 0)) {
+      finishEpoch();  // also a partial last epoch of --steps
+      continue;
+    }
+    if (trainingOver()) return RoundEnd::kFinished;
+    const float loss = trainStep();
+    const bool epochEnds = p.data.offset == member_.sampler.datasetSize() ||
+                           (member_.options.steps > 0 && p.step >= member_.options.steps);
+    const size_t global = member_.sampler.globalBatch();
+    display_.step(p.step, static_cast<int>(p.data.epoch) + 1,
+                  static_cast<int64_t>((p.data.offset + global - 1) / global),
+                  static_cast<int64_t>(member_.sampler.datasetSize() / global), loss,
+                  static_cast<double>(global) / std::max(member_.stepSeconds, 1e-9));
+    if (std::optional<RoundEnd> end = check(epochEnds)) return *end;
+  }
+}
+
+bool ElasticRound::trainingOver() const {
+  const ElasticProgress& p = member_.progress;
+  if (member_.options.steps > 0) return p.step >= member_.options.steps;
+  return p.data.epoch >= member_.options.epochs;
+}
+
+float ElasticRound::trainStep() {
+  ElasticProgress& p = member_.progress;
+  const int rank = transport_.rank();
+  const int size = transport_.size();
+  const std::vector<size_t> indices = member_.sampler.batch(p.data, rank, size);
+  const size_t stepSamples = member_.sampler.stepSamples(p.data);
+  if (member_.samples) member_.samples->record(round_, p.step, p.data.epoch, rank, size, indices);
+  const auto start = WallClock::now();
+  inputs_.resize(indices.size() * member_.data->sampleElements());
+  labels_.resize(indices.size());
+  member_.data->batch(true, indices, inputs_, labels_);
+  const auto batch = static_cast<int64_t>(indices.size());
+  torch::Tensor x = torch::from_blob(inputs_.data(), {batch, 1, 28, 28});
+  torch::Tensor y = torch::from_blob(labels_.data(), {batch}, torch::kLong);
+  member_.net->train();
+  distributed_.zeroGrad();
+  torch::Tensor loss = torch::nn::functional::cross_entropy(member_.net->forward(x), y);
+  // An epoch's last step may give the ranks shares one sample apart: weighting each rank's mean
+  // by its share makes the average over the ranks the mean over the step's samples.
+  const double weight =
+      static_cast<double>(indices.size()) * size / static_cast<double>(stepSamples);
+  (weight == 1.0 ? loss : loss * weight).backward();
+  const auto computed = WallClock::now();
+  distributed_.synchronize();
+  const auto synchronized = WallClock::now();
+  member_.optimizer.step();
+  // The step is complete here: from now on nothing throws before the progress says so.
+  const double seconds = since(start);
+  p.step += 1;
+  p.samples += static_cast<int64_t>(stepSamples);
+  p.data = member_.sampler.after(p.data);
+  const float value = loss.item<float>();
+  lossSinceCheck_ += value;
+  stepsSinceCheck_ += 1;
+  secondsSinceCheck_ += static_cast<float>(seconds);
+  member_.losses.push_back(value);
+  member_.stepSeconds = seconds;
+  member_.stepsRun += 1;
+  StepProfile& sums = member_.sums;
+  sums.computeMs += std::chrono::duration<double, std::milli>(computed - start).count();
+  sums.exposedCommMs += std::chrono::duration<double, std::milli>(synchronized - computed).count();
+  sums.optimizerMs += since(synchronized) * 1e3;
+  sums.stepMs += seconds * 1e3;
+  return value;
+}
+
+// As the fixed trainer's stop check (trainer.cc), about every kCheckSeconds of training, so that
+// it costs well under 0.1% of a step however short the steps; also where rank 0 looks for
+// workers waiting to come in (one store request) and gives waiting workers a sign of life.
+std::optional<RoundEnd> ElasticRound::check(bool force) {
+  constexpr double kCheckSeconds = 0.5;
+  constexpr double kMostStepsBetweenChecks = 64;
+  ElasticProgress& p = member_.progress;
+  if (!force && p.step < nextCheck_) return std::nullopt;
+  const int size = transport_.size();
+  const bool lead = transport_.rank() == 0;
+  const double proposal =
+      std::clamp(kCheckSeconds / std::max(member_.stepSeconds, 1e-6), 1.0, kMostStepsBetweenChecks);
+  const bool askedToStop = stopRequested() != 0;  // what this member votes, and acts on
+  std::array<float, 6> votes = {askedToStop ? 1.0f : 0.0f,
+                                static_cast<float>(proposal),
+                                lead ? static_cast<float>(rendezvous_.waiting(round_)) : 0.0f,
+                                lossSinceCheck_,
+                                stepsSinceCheck_,
+                                secondsSinceCheck_};
+  allreduce(transport_, votes, ReduceOp::kSum, {.tag = tags::kTrainer});
+  // The same sums on every rank (the ring gives every rank the same bits): the same decisions.
+  nextCheck_ = p.step + std::max<int64_t>(1, static_cast<int64_t>(votes[1] / size));
+  p.epochLossSum += votes[3];
+  p.epochLossCount += votes[4];
+  p.epochSeconds += votes[5] / static_cast<float>(size);
+  lossSinceCheck_ = stepsSinceCheck_ = secondsSinceCheck_ = 0;
+  if (lead) rendezvous_.heartbeat();
+  if (const int stopping = static_cast<int>(votes[0]); stopping > 0) {
+    // Those asked leave; the others go on without them while enough remain, or stop too.
+    if (stopping == size || size - stopping < member_.range.min) return RoundEnd::kStopped;
+    return askedToStop ? RoundEnd::kLeft : RoundEnd::kRegroup;
+  }
+  if (votes[2] > 0 && size < member_.range.max) return RoundEnd::kRegroup;
+  return std::nullopt;
+}
+
+void ElasticRound::finishEpoch() {
+  ElasticProgress& p = member_.progress;
+  EpochRecord record;
+  record.epoch = static_cast<int>(p.data.epoch) + 1;
+  record.trainLoss = p.epochLossCount > 0 ? p.epochLossSum / p.epochLossCount : 0;
+  record.seconds = p.epochSeconds;
+  record.samplesPerSecond =
+      p.epochSeconds > 0 ? static_cast<double>(p.data.offset) / p.epochSeconds : 0;
+  distributed_.averageBuffers();
+  record.testAccuracy = testAccuracy(*member_.net, *member_.data, transport_);
+  p.epochs.push_back(record);
+  p.data = {p.data.epoch + 1, 0};
+  p.epochLossSum = p.epochLossCount = p.epochSeconds = 0;
+  display_.line(fmt::format(
+      "epoch {}/{}: train loss {:.4f}, test accuracy {:.2f}%, {:.0f} samples/s ({} workers)",
+      record.epoch, member_.options.steps > 0 ? record.epoch : member_.options.epochs,
+      record.trainLoss, 100 * record.testAccuracy, record.samplesPerSecond, transport_.size()));
+}
+
+}  // namespace gradsync

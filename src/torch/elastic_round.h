@@ -1,0 +1,89 @@
+// One round of an elastic run (torch/elastic_trainer.h): its members train data-parallel through
+// a DistributedOptimizer over the round's own transport, from the state they share
+// (elastic_state.h), until the training is over, a worker waits to come in, or a stop is asked
+// for. A lost member makes run() throw what the transport throws (PeerLostError, TimeoutError);
+// the caller aborts the transport and re-forms the job from the state as it stood after the last
+// step this member completed (gradient mode: a step's update is applied whole, after every
+// average arrived, or not at all).
+#pragma once
+
+#include <torch/torch.h>
+
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "data/elastic_sampler.h"
+#include "data/sample_log.h"
+#include "gradsync/torch/distributed_optimizer.h"
+#include "job/elastic_rendezvous.h"
+#include "torch/data_source.h"
+#include "torch/elastic_state.h"
+#include "torch/progress.h"
+
+namespace gradsync {
+
+// How a round ended for this member.
+enum class RoundEnd {
+  kFinished,  // the training is over
+  kRegroup,   // the members go on in the next round (a worker waits to come in, or one leaves)
+  kLeft,      // this member was asked to stop (SIGTERM, SIGINT) and leaves; the others go on
+  kStopped,   // every member stops (all were asked, or too few would be left)
+};
+
+// What a worker keeps from round to round: the shared state (model, optimizer, progress), the
+// data, and its own measures.
+struct ElasticMember {
+  ElasticMember(const TrainOptions& options, ElasticRange range);
+
+  const TrainOptions options;
+  const ElasticRange range;
+  std::unique_ptr<DataSource> data;
+  ElasticSampler sampler;
+  std::shared_ptr<Model> net;
+  torch::optim::SGD optimizer;
+  ElasticProgress progress;
+  std::unique_ptr<SampleLog> samples;  // null without --record-samples
+
+  // This process's own: its losses, and its step profile's sums over the steps it ran.
+  std::vector<float> losses;
+  StepProfile sums;
+  int64_t stepsRun = 0;
+  double stepSeconds = 0;  // the latest step's duration
+};
+
+class ElasticRound {
+ public:
+  // Builds the round's DistributedOptimizer (collective: every member constructs it).
+  ElasticRound(ElasticMember& member, Transport& transport, ElasticRendezvous& rendezvous,
+               int64_t round);
+  // Adds the round's communication figures to the member's sums.
+  ~ElasticRound();
+  ElasticRound(const ElasticRound&) = delete;
+  ElasticRound& operator=(const ElasticRound&) = delete;
+  RoundEnd run();
+
+ private:
+  bool trainingOver() const;
+  float trainStep();
+  // At a step boundary (every ~0.5 s of training, and at an epoch's end when `force`), one
+  // allreduce agrees on stops, on a worker waiting to come in, and on the losses and time since
+  // the last check; returns how the round ends, if it does.
+  std::optional<RoundEnd> check(bool force);
+  void finishEpoch();
+
+  ElasticMember& member_;
+  Transport& transport_;
+  ElasticRendezvous& rendezvous_;
+  const int64_t round_;
+  DistributedOptimizer distributed_;
+  Progress display_;
+  int64_t nextCheck_;
+  float lossSinceCheck_ = 0;
+  float stepsSinceCheck_ = 0;
+  float secondsSinceCheck_ = 0;
+  std::vector<float> inputs_;
+  std::vector<int64_t> labels_;
+};
+
+}  // namespace gradsync

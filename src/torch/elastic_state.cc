@@ -1,0 +1,83 @@
+#include "torch/elastic_state.h"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "common/state_bytes.h"
+#include "common/tags.h"
+#include "gradsync/collectives.h"
+#include "gradsync/error.h"
+#include "torch/archive_bytes.h"
+
+namespace gradsync {
+
+std::vector<uint8_t> encodeProgress(const ElasticProgress& p) {
+  nlohmann::json epochs = nlohmann::json::array();
+  for (const EpochRecord& e : p.epochs) {
+    epochs.push_back({e.epoch, e.trainLoss, e.testAccuracy, e.seconds, e.samplesPerSecond});
+  }
+  nlohmann::json rounds = nlohmann::json::array();
+  for (const RoundRecord& r : p.rounds) {
+    rounds.push_back({r.round, r.workers, r.firstStep, r.epoch, r.offset});
+  }
+  const std::string text = nlohmann::json{
+      {"step", p.step},
+      {"samples", p.samples},
+      {"epoch", p.data.epoch},
+      {"offset", p.data.offset},
+      {"loss_sum", p.epochLossSum},
+      {"loss_count", p.epochLossCount},
+      {"epoch_seconds", p.epochSeconds},
+      {"epochs", epochs},
+      {"rounds", rounds}}.dump();
+  return {text.begin(), text.end()};
+}
+
+ElasticProgress decodeProgress(const std::vector<uint8_t>& bytes) {
+  ElasticProgress p;
+  try {
+    const nlohmann::json doc = nlohmann::json::parse(bytes.begin(), bytes.end());
+    p.step = doc.at("step");
+    p.samples = doc.at("samples");
+    p.data = {doc.at("epoch"), doc.at("offset")};
+    p.epochLossSum = doc.at("loss_sum");
+    p.epochLossCount = doc.at("loss_count");
+    p.epochSeconds = doc.at("epoch_seconds");
+    for (const auto& e : doc.at("epochs")) {
+      p.epochs.push_back({e.at(0), e.at(1), e.at(2), e.at(3), e.at(4)});
+    }
+    for (const auto& r : doc.at("rounds")) {
+      p.rounds.push_back({r.at(0), r.at(1), r.at(2), r.at(3), r.at(4)});
+    }
+  } catch (const nlohmann::json::exception& e) {
+    throw DataError(fmt::format("an elastic run's progress does not decode: {}", e.what()));
+  }
+  return p;
+}
+
+void shareState(Transport& transport, Model& net, torch::optim::Optimizer& optimizer,
+                ElasticProgress& progress) {
+  const bool source = transport.rank() == 0;
+  StateWriter writer;
+  if (source) {
+    writer.write(encodeProgress(progress));
+    writer.write(archiveBytes([&](auto& archive) { net.save(archive); }));
+    writer.write(archiveBytes([&](auto& archive) { optimizer.save(archive); }));
+  }
+  const std::vector<uint8_t> bytes =
+      broadcastBytes(transport, writer.bytes(), 0, {.tag = tags::kModelState});
+  if (source) return;
+  StateReader reader(bytes, "the elastic state of rank 0");
+  std::vector<uint8_t> progressBytes, model, optimizerBytes;
+  reader.read(progressBytes);
+  reader.read(model);
+  reader.read(optimizerBytes);
+  reader.expectEnd();
+  ElasticProgress shared = decodeProgress(progressBytes);
+  loadModuleInPlace(net, model, "rank 0's model");
+  loadArchiveBytes(optimizerBytes, "rank 0's optimizer state",
+                   [&](auto& archive) { optimizer.load(archive); });
+  progress = std::move(shared);
+}
+
+}  // namespace gradsync

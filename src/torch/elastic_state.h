@@ -1,0 +1,43 @@
+// What the members of an elastic round share (torch/elastic_trainer.h): the model, the
+// optimizer's state and where the run stands. Rank 0 of a round holds the most advanced state
+// (the rendezvous ranks by it) and gives it to every other member at the round's start: a joiner
+// gets everything it needs, and survivors that lost a step to a failure catch up.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "data/elastic_sampler.h"
+#include "gradsync/transport.h"
+#include "torch/models.h"
+#include "torch/trainer.h"
+
+namespace gradsync {
+
+// Where an elastic run stands; the same on every member of a round.
+struct ElasticProgress {
+  int64_t step = 0;           // steps completed, over every round
+  int64_t samples = 0;        // samples trained on, over every round
+  EpochPosition data;         // samples of the current epoch used (ElasticSampler)
+  double epochLossSum = 0;    // the epoch's losses reported at the step-boundary checks so far
+  double epochLossCount = 0;  // how many (one per rank and step)
+  double epochSeconds = 0;    // training time of the epoch so far (rank 0's clock)
+  std::vector<EpochRecord> epochs;  // finished epochs
+  std::vector<RoundRecord> rounds;  // the rounds this state went through
+};
+
+// Makes every member's model (parameters and buffers), optimizer state and progress rank 0's,
+// with one broadcast of their bytes. A member replaces its own only once every byte arrived, so a
+// failure midway leaves its state as it was (still its own, consistent). Collective over
+// `transport`; throws what the transport throws (PeerLostError, TimeoutError), DataError for
+// bytes that do not load.
+void shareState(Transport& transport, Model& net, torch::optim::Optimizer& optimizer,
+                ElasticProgress& progress);
+
+// The progress as bytes and back (exposed for tests).
+std::vector<uint8_t> encodeProgress(const ElasticProgress& progress);
+ElasticProgress decodeProgress(const std::vector<uint8_t>& bytes);
+
+}  // namespace gradsync

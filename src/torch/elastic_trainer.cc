@@ -1,0 +1,274 @@
+#include "torch/elastic_trainer.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <exception>
+#include <memory>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "common/logging.h"
+#include "common/socket.h"
+#include "common/stop_request.h"
+#include "gradsync/error.h"
+#include "gradsync/tcp.h"
+#include "rendezvous/tcp_store.h"
+#include "schedule/schedule.h"
+#include "sync/strategy.h"
+#include "torch/elastic_round.h"
+#include "torch/metrics.h"
+
+namespace gradsync {
+namespace {
+
+[[noreturn]] void refuse(const std::string& what, const std::string& why) {
+  throw ConfigError(fmt::format("--elastic does not support {}: {}", what, why),
+                    {.operation = "elastic training"});
+}
+
+std::string hostName() {
+  char name[256] = {};
+  if (::gethostname(name, sizeof name - 1) != 0) return "?";
+  return name;
+}
+
+ElasticWorker workerOf(const ElasticJob& job) {
+  ElasticWorker me;
+  me.slot = job.bootstrap.rank;
+  me.name = fmt::format("worker {}", me.slot);
+  if (job.restartCount > 0) me.name += fmt::format(" (restart {})", job.restartCount);
+  me.where = fmt::format("pid {} on {}", ::getpid(), hostName());
+  me.settings = encodeSettings(job.settings);
+  return me;
+}
+
+// Runs the round's training on a thread of its own that lowers its priority as train's training
+// thread does (yieldToCommunication, trainer.cc says why). This thread keeps the default one, so
+// the threads a round creates here, its transport's event loop and its engine's communication
+// thread, do too: a thread inherits the priority of the thread that creates it.
+RoundEnd trainOnComputeThread(ElasticRound& round) {
+  RoundEnd end{};
+  std::exception_ptr error;
+  std::thread compute([&] {
+    yieldToCommunication();
+    try {
+      end = round.run();
+    } catch (...) {
+      error = std::current_exception();
+    }
+  });
+  compute.join();
+  if (error) std::rethrow_exception(error);
+  return end;
+}
+
+class ElasticTrainer {
+ public:
+  ElasticTrainer(const ElasticJob& job, const TrainOptions& options)
+      : job_(job),
+        store_(connectStore(job.bootstrap, &server_)),
+        rendezvous_(*store_, {.range = parseElasticRange(options.elastic),
+                              .initialWorkers = job.bootstrap.size,
+                              .timeout = job.bootstrap.timeout}),
+        member_(options, parseElasticRange(options.elastic)),
+        me_(workerOf(job)) {
+    if (!options.recordSamples.empty()) {
+      member_.samples = std::make_unique<SampleLog>(options.recordSamples, me_.slot,
+                                                    job.restartCount, me_.name + ", " + me_.where);
+    }
+  }
+
+  ElasticOutcome run();
+
+ private:
+  ElasticMembership joinRound(int64_t round);
+  RoundEnd trainRound(const ElasticMembership& m);
+  TcpTransportOptions tcpOptions(int64_t round) const;
+  void announce(const ElasticMembership& m) const;
+  TrainResult result(bool stopped) const;
+
+  const ElasticJob job_;
+  std::unique_ptr<TcpStoreServer> server_;  // worker 0's, when no launcher serves the store
+  std::shared_ptr<Store> store_;
+  ElasticRendezvous rendezvous_;
+  ElasticMember member_;
+  ElasticWorker me_;
+  bool hasState_ = false;  // holds the job's state (received in a round): its progress counts
+};
+
+ElasticOutcome ElasticTrainer::run() {
+  int64_t next = rendezvous_.nextRound();
+  for (;;) {
+    me_.progress = hasState_ ? member_.progress.step : -1;
+    me_.stepSeconds = member_.stepSeconds;
+    const ElasticMembership m = joinRound(next);
+    if (m.jobFinished) {
+      std::printf("gradsync train: %s: the job finished before this worker could join\n",
+                  me_.name.c_str());
+      return {};
+    }
+    me_.lastRound = m.round;
+    me_.lastRank = m.rank;
+    next = m.round + 1;
+    RoundEnd end{};
+    try {
+      end = trainRound(m);
+    } catch (const PeerLostError& e) {
+      GS_LOG(kWarn, "{}: elastic round {} lost a worker ({}); the job re-forms", me_.name, m.round,
+             e.what());
+      continue;
+    } catch (const TimeoutError& e) {
+      GS_LOG(kWarn, "{}: elastic round {} timed out ({}); the job re-forms", me_.name, m.round,
+             e.what());
+      continue;
+    }
+    if (end == RoundEnd::kRegroup) continue;
+    if (end == RoundEnd::kLeft) {  // the job goes on: its last rank 0 reports
+      std::printf("gradsync train: %s left the job after step %lld (asked to stop)\n",
+                  me_.name.c_str(), static_cast<long long>(member_.progress.step));
+      return {.result = result(true)};
+    }
+    if (end == RoundEnd::kFinished && m.rank == 0) rendezvous_.finish();
+    ElasticOutcome outcome{result(end == RoundEnd::kStopped), m.rank, m.size()};
+    if (m.rank == 0 && !member_.options.metricsPath.empty()) {
+      writeMetrics(member_.options.metricsPath, member_.options, m.size(), outcome.result);
+    }
+    return outcome;
+  }
+}
+
+// A lost store ends the job: say whose it was.
+ElasticMembership ElasticTrainer::joinRound(int64_t round) {
+  try {
+    return rendezvous_.join(round, me_);
+  } catch (const PeerLostError& e) {
+    if (!e.context().operation.starts_with("store") || server_) throw;
+    ErrorContext context = e.context();
+    context.hint = job_.bootstrap.externalStore
+                       ? "the launcher serving it (gradsync launch --elastic) is gone"
+                       : "worker 0 served it (no gradsync launch --elastic): an elastic job "
+                         "outlives any worker only with a store that outlives them";
+    throw PeerLostError(e.detail(), context);
+  }
+}
+
+// The round's transport outlives the round's optimizer, and a failure aborts it before the
+// optimizer goes: its engine's waits then end at once, and every other member's transport hears
+// of the abort and fails too, so the whole round notices within the step.
+RoundEnd ElasticTrainer::trainRound(const ElasticMembership& m) {
+  std::unique_ptr<Transport> transport =
+      connectTcpTransport(*store_, m.rank, m.size(), tcpOptions(m.round));
+  std::unique_ptr<ElasticRound> round;
+  try {
+    checkSameSettings(*transport, job_.settings);
+    shareState(*transport, *member_.net, member_.optimizer, member_.progress);
+    hasState_ = true;
+    ElasticProgress& p = member_.progress;
+    p.rounds.push_back({m.round, m.size(), p.step, p.data.epoch, p.data.offset});
+    if (m.rank == 0) announce(m);
+    round = std::make_unique<ElasticRound>(member_, *transport, rendezvous_, m.round);
+    return trainOnComputeThread(*round);
+  } catch (...) {
+    transport->abort(std::current_exception());
+    throw;
+  }
+}
+
+TcpTransportOptions ElasticTrainer::tcpOptions(int64_t round) const {
+  const BootstrapConfig& config = job_.bootstrap;
+  TcpTransportOptions tcp;
+  tcp.transport = job_.link;
+  tcp.transport.timeout = config.timeout;
+  tcp.jobId = config.jobId;
+  tcp.jobToken = config.jobToken;
+  tcp.tls = config.tls;
+  tcp.host = localAddressToward(config.master.host);
+  tcp.keyPrefix = fmt::format("elastic/{}/tcp", round);  // each round's mesh apart
+  return tcp;
+}
+
+void ElasticTrainer::announce(const ElasticMembership& m) const {
+  const ElasticProgress& p = member_.progress;
+  GS_LOG(kInfo, "elastic round {}: {} workers", m.round, m.size());
+  if (m.round == 0 || member_.options.quiet) return;
+  std::printf("elastic round %lld: %d workers from step %lld (epoch %lld, %zu of %zu samples)\n",
+              static_cast<long long>(m.round), m.size(), static_cast<long long>(p.step),
+              static_cast<long long>(p.data.epoch + 1), p.data.offset,
+              member_.sampler.datasetSize());
+  std::fflush(stdout);
+}
+
+TrainResult ElasticTrainer::result(bool stopped) const {
+  const ElasticProgress& p = member_.progress;
+  TrainResult r;
+  r.epochs = p.epochs;
+  r.rounds = p.rounds;
+  r.steps = p.step;
+  r.stopped = stopped;
+  r.losses = member_.losses;
+  r.seconds = p.epochSeconds;
+  for (const EpochRecord& e : p.epochs) r.seconds += e.seconds;
+  r.samplesPerSecond = r.seconds > 0 ? static_cast<double>(p.samples) / r.seconds : 0;
+  r.finalTestAccuracy = p.epochs.empty() ? 0 : p.epochs.back().testAccuracy;
+  for (const torch::Tensor& t : member_.net->parameters()) {
+    const float* data = t.data_ptr<float>();
+    r.parameters.insert(r.parameters.end(), data, data + t.numel());
+  }
+  const double steps = static_cast<double>(std::max<int64_t>(member_.stepsRun, 1));
+  const StepProfile& s = member_.sums;
+  r.perStep = {s.computeMs / steps,   s.commMs / steps,   s.exposedCommMs / steps,
+               s.optimizerMs / steps, s.stepMs / steps,   s.bytesSent / steps,
+               s.denseBytes / steps,  s.encodeMs / steps, s.decodeMs / steps};
+  return r;
+}
+
+}  // namespace
+
+void validateElasticOptions(const TrainOptions& options) {
+  const ElasticRange range = parseElasticRange(options.elastic);
+  if (!range.enabled()) throw ConfigError("--elastic is not set");
+  const StrategyKnobs& k = options.strategy;
+  if (options.sync == "sharded") {
+    refuse("--sync sharded",
+           "each worker keeps the optimizer state of its shard only, which a lost worker takes "
+           "with it, and a step's update is applied shard by shard. Use ring ssgd");
+  }
+  if (options.sync != "ssgd" || k.ps || k.servers > 0) {
+    refuse(
+        fmt::format("--sync {}{}", options.sync, k.ps || k.servers > 0 ? " through servers" : ""),
+        "parameter servers hold the model apart from the workers, and asgd, ssp, the delayed "
+        "strategies and localsgd let each worker train its own copy: a lost worker's part "
+        "would need a recovery of its own. Use ring ssgd");
+  }
+  if (ScheduleSpec::parse(options.schedule).prioritized()) {
+    refuse("--schedule " + options.schedule,
+           "p3 applies a step's update slice by slice as the averages arrive, so a worker lost "
+           "mid-step leaves every survivor with a partly updated model. Use fifo, wfbp or fusion");
+  }
+  if (options.compression.spec != "none" || !options.compression.overrides.empty()) {
+    refuse("--compress " + options.compression.spec,
+           "compressors keep state per worker (error feedback's residuals, PowerSGD's Q) that a "
+           "lost worker takes with it and a new one does not have");
+  }
+  if (!options.checkpointDir.empty() || options.resume) {
+    refuse("--checkpoint-dir",
+           "an elastic run keeps its state in the workers' memory; "
+           "checkpoints record a fixed world size");
+  }
+  if (!options.tracePath.empty()) refuse("--trace", "a trace gathers the ranks of one fixed run");
+  if (options.evalEvery > 0) refuse("--eval-every", "it evaluates at each epoch's end");
+  if (options.freezeBatchNorm) refuse("frozen BatchNorm", "only the equivalence tests use it");
+}
+
+ElasticOutcome runElasticTraining(const ElasticJob& job, const TrainOptions& options) {
+  validateTrainOptions(options);
+  validateElasticOptions(options);
+  if (options.stopOnSignal) installStopHandlers();
+  limitComputeThreads(options.threads);
+  ElasticTrainer trainer(job, options);
+  return trainer.run();
+}
+
+}  // namespace gradsync

@@ -1,0 +1,41 @@
+#include "torch/evaluation.h"
+
+#include <algorithm>
+#include <array>
+#include <vector>
+
+#include "common/tags.h"
+#include "gradsync/collectives.h"
+
+namespace gradsync {
+
+double testAccuracy(Model& net, const DataSource& data, Transport& transport, size_t samples) {
+  const size_t testSize = std::min(samples, data.testSize());
+  const auto rank = static_cast<size_t>(transport.rank());
+  const auto size = static_cast<size_t>(transport.size());
+  size_t correct = 0;
+  size_t seen = 0;
+  torch::NoGradGuard noGrad;
+  net.eval();
+  constexpr size_t kBatch = 500;
+  std::vector<size_t> indices;
+  std::vector<float> inputs(kBatch * data.sampleElements());
+  std::vector<int64_t> labels(kBatch);
+  for (size_t i = rank; i < testSize; i += size) {
+    indices.push_back(i);
+    if (indices.size() < kBatch && i + size < testSize) continue;
+    auto n = static_cast<int64_t>(indices.size());
+    data.batch(false, indices, std::span(inputs).first(indices.size() * data.sampleElements()),
+               std::span(labels).first(indices.size()));
+    torch::Tensor logits = net.forward(torch::from_blob(inputs.data(), {n, 1, 28, 28}));
+    torch::Tensor truth = torch::from_blob(labels.data(), {n}, torch::kLong);
+    correct += static_cast<size_t>(logits.argmax(1).eq(truth).sum().item<int64_t>());
+    seen += indices.size();
+    indices.clear();
+  }
+  std::array<float, 2> sums = {static_cast<float>(correct), static_cast<float>(seen)};
+  allreduce(transport, sums, ReduceOp::kSum, {.tag = tags::kTrainer});
+  return sums[1] > 0 ? sums[0] / sums[1] : 0.0;
+}
+
+}  // namespace gradsync

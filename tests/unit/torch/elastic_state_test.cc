@@ -1,0 +1,115 @@
+// What the members of an elastic round share (torch/elastic_state.h): rank 0's model (its
+// parameters kept in their storage), optimizer state and progress reach every member, whatever
+// each held before (a joiner holds no momentum yet); and a member whose round fails during the
+// transfer keeps its own state whole.
+#include "torch/elastic_state.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "common/tags.h"
+#include "gradsync/collectives.h"
+#include "gradsync/error.h"
+#include "support/transports.h"
+
+namespace gradsync::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+struct Member {
+  std::shared_ptr<Model> net = makeModel("cnn");  // BatchNorm: buffers travel too
+  torch::optim::SGD optimizer{net->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9)};
+  ElasticProgress progress;
+
+  // Each rank its own: another initialisation, a step taken or not, another position.
+  explicit Member(int rank) {
+    initializeParameters(*net, 10 + static_cast<uint64_t>(rank));
+    if (rank != 2) {  // rank 2 joins without momentum buffers
+      net->train();
+      torch::Tensor x = torch::full({4, 1, 28, 28}, 0.1f * static_cast<float>(rank + 1));
+      optimizer.zero_grad();
+      net->forward(x).sum().backward();
+      optimizer.step();
+    }
+    progress.step = 7 * rank;
+    progress.samples = 100 * rank;
+    progress.data = {rank, static_cast<size_t>(64 * rank)};
+    progress.epochLossSum = 1.5 * rank;
+    progress.epochs.push_back({rank, 0.5, 0.25, 2.0, 1e4});
+    progress.rounds.push_back({rank, 4, 0, 0, 0});
+  }
+
+  // The member's whole state as bytes: its progress, then every parameter, buffer and
+  // momentum buffer (in the optimizer's parameter order; none where it has not stepped).
+  std::vector<uint8_t> bytes() {
+    std::vector<uint8_t> all = encodeProgress(progress);
+    auto append = [&](const torch::Tensor& t) {
+      const torch::Tensor c = t.contiguous();
+      const auto* data = static_cast<const uint8_t*>(c.data_ptr());
+      all.insert(all.end(), data, data + c.numel() * c.element_size());
+    };
+    for (const torch::Tensor& t : net->parameters()) append(t);
+    for (const torch::Tensor& t : net->buffers()) append(t);
+    for (const torch::Tensor& p : optimizer.param_groups()[0].params()) {
+      auto found = optimizer.state().find(c10::guts::to_string(p.unsafeGetTensorImpl()));
+      if (found == optimizer.state().end()) continue;
+      append(static_cast<torch::optim::SGDParamState&>(*found->second).momentum_buffer());
+    }
+    return all;
+  }
+};
+
+TEST(ElasticState, ProgressRoundTrips) {
+  Member member(3);
+  EXPECT_EQ(encodeProgress(decodeProgress(encodeProgress(member.progress))),
+            encodeProgress(member.progress));
+  EXPECT_THROW(decodeProgress({'{', '}'}), DataError);
+}
+
+TEST(ElasticState, EveryMemberGetsRankZerosState) {
+  runWithTransports(TransportKind::kLoopback, 3, [](Transport& t) {
+    Member member(t.rank());
+    std::vector<float*> storage;
+    for (const torch::Tensor& p : member.net->parameters()) storage.push_back(p.data_ptr<float>());
+    const std::vector<uint8_t> before = member.bytes();
+    shareState(t, *member.net, member.optimizer, member.progress);
+    const std::vector<std::vector<uint8_t>> all = allgatherBytes(t, member.bytes());
+    for (int r = 0; r < t.size(); ++r) EXPECT_EQ(all[r], all[0]) << "rank " << r;
+    if (t.rank() == 0) {
+      EXPECT_EQ(all[0], before) << "rank 0 keeps its own";
+    }
+    EXPECT_EQ(member.progress.step, 0);
+    size_t i = 0;
+    for (const torch::Tensor& p : member.net->parameters()) {
+      EXPECT_EQ(p.data_ptr<float>(), storage[i++]) << "a parameter moved to new storage";
+    }
+  });
+}
+
+// Rank 0 sends the length of its state and fails: the others give up waiting for the bytes
+// (time out, or hear of their neighbour's failure) and keep their own state, bitwise.
+TEST(ElasticState, AFailedTransferLeavesAMembersStateWhole) {
+  runWithTransports(TransportKind::kLoopback, 3,
+                    [](Transport& t) {
+                      Member member(t.rank());
+                      if (t.rank() == 0) {
+                        const uint64_t length = 1 << 20;
+                        float words[2];
+                        std::memcpy(words, &length, sizeof length);
+                        broadcast(t, words, 0, {.tag = tags::kModelState});
+                        return;
+                      }
+                      const std::vector<uint8_t> before = member.bytes();
+                      EXPECT_THROW(shareState(t, *member.net, member.optimizer, member.progress),
+                                   Error);
+                      EXPECT_EQ(member.bytes(), before);
+                    },
+                    {.timeout = 300ms});
+}
+
+}  // namespace
+}  // namespace gradsync::testing
