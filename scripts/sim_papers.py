@@ -13,6 +13,10 @@
   Shi et al. (MLSys'21): 16 nodes x 8 V100 over 25 Gbit/s; dense ring allreduce with 25 MB
     fusion (Horovod-like) against top-k at density 0.001 (MSTopK, allgathered). Published:
     25-40% faster than existing systems.
+  Pipelined backpropagation (Kosson et al., MLSys'21): the ResNet-50 profile in S stages,
+    fill-drain (GPipe) with 8 micro-batches per step against pb, S = 2-32: utilisation and
+    samples/s. Their argument is the shape (fill-drain's bubble grows with S, pb's does not);
+    no figure of theirs was retrieved to compare with.
 
   scripts/sim_papers.py [--build build] [--compute-scale 2.96] [--out results/sim-papers]
 Writes OUT/papers.json and prints Markdown tables.
@@ -68,6 +72,33 @@ def topk_rows(gradsync):
     return rows
 
 
+PIPELINE_STAGES = [2, 4, 8, 16, 32]
+
+
+def simulate_pipeline(gradsync, flags):
+    out = subprocess.run([gradsync, "simulate", "--json", "/dev/stdout", *flags],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if out.returncode != 0:
+        sys.exit(f"gradsync simulate {' '.join(flags)} failed: {out.stderr}")
+    return json.loads(out.stdout[out.stdout.index("{"):])
+
+
+def pipeline_rows(gradsync):
+    rows = []
+    for stages in PIPELINE_STAGES:
+        common = ["--model-profile", "resnet50", "--pipeline", str(stages)]
+        fill = simulate_pipeline(gradsync, common + ["--pipeline-mode", "fill-drain",
+                                                     "--micro-batches", "8",
+                                                     "--pipeline-steps", "100"])
+        pb = simulate_pipeline(gradsync, common + ["--pipeline-steps", "800"])
+        rows.append({"stages": stages, "fill_drain_utilisation": fill["utilisation"],
+                     "ideal_fill_drain": 8 / (8 + stages - 1),
+                     "pb_utilisation": pb["utilisation"],
+                     "pb_speedup": pb["samples_per_s"] / fill["samples_per_s"],
+                     "pb_first_stage_activations": pb["peak_activations"][0]})
+    return rows
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--build", default="build")
@@ -78,7 +109,8 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     p3 = p3_rows(gradsync, args.compute_scale)
     topk = topk_rows(gradsync)
-    json.dump({"p3": p3, "topk": topk, "compute_scale": args.compute_scale},
+    pipeline = pipeline_rows(gradsync)
+    json.dump({"p3": p3, "topk": topk, "pipeline": pipeline, "compute_scale": args.compute_scale},
               open(os.path.join(args.out, "papers.json"), "w"), indent=1)
     print("P3: 4 workers, co-located parameter servers, samples/s; V100 profiles x "
           f"{args.compute_scale} (P4000)\n")
@@ -96,6 +128,14 @@ def main():
         print(f"| {r['model']} | {r['dense']:.0f} ({100 * r['dense_efficiency']:.0f}%) | "
               f"{r['topk']:.0f} ({100 * r['topk_efficiency']:.0f}%) | {100 * r['gain']:+.0f}% | "
               "25-40% faster than existing systems |")
+    print("\nPipelined backprop: resnet50 in S stages, fill-drain (8 micro-batches) against pb\n")
+    print("| S | fill-drain utilisation | ideal 8/(8+S-1) | pb utilisation | pb samples/s / "
+          "fill-drain's | pb's first stage keeps (micro-batches) |")
+    print("|---:|---:|---:|---:|---:|---:|")
+    for r in pipeline:
+        print(f"| {r['stages']} | {100 * r['fill_drain_utilisation']:.1f}% | "
+              f"{100 * r['ideal_fill_drain']:.1f}% | {100 * r['pb_utilisation']:.1f}% | "
+              f"{r['pb_speedup']:.2f} | {r['pb_first_stage_activations']} |")
 
 
 if __name__ == "__main__":

@@ -57,7 +57,8 @@ void addProfileCommand(CLI::App& app, CommandContext& context) {
   ProfileOptions& o = flags->options;
   CLI::App* profile =
       app.add_subcommand("profile", "measure a model's per-layer compute times (for simulate)");
-  profile->add_option("--model", o.model, "mlp | cnn | resnet20 | vgg11")->required();
+  profile->add_option("--model", o.model, "mlp | cnn | resnet20 | vgg11 | cnn-gn | vgg11-gn")
+      ->required();
   profile->add_option("--batch-size", o.batchSize, "samples per step")->capture_default_str();
   profile->add_option("--threads", o.threads, "torch threads per worker")->capture_default_str();
   profile

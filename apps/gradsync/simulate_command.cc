@@ -12,6 +12,7 @@
 #include "gradsync/error.h"
 #include "sim/model_profile.h"
 #include "sim/simulator.h"
+#include "simulate_pipeline.h"
 #include "svg_chart.h"
 
 namespace gradsync {
@@ -30,6 +31,7 @@ struct SimulateFlags {
   std::string json;
   std::string plot;
   sim::SimOptions options;
+  PipelineSimFlags pipeline;
 };
 
 // --sweep workers=A,B,... or bandwidth=X,Y,...: the swept variable and its values as text.
@@ -113,6 +115,7 @@ void run(SimulateFlags& f) {
   sim::SimOptions& o = f.options;
   o.profile = loadModelProfile(f.profile);
   scaleComputeTimes(o.profile, f.computeScale);
+  if (f.pipeline.stages > 0) return runPipelineSimulation(o.profile, f.pipeline, f.json);
   o.schedule = ScheduleSpec::parse(f.schedule);
   o.cluster.bandwidth = parseBandwidth(f.bandwidth, "--bandwidth");
   o.cluster.latency = parseDurationSeconds(f.latency, "--latency");
@@ -196,6 +199,7 @@ void addSimulateCommand(CLI::App& app, CommandContext& context) {
   cmd->add_option("--sweep", f.sweep, "workers=N,N,... or bandwidth=X,X,...");
   cmd->add_option("--json", f.json, "write the results as JSON");
   cmd->add_option("--plot", f.plot, "with --sweep: write samples/s as an SVG chart");
+  addPipelineSimFlags(cmd, f.pipeline);
   cmd->callback([flags, &context] {
     run(*flags);
     context.exitCode = 0;

@@ -10,6 +10,7 @@
 #include "gradsync/error.h"
 #include "torch/elastic_trainer.h"
 #include "torch/trainer.h"
+#include "train_pipeline.h"
 #include "train_recommendation.h"
 
 namespace gradsync {
@@ -121,7 +122,7 @@ void addTrainCommand(CLI::App& app, CommandContext& context) {
   TrainOptions& o = flags->options;
   CLI::App* train = app.add_subcommand("train", "data-parallel training of a model");
   addRankFlags(train, flags->ranks, 2);
-  train->add_option("--model", o.model, "mlp | cnn | resnet20 | vgg11 | dlrm")
+  train->add_option("--model", o.model, "mlp | cnn | resnet20 | vgg11 | cnn-gn | vgg11-gn | dlrm")
       ->capture_default_str();
   train->add_option("--dataset", o.dataset, "fashion-mnist | synthetic | criteo (dlrm)")
       ->capture_default_str();
@@ -133,6 +134,8 @@ void addTrainCommand(CLI::App& app, CommandContext& context) {
   train->add_option("--lr", o.lr, "learning rate")->capture_default_str();
   train->add_option("--momentum", o.momentum, "SGD momentum")->capture_default_str();
   train->add_option("--seed", o.seed, "initialisation and data order")->capture_default_str();
+  train->add_option("--inject-slow-rank", o.injectSlowRank,
+                    "R:MS: rank R's compute takes MS ms longer per step (fault injection)");
   train->add_option("--threads", o.threads, "torch threads per rank")->capture_default_str();
   train->add_option("--schedule", o.schedule, "fifo | wfbp | fusion:MB | p3[:slice=N,window=W]")
       ->capture_default_str();
@@ -179,6 +182,7 @@ void addTrainCommand(CLI::App& app, CommandContext& context) {
   train->add_option("--record-samples", o.recordSamples,
                     "--elastic: write each step's sample indices of every worker to DIR");
   addRecommendationFlags(train, flags->recommendation, flags->bottomMlp, flags->topMlp);
+  addPipelineFlags(train, o.pipeline);
   train->callback([flags, train, &context] {
     keepFreedMemoryInHeap();  // this process and the ranks it launches (they run this callback)
     if (flags->options.resume && flags->options.checkpointDir.empty()) {
@@ -198,12 +202,23 @@ void addTrainCommand(CLI::App& app, CommandContext& context) {
       return;
     }
     validateTrainOptions(flags->options);
+    if (flags->options.pipeline.enabled() && !flags->options.elastic.empty()) {
+      throw ConfigError("--elastic does not combine with --pipeline",
+                        {.hint = "a pipeline's stages are fixed ranks; drop one of them"});
+    }
     if (!flags->options.elastic.empty()) {
       runElastic(*flags, context);
       return;
     }
     if (!flags->options.recordSamples.empty()) {
       throw ConfigError("--record-samples records elastic runs", {.hint = "add --elastic MIN:MAX"});
+    }
+    if (flags->options.pipeline.enabled()) {  // its own trainer (torch/pipeline.h)
+      Settings settings = trainSettings(flags->options, flags->ranks.transport);
+      addPipelineSettings(flags->options.pipeline, settings);
+      context.exitCode = runPipelineCommand(flags->ranks, train->count("--workers") > 0, context,
+                                            flags->options, settings);
+      return;
     }
     RankFlags ranks = flags->ranks;
     ranks.workers += flags->options.strategy.servers;  // separate servers are ranks too

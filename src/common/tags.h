@@ -43,6 +43,11 @@ inline constexpr uint64_t kEmbReply = kReservedTagBase + 13;
 inline constexpr uint64_t kEmbReplyPayload = kReservedTagBase + 14;
 // The recommendation trainer's per-step agreement (which servers failed, whether to stop).
 inline constexpr uint64_t kRecStatus = kReservedTagBase + 15;
+// Pipeline stages (torch/pipeline_wire.h): activations forward, their gradients backward, and
+// the activations of evaluation batches, each a header then the tensor's floats.
+inline constexpr uint64_t kPipelineActivations = kReservedTagBase + 20;
+inline constexpr uint64_t kPipelineGradients = kReservedTagBase + 21;
+inline constexpr uint64_t kPipelineEval = kReservedTagBase + 22;
 // GradientAverager's default stream. It is public (gradsync/gradient_averager.h, kAveragerTag)
 // so that a user can pick another tag for a second averager; its number is given there and
 // registered here.
@@ -52,9 +57,10 @@ static_assert(kAverager == kReservedTagBase + 16);
 // Every stream above, once: a new stream is added here too, and the check below refuses a
 // number taken twice (kPsReplies + u spans 2^32 numbers from its base, above all the others).
 inline constexpr uint64_t kAll[] = {
-    kGradients,  kModelState, kTrainer,         kP3Decision, kVelocity, kPsRequest,
-    kPsPayload,  kPsState,    kAgreement,       kTorchApi,   kJoin,     kEmbRequest,
-    kEmbPayload, kEmbReply,   kEmbReplyPayload, kRecStatus,  kAverager};
+    kGradients, kModelState,          kTrainer,           kP3Decision,   kVelocity,
+    kPsRequest, kPsPayload,           kPsState,           kAgreement,    kTorchApi,
+    kJoin,      kEmbRequest,          kEmbPayload,        kEmbReply,     kEmbReplyPayload,
+    kRecStatus, kPipelineActivations, kPipelineGradients, kPipelineEval, kAverager};
 
 constexpr bool allDistinct() {
   for (size_t i = 0; i < std::size(kAll); ++i) {

@@ -2,10 +2,19 @@
 
 #include <algorithm>
 
+#include <fmt/format.h>
+
 #include "common/check.h"
 #include "gradsync/collectives.h"
 
 namespace gradsync {
+
+std::string describe(const StragglerReport& report) {
+  return fmt::format(
+      "rank {} is {:.1f}x slower than the others (compute {:.1f} ms per step against their "
+      "{:.1f} ms) since step {}",
+      report.rank, report.slower, report.computeMs, report.othersMs, report.sinceStep);
+}
 
 StragglerDetector::StragglerDetector(int worldSize, StragglerOptions options)
     : options_(options),

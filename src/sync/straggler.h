@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "gradsync/transport.h"
@@ -32,6 +33,10 @@ struct StragglerReport {
   int64_t sinceStep = 0;   // first step of its first slow window (steps count from 0)
   int64_t namedAfter = 0;  // steps completed when it was named
 };
+
+// "rank 2 is 3.1x slower than the others (compute 31.2 ms per step against their 10.1 ms) since
+// step 10", for the log and the trace.
+std::string describe(const StragglerReport& report);
 
 // Not thread-safe (one caller).
 class StragglerDetector {

@@ -38,6 +38,19 @@ void writeMetrics(const std::string& path, const TrainOptions& options, int work
                            {"compress_min_elements", options.compression.minElements},
                            {"compress_warmup", options.compression.warmupSteps},
                            {"schedule", options.schedule}};
+  if (options.pipeline.enabled()) {
+    const PipelineOptions& p = options.pipeline;
+    config["pipeline"] = {{"stages", p.stages},
+                          {"mode", p.mode},
+                          {"micro_batches", p.microBatches},
+                          {"weight_stash", p.weightStash},
+                          {"compensate", p.compensate},
+                          {"lwp_backward", p.lwpBackward},
+                          {"stage_layers", p.stageLayers},
+                          {"stage_profile", p.stageProfile},
+                          {"reference_batch", p.referenceBatch},
+                          {"emulated", p.emulate}};
+  }
   nlohmann::json epochs = nlohmann::json::array();
   for (const EpochRecord& e : result.epochs) {
     epochs.push_back({{"epoch", e.epoch},
@@ -72,6 +85,16 @@ void writeMetrics(const std::string& path, const TrainOptions& options, int work
                           {"compression_ratio", p.bytesSent > 0 ? p.denseBytes / p.bytesSent : 1.0},
                           {"encode_ms", p.encodeMs},
                           {"decode_ms", p.decodeMs}}}};
+  nlohmann::json stragglers = nlohmann::json::array();
+  for (const StragglerReport& r : result.stragglers) {
+    stragglers.push_back({{"rank", r.rank},
+                          {"slower", r.slower},
+                          {"compute_ms", r.computeMs},
+                          {"others_compute_ms", r.othersMs},
+                          {"since_step", r.sinceStep},
+                          {"named_after_steps", r.namedAfter}});
+  }
+  doc["stragglers"] = stragglers;
   if (!result.rounds.empty()) {  // an elastic run: who trained when
     nlohmann::json rounds = nlohmann::json::array();
     for (const RoundRecord& r : result.rounds) {

@@ -7,12 +7,39 @@
 #include <cmath>
 
 #include "gradsync/error.h"
+#include "torch/models_gn.h"
 #include "torch/trainer.h"
 
 namespace gradsync {
-namespace {
 
 namespace nn = torch::nn;
+
+// A chain of two Sequentials: every module of `features`, then `between` (in the last
+// feature's link, where `gradsync profile` counts it), then every module of `classifier`.
+std::vector<PipelineLayer> chainLayers(nn::Sequential& features, nn::Sequential& classifier,
+                                       TensorMap between) {
+  std::vector<PipelineLayer> layers;
+  auto add = [&](nn::Sequential& sequence, const std::string& prefix, bool last) {
+    size_t i = 0;
+    for (const nn::AnyModule& item : *sequence) {
+      TensorMap after = last && i + 1 == sequence->size() ? between : TensorMap();
+      layers.push_back({fmt::format("{}.{}", prefix, i++), item.ptr(),
+                        [module = item, after](const torch::Tensor& x) mutable {
+                          torch::Tensor h = module.forward(x);
+                          return after ? after(h) : h;
+                        }});
+    }
+  };
+  add(features, "features", true);
+  add(classifier, "classifier", false);
+  return layers;
+}
+
+torch::Tensor globalPool(const torch::Tensor& x) {
+  return torch::adaptive_avg_pool2d(x, {1, 1}).flatten(1);
+}
+
+namespace {
 
 // 784-512-512-10 with ReLU.
 class Mlp final : public Model {
@@ -26,6 +53,16 @@ class Mlp final : public Model {
     auto h = torch::relu(run(fc1_, x.flatten(1)));
     h = torch::relu(run(fc2_, h));
     return run(fc3_, h);
+  }
+  std::vector<PipelineLayer> pipelineLayers() override {
+    return {{"fc1", fc1_.ptr(),
+             [fc1 = fc1_.ptr()](const torch::Tensor& x) {
+               return torch::relu(fc1->forward(x.flatten(1)));
+             }},
+            {"fc2", fc2_.ptr(),
+             [fc2 = fc2_.ptr()](const torch::Tensor& h) { return torch::relu(fc2->forward(h)); }},
+            {"fc3", fc3_.ptr(),
+             [fc3 = fc3_.ptr()](const torch::Tensor& h) { return fc3->forward(h); }}};
   }
 
  private:
@@ -46,6 +83,22 @@ class Cnn final : public Model {
     h = torch::max_pool2d(torch::relu(run(conv2_, h)), 2);
     h = torch::relu(run(fc1_, h.flatten(1)));
     return run(fc2_, h);
+  }
+  std::vector<PipelineLayer> pipelineLayers() override {
+    return {{"conv1", conv1_.ptr(),
+             [conv1 = conv1_.ptr()](const torch::Tensor& x) {
+               return torch::max_pool2d(torch::relu(conv1->forward(x)), 2);
+             }},
+            {"conv2", conv2_.ptr(),
+             [conv2 = conv2_.ptr()](const torch::Tensor& h) {
+               return torch::max_pool2d(torch::relu(conv2->forward(h)), 2);
+             }},
+            {"fc1", fc1_.ptr(),
+             [fc1 = fc1_.ptr()](const torch::Tensor& h) {
+               return torch::relu(fc1->forward(h.flatten(1)));
+             }},
+            {"fc2", fc2_.ptr(),
+             [fc2 = fc2_.ptr()](const torch::Tensor& h) { return fc2->forward(h); }}};
   }
 
  private:
@@ -98,6 +151,7 @@ class ResNet20 final : public Model {
         auto basic = std::make_shared<BasicBlock>(in, out, stride);
         layer->push_back(basic);
         blocks_.push_back(basic);
+        blockNames_.push_back(fmt::format("layer{}.{}", stage + 1, block));
         in = out;
       }
       register_module(fmt::format("layer{}", stage + 1), layer);
@@ -110,11 +164,31 @@ class ResNet20 final : public Model {
     h = torch::adaptive_avg_pool2d(h, {1, 1}).flatten(1);
     return run(fc_, h);
   }
+  // The global pool runs in the last block's link, where `gradsync profile` counts it.
+  std::vector<PipelineLayer> pipelineLayers() override {
+    std::vector<PipelineLayer> layers = {
+        {"conv1", stem_.ptr(),
+         [stem = stem_.ptr()](const torch::Tensor& x) { return stem->forward(x); }},
+        {"bn1", bn_.ptr(),
+         [bn = bn_.ptr()](const torch::Tensor& h) { return torch::relu(bn->forward(h)); }}};
+    for (size_t i = 0; i < blocks_.size(); ++i) {
+      std::shared_ptr<BasicBlock> block = blocks_[i];
+      const bool last = i + 1 == blocks_.size();
+      layers.push_back({blockNames_[i], block, [block, last](const torch::Tensor& h) {
+                          torch::Tensor out = block->forward(h);
+                          return last ? torch::adaptive_avg_pool2d(out, {1, 1}).flatten(1) : out;
+                        }});
+    }
+    layers.push_back(
+        {"fc", fc_.ptr(), [fc = fc_.ptr()](const torch::Tensor& h) { return fc->forward(h); }});
+    return layers;
+  }
 
  private:
   nn::Conv2d stem_{nullptr};
   nn::BatchNorm2d bn_{nullptr};
   std::vector<std::shared_ptr<BasicBlock>> blocks_;
+  std::vector<std::string> blockNames_;
   nn::Linear fc_{nullptr};
 };
 
@@ -143,8 +217,10 @@ class Vgg11 final : public Model {
     register_module("classifier", classifier_);
   }
   torch::Tensor forward(const torch::Tensor& x) override {
-    auto h = torch::adaptive_avg_pool2d(runSequential(features_, x), {1, 1}).flatten(1);
-    return runSequential(classifier_, h);
+    return runSequential(classifier_, globalPool(runSequential(features_, x)));
+  }
+  std::vector<PipelineLayer> pipelineLayers() override {
+    return chainLayers(features_, classifier_, globalPool);
   }
 
  private:
@@ -177,7 +253,8 @@ void initializeParameters(torch::nn::Module& model, uint64_t seed) {
 }
 
 const std::vector<std::string>& modelNames() {
-  static const std::vector<std::string> kNames = {"mlp", "cnn", "resnet20", "vgg11"};
+  static const std::vector<std::string> kNames = {"mlp",   "cnn",    "resnet20",
+                                                  "vgg11", "cnn-gn", "vgg11-gn"};
   return kNames;
 }
 
@@ -186,6 +263,8 @@ std::shared_ptr<Model> makeModel(const std::string& name) {
   if (name == "cnn") return std::make_shared<Cnn>();
   if (name == "resnet20") return std::make_shared<ResNet20>();
   if (name == "vgg11") return std::make_shared<Vgg11>();
+  if (name == "cnn-gn") return makeCnnGn();
+  if (name == "vgg11-gn") return makeVgg11Gn();
   throw ConfigError(fmt::format("unknown model '{}'", name),
                     {.hint = fmt::format("choose one of {}", fmt::join(modelNames(), ", "))});
 }
@@ -203,6 +282,14 @@ std::vector<int64_t> modelOutputShape(const std::string& model, int64_t batch) {
   auto instance = makeModel(model);
   instance->eval();
   return instance->forward(torch::zeros({batch, 1, 28, 28})).sizes().vec();
+}
+
+void enterTrainingMode(torch::nn::Module& model, bool freezeBatchNorm) {
+  model.train();
+  if (!freezeBatchNorm) return;
+  for (const auto& module : model.modules(/*include_self=*/false)) {
+    if (module->as<torch::nn::BatchNorm2d>()) module->eval();
+  }
 }
 
 }  // namespace gradsync

@@ -12,11 +12,26 @@
 
 namespace gradsync {
 
+// One link of a model seen as a chain (pipeline stages are runs of these): `module` holds its
+// parameters (may have none), `forward` runs it and the parameterless work after it up to the
+// next link (a functional ReLU, a pool), as `gradsync profile` times a layer. `name` is the
+// module's name in named_modules(), which is also the profile's layer name.
+struct PipelineLayer {
+  std::string name;
+  std::shared_ptr<torch::nn::Module> module;
+  std::function<torch::Tensor(const torch::Tensor&)> forward;
+};
+
 class Model : public torch::nn::Module {
  public:
   using PreForwardHook = std::function<void(const torch::nn::Module& layer)>;
 
   virtual torch::Tensor forward(const torch::Tensor& x) = 0;
+  // The model as a chain of layers whose composition, in order, is forward() (bitwise), sharing
+  // this model's parameters: what `--pipeline` splits into stages. Every parameter belongs to
+  // exactly one layer, and the layers' parameters in order are parameters() in order. Empty: the
+  // model cannot be split.
+  virtual std::vector<PipelineLayer> pipelineLayers() { return {}; }
   // Called with each layer (or residual block) just before its forward runs, in forward order:
   // DistributedModel waits there for that layer's parameters (p3, sharded), so the forward
   // overlaps the previous step's communication. Empty: no hook.
@@ -48,7 +63,13 @@ class Model : public torch::nn::Module {
 // generator (ranks run as threads in tests and the simulator). BatchNorm keeps ones and zeros.
 void initializeParameters(torch::nn::Module& model, uint64_t seed);
 
-// mlp, cnn, resnet20, vgg11. Throws ConfigError listing the valid names.
+// Every layer in training mode; with `freezeBatchNorm`, BatchNorm layers stay in evaluation
+// mode: they normalise with their running statistics and do not update them.
+void enterTrainingMode(torch::nn::Module& model, bool freezeBatchNorm);
+
+// mlp, cnn, resnet20, vgg11, and the GroupNorm variants cnn-gn and vgg11-gn (models_gn.cc), which
+// train without batch statistics (a batch of one, pipelined backprop). Throws ConfigError listing
+// the valid names.
 std::shared_ptr<Model> makeModel(const std::string& name);
 const std::vector<std::string>& modelNames();
 

@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <sstream>
 
 #include <fmt/format.h>
 
@@ -35,8 +36,22 @@ SyncOptions syncOptionsOf(const TrainOptions& options) {
           .seed = options.seed};
 }
 
+double injectedSlowdownMs(const std::string& spec, int rank) {
+  if (spec.empty()) return 0;
+  int slowRank = -1;
+  double ms = -1;
+  char colon = 0;
+  std::istringstream in(spec);
+  if (!(in >> slowRank >> colon >> ms) || colon != ':' || !in.eof() || slowRank < 0 || ms < 0) {
+    throw ConfigError(fmt::format("--inject-slow-rank '{}' is not RANK:MS", spec),
+                      {.hint = "e.g. 2:30 adds 30 ms to rank 2's compute every step"});
+  }
+  return slowRank == rank ? ms : 0;
+}
+
 void validateTrainOptions(const TrainOptions& options) {
   makeModel(options.model);  // throws with the valid names
+  injectedSlowdownMs(options.injectSlowRank, -1);
   validateSync(syncOptionsOf(options), describeModel(options.model));
   if (options.dataset != "fashion-mnist" && options.dataset != "synthetic") {
     throw ConfigError(fmt::format("unknown dataset '{}'", options.dataset),

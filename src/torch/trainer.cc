@@ -6,6 +6,7 @@
 #include <array>
 #include <chrono>
 #include <cstdio>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -18,6 +19,7 @@
 #include "gradsync/torch/collectives.h"
 #include "gradsync/torch/distributed_optimizer.h"
 #include "gradsync/trace.h"
+#include "sync/straggler.h"
 #include "torch/checkpointing.h"
 #include "torch/data_source.h"
 #include "torch/evaluation.h"
@@ -38,16 +40,6 @@ double since(Clock::time_point start) {
 
 // Collectives of the training thread (loss and accuracy sums) use their own tag.
 const CollectiveOptions kTrainerTag{.tag = tags::kTrainer};
-
-// Every layer in training mode; with `freezeBatchNorm`, BatchNorm layers stay in evaluation
-// mode: they normalise with their running statistics and do not update them.
-void enterTrainingMode(torch::nn::Module& model, bool freezeBatchNorm) {
-  model.train();
-  if (!freezeBatchNorm) return;
-  for (const auto& module : model.modules(/*include_self=*/false)) {
-    if (module->as<torch::nn::BatchNorm2d>()) module->eval();
-  }
-}
 
 // The network of --model, initialised from --seed (every rank alike).
 std::shared_ptr<Model> makeSeededModel(const TrainOptions& options) {
@@ -93,7 +85,9 @@ class Trainer {
         optimizer_(parameterGroups(*net_, options), torch::optim::SGDOptions(options.lr)),
         distributed_(optimizer_, net_, all, syncOptionsOf(options)),
         inputs_(options.batchSize * data_->sampleElements()),
-        labels_(options.batchSize) {
+        labels_(options.batchSize),
+        stragglers_(transport, StragglerOptions{}, tags::kTrainer),
+        slowdownMs_(injectedSlowdownMs(options.injectSlowRank, transport.rank())) {
     broadcastParameters(*net_, transport_);
     if (!options.checkpointDir.empty()) {
       checkpoints_ = std::make_unique<CheckpointDir>(options.checkpointDir);
@@ -121,6 +115,10 @@ class Trainer {
   // After step `step` (which took `stepSeconds` here): whether any rank was asked to stop
   // (stopOnSignal), the same answer on every rank.
   bool stopAgreed(int64_t step, double stepSeconds);
+  // After step `step`: names a persistently slower rank in the log and the trace (every rank
+  // at the same steps; not with the servers' asynchronous and delayed strategies, whose workers
+  // do not wait for each other and would, at each exchange).
+  void watchStragglers(int64_t step);
   // Accuracy on the first `samples` test samples (all of them by default).
   double evaluate(size_t samples = SIZE_MAX);
   double globalMean(double localSum, double localCount);
@@ -146,6 +144,9 @@ class Trainer {
   StepProfile sums_;                            // accumulated, divided by the step count at the end
   std::unique_ptr<CheckpointDir> checkpoints_;  // null without --checkpoint-dir
   std::unique_ptr<TraceRecorder> trace_;        // null without --trace
+  StragglerWatch stragglers_;
+  const double slowdownMs_;   // injected into this rank's compute (--inject-slow-rank)
+  double stepComputeMs_ = 0;  // the last step's
 };
 
 // After backward: either the engine applies the update as the averages arrive (p3, sharded,
@@ -199,6 +200,17 @@ bool Trainer::stopAgreed(int64_t step, double stepSeconds) {
   return votes[0] > 0;
 }
 
+void Trainer::watchStragglers(int64_t step) {
+  if (strategy_.needsServers()) return;
+  for (const StragglerReport& report : stragglers_.afterStep(step, stepComputeMs_)) {
+    if (transport_.rank() == 0) GS_LOG(kWarn, "{}", describe(report));
+    if (trace_ && trace_->active()) {
+      trace_->instant(kMainLane, "straggler", describe(report),
+                      TraceArgs().add("rank", report.rank).add("slower", report.slower));
+    }
+  }
+}
+
 double Trainer::takeWaitSeconds() {
   const double waits = distributed_.stats().waitSeconds;
   const double since = waits - waitsSeen_;
@@ -237,13 +249,16 @@ float Trainer::trainStep(int64_t epoch, size_t step, int64_t globalStep) {
   {
     ScopedEvent event(trace, kMainLane, "compute", "backward");
     loss.backward();
+    if (slowdownMs_ > 0)
+      std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(slowdownMs_));
   }
   auto computed = Clock::now();
   const double forwardWait = takeWaitSeconds();  // in the forward (p3, sharded, servers)
   double optimizerSeconds = 0;
   double waited = forwardWait + updateParameters(globalStep, trace, optimizerSeconds);
-  sums_.computeMs +=
+  stepComputeMs_ =
       std::chrono::duration<double, std::milli>(computed - start).count() - forwardWait * 1e3;
+  sums_.computeMs += stepComputeMs_;
   sums_.exposedCommMs += waited * 1e3;
   sums_.optimizerMs += optimizerSeconds * 1e3;
   sums_.stepMs += since(start) * 1e3;
@@ -381,6 +396,7 @@ TrainResult Trainer::run() {
       position.epochLossSum += loss;
       ++position.step;
       result.stopped = stopAgreed(position.step, stepSeconds);
+      watchStragglers(position.step);
       const bool last = position.step == total || result.stopped;
       // When the epoch is complete the checkpoint waits for its record (below); a run stopping
       // mid-epoch (--steps, or asked to stop) saves the partial epoch, so a resume continues it.
@@ -423,6 +439,7 @@ TrainResult Trainer::run() {
                      : ""));
   }
   writeTrace();
+  result.stragglers = stragglers_.reports();
   result.epochs = position.epochs;
   result.steps = position.step;
   double stepsHere = static_cast<double>(std::max<int64_t>(stepsRun, 1));

@@ -10,6 +10,8 @@
 #include "compress/policy.h"
 #include "gradsync/sync_options.h"
 #include "gradsync/transport.h"
+#include "pipeline/pipeline_options.h"
+#include "sync/straggler.h"
 #include "sync/strategy.h"
 
 namespace gradsync {
@@ -48,6 +50,11 @@ struct TrainOptions {
   // then all of them finish the step, write a final checkpoint (with --checkpoint-dir) and
   // return TrainResult::stopped. `gradsync train` turns it on.
   bool stopOnSignal = false;
+  // --inject-slow-rank R:MS ("": none): rank R's compute takes MS milliseconds longer every
+  // step. Fault injection, to see straggler detection name it (tests, demos).
+  std::string injectSlowRank;
+  // --pipeline S and its companions: the model split into stages (torch/pipeline.h).
+  PipelineOptions pipeline;
   // --elastic MIN:MAX ("": a fixed set of workers): the job goes on with at least MIN workers
   // when some are lost, and takes in up to MAX (torch/elastic_trainer.h, docs/cluster.md).
   std::string elastic;
@@ -103,6 +110,7 @@ struct TrainResult {
   double samplesPerSecond = 0;  // global
   double finalTestAccuracy = 0;
   StepProfile perStep;
+  std::vector<StragglerReport> stragglers;  // ranks named persistently slower (sync/straggler.h)
   bool stopped = false;  // a stop was asked for (stopOnSignal): the run ended early, checkpointed
   std::vector<RoundRecord> rounds;  // elastic runs: every round the job went through, in order
 };
@@ -118,6 +126,9 @@ std::vector<TensorShape> describeModel(const std::string& model);
 // forward pass end to end).
 std::vector<int64_t> modelOutputShape(const std::string& model, int64_t batch);
 
+// The milliseconds --inject-slow-rank adds to `rank`'s compute per step (0 for other ranks).
+// Throws ConfigError naming the expected form "R:MS".
+double injectedSlowdownMs(const std::string& spec, int rank);
 // Throws ConfigError (with the valid choices) for an invalid option, before any work starts.
 void validateTrainOptions(const TrainOptions& options);
 // The public SyncOptions that train's flags amount to (the DistributedOptimizer it trains with).

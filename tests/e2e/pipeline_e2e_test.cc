@@ -1,0 +1,170 @@
+// `gradsync train --pipeline` as users run it: stage processes over TCP, the emulator, and a
+// stage killed mid-training.
+#include <gtest/gtest.h>
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "common/socket.h"
+#include "common/subprocess.h"
+#include "support/read_file.h"
+
+namespace gradsync {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+using testing::readFile;
+
+fs::path scratch(const std::string& name) {
+  fs::path dir =
+      fs::temp_directory_path() / ("gradsync-pipeline-e2e-" + std::to_string(::getpid())) / name;
+  fs::create_directories(dir);
+  return dir;
+}
+
+// After a passing test: its folder, and the run's folder once empty.
+void removeScratch(const fs::path& dir) {
+  std::error_code ignored;
+  fs::remove_all(dir, ignored);
+  fs::remove(dir.parent_path(), ignored);  // fails while another test's folder is there
+}
+
+struct CliRun {
+  ExitStatus status;
+  std::string out, err;
+};
+
+CliRun gradsync(const std::vector<std::string>& args, const fs::path& dir) {
+  SpawnOptions spawn;
+  spawn.argv = {GRADSYNC_BIN};
+  spawn.argv.insert(spawn.argv.end(), args.begin(), args.end());
+  spawn.stdoutPath = (dir / "out").string();
+  spawn.stderrPath = (dir / "err").string();
+  auto ended = waitAny({spawnProcess(spawn)}, 240s);
+  EXPECT_TRUE(ended.has_value()) << "gradsync hung";
+  return {ended ? ended->second : ExitStatus{.code = -1}, readFile(dir / "out"),
+          readFile(dir / "err")};
+}
+
+double trainLoss(const fs::path& metrics) {
+  return nlohmann::json::parse(readFile(metrics))["epochs"].back()["train_loss"].get<double>();
+}
+
+// Three stage processes over TCP and the emulator: the same plan, the same arithmetic (the
+// losses' bits), the pipeline's settings in the metrics.
+TEST(PipelineCli, StageProcessesTrainAsTheEmulatorBitwise) {
+  const fs::path dir = scratch("run");
+  const std::vector<std::string> common = {
+      "train",        "--model", "mlp",          "--steps", "40",
+      "--batch-size", "16",      "--lr",         "0.01",    "--quiet",
+      "--pipeline",   "3",       "--compensate", "sc+lwp",  "--weight-stash"};
+  std::vector<std::string> real = common;
+  real.insert(real.end(), {"--metrics", (dir / "real.json").string()});
+  CliRun r = gradsync(real, dir);
+  ASSERT_TRUE(r.status.ok()) << r.status.describe() << "\n" << r.err;
+  EXPECT_NE(r.out.find("pipeline of 3 stages (pb), 3 ranks, 40 steps"), std::string::npos) << r.out;
+  nlohmann::json doc = nlohmann::json::parse(readFile(dir / "real.json"));
+  EXPECT_EQ(doc["config"]["pipeline"]["stages"], 3);
+  EXPECT_EQ(doc["config"]["pipeline"]["compensate"], "sc+lwp");
+  EXPECT_EQ(doc["summary"]["steps"], 40);
+
+  std::vector<std::string> emulated = common;
+  emulated.insert(emulated.end(), {"--pipeline-emulate", "--metrics", (dir / "emu.json").string()});
+  CliRun e = gradsync(emulated, dir);
+  ASSERT_TRUE(e.status.ok()) << e.status.describe() << "\n" << e.err;
+  nlohmann::json emu = nlohmann::json::parse(readFile(dir / "emu.json"));
+  EXPECT_TRUE(emu["config"]["pipeline"]["emulated"].get<bool>());
+  EXPECT_EQ(trainLoss(dir / "emu.json"), trainLoss(dir / "real.json"));
+  EXPECT_EQ(emu["summary"]["final_test_accuracy"], doc["summary"]["final_test_accuracy"]);
+  // Fashion-MNIST is learnt (the loss compared above is not a constant).
+  EXPECT_GT(doc["summary"]["final_test_accuracy"].get<double>(), 0.4);  // measured 0.544
+
+  CliRun bad = gradsync({"train", "--model", "mlp", "--pipeline", "2", "--workers", "3"}, dir);
+  EXPECT_EQ(bad.status.code, 2) << bad.err;
+  EXPECT_NE(bad.err.find("stages x replicas"), std::string::npos) << bad.err;
+  CliRun elastic =
+      gradsync({"train", "--model", "mlp", "--pipeline", "2", "--elastic", "2:3"}, dir);
+  EXPECT_EQ(elastic.status.code, 2) << elastic.err;
+  EXPECT_NE(elastic.err.find("--elastic does not combine with --pipeline"), std::string::npos)
+      << elastic.err;
+  if (!HasFailure()) removeScratch(dir);
+}
+
+// Fill-drain with one stage is the ordinary trainer's SGD (up to the update's rounding: torch's
+// kernels against optim/'s loop), and three stage processes run the same micro-batches as one.
+TEST(PipelineCli, FillDrainIsOrdinarySgd) {
+  const fs::path dir = scratch("fill-drain");
+  const std::vector<std::string> common = {"train", "--model",      "mlp", "--steps", "50", "--lr",
+                                           "0.05",  "--batch-size", "32",  "--quiet"};
+  auto run = [&](const std::string& name, std::vector<std::string> extra) {
+    std::vector<std::string> args = common;
+    args.insert(args.end(), extra.begin(), extra.end());
+    args.insert(args.end(), {"--metrics", (dir / name).string()});
+    CliRun r = gradsync(args, dir);
+    EXPECT_TRUE(r.status.ok()) << r.status.describe() << "\n" << r.err;
+  };
+  run("sgd.json", {"--workers", "1"});
+  run("one.json", {"--pipeline", "1", "--pipeline-mode", "fill-drain", "--micro-batches", "4"});
+  run("three.json", {"--pipeline", "3", "--pipeline-mode", "fill-drain", "--micro-batches", "4"});
+  const double sgd = trainLoss(dir / "sgd.json");
+  // Micro-batches of 8 whose gradients add up to the batch's of 32: rounding only.
+  EXPECT_NEAR(trainLoss(dir / "one.json"), sgd, 1e-5 * sgd);
+  EXPECT_EQ(trainLoss(dir / "three.json"), trainLoss(dir / "one.json"));
+  EXPECT_LT(sgd, 1.8);  // learning: ln 10 = 2.30 before any step
+  if (!HasFailure()) removeScratch(dir);
+}
+
+// A stage process killed mid-training: every other stage fails promptly (not at its 30 s
+// timeout) with an error naming the killed rank, never hangs.
+TEST(PipelineCli, KilledStageIsNamedByEveryOtherStage) {
+  const fs::path dir = scratch("killed");
+  Fd probe = listenTcp("127.0.0.1", 0);
+  const std::string port = std::to_string(boundPort(probe.get()));
+  probe.reset();
+  std::vector<pid_t> pids;
+  for (int rank = 0; rank < 4; ++rank) {
+    SpawnOptions spawn;
+    spawn.argv = {GRADSYNC_BIN, "train",      "--model",   "cnn-gn",       "--dataset",
+                  "synthetic",  "--pipeline", "4",         "--batch-size", "1",
+                  "--steps",    "1000000",    "--timeout", "30s"};
+    if (rank != 0) spawn.argv.push_back("--quiet");
+    spawn.env = {{"RANK", std::to_string(rank)},
+                 {"WORLD_SIZE", "4"},
+                 {"MASTER_ADDR", "127.0.0.1"},
+                 {"MASTER_PORT", port},
+                 {"GRADSYNC_JOB_TOKEN", "pipeline"}};
+    spawn.stdoutPath = (dir / ("rank" + std::to_string(rank) + ".out")).string();
+    spawn.stderrPath = (dir / ("rank" + std::to_string(rank) + ".err")).string();
+    pids.push_back(spawnProcess(spawn));
+  }
+  // Rank 0 prints the plan once every rank connected; then training runs.
+  const auto deadline = std::chrono::steady_clock::now() + 60s;
+  while (readFile(dir / "rank0.out").find("pipeline: ") == std::string::npos) {
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << readFile(dir / "rank0.err");
+    ASSERT_FALSE(waitAny(pids, 0ms).has_value()) << readFile(dir / "rank0.err");
+    std::this_thread::sleep_for(100ms);
+  }
+  std::this_thread::sleep_for(1s);
+  ASSERT_FALSE(waitAny(pids, 0ms).has_value()) << readFile(dir / "rank0.err");
+  ::kill(pids[2], SIGKILL);
+  const auto killed = std::chrono::steady_clock::now();
+  for (int rank : {0, 1, 3}) {
+    auto ended = waitAny({pids[rank]}, 60s);
+    ASSERT_TRUE(ended.has_value()) << "stage " << rank << " hung";
+    EXPECT_EQ(ended->second.code, 1) << ended->second.describe();
+    const std::string err = readFile(dir / ("rank" + std::to_string(rank) + ".err"));
+    EXPECT_NE(err.find("rank 2"), std::string::npos) << err;
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - killed, 10s) << "the stages took too long to notice";
+  waitAny({pids[2]}, 5s);
+  if (!HasFailure()) removeScratch(dir);
+}
+
+}  // namespace
+}  // namespace gradsync
