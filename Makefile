@@ -1,7 +1,7 @@
 # gradsync: the two commands of the README, and the targets behind them.
 #   make demo   install dependencies, build, run the main job, print the result
 #   make test   install dependencies, build, check formatting, run every test but the long ones
-# Other targets: deps, build, bench, bench-peers, bench-emulated, sim-validate, sim-papers, test-long,
+# Other targets: deps, build, python, bench, bench-peers, bench-emulated, sim-validate, sim-papers, test-long,
 # test-sanitize, test-kernels, fuzz, fuzz-seeds, format, format-check, clean.
 
 BUILD ?= build
@@ -9,7 +9,7 @@ JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 CTEST_FLAGS ?= --output-on-failure
 
-.PHONY: all deps build test demo bench bench-peers bench-emulated sim-validate sim-papers test-long test-sanitize test-kernels fuzz fuzz-seeds format format-check clean
+.PHONY: all deps build python test demo bench bench-peers bench-emulated sim-validate sim-papers test-long test-sanitize test-kernels fuzz fuzz-seeds format format-check clean
 
 all: build
 
@@ -21,6 +21,11 @@ $(BUILD)/build.ninja:
 
 build: deps $(BUILD)/build.ninja
 	cmake --build $(BUILD) -j $(JOBS)
+
+# The Python package gradsync.torch into $(BUILD)/python (PYTHONPATH=$(BUILD)/python; docs/python.md),
+# and the CLI beside it: `gradsync launch` starts Python ranks.
+python: deps $(BUILD)/build.ninja
+	cmake --build $(BUILD) -j $(JOBS) --target gradsync_python gradsync
 
 # Every stage timed, then one summary of every suite (scripts/ci_test.sh, docs/testing.md).
 CI_TEST = BUILD=$(BUILD) JOBS=$(JOBS) scripts/ci_test.sh

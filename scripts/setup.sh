@@ -9,6 +9,8 @@ packages=(
   libopenmpi-dev openmpi-bin libgloo-dev iproute2 tcpdump
   # LibTorch without OpenBLAS falls back to the reference BLAS, ~25x slower.
   libtorch-dev libopenblas0-pthread python3-torch
+  # The Python package (python/, docs/python.md): its extension, tests and pip install.
+  pybind11-dev python3-dev python3-pytest python3-venv python3-pip python3-setuptools python3-wheel
   dataset-fashion-mnist
 )
 

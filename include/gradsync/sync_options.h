@@ -43,6 +43,11 @@ struct SyncOptions {
   // Rows of a fully-connected layer's input per rank and step (the batch per rank): what
   // sharded:fc=auto weighs against the layer's size. 0: unknown (fc=auto refuses to guess).
   int64_t localBatch = 0;
+  // Gradient accumulation (Horovod's backward_passes_per_step): each step runs this many
+  // backward passes; each parameter's gradients are summed locally and communicated once, as its
+  // last pass produces it (or at step() for one a pass skipped). The average over the ranks of
+  // those sums is what step() applies, as one process accumulating in .grad would.
+  int backwardPassesPerStep = 1;
   // Ranks may run out of data at different steps (DistributedOptimizer::join). Costs one small
   // allreduce per step (how many ranks still have data); ring ssgd in gradient mode only.
   bool join = false;

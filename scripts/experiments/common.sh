@@ -107,9 +107,21 @@ gradsync_flags() {
   done
 }
 
-# train_once MODEL RATE CONFIG: one training run of CONFIG ("ddp": PyTorch DDP, else
-# gradsync) on the emulated hosts at RATE, with the caller's common arguments in the arrays
-# ddp_args and gradsync_args; its JSON at OUT/runs/KEY.json, log at OUT/logs/KEY.log (KEY:
+# python_flags CONFIG: the flags of benchmarks/python/gs_train.py (gradsync from Python) for a
+# configuration name as gradsync_flags reads it, into `flags`.
+python_flags() {
+  gradsync_flags "$1"
+  local i
+  for ((i = 0; i < ${#flags[@]}; i++)); do
+    [ "${flags[$i]}" = --compress ] && flags[i]=--compression
+  done
+  return 0
+}
+
+# train_once MODEL RATE CONFIG: one training run of CONFIG ("ddp": PyTorch DDP; "py:NAME":
+# gradsync's Python package, gs_train.py, with NAME's flags; else `gradsync train`) on the
+# emulated hosts at RATE, with the caller's common arguments in the arrays ddp_args (also
+# gs_train.py's) and gradsync_args; its JSON at OUT/runs/KEY.json, log at OUT/logs/KEY.log (KEY:
 # MODEL-RATE-CONFIG, made file-safe), and one line appended to OUT/runs.tsv:
 # MODEL RATE CONFIG SYSTEM STATUS JSON WALL_SECONDS. With --resume (resume=1), a run already
 # recorded as ok is kept instead. Returns 0 even when the run failed.
@@ -128,6 +140,12 @@ train_once() {
     system=ddp
     cmd=("${net[@]}" run -- "${host_cmd[@]}" "$python" "$repo/benchmarks/peers/ddp_train.py"
       --model "$model" "${ddp_args[@]}" --json "$json" --quiet)
+  elif [ "${config#py:}" != "$config" ]; then
+    system=gradsync-python
+    python_flags "${config#py:}"
+    cmd=("${net[@]}" run -- "${host_cmd[@]}" env "PYTHONPATH=$build/python" "$python"
+      "$repo/benchmarks/python/gs_train.py" --model "$model" "${ddp_args[@]}" "${flags[@]}"
+      --json "$json" --quiet)
   else
     system=gradsync
     gradsync_flags "$config"
@@ -153,7 +171,7 @@ train_once() {
 import json, sys
 path, system, model, rate, config, wall = sys.argv[1:]
 d = json.load(open(path))
-sps = d["samples_per_s"] if system == "ddp" else d["summary"]["samples_per_s"]
+sps = d["samples_per_s"] if "samples_per_s" in d else d["summary"]["samples_per_s"]
 dataset = d.get("dataset", d.get("config", {}).get("dataset"))
 evals = d.get("evaluations") if dataset == "fashion-mnist" else []  # synthetic: meaningless
 acc = f", final test accuracy {100 * evals[-1]['test_accuracy']:.2f}%" if evals else ""

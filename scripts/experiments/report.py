@@ -159,7 +159,7 @@ def run_figures(run):
     doc = run["doc"]
     if doc is None:
         return None
-    if run["system"] == "ddp":
+    if run["system"] in ("ddp", "gradsync-python"):  # ddp_train.py's JSON, or gs_train.py's
         return {"samples_per_s": doc["samples_per_s"], "seconds": doc.get("seconds")}
     per = doc.get("per_step", {})
     return {"samples_per_s": doc["summary"]["samples_per_s"],
@@ -302,7 +302,7 @@ def cmd_tta(args):
         if r["doc"] is not None:
             doc = r["doc"]
             evals = doc["evaluations"]
-            if r["system"] == "ddp":
+            if r["system"] in ("ddp", "gradsync-python"):
                 final, sps = doc.get("final_test_accuracy"), doc["samples_per_s"]
             else:
                 final, sps = doc["summary"]["final_test_accuracy"], doc["summary"]["samples_per_s"]
@@ -330,7 +330,9 @@ def cmd_tta(args):
         "--eval-every, no warm-up steps, so its clock starts at its first step like gradsync's)",
         f"- time to {100 * target:g}%: training seconds at the first evaluation reaching it; "
         "speed-up = DDP's time / the configuration's time",
-        "- configurations: `ddp` = PyTorch DDP (gloo); others = `gradsync train` with that "
+        "- configurations: `ddp` = PyTorch DDP (gloo); `py:NAME` = gradsync from Python "
+        "(benchmarks/python/gs_train.py, gs.DistributedOptimizer) with NAME's options; "
+        "others = `gradsync train` with that "
         "--schedule / --compress (see (b))"])
     md.append("")
     md.append(f"| configuration | time to {100 * target:g}% (s) | step | speed-up vs DDP | "

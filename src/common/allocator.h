@@ -1,13 +1,4 @@
-// Process-wide allocator policy for training processes.
+// The allocator policy is public (gradsync/allocator.h): the Python package applies it too.
 #pragma once
 
-namespace gradsync {
-
-// Keeps freed memory in glibc's heap instead of returning it to the kernel. By default, buffers
-// above glibc's (adaptive) mmap threshold are unmapped when freed and page-faulted back on the
-// next step: with LibTorch's multi-MB activations that halved cnn training throughput here
-// (1,050 vs 2,547 samples/s over the first 200 steps). Call once, early, in the main program
-// (it changes the whole process; the library never calls it on its own).
-void keepFreedMemoryInHeap();
-
-}  // namespace gradsync
+#include "gradsync/allocator.h"

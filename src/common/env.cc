@@ -37,6 +37,22 @@ bool boolVar(const Vars& vars, const std::string& name, bool fallback = false) {
                     {.hint = "use 1 or 0 (also true/false, on/off, yes/no)"});
 }
 
+// torchrun's agent serves its own store on MASTER_PORT when TORCHELASTIC_USE_AGENT_STORE is
+// True (its static rendezvous): gradsync's store then takes the next port.
+void resolveMasterPort(const Vars& vars, Env& env) {
+  if (find(vars, "GRADSYNC_MASTER_PORT") != nullptr) {
+    env.masterPort = intVar(vars, "GRADSYNC_MASTER_PORT");
+    env.masterPortFrom = "GRADSYNC_MASTER_PORT";
+    return;
+  }
+  env.masterPort = intVar(vars, "MASTER_PORT");
+  const std::string* agentStore = find(vars, "TORCHELASTIC_USE_AGENT_STORE");
+  if (env.masterPort && agentStore != nullptr && (*agentStore == "True" || *agentStore == "1")) {
+    env.masterPort = *env.masterPort + 1;
+    env.masterPortFrom = "MASTER_PORT + 1 (torchrun's agent store holds MASTER_PORT)";
+  }
+}
+
 }  // namespace
 
 Env Env::fromMap(const Vars& vars) {
@@ -56,7 +72,7 @@ Env Env::fromMap(const Vars& vars) {
     env.localSize = intVar(vars, "OMPI_COMM_WORLD_LOCAL_SIZE");
   }
   if (const std::string* v = find(vars, "MASTER_ADDR")) env.masterAddr = *v;
-  env.masterPort = intVar(vars, "MASTER_PORT");
+  resolveMasterPort(vars, env);
   const std::string* jobId = find(vars, "GRADSYNC_JOB_ID");
   env.jobId = jobId != nullptr ? *jobId : "gradsync";
   if (const std::string* v = find(vars, "GRADSYNC_JOB_TOKEN")) {

@@ -25,9 +25,13 @@ struct Env {
   std::optional<int> localSize;
   std::string launcher;  // "env", "mpirun" or "" when no launcher variables are set
 
-  // MASTER_ADDR, MASTER_PORT: where rank 0 serves the rendezvous store.
+  // MASTER_ADDR, MASTER_PORT: where rank 0 serves the rendezvous store. GRADSYNC_MASTER_PORT
+  // overrides MASTER_PORT, for programs whose torch.distributed store holds MASTER_PORT itself;
+  // under torchrun's static rendezvous (TORCHELASTIC_USE_AGENT_STORE=True: its agent serves
+  // MASTER_PORT) gradsync's store takes MASTER_PORT + 1 unless GRADSYNC_MASTER_PORT says.
   std::string masterAddr;
   std::optional<int> masterPort;
+  std::string masterPortFrom = "MASTER_PORT";  // where masterPort came from, for messages
 
   // GRADSYNC_JOB_ID: a name shared by every process of one job (default: "gradsync").
   std::string jobId;

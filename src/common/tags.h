@@ -5,8 +5,10 @@
 #pragma once
 
 #include <cstdint>
+#include <iterator>
 
 #include "gradsync/collectives.h"
+#include "gradsync/gradient_averager.h"
 
 namespace gradsync::tags {
 
@@ -52,5 +54,32 @@ inline constexpr uint64_t kGradientUnits = kReservedTagBase + (uint64_t{2} << 32
 // sharded's fully-connected exchange (sync/fc_exchange.h): linear layer l's activations travel
 // on kFcExchange + 2l, its output errors on kFcExchange + 2l + 1 (the training thread's).
 inline constexpr uint64_t kFcExchange = kReservedTagBase + (uint64_t{3} << 32);
+// GradientAverager's default stream. It is public (gradsync/gradient_averager.h, kAveragerTag)
+// so that a user can pick another tag for a second averager; its number is given there and
+// registered here.
+inline constexpr uint64_t kAverager = kAveragerTag;
+static_assert(kAverager == kReservedTagBase + 16);
+
+// Every single stream above, once: a new stream is added here too, and the check below refuses a
+// number taken twice. The per-unit ranges (kPsReplies + u, kGradientUnits + u, kFcExchange + u)
+// each span 2^32 numbers from their bases, above all the others and apart from each other.
+inline constexpr uint64_t kAll[] = {
+    kGradients, kModelState,          kTrainer,           kP3Decision,   kVelocity,
+    kPsRequest, kPsPayload,           kPsState,           kAgreement,    kTorchApi,
+    kJoin,      kEmbRequest,          kEmbPayload,        kEmbReply,     kEmbReplyPayload,
+    kRecStatus, kPipelineActivations, kPipelineGradients, kPipelineEval, kAverager};
+
+constexpr bool allDistinct() {
+  for (size_t i = 0; i < std::size(kAll); ++i) {
+    for (size_t j = i + 1; j < std::size(kAll); ++j) {
+      if (kAll[i] == kAll[j]) return false;
+    }
+    if (kAll[i] >= kPsReplies) return false;
+  }
+  return true;
+}
+static_assert(allDistinct(), "two gradsync streams share a tag: take the next free number");
+static_assert(kGradientUnits - kPsReplies == (uint64_t{1} << 32) &&
+              kFcExchange - kGradientUnits == (uint64_t{1} << 32));
 
 }  // namespace gradsync::tags

@@ -89,7 +89,7 @@ void resolveMaster(const BootstrapFlags& flags, const Env& env, BootstrapConfig&
   } else if (!env.masterAddr.empty()) {
     config.master.host = env.masterAddr;
   }
-  auto port = pick(flags.masterPort, "--master-port", env.masterPort, "MASTER_PORT");
+  auto port = pick(flags.masterPort, "--master-port", env.masterPort, env.masterPortFrom);
   if (port.value) {
     if (*port.value < 1 || *port.value > 65535) {
       fail(fmt::format("{}={} is not a valid port", port.from, *port.value),

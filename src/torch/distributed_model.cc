@@ -52,17 +52,14 @@ DistributedModel::DistributedModel(std::shared_ptr<torch::nn::Module> module, Tr
                                      updates ? storage : std::vector<std::span<float>>{});
   updates_ = engine_->updatesParameters();
   attachExchanges(transport);
+  passes_ = setup.backwardPasses;
+  passesSeen_.assign(parameters_.size(), 0);
   for (size_t i = 0; i < parameters_.size(); ++i) {
-    Engine* engine = engine_.get();
     int index = static_cast<int>(i);
     // Fires once per backward, as soon as this parameter's gradient is computed (before it is
     // accumulated into .grad); the hook returns nothing, leaving the gradient unchanged.
-    hooks_.push_back(parameters_[i].register_hook([engine, index](torch::Tensor grad) {
-      torch::Tensor dense = grad.contiguous();
-      std::span<float> slot = engine->slot(index);
-      std::memcpy(slot.data(), dense.data_ptr<float>(), slot.size_bytes());
-      engine->markReady(index);
-    }));
+    hooks_.push_back(parameters_[i].register_hook(
+        [this, index](torch::Tensor grad) { onGradient(index, grad); }));
   }
   if (updates_) hookLayers();
 }
@@ -128,6 +125,36 @@ double DistributedModel::waitSeconds() const {
   double waited = waitSeconds_;
   for (const auto& exchange : exchanges_) waited += exchange->waitSeconds();
   return waited;
+}
+
+// Runs on the thread running backward; endPasses() on the training thread after backward
+// returned, so the counters need no lock.
+void DistributedModel::onGradient(int index, const torch::Tensor& grad) {
+  torch::Tensor dense = grad.contiguous();
+  std::span<float> slot = engine_->slot(index);
+  const float* values = dense.data_ptr<float>();
+  int& seen = passesSeen_[static_cast<size_t>(index)];
+  if (seen == passes_) {
+    throw ConfigError(
+        fmt::format("parameter {} got a gradient from more than {} backward pass(es) in one step",
+                    index, passes_),
+        {.rank = transport_.rank(),
+         .operation = "backward",
+         .hint = "call step() after every backwardPassesPerStep backward passes"});
+  }
+  if (seen == 0) {
+    std::memcpy(slot.data(), values, slot.size_bytes());
+  } else {
+    for (size_t k = 0; k < slot.size(); ++k) slot[k] += values[k];
+  }
+  if (++seen == passes_) engine_->markReady(index);
+}
+
+void DistributedModel::endPasses() {
+  for (size_t i = 0; i < passesSeen_.size(); ++i) {
+    if (passesSeen_[i] > 0 && passesSeen_[i] < passes_) engine_->markReady(static_cast<int>(i));
+    passesSeen_[i] = 0;
+  }
 }
 
 void DistributedModel::checkParameter(const std::string& name,
@@ -202,6 +229,7 @@ void DistributedModel::broadcastState() {
 
 void DistributedModel::synchronizeGradients(float scale) {
   if (!engine_) return;
+  endPasses();
   engine_->finishStep();
   torch::NoGradGuard noGrad;
   for (size_t i = 0; i < parameters_.size(); ++i) {
@@ -231,6 +259,7 @@ void DistributedModel::shadowStep(float scale) {
 }
 
 void DistributedModel::endBackward() {
+  endPasses();
   engine_->endBackward();
 }
 

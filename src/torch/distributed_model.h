@@ -37,6 +37,7 @@ struct SyncSetup {
   // gradsync Model, by the rule of fcUsesExchange over `fcRows` rows per rank and step.
   FcMode fc = FcMode::kReduce;
   size_t fcRows = 0;
+  int backwardPasses = 1;  // SyncOptions::backwardPassesPerStep
 };
 
 class DistributedModel {
@@ -123,6 +124,11 @@ class DistributedModel {
 
  private:
   void checkParameter(const std::string& name, const torch::Tensor& parameter) const;
+  // The autograd hook of parameter `index`: its gradient into the engine's slot (summed over a
+  // step's backward passes), ready once the step's last pass produced it.
+  void onGradient(int index, const torch::Tensor& grad);
+  // Before a step ends: parameters a pass skipped are ready with what their passes summed.
+  void endPasses();
   void hookLayers();
   // The layers the FC exchange takes (sharded:fc=...), as the engine's tensors; then, once the
   // engine exists, their exchanges handed to the model.
@@ -138,6 +144,8 @@ class DistributedModel {
   bool servers_ = false;         // through parameter servers
   StepStats averaging_;          // localsgd: what averageParameters() cost
   std::vector<unsigned> hooks_;  // by parameter, when engine_ is set
+  int passes_ = 1;               // backward passes per step
+  std::vector<int> passesSeen_;  // by parameter: this step's passes that reached it so far
   // By layer: its name and the parameters its pre-forward hook waits for (update mode).
   struct LayerWaits {
     std::string name;

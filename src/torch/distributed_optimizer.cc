@@ -39,6 +39,7 @@ void checkSameEverywhere(Transport& transport, const SyncOptions& sync,
                                                 sync.localMomentum, sync.glu, sync.cdThreshold)},
       {"seed", std::to_string(sync.seed)},
       {"join", sync.join ? "on" : "off"},
+      {"backward passes per step", std::to_string(sync.backwardPassesPerStep)},
       {"number of parameters", std::to_string(parameters.size())}};
   for (size_t i = 0; i < parameters.size(); ++i) {
     settings.emplace_back(

@@ -187,10 +187,16 @@ SyncSetup setupFor(const torch::optim::Optimizer& optimizer, const SyncOptions& 
   } else {
     engine.update.momentum = compressorMomentum(optimizer, absorbs);
   }
+  if (sync.backwardPassesPerStep < 1) {
+    refuse(fmt::format("backward passes per step must be at least 1, not {}",
+                       sync.backwardPassesPerStep),
+           "1 communicates every backward pass's gradients; N sums N passes first");
+  }
   setup = {.engine = std::move(engine),
            .local = local,
            .fc = strategy.fc,
-           .fcRows = static_cast<size_t>(std::max<int64_t>(sync.localBatch, 0))};
+           .fcRows = static_cast<size_t>(std::max<int64_t>(sync.localBatch, 0)),
+           .backwardPasses = sync.backwardPassesPerStep};
   logSetup(sync, setup);
   return setup;
 }

@@ -31,6 +31,25 @@ TEST(Env, TorchrunStyle) {
   EXPECT_DOUBLE_EQ(*env.timeoutSeconds, 30.0);
 }
 
+// gradsync's store beside torch.distributed's: GRADSYNC_MASTER_PORT wins over MASTER_PORT, and
+// under torchrun's static rendezvous (its agent's store on MASTER_PORT) the next port is taken.
+TEST(Env, MasterPortBesideTorchDistributed) {
+  Env own = Env::fromMap({{"MASTER_PORT", "29500"}, {"GRADSYNC_MASTER_PORT", "29600"}});
+  EXPECT_EQ(*own.masterPort, 29600);
+  EXPECT_EQ(own.masterPortFrom, "GRADSYNC_MASTER_PORT");
+  Env agent = Env::fromMap({{"MASTER_PORT", "29500"}, {"TORCHELASTIC_USE_AGENT_STORE", "True"}});
+  EXPECT_EQ(*agent.masterPort, 29501);
+  Env standalone =
+      Env::fromMap({{"MASTER_PORT", "29500"}, {"TORCHELASTIC_USE_AGENT_STORE", "False"}});
+  EXPECT_EQ(*standalone.masterPort, 29500);
+  EXPECT_EQ(standalone.masterPortFrom, "MASTER_PORT");
+  Env both = Env::fromMap({{"MASTER_PORT", "29500"},
+                           {"TORCHELASTIC_USE_AGENT_STORE", "True"},
+                           {"GRADSYNC_MASTER_PORT", "29700"}});
+  EXPECT_EQ(*both.masterPort, 29700);
+  EXPECT_THROW(Env::fromMap({{"GRADSYNC_MASTER_PORT", "http"}}), ConfigError);
+}
+
 TEST(Env, OpenMpi) {
   Env env = Env::fromMap({{"OMPI_COMM_WORLD_RANK", "1"},
                           {"OMPI_COMM_WORLD_SIZE", "3"},

@@ -76,6 +76,59 @@ TEST(DistributedOptimizer, ComparisonCatchesAMissingUpdate) {
   EXPECT_GT(difference, 1e-3);
 }
 
+// Gradient accumulation (SyncOptions::backwardPassesPerStep): two workers, each running two
+// backward passes per step on halves of its share with the loss halved (the passes sum to the
+// share's mean gradient), end with one worker's parameters on the whole batch, in gradient mode
+// and in update mode. A third pass before step() is refused, naming the option.
+TEST(DistributedOptimizer, BackwardPassesPerStepAccumulateBeforeAveraging) {
+  constexpr int kWorkers = 2;
+  constexpr int64_t kHalf = kGlobalBatch / kWorkers / 2;
+  std::vector<SequenceClassifier> one = trained(1, "sgd", {}, kSteps, 0);
+  for (const char* schedule : {"wfbp", "p3"}) {
+    std::vector<SequenceClassifier> models = {freshModel(), freshModel()};
+    runWithTransports(TransportKind::kLoopback, kWorkers, [&](Transport& transport) {
+      SequenceClassifier& model = models[static_cast<size_t>(transport.rank())];
+      auto optimizer = makeOptimizer("sgd", model);
+      DistributedOptimizer distributed(*optimizer, model.ptr(), transport,
+                                       {.schedule = schedule, .backwardPassesPerStep = 2});
+      for (int64_t step = 0; step < kSteps; ++step) {
+        auto [tokens, labels] = example::taskBatch(3, step, kGlobalBatch);
+        distributed.zeroGrad();
+        for (int64_t pass = 0; pass < 2; ++pass) {
+          const int64_t first = (transport.rank() * 2 + pass) * kHalf;
+          torch::Tensor logits = model->forward(tokens.narrow(0, first, kHalf), step % 2 == 0);
+          (0.5 * torch::nn::functional::cross_entropy(logits, labels.narrow(0, first, kHalf)))
+              .backward();
+        }
+        distributed.step();
+      }
+      distributed.waitForParameters();
+    });
+    for (auto& model : models) {
+      double difference = maxRelativeDifference(one[0], model);
+      std::printf("%s, 2 workers x 2 passes: %.3g\n", schedule, difference);
+      EXPECT_LT(difference, 1e-5) << schedule;
+    }
+  }
+  std::string message;
+  runWithTransports(TransportKind::kLoopback, kWorkers, [&](Transport& transport) {
+    SequenceClassifier model = freshModel();
+    auto optimizer = makeOptimizer("sgd", model);
+    DistributedOptimizer distributed(*optimizer, model.ptr(), transport,
+                                     {.backwardPassesPerStep = 2});
+    auto [tokens, labels] = example::taskBatch(3, 0, 4);
+    distributed.zeroGrad();
+    try {
+      for (int pass = 0; pass < 3; ++pass)
+        torch::nn::functional::cross_entropy(model->forward(tokens), labels).backward();
+    } catch (const std::exception& e) {
+      if (transport.rank() == 0) message = e.what();
+    }
+    distributed.step();
+  });
+  EXPECT_NE(message.find("more than 2 backward pass"), std::string::npos) << message;
+}
+
 TEST(DistributedOptimizer, CompressedGradientsStillTrainTogether) {
   std::vector<SequenceClassifier> models =
       trained(3, "adamw", {.compress = "topk:0.1", .compressMinElements = 16});

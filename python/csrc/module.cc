@@ -1,0 +1,321 @@
+// gradsync._C: the module, gradsync's exceptions as Python's, the Job (gs.init) with its
+// collectives' queue, and the Ctrl-C watch (binding.h).
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include <cstring>
+
+#include "binding.h"
+#include "gradsync/allocator.h"
+#include "gradsync/collectives.h"
+#include "gradsync/error.h"
+#include "gradsync/torch/collectives.h"
+
+namespace gradsync::python {
+namespace {
+
+// The Python classes of gradsync's errors (python/gradsync/torch/_errors.py registers them at
+// import), by name. Leaked on purpose: they must outlive every translation, even at exit.
+py::dict& errorClasses() {
+  static auto* classes = new py::dict();
+  return *classes;
+}
+
+void raise(const char* name, const Error& e) {
+  // A Ctrl-C behind this error (the watch aborted the transport): KeyboardInterrupt, as Python
+  // would raise it, rather than the lost connection it caused.
+  if (PyErr_CheckSignals() != 0) return;
+  py::dict& classes = errorClasses();
+  if (!classes.contains(name)) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+    return;
+  }
+  py::object error = classes[name](e.what());
+  const ErrorContext& c = e.context();
+  error.attr("rank") = c.rank >= 0 ? py::object(py::int_(c.rank)) : py::object(py::none());
+  error.attr("peer") = c.peer >= 0 ? py::object(py::int_(c.peer)) : py::object(py::none());
+  error.attr("operation") = c.operation;
+  error.attr("hint") = c.hint;
+  error.attr("detail") = e.detail();
+  PyErr_SetObject(classes[name].ptr(), error.ptr());
+}
+
+void translate(std::exception_ptr pending) {
+  try {
+    std::rethrow_exception(pending);
+  } catch (const ConfigError& e) {
+    raise("ConfigError", e);
+  } catch (const PeerLostError& e) {
+    raise("PeerLostError", e);
+  } catch (const TimeoutError& e) {
+    raise("TimeoutError", e);
+  } catch (const ProtocolError& e) {
+    raise("ProtocolError", e);
+  } catch (const DataError& e) {
+    raise("DataError", e);
+  } catch (const SystemError& e) {
+    raise("SystemCallError", e);
+  } catch (const InternalError& e) {
+    raise("InternalError", e);
+  } catch (const Error& e) {
+    raise("GradsyncError", e);
+  }
+}
+
+// --- Ctrl-C: Python's own SIGINT handler only sets a flag that the interpreter checks between
+// bytecodes, which a rank blocked in a collective (GIL released) never reaches; and its peers,
+// waiting for it, would not either until their timeout. The watch chains a handler in front of
+// Python's that wakes a thread, which aborts the job's transport: every blocked call on every
+// rank returns at once (the peers with PeerLostError naming this rank, this rank with
+// KeyboardInterrupt). Process-wide, as signals are.
+int gWakeFd[2] = {-1, -1};
+struct sigaction gPythonHandler {};
+std::mutex gWatchMutex;
+std::weak_ptr<Job> gWatched;
+
+void onInterrupt(int signal) {
+  const char byte = static_cast<char>(signal);
+  (void)!::write(gWakeFd[1], &byte, 1);
+  if (gPythonHandler.sa_handler != SIG_DFL && gPythonHandler.sa_handler != SIG_IGN) {
+    gPythonHandler.sa_handler(signal);
+  }
+}
+
+void watchInterrupts() {
+  for (;;) {
+    char byte = 0;
+    if (::read(gWakeFd[0], &byte, 1) != 1) {
+      if (errno == EINTR) continue;
+      return;
+    }
+    std::shared_ptr<Job> job;
+    {
+      std::lock_guard<std::mutex> lock(gWatchMutex);
+      job = gWatched.lock();
+    }
+    if (job) job->abort(fmt::format("rank {} was interrupted (SIGINT)", job->rank()));
+  }
+}
+
+// Installs the chained handler once (Python's handler stays behind it), and watches `job`.
+void watchJob(const std::shared_ptr<Job>& job) {
+  {
+    std::lock_guard<std::mutex> lock(gWatchMutex);
+    gWatched = job;
+  }
+  static std::once_flag installed;
+  std::call_once(installed, [] {
+    if (::pipe2(gWakeFd, O_CLOEXEC) != 0) return;
+    std::thread(watchInterrupts).detach();
+    struct sigaction action {};
+    action.sa_handler = onInterrupt;
+    sigemptyset(&action.sa_mask);
+    ::sigaction(SIGINT, &action, &gPythonHandler);
+  });
+}
+
+std::shared_ptr<Job> init(std::optional<int> rank, std::optional<int> size,
+                          std::optional<std::string> masterAddr, std::optional<int> masterPort,
+                          std::optional<std::string> timeout, bool tls, double bandwidth,
+                          bool watchCtrlC, bool keepFreedMemory) {
+  if (keepFreedMemory) keepFreedMemoryInHeap();  // as `gradsync train` does
+  InitOptions options;
+  options.bootstrap.rank = rank;
+  options.bootstrap.worldSize = size;
+  options.bootstrap.masterAddr = std::move(masterAddr);
+  options.bootstrap.masterPort = masterPort;
+  options.bootstrap.timeout = std::move(timeout);
+  options.bootstrap.tls = tls;
+  options.link.bandwidthBytesPerSec = bandwidth;
+  std::shared_ptr<Job> job;
+  {
+    py::gil_scoped_release noGil;
+    job = std::make_shared<Job>(gradsync::init(options));
+  }
+  if (watchCtrlC) watchJob(job);
+  return job;
+}
+
+// `bytes` from `root` to every rank, as floats (broadcast only copies them).
+std::string broadcastBytes(Transport& transport, std::string bytes, int root) {
+  uint64_t length = bytes.size();
+  float lengthWords[2];
+  std::memcpy(lengthWords, &length, sizeof(length));
+  broadcast(transport, lengthWords, root);
+  std::memcpy(&length, lengthWords, sizeof(length));
+  std::vector<float> words((length + sizeof(float) - 1) / sizeof(float));
+  if (transport.rank() == root) std::memcpy(words.data(), bytes.data(), length);
+  broadcast(transport, words, root);
+  bytes.resize(length);
+  std::memcpy(bytes.data(), words.data(), length);
+  return bytes;
+}
+
+// Runs `operation` on the job's queue and waits without the GIL: collectives keep one order.
+template <typename Operation>
+void runQueued(Job& job, Operation operation) {
+  std::shared_ptr<Handle> handle = job.submit(std::move(operation));
+  py::gil_scoped_release noGil;
+  handle->wait();
+}
+
+void bindCollectives(py::module_& m) {
+  m.def("allreduce_async", [](Job& job, torch::Tensor tensor, bool average) {
+    return job.submit([&job, tensor, average]() mutable {
+      allreduce(job.transport(), tensor, average ? ReduceOp::kAverage : ReduceOp::kSum);
+    });
+  });
+  m.def("broadcast_async", [](Job& job, torch::Tensor tensor, int root) {
+    return job.submit([&job, tensor, root]() mutable { broadcast(job.transport(), tensor, root); });
+  });
+  // Stacked along a new first dimension, by rank; the result is written into `out`.
+  m.def("allgather_async", [](Job& job, torch::Tensor tensor, torch::Tensor out) {
+    return job.submit([&job, tensor, out]() mutable {
+      torch::Tensor all = allgather(job.transport(), tensor);
+      std::memcpy(out.data_ptr<float>(), all.data_ptr<float>(), all.numel() * sizeof(float));
+    });
+  });
+  m.def("barrier", [](Job& job) { runQueued(job, [&job] { barrier(job.transport()); }); });
+  m.def("broadcast_bytes", [](Job& job, py::bytes bytes, int root) {
+    std::string mine = bytes, all;
+    runQueued(job, [&] { all = broadcastBytes(job.transport(), mine, root); });
+    return py::bytes(all);
+  });
+  m.def("allgather_bytes", [](Job& job, py::bytes bytes) {
+    std::string mine = bytes;
+    std::vector<std::vector<uint8_t>> all;
+    runQueued(job, [&] {
+      all = allgatherBytes(job.transport(),
+                           {reinterpret_cast<const uint8_t*>(mine.data()), mine.size()});
+    });
+    py::list out;
+    for (const auto& b : all)
+      out.append(py::bytes(reinterpret_cast<const char*>(b.data()), b.size()));
+    return out;
+  });
+}
+
+}  // namespace
+
+void Handle::wait() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  cv_.wait(lock, [this] { return done_; });
+  if (error_) std::rethrow_exception(error_);
+}
+
+bool Handle::done() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return done_;
+}
+
+void Handle::finish(std::exception_ptr error) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    done_ = true;
+    error_ = std::move(error);
+  }
+  cv_.notify_all();
+}
+
+Job::Job(Context context)
+    : config_(context.config()),
+      context_(std::make_unique<Context>(std::move(context))),
+      thread_([this] { runQueue(); }) {}
+
+void Job::close() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (stopping_) return;
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+  std::unique_ptr<Context> closing;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);  // abort() may run on the Ctrl-C watch's thread
+    closing = std::move(context_);
+  }
+  closing.reset();
+}
+
+Transport& Job::transport() {
+  if (!context_) {
+    throw ConfigError("gradsync was shut down", {.rank = rank(), .hint = "call gs.init() first"});
+  }
+  return context_->transport();
+}
+
+std::shared_ptr<Handle> Job::submit(std::function<void()> operation) {
+  auto handle = std::make_shared<Handle>();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (stopping_) {
+      throw ConfigError("gradsync was shut down", {.rank = rank(), .hint = "call gs.init() first"});
+    }
+    queue_.emplace_back(std::move(operation), handle);
+  }
+  cv_.notify_all();
+  return handle;
+}
+
+void Job::runQueue() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  for (;;) {
+    cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+    if (queue_.empty()) return;
+    auto [operation, handle] = std::move(queue_.front());
+    queue_.pop_front();
+    lock.unlock();
+    std::exception_ptr error;
+    try {
+      operation();
+    } catch (...) {
+      error = std::current_exception();
+    }
+    operation = nullptr;  // its tensors go before the handle says done
+    handle->finish(error);
+    lock.lock();
+  }
+}
+
+void Job::abort(const std::string& reason) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!context_ || aborted_.exchange(true)) return;
+  context_->transport().abort(
+      std::make_exception_ptr(PeerLostError(reason, {.rank = rank(), .operation = "interrupt"})));
+}
+
+}  // namespace gradsync::python
+
+namespace py = pybind11;
+using namespace gradsync::python;
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "gradsync's C++ core for gradsync.torch (import gradsync.torch as gs)";
+  py::register_exception_translator(&translate);
+  m.def("_register_errors", [](py::dict classes) {
+    for (auto item : classes) errorClasses()[item.first] = item.second;
+  });
+
+  py::class_<Handle, std::shared_ptr<Handle>>(m, "Handle")
+      .def("wait", &Handle::wait, py::call_guard<py::gil_scoped_release>())
+      .def("done", &Handle::done);
+
+  py::class_<Job, std::shared_ptr<Job>>(m, "Job")
+      .def_property_readonly("rank", &Job::rank)
+      .def_property_readonly("size", &Job::size)
+      .def_property_readonly("local_rank", &Job::localRank)
+      .def_property_readonly("local_size", &Job::localSize)
+      .def_property_readonly("aborted", &Job::aborted)
+      .def("abort", &Job::abort, py::call_guard<py::gil_scoped_release>())
+      .def("close", &Job::close, py::call_guard<py::gil_scoped_release>());
+  m.def("init", &init, py::arg("rank"), py::arg("size"), py::arg("master_addr"),
+        py::arg("master_port"), py::arg("timeout"), py::arg("tls"), py::arg("bandwidth"),
+        py::arg("watch_ctrl_c"), py::arg("keep_freed_memory"));
+  bindCollectives(m);
+  bindOptimizer(m);
+  bindAverager(m);
+}

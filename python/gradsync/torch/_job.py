@@ -1,0 +1,148 @@
+"""Joining the job: gs.init, the process's place in it, gs.shutdown.
+
+One job per process (as Horovod's hvd.init): init() reads the launcher's environment (`gradsync
+launch`, torchrun, mpirun) through gradsync's C++ bootstrap, connects every rank to every other
+and returns once all have called it.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import re
+import signal
+import socket
+import threading
+import weakref
+
+import torch
+
+from gradsync import _C
+
+from ._errors import ConfigError, GradsyncError
+
+_job = None  # the _C.Job of gs.init(), until gs.shutdown()
+_closables: "weakref.WeakSet" = weakref.WeakSet()  # what shutdown() closes before the job
+
+
+def _parse_rate(rate) -> float:
+    """Bytes per second of a link rate: a number (bytes/s) or "100mbit", "1gbit", "500kbit"."""
+    if rate is None:
+        return 0.0
+    if isinstance(rate, (int, float)):
+        return float(rate)
+    match = re.fullmatch(r"\s*([0-9.]+)\s*([kmg]?)bit\s*", str(rate).lower())
+    if not match:
+        raise ConfigError(f"bandwidth {rate!r}: give bytes per second or e.g. '100mbit', '1gbit'")
+    scale = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9}[match.group(2)]
+    return float(match.group(1)) * scale / 8
+
+
+def _port_beside_torch() -> int | None:
+    """A port for gradsync's store when torch.distributed's holds MASTER_PORT already (its
+    init_process_group came first): rank 0 picks a free one and tells the others through
+    torch.distributed itself. None when gradsync's bootstrap decides (GRADSYNC_MASTER_PORT set,
+    torch.distributed not initialized, or torchrun's agent store: MASTER_PORT + 1)."""
+    dist = torch.distributed
+    if "GRADSYNC_MASTER_PORT" in os.environ or not (dist.is_available() and dist.is_initialized()):
+        return None
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") in ("True", "1"):
+        return None
+    chosen = [0]
+    if dist.get_rank() == 0:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("", 0))
+            chosen[0] = s.getsockname()[1]
+    dist.broadcast_object_list(chosen, src=0)
+    return chosen[0]
+
+
+def init(*, rank: int | None = None, size: int | None = None, master_addr: str | None = None,
+         master_port: int | None = None, timeout: str | float | None = None, tls: bool = False,
+         bandwidth=None, handle_ctrl_c: bool = True, keep_freed_memory: bool = True) -> None:
+    """Joins this process to its job; blocks until every rank has called it.
+
+    The job comes from the arguments, else the launcher's environment: `gradsync launch` and
+    torchrun (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT), mpirun
+    (OMPI_COMM_WORLD_*), else one process alone. A job of several needs GRADSYNC_JOB_TOKEN, the
+    same secret in every process (`gradsync launch` sets one). gradsync's store listens on
+    MASTER_PORT, or GRADSYNC_MASTER_PORT; where torch.distributed's store holds MASTER_PORT
+    already: under torchrun's static rendezvous (its agent's store) on MASTER_PORT + 1, after
+    init_process_group on a free port rank 0 picks and broadcasts through torch.distributed.
+    `timeout` bounds every wait ("30s", "500ms" or seconds; GRADSYNC_TIMEOUT; default 60 s).
+    `tls` encrypts every link; `bandwidth` ("100mbit", or bytes/s) emulates a slower link.
+    With `handle_ctrl_c` (and Python's default SIGINT handler), Ctrl-C aborts the job's
+    connections at once, so that no rank stays blocked in a collective: this rank raises
+    KeyboardInterrupt, the others a PeerLostError naming it. With `keep_freed_memory`, glibc
+    keeps freed memory in the process's heap (mallopt M_MMAP_THRESHOLD 32 MiB, M_TRIM_THRESHOLD
+    512 MiB), as `gradsync train` does: by default it unmaps LibTorch's multi-MB activations when
+    freed and faults them back in at every step, which halved CPU training throughput here
+    (docs/performance.md). Calling init() again does nothing.
+    """
+    global _job
+    if _job is not None:
+        return
+    if master_port is None:
+        master_port = _port_beside_torch()
+    watch = (handle_ctrl_c and threading.current_thread() is threading.main_thread()
+             and signal.getsignal(signal.SIGINT) is signal.default_int_handler)
+    _job = _C.init(rank=rank, size=size, master_addr=master_addr, master_port=master_port,
+                   timeout=None if timeout is None else str(timeout), tls=tls,
+                   bandwidth=_parse_rate(bandwidth), watch_ctrl_c=watch,
+                   keep_freed_memory=keep_freed_memory)
+    atexit.register(shutdown)
+
+
+def job():
+    """The _C.Job of gs.init(); ConfigError if init() was not called."""
+    if _job is None:
+        raise ConfigError("gradsync is not initialized: call gs.init() first")
+    return _job
+
+
+def register(closable) -> None:
+    """Something shutdown() must close (its _close()) before the job goes."""
+    _closables.add(closable)
+
+
+def is_initialized() -> bool:
+    return _job is not None
+
+
+def rank() -> int:
+    """This process's rank in the job, 0 .. size() - 1."""
+    return job().rank
+
+
+def size() -> int:
+    """The number of processes in the job."""
+    return job().size
+
+
+def local_rank() -> int:
+    """This process's index among the job's processes on its host."""
+    return job().local_rank
+
+
+def local_size() -> int:
+    """The number of the job's processes on this host."""
+    return job().local_size
+
+
+def shutdown() -> None:
+    """Leaves the job: closes every DistributedOptimizer and DDP hook state, waits for the
+    other ranks (so that rank 0's store outlives their use of it), then closes the connections.
+    Collective; runs by itself at exit. Calling it again does nothing."""
+    global _job
+    if _job is None:
+        return
+    for closable in list(_closables):
+        closable._close()
+    current, _job = _job, None
+    try:
+        if current.size > 1 and not current.aborted:
+            _C.barrier(current)
+    except GradsyncError:
+        pass  # a rank already gone: nothing left to wait for
+    finally:
+        current.close()

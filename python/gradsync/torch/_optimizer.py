@@ -1,0 +1,325 @@
+"""gs.DistributedOptimizer: Horovod's DistributedOptimizer over gradsync's engine.
+
+It wraps the user's torch.optim optimizer (and is one: LR schedulers accept it) and builds the
+public C++ DistributedOptimizer over the same tensors (gradsync/_C, python/csrc/optimizer.cc):
+autograd hooks send each gradient as backward produces it, step() waits for the averages and
+steps the optimizer (gradient mode: any optimizer), or, with p3, sharded and the parameter-server
+strategies, the engine applies SGD's, Adam's or AdamW's rule as each slice's average arrives
+(update mode: the optimizer itself never steps, and a changed learning rate is refused).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections import defaultdict
+from typing import Iterable
+
+import torch
+
+from gradsync import _C
+
+from . import _job
+from ._collectives import allgather_object
+from ._errors import ConfigError, DataError
+
+_STATE_FORMAT = 1  # of the "gradsync" entry of state_dict()
+
+
+def _kind(optimizer: torch.optim.Optimizer) -> str:
+    """Which C++ optimizer mirrors it: the update modes apply SGD, Adam and AdamW only."""
+    for cls, kind in ((torch.optim.AdamW, "adamw"), (torch.optim.Adam, "adam"),
+                      (torch.optim.SGD, "sgd")):
+        if type(optimizer) is cls:
+            return kind
+    return "foreign"
+
+
+def _named(optimizer, named_parameters) -> list[tuple[str, torch.Tensor]]:
+    """The synchronized tensors with their names: named_parameters (a model's, with dotted
+    names), else the optimizer's own, named as Horovod does (group.index)."""
+    if named_parameters is not None:
+        named = [(str(n), p) for n, p in named_parameters]
+        names = [n for n, _ in named]
+        if len(set(names)) != len(names):
+            raise ConfigError("named_parameters holds a name twice")
+        return named
+    return [(f"group{g}.param{i}", p) for g, group in enumerate(optimizer.param_groups)
+            for i, p in enumerate(group["params"])]
+
+
+def _sync_options(schedule, compression, sync, passes, extra) -> "_C.SyncOptions":
+    options = _C.SyncOptions()
+    options.schedule = str(schedule)
+    options.compress = str(compression)
+    options.sync = str(sync)
+    options.backward_passes_per_step = int(passes)
+    for key, value in extra.items():
+        if not hasattr(options, key):
+            raise ConfigError(f"unknown option {key!r}")
+        setattr(options, key, list(value) if key == "compress_overrides" else value)
+    return options
+
+
+def _update_mode(schedule: str, sync: str, options: dict) -> bool:
+    """Whether the engine applies the optimizer's rule on a job of several (docs/api.md's table):
+    p3, sharded and every strategy through parameter servers; checked on any world size, so that
+    a program refused at scale is refused alone too."""
+    ring = sync == "ssgd" or sync.startswith("localsgd")
+    return (str(schedule).startswith("p3") or sync == "sharded" or not ring
+            or bool(options.get("parameter_servers")) or int(options.get("servers", 0)) > 0)
+
+
+def _check_update_mode(groups) -> None:
+    """What torch.optim has and the engine's rules (src/optim/update_rule.h) do not."""
+    for _, options in groups:
+        for key in ("maximize", "capturable", "differentiable"):
+            if options.get(key):
+                raise ConfigError(f"{key}=True: with p3, sharded and parameter servers the "
+                                  "engine applies SGD's, Adam's or AdamW's plain rule; use "
+                                  "schedule wfbp (the optimizer then runs as given)")
+
+
+class DistributedOptimizer(torch.optim.Optimizer):
+    """Wraps `optimizer` so that every rank's gradients are averaged across the job.
+
+    Arguments (spec strings as `gradsync train`'s flags, docs/cli.md; a bad one raises
+    gs.ConfigError, a ValueError, listing the choices):
+      named_parameters   model.named_parameters(): names for compression overrides and errors,
+                         and the layers of gs.DistributedModel's waits (default: the
+                         optimizer's parameters, named group0.param0 ...)
+      schedule           fifo | wfbp | fusion[:MB] | p3[:slice=N,window=W]
+      compression        none | fp16 | topk:D | mstopk:D | gtopk:D | randomk:D | dgc:D | qsgd:L |
+                         terngrad | twobit:T | onebit | signsgd | powersgd:R | gradiveq:R
+      sync               ssgd | sharded | localsgd:H | asgd | ssp:S | odsgd | ssdsgd:K | cdsgd:K
+      backward_passes_per_step  backward passes summed locally before communicating
+    Keyword-only, as SyncOptions (gradsync/sync_options.h): compress_overrides (GLOB=SPEC...),
+    compress_min_elements, compress_warmup, parameter_servers, servers, delay_warmup, local_lr,
+    local_momentum, glu, cd_threshold, seed, join.
+
+    Collective: every rank builds it with the same parameters and options (gs.ConfigError on
+    every rank otherwise, naming the first difference and its rank).
+    """
+
+    def __init__(self, optimizer: torch.optim.Optimizer,
+                 named_parameters: Iterable[tuple[str, torch.Tensor]] | None = None,
+                 schedule: str = "wfbp", compression: str = "none", sync: str = "ssgd",
+                 backward_passes_per_step: int = 1, **options):
+        # torch.optim.Optimizer.__init__ is not called: param_groups, state and defaults are the
+        # wrapped optimizer's own (properties below), so both see every change.
+        if isinstance(optimizer, DistributedOptimizer):
+            raise ConfigError("the optimizer is a gs.DistributedOptimizer already")
+        if not isinstance(optimizer, torch.optim.Optimizer):
+            raise ConfigError(f"expected a torch.optim.Optimizer, got {type(optimizer).__name__}")
+        from ._model import model_of  # the model module refers back to optimizers
+
+        self._inner = optimizer
+        self._kind = _kind(optimizer)
+        model = model_of([p for g in optimizer.param_groups for p in g["params"]])
+        if named_parameters is None and model is not None:
+            named_parameters = model.module.named_parameters()
+        self._named = _named(optimizer, named_parameters)
+        groups = [(list(g["params"]), {k: v for k, v in g.items() if k != "params"})
+                  for g in optimizer.param_groups]
+        self._impl = None
+        if _update_mode(schedule, sync, options):
+            _check_update_mode(groups)
+        self._impl = _C.DistributedOptimizer(
+            _job.job(), optimizer, self._kind, groups, self._named,
+            _sync_options(schedule, compression, sync, backward_passes_per_step, options))
+        self._updates = self._impl.updates_parameters()  # False alone: there is no engine
+        self._local = str(sync).startswith("localsgd")
+        self._steps = 0
+        self._synchronized = False
+        self._skip = False
+        self._model = None  # the gs.DistributedModel whose forward waits layer by layer
+        _job.register(self)
+        if model is not None:
+            model._attach(self)
+            self._model = model
+
+    # --- the wrapped optimizer's state, shared ---------------------------------------------
+    @property
+    def param_groups(self):
+        return self._inner.param_groups
+
+    @param_groups.setter
+    def param_groups(self, value):
+        self._inner.param_groups = value
+
+    @property
+    def state(self):
+        return self._inner.state
+
+    @state.setter
+    def state(self, value):
+        self._inner.state = value
+
+    @property
+    def defaults(self):
+        return self._inner.defaults
+
+    @defaults.setter
+    def defaults(self, value):
+        self._inner.defaults = value
+
+    @property
+    def optimizer(self) -> torch.optim.Optimizer:
+        """The wrapped torch.optim optimizer."""
+        return self._inner
+
+    def __repr__(self) -> str:
+        return f"gs.DistributedOptimizer({self._inner!r})"
+
+    def __getstate__(self):
+        raise TypeError("a gs.DistributedOptimizer cannot be pickled; save its state_dict()")
+
+    def add_param_group(self, param_group) -> None:
+        raise ConfigError("gs.DistributedOptimizer synchronizes the parameters it was built "
+                          "with; add groups to the optimizer before wrapping it")
+
+    # --- a step -----------------------------------------------------------------------------
+    @property
+    def updates_parameters(self) -> bool:
+        """Whether the engine applies the update (p3, sharded, parameter servers)."""
+        return self._updates
+
+    def zero_grad(self, set_to_none: bool = False) -> None:
+        """Zeroes the gradients. In update mode without a gs.DistributedModel, first waits for
+        the last step's updates (the model's forward waits layer by layer otherwise)."""
+        if self._updates and self._model is None:
+            self._impl.wait_for_parameters()
+        self._inner.zero_grad(set_to_none=set_to_none)
+
+    def synchronize(self) -> None:
+        """Gradient mode: waits for the averaged gradients and writes them into .grad, without
+        stepping (e.g. to clip them); then step inside skip_synchronize()."""
+        self._impl.synchronize()
+        self._synchronized = True
+
+    @contextlib.contextmanager
+    def skip_synchronize(self):
+        """step() inside it steps the optimizer on gradients synchronize() averaged already."""
+        self._skip = True
+        try:
+            yield
+        finally:
+            self._skip = False
+
+    def step(self, closure=None):
+        """After backward: steps on the averaged gradients (gradient mode), or lets the engine
+        apply the update as the averages arrive (update mode: returns at once)."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        if self._skip:
+            if not self._synchronized:
+                raise ConfigError("skip_synchronize() without synchronize() first")
+            self._inner.step()
+        else:
+            if self._updates:
+                self._impl.set_lrs([float(g["lr"]) for g in self.param_groups])
+            self._impl.step()
+        self._synchronized = False
+        self._steps += 1
+        self._impl.trace_step(self._steps)
+        return loss
+
+    def join(self) -> None:
+        """With join=True, for a rank out of data: takes part in the others' remaining steps
+        with zero gradients, stepping with their averages, until every rank has joined."""
+        self._impl.join()
+
+    def wait_for_parameters(self) -> None:
+        """Update mode: waits until every parameter holds the last step's update."""
+        self._impl.wait_for_parameters()
+
+    def synchronize_model(self) -> None:
+        """Makes every rank's parameters the one global model where ranks may differ (the
+        servers' with asgd, ssp and the delayed strategies; the average with localsgd).
+        Collective; e.g. before evaluating or saving."""
+        self._impl.synchronize_model()
+
+    def with_global_model(self, fn):
+        """Runs fn() with this worker's parameters being the servers' global model, then gives
+        the worker its own back (evaluation that leaves training undisturbed). Collective."""
+        result = []
+        self._impl.with_global_model(lambda: result.append(fn()))
+        return result[0] if result else None
+
+    # --- checkpoints --------------------------------------------------------------------------
+    def _params(self) -> list[torch.Tensor]:
+        return [p for g in self.param_groups for p in g["params"]]
+
+    def state_dict(self) -> dict:
+        """The wrapped optimizer's state_dict (with the engine's SGD momentum in update mode),
+        plus "gradsync": the step and every rank's synchronization state (compressors'
+        residuals, PowerSGD's Q, Adam's moments in update mode, the delayed strategies' local
+        models). Collective: every rank gets the whole; rank 0 saves it."""
+        sync_state = self._impl.sync_state()
+        captured = {}
+
+        def capture():
+            params = self._params()
+            added = []
+            if self._updates and self._kind == "sgd":
+                for p, buffer in zip(params, self._impl.momentum_buffers()):
+                    if buffer is not None:
+                        self._inner.state[p]["momentum_buffer"] = buffer
+                        added.append(p)
+            captured["optimizer"] = self._inner.state_dict()
+            for p in added:
+                del self._inner.state[p]
+
+        self._impl.with_optimizer_state(capture)
+        # With localsgd every rank's optimizer steps on its own gradients: each keeps its own.
+        mine = {"sync": torch.frombuffer(bytearray(sync_state), dtype=torch.uint8),
+                "optimizer": captured["optimizer"] if self._local else None}
+        return {"optimizer": captured["optimizer"],
+                "gradsync": {"format": _STATE_FORMAT, "step": self._steps,
+                             "world_size": _job.size(), "ranks": allgather_object(mine)}}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        """Restores a state_dict() (every rank loads the same dict and takes its own
+        synchronization state), before the first step; the run then continues as the
+        uninterrupted one would. A plain optimizer state_dict loads as into the optimizer."""
+        saved = state_dict.get("gradsync")
+        self._inner.load_state_dict(state_dict["optimizer"] if saved else state_dict)
+        if self._updates and self._kind == "sgd":
+            params = self._params()
+            self._impl.set_momentum_buffers(
+                [self._inner.state.get(p, {}).get("momentum_buffer") for p in params])
+            self._impl.load_optimizer_state()
+            self._inner.state = defaultdict(dict)
+        if saved is None:
+            return
+        if saved.get("format") != _STATE_FORMAT:
+            raise DataError(f"a gradsync state of format {saved.get('format')}, not {_STATE_FORMAT}")
+        ranks = saved["ranks"]
+        if len(ranks) != _job.size():
+            raise DataError(f"the state was saved by {len(ranks)} ranks; this job has "
+                            f"{_job.size()}")
+        mine = ranks[_job.rank()]
+        if mine["optimizer"] is not None:
+            self._inner.load_state_dict(mine["optimizer"])
+        self._impl.load_sync_state(bytes(mine["sync"].numpy().tobytes()))
+        self._steps = int(saved["step"])
+        self._impl.set_step(self._steps)
+
+    # --- statistics and traces ----------------------------------------------------------------
+    def metrics(self) -> dict:
+        """What synchronizing cost this rank so far: bytes_sent, dense_bytes (what dense ring
+        allreduces would have sent), comm_seconds, encode_seconds, decode_seconds and
+        wait_seconds (communication the forward waited for), and steps."""
+        stats = self._impl.stats()
+        stats["steps"] = self._steps
+        return stats
+
+    def _close(self) -> None:
+        if self._impl is not None:
+            self._impl.close()
+
+    def __del__(self):
+        impl = getattr(self, "_impl", None)
+        if impl is not None:
+            impl.close()
