@@ -2,9 +2,12 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <map>
 #include <mutex>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -141,6 +144,12 @@ INSTANTIATE_TEST_SUITE_P(
 // Passes everything through to a transport and counts the messages a unit's stream
 // (tags::kGradientUnits + u) started while another unit's stream still had one in flight: more
 // than zero means two units' collectives ran at the same time.
+// Counts the collectives started on one unit's stream while another unit's is unfinished. Its
+// first sends on unit streams are held back, so that whether units can be in flight at once
+// does not depend on how fast this machine's threads run: while the first unit's first message
+// waits, the test marks the other units ready, and an engine that may run them concurrently
+// starts them (without the wait, a quiet machine finished each tiny unit before the next was
+// marked ready, and saw no overlap).
 class StreamOverlaps final : public Transport {
  public:
   explicit StreamOverlaps(Transport& inner) : inner_(inner) {}
@@ -148,6 +157,9 @@ class StreamOverlaps final : public Transport {
   int size() const override { return inner_.size(); }
   const TransportOptions& options() const override { return inner_.options(); }
   WorkPtr send(int peer, uint64_t tag, const void* data, size_t bytes) override {
+    if (tag >= tags::kGradientUnits && heldBack_.fetch_add(1) < kHeldBack) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
     return note(tag, inner_.send(peer, tag, data, bytes));
   }
   WorkPtr recv(int peer, uint64_t tag, void* data, size_t bytes) override {
@@ -175,7 +187,9 @@ class StreamOverlaps final : public Transport {
     pending_[tag].push_back(work);
     return work;
   }
+  static constexpr int kHeldBack = 2;
   Transport& inner_;
+  std::atomic<int> heldBack_{0};
   mutable std::mutex mutex_;
   std::map<uint64_t, std::vector<WorkPtr>> pending_;  // by stream: started, maybe not done
   int overlaps_ = 0;
