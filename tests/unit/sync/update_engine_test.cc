@@ -305,13 +305,16 @@ TEST(UpdateEngine, ShardedExchangedWeightsAreUpdatedByColumns) {
 
 // sharded:concurrent=N: units' reduce-scatters and allgathers in flight at once (a unit's
 // allgather still after its own reduce-scatter) end with the bits of one at a time, and do
-// overlap.
+// overlap somewhere in the job. Not necessarily on every rank: a rank whose left neighbour's
+// messages of a unit have all arrived before it starts the next unit sees nothing pending
+// (clean-clone runs saw ranks 0 and 1 overlap and rank 2 not, twice); one at a time, no rank may.
 TEST(UpdateEngine, ConcurrentShardedGivesTheBitsOfOneAtATime) {
   constexpr int kSteps = 3;
   for (TransportKind kind : {TransportKind::kLoopback, TransportKind::kTcp}) {
     std::map<size_t, std::vector<std::vector<float>>> results;  // by concurrency
     for (size_t concurrent : {size_t{1}, size_t{3}}) {
       std::mutex mutex;
+      int overlaps = 0;  // over every rank
       runWithTransports(kind, 3, [&](Transport& real) {
         StreamOverlaps t(real);
         Model model = initialModel();
@@ -331,14 +334,12 @@ TEST(UpdateEngine, ConcurrentShardedGivesTheBitsOfOneAtATime) {
           engine.endBackward();
         }
         engine.drain();
-        if (concurrent > 1) {
-          EXPECT_GT(t.overlaps(), 0) << "rank " << t.rank();
-        } else {
-          EXPECT_EQ(t.overlaps(), 0) << "rank " << t.rank();
-        }
+        if (concurrent == 1) EXPECT_EQ(t.overlaps(), 0) << "rank " << t.rank();
         std::lock_guard<std::mutex> lock(mutex);
+        overlaps += t.overlaps();
         if (t.rank() == 1) results[concurrent] = model.parameters;
       });
+      if (concurrent > 1) EXPECT_GT(overlaps, 0) << kindName(kind);
     }
     for (size_t tensor = 0; tensor < kTensors.size(); ++tensor) {
       EXPECT_EQ(results[1][tensor], results[3][tensor])
