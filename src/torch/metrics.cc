@@ -110,11 +110,15 @@ void writeMetrics(const std::string& path, const TrainOptions& options, int work
                       {"rounds", rounds},
                       {"final_workers", result.rounds.back().workers}};
   }
-  std::string temporary = path + ".tmp";
+  writeMetricsFile(path, doc.dump(2) + "\n");
+}
+
+void writeMetricsFile(const std::string& path, const std::string& text) {
+  const std::string temporary = path + ".tmp";
   {
     std::ofstream out(temporary);
     if (!out) throw ConfigError(fmt::format("cannot write the metrics file '{}'", path));
-    out << doc.dump(2) << "\n";
+    out << text;
   }
   if (std::rename(temporary.c_str(), path.c_str()) != 0) {
     throw ConfigError(fmt::format("cannot write the metrics file '{}'", path));

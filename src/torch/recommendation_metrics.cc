@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "gradsync/error.h"
+#include "torch/metrics.h"
 #include "torch/recommendation.h"
 
 namespace gradsync {
@@ -94,15 +95,7 @@ void writeRecommendationMetrics(const std::string& path, const RecommendationOpt
                           {"touched_row_bytes", result.touchedRowBytesPerStep},
                           {"ring_bytes", result.ringBytesPerStep}}},
                         {"recovery", recoveryJson(options, result)}};
-  const std::string temporary = path + ".tmp";
-  {
-    std::ofstream out(temporary);
-    if (!out) throw ConfigError(fmt::format("cannot write the metrics file '{}'", path));
-    out << doc.dump(2) << "\n";
-  }
-  if (std::rename(temporary.c_str(), path.c_str()) != 0) {
-    throw ConfigError(fmt::format("cannot write the metrics file '{}'", path));
-  }
+  writeMetricsFile(path, doc.dump(2) + "\n");
 }
 
 }  // namespace gradsync
