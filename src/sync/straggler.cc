@@ -69,18 +69,23 @@ StragglerWatch::StragglerWatch(Transport& transport, StragglerOptions options, u
 std::vector<StragglerReport> StragglerWatch::afterStep(int64_t step, double computeMs) {
   if (transport_.size() < 2) return {};
   if (windowFirst_ < 0) windowFirst_ = step - 1;
-  windowMs_ += computeMs;
-  if (++windowSteps_ < options_.windowSteps) return {};
-  // Each rank's mean, gathered as raw doubles: every rank decides on the same bits.
-  std::vector<double> means(static_cast<size_t>(transport_.size()));
-  means[static_cast<size_t>(transport_.rank())] = windowMs_ / static_cast<double>(windowSteps_);
-  std::vector<size_t> counts(means.size(), sizeof(double));
-  allgatherv(transport_, {reinterpret_cast<uint8_t*>(means.data()), means.size() * sizeof(double)},
-             counts, CollectiveOptions{.tag = tag_});
-  std::vector<StragglerReport> named = detector_.observe(windowFirst_, step, means);
+  windowMs_.push_back(computeMs);
+  if (static_cast<int64_t>(windowMs_.size()) < options_.windowSteps) return {};
+  // Each rank's median step, not its mean: a few steps stretched by a pause (the thread
+  // preempted on a loaded host, a page-fault burst, a log flush) move a mean of ten short steps
+  // by as much as a persistently slow rank does, but not the median. Gathered as raw doubles:
+  // every rank decides on the same bits.
+  std::vector<double> medians(static_cast<size_t>(transport_.size()));
+  const auto middle = windowMs_.begin() + static_cast<std::ptrdiff_t>(windowMs_.size() / 2);
+  std::nth_element(windowMs_.begin(), middle, windowMs_.end());
+  medians[static_cast<size_t>(transport_.rank())] = *middle;
+  std::vector<size_t> counts(medians.size(), sizeof(double));
+  allgatherv(transport_,
+             {reinterpret_cast<uint8_t*>(medians.data()), medians.size() * sizeof(double)}, counts,
+             CollectiveOptions{.tag = tag_});
+  std::vector<StragglerReport> named = detector_.observe(windowFirst_, step, medians);
   reports_.insert(reports_.end(), named.begin(), named.end());
-  windowMs_ = 0;
-  windowSteps_ = 0;
+  windowMs_.clear();
   windowFirst_ = -1;
   return named;
 }

@@ -43,7 +43,8 @@ class StragglerDetector {
  public:
   StragglerDetector(int worldSize, StragglerOptions options);
 
-  // One window, steps firstStep to stepsDone - 1, with every rank's mean compute ms per step.
+  // One window, steps firstStep to stepsDone - 1, with every rank's compute ms per step (the
+  // median step of its window, from StragglerWatch).
   // Returns the ranks named in this window: slow in `windowsToConfirm` consecutive windows
   // and not named since they were last fast. REQUIRES: one value per rank.
   std::vector<StragglerReport> observe(int64_t firstStep, int64_t stepsDone,
@@ -76,9 +77,8 @@ class StragglerWatch {
   StragglerOptions options_;
   uint64_t tag_;
   StragglerDetector detector_;
-  double windowMs_ = 0;
-  int64_t windowFirst_ = -1;  // first step of the open window
-  int64_t windowSteps_ = 0;
+  std::vector<double> windowMs_;  // this rank's compute per step in the open window
+  int64_t windowFirst_ = -1;      // first step of the open window
   std::vector<StragglerReport> reports_;
 };
 

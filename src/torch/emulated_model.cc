@@ -48,6 +48,7 @@ class EmulatedModel final : public Model {
 
   torch::Tensor forward(const torch::Tensor& x) override;
   bool predicts() const override { return false; }
+  double deviceSeconds() const override { return device_.busySeconds(); }
   std::vector<LinearLayer> linearLayers() override;
   void optimizerStep(torch::optim::Optimizer& optimizer) override;
 

@@ -86,7 +86,8 @@ void writeMetrics(const std::string& path, const TrainOptions& options, int work
                           {"dense_bytes", p.denseBytes},
                           {"compression_ratio", p.bytesSent > 0 ? p.denseBytes / p.bytesSent : 1.0},
                           {"encode_ms", p.encodeMs},
-                          {"decode_ms", p.decodeMs}}}};
+                          {"decode_ms", p.decodeMs},
+                          {"device_ms", p.deviceMs}}}};
   nlohmann::json stragglers = nlohmann::json::array();
   for (const StragglerReport& r : result.stragglers) {
     stragglers.push_back({{"rank", r.rank},

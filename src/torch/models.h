@@ -50,6 +50,9 @@ class Model : public torch::nn::Module {
   // Whether forward computes predictions worth evaluating. Emulated compute (emulated_model.h)
   // returns placeholders: the trainer then skips evaluations.
   virtual bool predicts() const { return true; }
+  // Seconds of work an emulated device was given so far (the profile's forward, backward and
+  // update times, whatever the host's own delays); 0 for a model that computes on the host.
+  virtual double deviceSeconds() const { return 0; }
   // Gradient mode's optimizer step (fifo, wfbp, fusion, localsgd): `optimizer.step()`. Emulated
   // compute spends the profile's update time on its device instead.
   virtual void optimizerStep(torch::optim::Optimizer& optimizer) { optimizer.step(); }

@@ -453,10 +453,11 @@ TrainResult Trainer::run() {
   sums_.denseBytes = static_cast<double>(totals.denseBytes);
   sums_.encodeMs = totals.encodeSeconds * 1e3;
   sums_.decodeMs = totals.decodeSeconds * 1e3;
-  result.perStep = {
-      sums_.computeMs / stepsHere,   sums_.commMs / stepsHere,   sums_.exposedCommMs / stepsHere,
-      sums_.optimizerMs / stepsHere, sums_.stepMs / stepsHere,   sums_.bytesSent / stepsHere,
-      sums_.denseBytes / stepsHere,  sums_.encodeMs / stepsHere, sums_.decodeMs / stepsHere};
+  result.perStep = {sums_.computeMs / stepsHere,     sums_.commMs / stepsHere,
+                    sums_.exposedCommMs / stepsHere, sums_.optimizerMs / stepsHere,
+                    sums_.stepMs / stepsHere,        sums_.bytesSent / stepsHere,
+                    sums_.denseBytes / stepsHere,    sums_.encodeMs / stepsHere,
+                    sums_.decodeMs / stepsHere,      net_->deviceSeconds() * 1e3 / stepsHere};
   return result;
 }
 

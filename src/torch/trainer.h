@@ -87,6 +87,9 @@ struct StepProfile {
   double denseBytes = 0;  // what a dense ring allreduce would have made this rank send
   double encodeMs = 0;    // compressors' encoding time (part of commMs)
   double decodeMs = 0;    // compressors' decoding time (part of commMs)
+  // Emulated compute: the device's work (the profile's times, exactly), of which computeMs and
+  // optimizerMs are the host's view with its wake-ups and waits; 0 on real compute.
+  double deviceMs = 0;
 };
 
 // A test-set evaluation during training (--eval-every, and every epoch's end).

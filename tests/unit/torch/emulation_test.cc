@@ -60,12 +60,13 @@ TEST(Emulation, StepComputeIsTheProfilesAndParametersItsShapes) {
   o.batchSize = 64;  // ignored: the profile's times are for its batch
   TrainResult result = train(1, o);
   EXPECT_EQ(result.steps, 8);
-  // Never less than the profile (the device cannot be faster). The mean over steps also holds
-  // the first step's first touches and whatever a loaded machine adds to a sleeping thread's
-  // wake-ups, so its upper bound is loose; emulated_model_test.cc checks the times per layer
-  // and step (medians) within timer resolution.
+  // The device ran exactly the profile's forward, backward and update (1 ms x 2) each step.
+  EXPECT_NEAR(result.perStep.deviceMs, profileComputeMs(2) + 2.0, 1e-9);
+  // The host's view is never shorter (the device cannot be faster). Its excess is the host's
+  // wake-ups and, on a loaded machine (CI runs two suites at once on two cores), scheduling
+  // delays of any size, so it has no upper bound here: emulated_model_test.cc checks the times
+  // per layer and step within timer resolution on the minimum of several steps.
   EXPECT_GE(result.perStep.computeMs, profileComputeMs(2) - 0.1);
-  EXPECT_LT(result.perStep.computeMs, profileComputeMs(2) * 1.5);
   EXPECT_GE(result.perStep.optimizerMs, 2.0 - 0.05);  // update_s x 2, on the device
   EXPECT_EQ(result.parameters.size(), smallProfile().parameterCount());
   // Samples per second count the profile's batch of 8 (64 would make it 8x larger).
