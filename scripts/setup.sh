@@ -11,6 +11,8 @@ packages=(
   libtorch-dev libopenblas0-pthread python3-torch
   # The Python package (python/, docs/python.md): its extension, tests and pip install.
   pybind11-dev python3-dev python3-pytest python3-venv python3-pip python3-setuptools python3-wheel
+  # scripts/gpu_profile.py's models (tests/python/test_gpu_profile.py runs it on the CPU).
+  python3-torchvision
   dataset-fashion-mnist
 )
 

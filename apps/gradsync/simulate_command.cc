@@ -30,6 +30,7 @@ struct SimulateFlags {
   std::string sweep;
   std::string json;
   std::string plot;
+  std::string writeProfile;
   sim::SimOptions options;
   PipelineSimFlags pipeline;
 };
@@ -115,6 +116,7 @@ void run(SimulateFlags& f) {
   sim::SimOptions& o = f.options;
   o.profile = loadModelProfile(f.profile);
   scaleComputeTimes(o.profile, f.computeScale);
+  if (!f.writeProfile.empty()) writeFile(f.writeProfile, profileToJson(o.profile));
   if (f.pipeline.stages > 0) return runPipelineSimulation(o.profile, f.pipeline, f.json);
   o.schedule = ScheduleSpec::parse(f.schedule);
   o.cluster.bandwidth = parseBandwidth(f.bandwidth, "--bandwidth");
@@ -199,6 +201,8 @@ void addSimulateCommand(CLI::App& app, CommandContext& context) {
   cmd->add_option("--sweep", f.sweep, "workers=N,N,... or bandwidth=X,X,...");
   cmd->add_option("--json", f.json, "write the results as JSON");
   cmd->add_option("--plot", f.plot, "with --sweep: write samples/s as an SVG chart");
+  cmd->add_option("--write-profile", f.writeProfile,
+                  "write the profile (after --compute-scale) as JSON, as --model-profile reads");
   addPipelineSimFlags(cmd, f.pipeline);
   cmd->callback([flags, &context] {
     run(*flags);
