@@ -3,7 +3,9 @@
 # one table per run of scripts/bench_schedules.sh, 4 workers on this host with the in-transport
 # link limiter, and the simulator's predictions of the same configurations
 # (scripts/validate_simulator.py --compute). About 90 minutes on 2 cores; VGG-19 needs about
-# 14 GB of memory (4 workers x parameters, gradient slots, gradient pool and velocity).
+# 14 GB of memory (4 workers x parameters, gradient slots, gradient pool and velocity); with
+# co-located parameter servers more than 21 GiB (p3paper's VGG-19 half was killed for memory
+# twice on a 24 GB host, docs/performance.md; vgg19's ps strategies are likely the same).
 #   scripts/bench_emulated.sh [--build build] [--out results/emulated] [--only NAME...]
 # NAME: resnet50 | resnet50-ps | vgg19 | p3paper | validate (default: all, in that order).
 set -euo pipefail

@@ -40,6 +40,9 @@ if [ "$compute" != real ]; then
 fi
 out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT
+# --bandwidth shapes TCP links only: ranks of one host would otherwise reach each other through
+# shared memory, unshaped (docs/cli.md), and every strategy would run at memory speed.
+export GRADSYNC_SHM=0
 for i in $(seq "$repeat"); do
   for s in $strategies; do
     case "$s" in
