@@ -72,3 +72,19 @@ def test_vgg19_layers_match_the_builtin(tmp_path):
     assert structure(measured) == structure(expected["layers"])
     assert expected["batch_size"] == script.BUILTIN_BATCH["vgg19"]
     assert builtin("resnet50", tmp_path)["batch_size"] == script.BUILTIN_BATCH["resnet50"]
+
+
+@pytest.mark.parametrize("path", sorted((REPO / "benchmarks" / "profiles").glob("*.json")),
+                         ids=lambda p: p.stem)
+def test_shipped_profiles_have_the_builtin_layers_and_add_up(path, tmp_path):
+    """The measured profiles in benchmarks/profiles: the built-in's layers, a split whose sum
+    the script checked against a hook-free step (within 1%: launch-bound ones are not shipped),
+    and `gradsync simulate` accepts them."""
+    shipped = json.loads(path.read_text())
+    model = shipped["name"]
+    assert structure(shipped["layers"]) == structure(builtin(model, tmp_path)["layers"])
+    ratio = float(shipped["source"].split("per-layer sum / hook-free forward+backward step = ")[1]
+                  .split()[0])
+    assert abs(ratio - 1) < 0.01, (path.name, ratio)
+    printed = gradsync("simulate", "--model-profile", str(path), "--workers", "2")
+    assert f"{model} on 2 workers" in printed, printed
