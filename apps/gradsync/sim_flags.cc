@@ -26,6 +26,9 @@ void addSimModelFlags(CLI::App* cmd, SimModelFlags& f) {
   cmd->add_option("--compute-scale", f.computeScale,
                   "multiply the profile's compute times (a device this many times slower)")
       ->capture_default_str();
+  cmd->add_option("--codec-ns-per-element", f.codecNsPerElement,
+                  "encode + decode time per compressed element (0: free)")
+      ->capture_default_str();
 }
 
 ModelProfile loadScaledProfile(const SimModelFlags& f) {

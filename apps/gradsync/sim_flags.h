@@ -18,11 +18,13 @@ struct SimModelFlags {
   std::string localBandwidth = "100gbit";
   std::string localLatency = "0";
   double computeScale = 1;
-  sim::ClusterSpec cluster;  // workers and gpus per host; the rest parsed from the text above
+  double codecNsPerElement = 0;  // --codec-ns-per-element
+  sim::ClusterSpec cluster;      // workers and gpus per host; the rest parsed from the text above
 };
 
 // Registers --model-profile (required), --workers, --gpus-per-host, --bandwidth, --latency,
-// --local-bandwidth, --local-latency and --compute-scale on `cmd`, writing into `flags`.
+// --local-bandwidth, --local-latency, --compute-scale and --codec-ns-per-element on `cmd`, writing
+// into `flags`.
 void addSimModelFlags(CLI::App* cmd, SimModelFlags& flags);
 // The profile, its compute times scaled by --compute-scale. Throws ConfigError naming the flag.
 ModelProfile loadScaledProfile(const SimModelFlags& flags);

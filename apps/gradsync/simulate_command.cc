@@ -21,7 +21,6 @@ namespace {
 struct SimulateFlags {
   SimModelFlags model;
   std::string schedule = "wfbp";
-  double codecNsPerElement = 0;
   std::string sweep;
   std::string json;
   std::string plot;
@@ -108,7 +107,7 @@ void run(SimulateFlags& f) {
   if (f.pipeline.stages > 0) return runPipelineSimulation(o.profile, f.pipeline, f.json);
   o.schedule = ScheduleSpec::parse(f.schedule);
   o.cluster = parseCluster(f.model);
-  o.codecSecondsPerElement = f.codecNsPerElement * 1e-9;
+  o.codecSecondsPerElement = f.model.codecNsPerElement * 1e-9;
   std::string variable;
   std::vector<std::string> values{""};
   if (!f.sweep.empty()) std::tie(variable, values) = parseSweep(f.sweep);
@@ -161,9 +160,6 @@ void addSimulateCommand(CLI::App& app, CommandContext& context) {
       ->capture_default_str();
   cmd->add_option("--compress-override", o.compression.overrides, "as train");
   cmd->add_option("--compress-min-elements", o.compression.minElements, "as train")
-      ->capture_default_str();
-  cmd->add_option("--codec-ns-per-element", f.codecNsPerElement,
-                  "encode + decode time per compressed element (0: free)")
       ->capture_default_str();
   cmd->add_option("--steps", o.steps,
                   "simulated steps; the first two (or first period) are not measured")

@@ -1,7 +1,9 @@
 // gradsync tune: the fastest schedule x compressor x strategy to dense's accuracy, predicted by
 // the simulator and the measured convergence costs (docs/cli.md, docs/simulator.md).
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <set>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -24,13 +26,31 @@ struct TuneFlags {
   std::string plot;
   int verify = 0;  // steps per verification run (0: none)
   int verifyTop = 3;
+  bool everySchedule = false;
 };
 
-void printRanked(const sim::TuneResult& r, int top) {
+// The ranks the table and the chart show: the first `top`, or (the default) the best schedule of
+// each of the first `top` compressor x strategy pairs, since a method's schedules are often
+// within a few percent of each other; and the recommendation.
+std::vector<size_t> shownRanks(const sim::TuneResult& r, const TuneFlags& f) {
+  std::set<std::string> methods;
+  std::vector<size_t> shown;
+  for (size_t i = 0; i < r.ranked.size() && shown.size() < static_cast<size_t>(f.top); ++i) {
+    const sim::TuneCandidate& c = r.ranked[i];
+    if (f.everySchedule || methods.insert(c.compress + " " + c.sync.label()).second)
+      shown.push_back(i);
+  }
+  if (r.topPick < r.ranked.size() &&
+      std::find(shown.begin(), shown.end(), r.topPick) == shown.end())
+    shown.push_back(r.topPick);
+  return shown;
+}
+
+void printRanked(const sim::TuneResult& r, const std::vector<size_t>& shown) {
   const double best = r.ranked.front().timeToAccuracy();
   std::printf("%4s  %-26s %-20s %-16s %10s %7s %9s\n", "rank", "schedule", "compress", "sync",
               "step ms", "factor", "to acc.");
-  for (size_t i = 0; i < r.ranked.size() && static_cast<int>(i) < top; ++i) {
+  for (size_t i : shown) {
     const sim::TuneCandidate& c = r.ranked[i];
     const bool bound = c.cost.status == sim::Convergence::kAtLeast;
     std::printf("%4zu  %-26s %-20s %-16s %10.2f %s%6.2f %8.2fx%s\n", i + 1, c.schedule.c_str(),
@@ -98,14 +118,14 @@ nlohmann::json resultJson(const sim::SimOptions& base, const sim::TuneResult& r)
 }
 
 void writePlot(const std::string& path, const sim::SimOptions& base, const sim::TuneResult& r,
-               int top) {
+               const std::vector<size_t>& shown) {
   BarChart chart;
-  chart.title = fmt::format("gradsync tune: {} ({}), {}", base.profile.name, base.profile.device,
+  chart.title = fmt::format("gradsync tune: {} on {}", base.profile.name,  // the device is long
                             base.cluster.describe());
   chart.valueSuffix = "x";
   chart.xLabel = "predicted time to dense's accuracy (x the best candidate's)";
   const double best = r.ranked.front().timeToAccuracy();
-  for (size_t i = 0; i < r.ranked.size() && static_cast<int>(i) < top; ++i) {
+  for (size_t i : shown) {
     const sim::TuneCandidate& c = r.ranked[i];
     chart.labels.push_back(fmt::format("{}{} · {} · {}{}", i == r.topPick ? "recommended: " : "",
                                        c.schedule, c.compress, c.sync.label(),
@@ -155,6 +175,7 @@ void run(const TuneFlags& f) {
   sim::SimOptions base;
   base.profile = loadScaledProfile(f.model);
   base.cluster = parseCluster(f.model);
+  base.codecSecondsPerElement = f.model.codecNsPerElement * 1e-9;
   const auto start = std::chrono::steady_clock::now();
   const sim::TuneResult r = sim::tune(base, sim::defaultTuneGrid(f.servers));
   const double seconds =
@@ -164,7 +185,8 @@ void run(const TuneFlags& f) {
       "combinations rejected\n",
       base.profile.name.c_str(), base.profile.device.c_str(), base.cluster.describe().c_str(),
       r.ranked.size() + r.rejected.size(), seconds, r.rejected.size());
-  printRanked(r, f.top);
+  const std::vector<size_t> shown = shownRanks(r, f);
+  printRanked(r, shown);
   printExcluded(r);
   if (r.topPick < r.ranked.size()) {
     std::printf("recommended: gradsync train %s\n",
@@ -176,7 +198,7 @@ void run(const TuneFlags& f) {
   nlohmann::json doc = resultJson(base, r);
   if (f.verify > 0) doc["verified"] = verify(f, r, base.cluster.workers);
   if (!f.json.empty()) writeTextFile(f.json, doc.dump(1) + "\n");
-  if (!f.plot.empty()) writePlot(f.plot, base, r, f.top);
+  if (!f.plot.empty()) writePlot(f.plot, base, r, shown);
 }
 
 }  // namespace
@@ -189,7 +211,11 @@ void addTuneCommand(CLI::App& app, CommandContext& context) {
   addSimModelFlags(cmd, f.model);
   cmd->add_option("--servers", f.servers, "also try K parameter servers on hosts of their own")
       ->capture_default_str();
-  cmd->add_option("--top", f.top, "candidates to print and plot")->capture_default_str();
+  cmd->add_option("--top", f.top,
+                  "compressor x strategy pairs (their best schedule) to print and plot")
+      ->capture_default_str();
+  cmd->add_flag("--every-schedule", f.everySchedule,
+                "print and plot the top candidates, not only each pair's best schedule");
   cmd->add_option("--json", f.json, "write every candidate, exclusion and rejection as JSON");
   cmd->add_option("--plot", f.plot, "write the top candidates as an SVG bar chart");
   cmd->add_option("--verify", f.verify,
