@@ -135,15 +135,20 @@ void writePlot(const std::string& path, const sim::SimOptions& base, const sim::
   writeTextFile(path, renderBarSvg(chart));
 }
 
-// Runs the top candidates in `gradsync train` and prints them re-ranked by measured step time.
-nlohmann::json verify(const TuneFlags& f, const sim::TuneResult& r, int workers) {
+// Runs the first --verify-top of the shown candidates and the recommendation in `gradsync train`
+// and prints them re-ranked by measured step time.
+nlohmann::json verify(const TuneFlags& f, const sim::TuneResult& r, std::vector<size_t> ranks,
+                      int workers) {
 #ifndef GRADSYNC_HAVE_TORCH
   throw ConfigError("--verify needs gradsync train: a build with LibTorch");
 #endif
-  const VerifyOptions options{f.verify,        f.verifyTop,          workers,
-                              f.model.profile, f.model.computeScale, f.model.bandwidth,
-                              f.model.latency};
-  const std::vector<VerifiedCandidate> verified = verifyTop(r, options);
+  ranks.resize(std::min(ranks.size(), static_cast<size_t>(f.verifyTop)));
+  if (r.topPick < r.ranked.size() &&
+      std::find(ranks.begin(), ranks.end(), r.topPick) == ranks.end())
+    ranks.push_back(r.topPick);
+  const VerifyOptions options{
+      f.verify, workers, f.model.profile, f.model.computeScale, f.model.bandwidth, f.model.latency};
+  const std::vector<VerifiedCandidate> verified = verifyCandidates(r, ranks, options);
   const double best = verified.front().measuredTimeToAccuracy();
   std::printf("verified (%d steps of gradsync train each, emulated compute):\n", f.verify);
   std::printf("%4s %9s  %-26s %-20s %-16s %12s %10s %9s\n", "rank", "predicted", "schedule",
@@ -196,7 +201,7 @@ void run(const TuneFlags& f) {
   }
   std::fflush(stdout);
   nlohmann::json doc = resultJson(base, r);
-  if (f.verify > 0) doc["verified"] = verify(f, r, base.cluster.workers);
+  if (f.verify > 0) doc["verified"] = verify(f, r, shown, base.cluster.workers);
   if (!f.json.empty()) writeTextFile(f.json, doc.dump(1) + "\n");
   if (!f.plot.empty()) writePlot(f.plot, base, r, shown);
 }
@@ -218,9 +223,10 @@ void addTuneCommand(CLI::App& app, CommandContext& context) {
                 "print and plot the top candidates, not only each pair's best schedule");
   cmd->add_option("--json", f.json, "write every candidate, exclusion and rejection as JSON");
   cmd->add_option("--plot", f.plot, "write the top candidates as an SVG bar chart");
-  cmd->add_option("--verify", f.verify,
-                  "run the top candidates for N steps of gradsync train (emulated compute) and "
-                  "re-rank them by measured step time")
+  cmd->add_option(
+         "--verify", f.verify,
+         "run the top shown candidates for N steps of gradsync train (emulated compute) and "
+         "re-rank them by measured step time")
       ->capture_default_str();
   cmd->add_option("--verify-top", f.verifyTop, "candidates --verify runs")->capture_default_str();
   cmd->callback([flags, &context] {

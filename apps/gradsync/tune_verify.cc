@@ -60,15 +60,14 @@ double runOne(const sim::TuneCandidate& c, const VerifyOptions& o, const fs::pat
 
 }  // namespace
 
-std::vector<VerifiedCandidate> verifyTop(const sim::TuneResult& result,
-                                         const VerifyOptions& options) {
+std::vector<VerifiedCandidate> verifyCandidates(const sim::TuneResult& result,
+                                                const std::vector<size_t>& ranks,
+                                                const VerifyOptions& options) {
   const fs::path dir = fs::temp_directory_path() / fmt::format("gradsync-tune-{}", ::getpid());
   fs::create_directories(dir);
   std::vector<VerifiedCandidate> verified;
-  const size_t count = std::min(result.ranked.size(), static_cast<size_t>(options.candidates));
-  for (size_t i = 0; i < result.ranked.size(); ++i) {
-    if (i >= count && i != result.topPick) continue;
-    const sim::TuneCandidate& c = result.ranked[i];
+  for (size_t i : ranks) {
+    const sim::TuneCandidate& c = result.ranked.at(i);
     verified.push_back({&c, i + 1, runOne(c, options, dir)});
   }
   fs::remove_all(dir);

@@ -11,8 +11,7 @@
 namespace gradsync {
 
 struct VerifyOptions {
-  int steps = 0;       // per run (--verify N)
-  int candidates = 3;  // the top K of the ranking (--verify-top)
+  int steps = 0;  // per run (--verify N)
   int workers = 0;
   std::string profile;  // --model-profile, run as --compute emulate:PROFILE
   double computeScale = 1;
@@ -26,10 +25,10 @@ struct VerifiedCandidate {
   double measuredTimeToAccuracy() const { return measuredStepMs * candidate->cost.factor; }
 };
 
-// The top `options.candidates` of `result.ranked` and the recommendation (result.topPick), each
-// run once, sorted by measured time to accuracy. Throws Error naming the candidate when a run
-// fails.
-std::vector<VerifiedCandidate> verifyTop(const sim::TuneResult& result,
-                                         const VerifyOptions& options);
+// The candidates `result.ranked[i]` for i in `ranks` (0-based), each run once, sorted by measured
+// time to accuracy. Throws Error naming the candidate when a run fails.
+std::vector<VerifiedCandidate> verifyCandidates(const sim::TuneResult& result,
+                                                const std::vector<size_t>& ranks,
+                                                const VerifyOptions& options);
 
 }  // namespace gradsync
