@@ -291,6 +291,21 @@ TEST_F(CliTrain, ShortRealRunOnFashionMnistLearnsAndWritesMetrics) {
   }
 }
 
+// --bandwidth makes every rank an emulated host of its own: worker processes on this one host
+// talk over the shaped TCP links, not through shared memory, which would bypass the limit.
+TEST_F(CliTrain, BandwidthShapesWorkersOnOneHost) {
+  fs::path metrics = scratch() / "shaped.json";
+  Result r = gradsync({"train", "--model", "mlp", "--dataset", "synthetic", "--bandwidth", "50mbit",
+                       "--steps", "3", "--quiet", "--metrics", metrics.string()});
+  ASSERT_TRUE(r.status.ok()) << r.status.describe() << "\n" << r.err;
+  nlohmann::json doc = nlohmann::json::parse(readFile(metrics));
+  const double bytes = doc["per_step"]["bytes_sent"].get<double>();
+  ASSERT_GT(bytes, 1e6);  // mlp's gradients: 2.7 MB per rank per step
+  // A step cannot be shorter than its bytes at 50 Mbit/s (the limiter lets a first burst of a
+  // few milliseconds through unshaped).
+  EXPECT_GT(doc["per_step"]["step_ms"].get<double>(), 0.9 * bytes * 8 / 50e6 * 1e3);
+}
+
 TEST_F(CliTrain, CompressedRunReportsItsBytesAndEvaluations) {
   fs::path metrics = scratch() / "compressed.json";
   Result r = gradsync({"train", "--model", "mlp", "--dataset", "synthetic", "--steps", "6",
