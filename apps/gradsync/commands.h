@@ -56,5 +56,6 @@ void addTrainCommand(CLI::App& app, CommandContext& context);
 void addProfileCommand(CLI::App& app, CommandContext& context);
 void addLaunchCommand(CLI::App& app, CommandContext& context);
 void addSimulateCommand(CLI::App& app, CommandContext& context);
+void addTuneCommand(CLI::App& app, CommandContext& context);
 
 }  // namespace gradsync

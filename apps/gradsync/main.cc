@@ -52,6 +52,7 @@ int run(int argc, char** argv) {
   addBenchCommand(app, context);
   addLaunchCommand(app, context);
   addSimulateCommand(app, context);
+  addTuneCommand(app, context);
   try {
     app.parse(argc, argv);  // runs the chosen subcommand's callback
   } catch (const CLI::ParseError& e) {

@@ -1,7 +1,6 @@
 // gradsync simulate: predicted step time of a model profile on a cluster (docs/simulator.md).
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -12,6 +11,7 @@
 #include "gradsync/error.h"
 #include "sim/model_profile.h"
 #include "sim/simulator.h"
+#include "sim_flags.h"
 #include "simulate_pipeline.h"
 #include "svg_chart.h"
 
@@ -19,14 +19,8 @@ namespace gradsync {
 namespace {
 
 struct SimulateFlags {
-  std::string profile;
-  std::string bandwidth = "10gbit";
-  std::string latency = "0";
-  std::string localBandwidth = "100gbit";
-  std::string localLatency = "0";
+  SimModelFlags model;
   std::string schedule = "wfbp";
-  double codecNsPerElement = 0;
-  double computeScale = 1;
   std::string sweep;
   std::string json;
   std::string plot;
@@ -86,12 +80,6 @@ void printResult(const sim::SimOptions& o, const SimulateFlags& f, const sim::Si
   std::fflush(stdout);
 }
 
-void writeFile(const std::string& path, const std::string& text) {
-  std::ofstream out(path);
-  out << text;
-  if (!out) throw ConfigError(fmt::format("cannot write {}", path));
-}
-
 void writePlot(const SimulateFlags& f, const std::string& variable, const nlohmann::json& rows) {
   Chart chart;
   const sim::SimOptions& o = f.options;
@@ -109,21 +97,17 @@ void writePlot(const SimulateFlags& f, const std::string& variable, const nlohma
     ideal.y.push_back(predicted.y.back() / row["scaling_efficiency"].get<double>());
   }
   chart.series = {predicted, ideal};
-  writeFile(f.plot, renderSvg(chart));
+  writeTextFile(f.plot, renderSvg(chart));
 }
 
 void run(SimulateFlags& f) {
   sim::SimOptions& o = f.options;
-  o.profile = loadModelProfile(f.profile);
-  scaleComputeTimes(o.profile, f.computeScale);
-  if (!f.writeProfile.empty()) writeFile(f.writeProfile, profileToJson(o.profile));
+  o.profile = loadScaledProfile(f.model);
+  if (!f.writeProfile.empty()) writeTextFile(f.writeProfile, profileToJson(o.profile));
   if (f.pipeline.stages > 0) return runPipelineSimulation(o.profile, f.pipeline, f.json);
   o.schedule = ScheduleSpec::parse(f.schedule);
-  o.cluster.bandwidth = parseBandwidth(f.bandwidth, "--bandwidth");
-  o.cluster.latency = parseDurationSeconds(f.latency, "--latency");
-  o.cluster.localBandwidth = parseBandwidth(f.localBandwidth, "--local-bandwidth");
-  o.cluster.localLatency = parseDurationSeconds(f.localLatency, "--local-latency");
-  o.codecSecondsPerElement = f.codecNsPerElement * 1e-9;
+  o.cluster = parseCluster(f.model);
+  o.codecSecondsPerElement = f.model.codecNsPerElement * 1e-9;
   std::string variable;
   std::vector<std::string> values{""};
   if (!f.sweep.empty()) std::tie(variable, values) = parseSweep(f.sweep);
@@ -153,7 +137,7 @@ void run(SimulateFlags& f) {
                           {"ps", o.strategy.ps},
                           {"sweep", f.sweep},
                           {"results", rows}};
-    writeFile(f.json, out.dump(1) + "\n");
+    writeTextFile(f.json, out.dump(1) + "\n");
   }
   if (!f.plot.empty()) writePlot(f, variable, rows);
 }
@@ -165,19 +149,7 @@ void addSimulateCommand(CLI::App& app, CommandContext& context) {
   SimulateFlags& f = *flags;
   sim::SimOptions& o = f.options;
   CLI::App* cmd = app.add_subcommand("simulate", "predict step time on a cluster we do not have");
-  cmd->add_option("--model-profile", f.profile, "resnet50 | vgg19 | transformer | FILE.json")
-      ->required();
-  cmd->add_option("--workers", o.cluster.workers, "devices in the job")->capture_default_str();
-  cmd->add_option("--gpus-per-host", o.cluster.gpusPerHost, "devices sharing a host's NIC")
-      ->capture_default_str();
-  cmd->add_option("--bandwidth", f.bandwidth, "per host NIC, each way, e.g. 25gbit")
-      ->capture_default_str();
-  cmd->add_option("--latency", f.latency, "per message between hosts, e.g. 5us")
-      ->capture_default_str();
-  cmd->add_option("--local-bandwidth", f.localBandwidth, "between devices of a host")
-      ->capture_default_str();
-  cmd->add_option("--local-latency", f.localLatency, "between devices of a host")
-      ->capture_default_str();
+  addSimModelFlags(cmd, f.model);
   cmd->add_option("--schedule", f.schedule, "fifo | wfbp | fusion:MB | p3[:slice=N,window=W]")
       ->capture_default_str();
   cmd->add_option("--sync", o.sync, "as train --sync")->capture_default_str();
@@ -188,12 +160,6 @@ void addSimulateCommand(CLI::App& app, CommandContext& context) {
       ->capture_default_str();
   cmd->add_option("--compress-override", o.compression.overrides, "as train");
   cmd->add_option("--compress-min-elements", o.compression.minElements, "as train")
-      ->capture_default_str();
-  cmd->add_option("--codec-ns-per-element", f.codecNsPerElement,
-                  "encode + decode time per compressed element (0: free)")
-      ->capture_default_str();
-  cmd->add_option("--compute-scale", f.computeScale,
-                  "multiply the profile's compute times (a device this many times slower)")
       ->capture_default_str();
   cmd->add_option("--steps", o.steps,
                   "simulated steps; the first two (or first period) are not measured")

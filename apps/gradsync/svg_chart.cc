@@ -215,4 +215,49 @@ std::string renderSvg(const Chart& chart) {
   return svg + "</svg>\n";
 }
 
+std::string renderBarSvg(const BarChart& chart) {
+  GS_CHECK(!chart.values.empty() && chart.values.size() == chart.labels.size());
+  constexpr double kBar = 18, kPitch = 24;
+  double labelsWidth = 0;
+  for (const std::string& label : chart.labels)
+    labelsWidth = std::max(labelsWidth, labelWidth(label));
+  const double left = 16 + labelsWidth + kGap, right = kWidth - 60;
+  const double bottom = kTop + kPitch * static_cast<double>(chart.values.size()) + kGap;
+  const double height = bottom + kBottom;
+  const double hi = *std::max_element(chart.values.begin(), chart.values.end());
+  const auto [lo, top] = paddedRange(0, hi, false);
+  const Axis x{lo, top, false, left, right};
+  const std::vector<double> ticks = withoutOverlaps(axisTicks(lo, top, false), [&](double t) {
+    const double half = labelWidth(tickLabel(t)) / 2;
+    return std::pair{x.pixel(t) - half, x.pixel(t) + half};
+  });
+  std::string svg = fmt::format(
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" "
+      "font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" "
+      "fill=\"white\"/>\n<text x=\"16\" y=\"22\" font-size=\"14\">{}</text>\n",
+      kWidth, height, escape(chart.title));
+  for (double t : ticks)
+    svg += fmt::format(
+        "<line x1=\"{0:.1f}\" x2=\"{0:.1f}\" y1=\"{1}\" y2=\"{2}\" stroke=\"#ddd\"/>"
+        "<text x=\"{0:.1f}\" y=\"{3}\" text-anchor=\"middle\">{4}</text>\n",
+        x.pixel(t), kTop, bottom, bottom + 17, tickLabel(t == 0 ? 0.0 : t));  // never "-0"
+  for (size_t i = 0; i < chart.values.size(); ++i) {
+    const double y = kTop + kGap + kPitch * static_cast<double>(i);
+    const double end = x.pixel(chart.values[i]);
+    svg += fmt::format(
+        "<text x=\"{}\" y=\"{:.1f}\" text-anchor=\"end\">{}</text>"
+        "<rect x=\"{}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{}\" fill=\"{}\"/>"
+        "<text x=\"{:.1f}\" y=\"{:.1f}\">{}</text>\n",
+        left - kGap, y + kBar - 5, escape(chart.labels[i]), left, y, end - left, kBar, kColors[0],
+        end + 4, y + kBar - 5,
+        fmt::format("{:.{}f}{}", chart.values[i], chart.decimals, chart.valueSuffix));
+  }
+  svg += fmt::format(
+      "<line x1=\"{0}\" x2=\"{0}\" y1=\"{1}\" y2=\"{2}\" stroke=\"black\"/>"
+      "<line x1=\"{0}\" x2=\"{3}\" y1=\"{2}\" y2=\"{2}\" stroke=\"black\"/>\n"
+      "<text x=\"{4}\" y=\"{5}\" text-anchor=\"middle\">{6}</text>\n",
+      left, kTop, bottom, right, (left + right) / 2, height - 16, escape(chart.xLabel));
+  return svg + "</svg>\n";
+}
+
 }  // namespace gradsync

@@ -36,4 +36,18 @@ std::string tickLabel(double value);
 // when logX; every y > 0 when logY (a point at y <= 0 is left out of its line).
 std::string renderSvg(const Chart& chart);
 
+// A horizontal bar chart (the candidates of `gradsync tune`): one labelled bar per row, top to
+// bottom, on a linear x axis from zero; a bar's value is written at its end.
+struct BarChart {
+  std::string title;
+  std::string xLabel;
+  std::vector<std::string> labels;
+  std::vector<double> values;  // one per label, >= 0
+  int decimals = 2;            // of the value written at a bar's end
+  std::string valueSuffix;     // after it, e.g. "x"
+};
+
+// The SVG text of `chart`. REQUIRES: at least one bar; one value per label, each >= 0.
+std::string renderBarSvg(const BarChart& chart);
+
 }  // namespace gradsync

@@ -44,6 +44,10 @@ std::string workload(const TrainOptions& options) {
 
 void printSummary(const TrainOptions& options, int workers, const TrainResult& result) {
   const StepProfile& p = result.perStep;
+  // --schedule auto: what it chose ("auto -> p3:slice=160000,window=2").
+  const std::string schedule = result.scheduleTuning.empty()
+                                   ? options.schedule
+                                   : options.schedule + " -> " + result.schedule;
   const std::string accuracy =
       emulatesCompute(options)
           ? ""
@@ -52,7 +56,7 @@ void printSummary(const TrainOptions& options, int workers, const TrainResult& r
       "gradsync train: %s, %d workers, %s%s, %lld steps in %.1f s: "
       "%s%.0f samples/s, step %.1f ms (compute %.1f, exposed "
       "communication %.1f), %.2f MB sent per step",
-      workload(options).c_str(), workers, options.schedule.c_str(), syncLabel(options).c_str(),
+      workload(options).c_str(), workers, schedule.c_str(), syncLabel(options).c_str(),
       static_cast<long long>(result.steps), result.seconds, accuracy.c_str(),
       result.samplesPerSecond, p.stepMs, p.computeMs, p.exposedCommMs, p.bytesSent / 1e6);
   if (options.compression.spec != "none" && p.bytesSent > 0) {
@@ -158,7 +162,10 @@ void addTrainCommand(CLI::App& app, CommandContext& context) {
   train->add_option("--inject-slow-rank", o.injectSlowRank,
                     "R:MS: rank R's compute takes MS ms longer per step (fault injection)");
   train->add_option("--threads", o.threads, "torch threads per rank")->capture_default_str();
-  train->add_option("--schedule", o.schedule, "fifo | wfbp | fusion:MB | p3[:slice=N,window=W]")
+  train
+      ->add_option(
+          "--schedule", o.schedule,
+          "fifo | wfbp | fusion:MB | p3[:slice=N,window=W] | auto[:tune=p3|fusion,steps=N]")
       ->capture_default_str();
   train
       ->add_option("--sync", o.sync,

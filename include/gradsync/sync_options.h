@@ -12,7 +12,10 @@ namespace gradsync {
 
 // How gradients are synchronized: the spec strings of `gradsync train`'s flags (docs/cli.md).
 struct SyncOptions {
-  // fifo | wfbp | fusion[:MB] | p3[:slice=N,window=W] (--schedule).
+  // fifo | wfbp | fusion[:MB] | p3[:slice=N,window=W] (--schedule), or auto[:tune=p3|fusion,
+  // steps=N]: p3's slice and window (or fusion's bucket) tuned from the first steps' times, then
+  // fixed (DistributedOptimizer::schedule() says the choice); dense ring runs with SGD in the
+  // engine only (ConfigError else).
   std::string schedule = "wfbp";
   // none | fp16 | topk:D | mstopk:D | gtopk:D | dgc:D | randomk:D | qsgd:L | terngrad | twobit:T |
   // onebit | signsgd | powersgd:R | gradiveq:R, each with ,ef=on|off where it applies

@@ -155,8 +155,10 @@ std::vector<int> sharedMemoryGroup(const HostsInfo& hosts, const Topology& logic
 std::unique_ptr<Transport> connectHostTransport(Store& store, int rank, int size,
                                                 const HostTransportOptions& options) {
   const HostsInfo hosts = exchangeHosts(store, rank, size, options);
-  const Topology logical =
-      options.ranksPerHost > 0 ? Topology::uniform(size, options.ranksPerHost) : hosts.real;
+  const TransportOptions& link = options.tcp.transport;
+  const bool emulatedLink = link.bandwidthBytesPerSec > 0 || link.latency.count() > 0;
+  const int ranksPerHost = options.ranksPerHost > 0 ? options.ranksPerHost : emulatedLink ? 1 : 0;
+  const Topology logical = ranksPerHost > 0 ? Topology::uniform(size, ranksPerHost) : hosts.real;
   const std::vector<int> locals = sharedMemoryGroup(hosts, logical, rank, options.sharedMemory);
   const bool shm = !locals.empty();
   auto relay = std::make_shared<BreakRelay>();

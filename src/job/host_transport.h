@@ -22,9 +22,11 @@ struct HostTransportOptions {
   // Shared memory between the ranks of one host (--shm); else TCP there too.
   bool sharedMemory = true;
   // Consecutive runs of this many ranks form a host (--ranks-per-host); 0: the hosts the ranks
-  // share in fact. Ranks of one logical host talk through shared memory only where they also
-  // share a real host; logical hosts always reach each other over TCP (so --bandwidth shapes
-  // exactly the links between them).
+  // share in fact, or, with an emulated link (tcp.transport's bandwidth or latency: --bandwidth,
+  // --latency), every rank a host of its own, since shared memory would bypass the emulated
+  // link. Ranks of one logical host talk through shared memory only where they also share a
+  // real host; logical hosts always reach each other over TCP (so --bandwidth shapes exactly the
+  // links between them).
   int ranksPerHost = 0;
 };
 

@@ -63,6 +63,10 @@ ScheduleTunerOptions parseAutoSchedule(const std::string& text) {
   return options;
 }
 
+ScheduleSpec firstCandidate(const ScheduleTunerOptions& options) {
+  return ScheduleTuner(options, 40'000).current();
+}
+
 ScheduleTuner::ScheduleTuner(ScheduleTunerOptions options, size_t largestTensorElements)
     : options_(options), largest_(std::max<size_t>(largestTensorElements, 1)) {
   if (options.kind == ScheduleSpec::Kind::kP3) {

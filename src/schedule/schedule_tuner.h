@@ -34,6 +34,10 @@ bool isAutoSchedule(const std::string& text);
 // Throws ConfigError naming the bad part.
 ScheduleTunerOptions parseAutoSchedule(const std::string& text);
 
+// The schedule a tuning with `options` starts from (P3's default slice and window, or fusion's
+// 25 MiB): what checks of the options before training look at.
+ScheduleSpec firstCandidate(const ScheduleTunerOptions& options);
+
 // Not thread-safe (the training thread drives it).
 class ScheduleTuner {
  public:

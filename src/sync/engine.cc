@@ -290,6 +290,21 @@ void Engine::loadState(std::span<const uint8_t> state) {
   in.expectEnd();
 }
 
+std::string Engine::whyNotReschedulable(const EngineOptions& o) {
+  if (o.servers) return "parameter servers";
+  if (o.sharded) return "--sync sharded";
+  if (o.compression.spec != "none" || !o.compression.overrides.empty())
+    return "compression (its state is kept per communication unit)";
+  if (updatesParameters(o) && o.update.kind != UpdateRule::Kind::kSgd)
+    return "an update rule other than SGD in the engine (only SGD's velocity carries over)";
+  return "";
+}
+
+uint64_t Engine::nextStep() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return stepsEnded_;
+}
+
 void Engine::setStep(uint64_t step) {
   std::lock_guard<std::mutex> lock(mutex_);
   GS_CHECK(active_ == 0);

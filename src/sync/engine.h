@@ -104,6 +104,10 @@ class Engine final : private EngineEvents {
   // spec; sharded with p3 or with compression; a compressor that cannot push to servers),
   // before any work starts.
   static void validate(const EngineOptions& options, const std::vector<TensorShape>& tensors);
+  // Why an engine with `options` cannot hand over to one of another schedule between steps
+  // (state that does not carry over: compressors', servers', sharded's, a rule other than SGD in
+  // update mode), or "" if it can (--schedule auto).
+  static std::string whyNotReschedulable(const EngineOptions& options);
   // Whether the engine (or the servers) update the parameters instead of returning averages.
   static bool updatesParameters(const EngineOptions& options) {
     return options.servers || options.sharded || options.schedule.prioritized();
@@ -153,6 +157,8 @@ class Engine final : private EngineEvents {
   // The global step the next step is (compression warm-up, seeds, delays); set it when resuming,
   // before the first step.
   void setStep(uint64_t step);
+  // The global step the next backward produces: setStep's, plus the steps ended since.
+  uint64_t nextStep() const;
 
  private:
   // EngineEvents, for the executor's own threads.

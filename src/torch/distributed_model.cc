@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "common/check.h"
 #include "common/logging.h"
 #include "common/tags.h"
 #include "gradsync/collectives.h"
@@ -48,6 +49,8 @@ DistributedModel::DistributedModel(std::shared_ptr<torch::nn::Module> module, Tr
   Transport& engineTransport = servers_ && setup.psTransport ? *setup.psTransport : transport;
   const bool updates = Engine::updatesParameters(options);
   options.exchanged = planExchanges(setup);
+  engineOptions_ = options;
+  tensors_ = tensors;
   engine_ = std::make_unique<Engine>(engineTransport, tensors, std::move(options),
                                      updates ? storage : std::vector<std::span<float>>{});
   updates_ = engine_->updatesParameters();
@@ -114,6 +117,7 @@ void DistributedModel::attachExchanges(Transport& transport) {
 
 StepStats DistributedModel::totals() const {
   StepStats totals = engine_ ? engine_->totals() : averaging_;
+  totals += retired_;
   for (const auto& exchange : exchanges_) {
     totals.bytesSent += exchange->bytesSent();
     totals.commSeconds += exchange->waitSeconds();
@@ -353,6 +357,31 @@ void DistributedModel::velocityFromOptimizer(torch::optim::SGD& optimizer) {
                     buffer.data_ptr<float>() + buffer.numel());
   }
   engine_->setVelocity(velocity);
+}
+
+std::string DistributedModel::whyNotReschedulable() const {
+  return engine_ ? Engine::whyNotReschedulable(engineOptions_) : "";
+}
+
+void DistributedModel::reschedule(const ScheduleSpec& schedule) {
+  if (!engine_) return;
+  GS_CHECK(whyNotReschedulable().empty());
+  EngineOptions options = engineOptions_;
+  options.schedule = schedule;
+  GS_CHECK(Engine::updatesParameters(options) == updates_);
+  waitForParameters();
+  const uint64_t step = engine_->nextStep();
+  const std::vector<float> velocity = updates_ ? engine_->velocity() : std::vector<float>{};
+  retired_ += engine_->totals();
+  engine_.reset();  // its threads end before the next engine's start on the same tags
+  std::vector<std::span<float>> storage;
+  if (updates_)
+    for (torch::Tensor& p : parameters_) storage.push_back(floats(p));
+  engine_ = std::make_unique<Engine>(transport_, tensors_, options, storage);
+  engineOptions_ = std::move(options);
+  engine_->setStep(step);
+  if (updates_) engine_->setVelocity(velocity);
+  engine_->setTrace(trace_);
 }
 
 }  // namespace gradsync

@@ -117,6 +117,15 @@ class DistributedModel {
   void setTrace(TraceRecorder* trace);
   // Whether parameter i's compressor applies momentum itself (its optimizer group must not).
   bool absorbsMomentum(size_t i) const { return engine_ && engine_->absorbsMomentum(i); }
+  // Why this run cannot switch its schedule between steps (reschedule), or "" if it can: a
+  // dense ring run (no compression, servers, sharded or localsgd), whose update mode applies
+  // SGD (the only rule whose state, the velocity, carries over).
+  std::string whyNotReschedulable() const;
+  // Between steps (--schedule auto): waits for the step in flight, then runs the next steps
+  // with `schedule`, the engine's SGD velocity, step count and statistics carried over; with
+  // two workers the parameters stay bitwise those of one schedule throughout. `schedule` must
+  // keep the mode (p3 updates, fifo/wfbp/fusion return averages). Collective.
+  void reschedule(const ScheduleSpec& schedule);
   // The global step the next synchronizeGradients completes (after a resume).
   void setStep(uint64_t step) {
     if (engine_) engine_->setStep(step);
@@ -140,6 +149,9 @@ class DistributedModel {
   const Clock* clock_;
   std::vector<torch::Tensor> parameters_;
   std::unique_ptr<Engine> engine_;  // null for a world of one, and for localsgd
+  EngineOptions engineOptions_;     // what engine_ was built with (reschedule builds anew)
+  std::vector<TensorShape> tensors_;
+  StepStats retired_;  // the totals of engines replaced by reschedule
   bool updates_ = false;
   bool servers_ = false;         // through parameter servers
   StepStats averaging_;          // localsgd: what averageParameters() cost

@@ -15,6 +15,7 @@
 #include "sync/strategy.h"
 #include "torch/archive_bytes.h"
 #include "torch/distributed_model.h"
+#include "torch/schedule_tuning.h"
 #include "torch/sync_setup.h"
 #include "transport/prefix_transport.h"
 
@@ -127,6 +128,17 @@ std::vector<TensorShape> shapesOf(const torch::nn::Module& module) {
   return shapes;
 }
 
+// --schedule auto (torch/schedule_tuning.h); not with localsgd, which averages models instead.
+std::unique_ptr<ScheduleTuning> tuningFor(const SyncOptions& options,
+                                          const Parameters& synchronized, Transport& workers) {
+  if (SyncStrategy::parse(options.sync).kind == SyncStrategy::Kind::kLocalSgd)
+    ScheduleTuning::checkRunCanSwitch("localsgd (it averages models)");
+  size_t largest = 1;
+  for (const auto& item : synchronized)
+    largest = std::max(largest, static_cast<size_t>(item.second.numel()));
+  return std::make_unique<ScheduleTuning>(options.schedule, largest, workers);
+}
+
 }  // namespace
 
 DistributedOptimizer::DistributedOptimizer(torch::optim::Optimizer& optimizer,
@@ -141,14 +153,29 @@ DistributedOptimizer::DistributedOptimizer(torch::optim::Optimizer& optimizer,
     if (item.value().requires_grad()) synchronized.emplace_back(item.key(), item.value());
   }
   checkOptimizerCoversModule(optimizer, synchronized);
+  checkSameEverywhere(transport_, options, synchronized);
+  if (isAutoSchedule(options.schedule)) {
+    tuning_ = tuningFor(options, synchronized, transport_);
+    options.schedule = tuning_->firstSchedule();
+    if (transport_.size() == 1) tuning_.reset();  // nothing is communicated: nothing to tune
+  }
+  schedule_ = options.schedule;
   const auto absorbs = absorbsOf(synchronized, options);
   SyncSetup setup = setupFor(optimizer, options, transport_.size(), absorbs);
   setup.psTransport = &transport;
-  checkSameEverywhere(transport_, options, synchronized);
   engineLr_ = setup.engine.update.lr;
   if (setup.local) localPeriod_ = SyncStrategy::parse(options.sync).parameter;
   model_ = std::make_unique<DistributedModel>(std::move(module), transport_, std::move(setup));
+  if (tuning_) ScheduleTuning::checkRunCanSwitch(model_->whyNotReschedulable());
   checkMomentumAppliedOnce(optimizer, absorbs, options.compress);
+}
+
+std::string DistributedOptimizer::schedule() const {
+  return tuning_ ? tuning_->current() : schedule_;
+}
+
+std::string DistributedOptimizer::scheduleTuning() const {
+  return tuning_ ? tuning_->summary() : "";
 }
 
 DistributedOptimizer::~DistributedOptimizer() = default;
@@ -177,6 +204,7 @@ void DistributedOptimizer::step() {
            "learning-rate schedules need schedule fifo, wfbp or fusion for now");
   }
   model_->endBackward();
+  if (tuning_) tuning_->afterStep(*model_);
 }
 
 int DistributedOptimizer::ranksWithData(bool mine) {
@@ -209,6 +237,7 @@ void DistributedOptimizer::synchronize() {
       joinable_ ? static_cast<float>(transport_.size()) / static_cast<float>(ranksWithData(true))
                 : 1.0f;
   model_->synchronizeGradients(scale);
+  if (tuning_) tuning_->afterStep(*model_);
 }
 
 void DistributedOptimizer::synchronizeModel() {

@@ -98,6 +98,8 @@ void writeMetrics(const std::string& path, const TrainOptions& options, int work
                           {"named_after_steps", r.namedAfter}});
   }
   doc["stragglers"] = stragglers;
+  doc["summary"]["schedule"] = result.schedule;
+  if (!result.scheduleTuning.empty()) doc["summary"]["schedule_tuning"] = result.scheduleTuning;
   if (!result.rounds.empty()) {  // an elastic run: who trained when
     nlohmann::json rounds = nlohmann::json::array();
     for (const RoundRecord& r : result.rounds) {

@@ -9,7 +9,9 @@
 #include "gradsync/error.h"
 #include "ps/parameter_server.h"
 #include "ps/served_units.h"
+#include "schedule/schedule_tuner.h"
 #include "sync/strategy.h"
+#include "torch/schedule_tuning.h"
 
 namespace gradsync {
 namespace {
@@ -137,8 +139,13 @@ CompressionConfig compressionOf(const SyncOptions& sync) {
           .warmupSteps = sync.compressWarmup};
 }
 
+// --schedule auto starts from its search's first candidate (DistributedOptimizer tunes on).
+ScheduleSpec scheduleOf(const std::string& text) {
+  return isAutoSchedule(text) ? firstCandidate(parseAutoSchedule(text)) : ScheduleSpec::parse(text);
+}
+
 EngineOptions engineOptionsOf(const SyncOptions& sync, const SyncStrategy& strategy) {
-  return {.schedule = ScheduleSpec::parse(sync.schedule),
+  return {.schedule = scheduleOf(sync.schedule),
           .compression = compressionOf(sync),
           .seed = sync.seed,
           .sharded = strategy.kind == SyncStrategy::Kind::kSharded,
@@ -207,6 +214,11 @@ void validateSync(const SyncOptions& sync, const std::vector<TensorShape>& tenso
   checkCompressionApplies(strategy, engine.compression, sync.sync);
   engine.update = UpdateRule::sgd(0.1, 0.9);  // any rule: it changes no check
   engine.servers = psOptionsFor(strategy, knobsOf(sync), 1, 0.1, 0.9);
+  if (isAutoSchedule(sync.schedule)) {  // first: its first candidate's refusals would mislead
+    std::string why = Engine::whyNotReschedulable(engine);
+    if (strategy.kind == SyncStrategy::Kind::kLocalSgd) why = "localsgd (it averages models)";
+    ScheduleTuning::checkRunCanSwitch(why);
+  }
   Engine::validate(engine, tensors);
 }
 
@@ -226,6 +238,7 @@ void serveParameters(Transport& transport, const std::vector<TensorShape>& tenso
   std::optional<PsOptions> ps =
       psOptionsFor(SyncStrategy::parse(sync.sync), knobsOf(sync), workers, rule.lr, rule.momentum);
   GS_CHECK(ps.has_value() && transport.rank() >= workers);
+  if (isAutoSchedule(sync.schedule)) ScheduleTuning::checkRunCanSwitch("parameter servers");
   std::vector<ServedUnit> units =
       servedUnits(tensors, ScheduleSpec::parse(sync.schedule), compressionOf(sync));
   const int index = transport.rank() - workers;

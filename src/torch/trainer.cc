@@ -436,6 +436,8 @@ TrainResult Trainer::run() {
   }
   writeTrace();
   result.stragglers = stragglers_.reports();
+  result.schedule = distributed_.schedule();
+  result.scheduleTuning = distributed_.scheduleTuning();
   result.epochs = position.epochs;
   result.steps = position.step;
   double stepsHere = static_cast<double>(std::max<int64_t>(stepsRun, 1));

@@ -119,6 +119,8 @@ struct TrainResult {
   double finalTestAccuracy = 0;
   StepProfile perStep;
   std::vector<StragglerReport> stragglers;  // ranks named persistently slower (sync/straggler.h)
+  std::string schedule;        // the schedule used: --schedule's, or what --schedule auto chose
+  std::string scheduleTuning;  // --schedule auto: the candidates' step times and the choice
   bool stopped = false;  // a stop was asked for (stopOnSignal): the run ended early, checkpointed
   std::vector<RoundRecord> rounds;  // elastic runs: every round the job went through, in order
 };

@@ -4,7 +4,9 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -163,6 +165,68 @@ TEST(Cli, SimulateRefusesBadInputNamingIt) {
   EXPECT_NE(r.err.find("workers=N"), std::string::npos) << r.err;
 }
 
+// A small model profile (3 layers, 2.1 M parameters, 6 ms of compute): tune searches it in a
+// second and `train --compute emulate:` runs it in a few.
+fs::path smallProfile() {
+  fs::path path = scratch() / "small-profile.json";
+  nlohmann::json layers = nlohmann::json::array();
+  for (auto [name, elements] : {std::pair{"conv1", 100000}, {"conv2", 400000}, {"fc", 1600000}})
+    layers.push_back(
+        {{"name", name},
+         {"forward_s", 0.001},
+         {"backward_s", 0.001},
+         {"tensors", {{{"name", std::string(name) + ".weight"}, {"dims", {elements}}}}}});
+  nlohmann::json doc = {{"name", "small"}, {"device", "test"}, {"source", "cli_test"},
+                        {"batch_size", 8}, {"update_s", 0.0},  {"layers", layers}};
+  std::ofstream(path) << doc.dump(1);
+  return path;
+}
+
+TEST(Cli, TuneRanksCandidatesRecommendsFlagsAndWritesJsonAndAPlot) {
+  fs::path json = scratch() / "tune.json";
+  fs::path svg = scratch() / "tune.svg";
+  Result r = gradsync({"tune", "--model-profile", smallProfile().string(), "--workers", "4",
+                       "--bandwidth", "1gbit", "--servers", "2", "--top", "5", "--json",
+                       json.string(), "--plot", svg.string()});
+  ASSERT_TRUE(r.status.ok()) << r.status.describe() << "\n" << r.err;
+  EXPECT_NE(r.out.find("recommended: gradsync train --workers 4 "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("onebit"), std::string::npos) << "excluded methods are shown: " << r.out;
+  nlohmann::json doc = nlohmann::json::parse(readFile(json));
+  ASSERT_FALSE(doc["ranked"].empty());
+  ASSERT_FALSE(doc["rejected"].empty());
+  double last = 0;
+  for (const auto& c : doc["ranked"]) {
+    const double tta = c["time_to_accuracy_vs_best"].get<double>();
+    EXPECT_GE(tta, last);
+    last = tta;
+    EXPECT_NEAR(
+        tta * doc["ranked"][0]["step_ms"].get<double>() * doc["ranked"][0]["factor"].get<double>(),
+        c["step_ms"].get<double>() * c["factor"].get<double>(), 1e-6);
+    for (const auto& j : doc["rejected"])
+      EXPECT_FALSE(c["schedule"] == j["schedule"] && c["compress"] == j["compress"] &&
+                   c["sync"] == j["sync"]);
+  }
+  EXPECT_EQ(doc["recommended"]["factor_status"], "measured");
+  EXPECT_NE(readFile(svg).find("</svg>"), std::string::npos);
+}
+
+TEST(Cli, TuneRefusesBadInputNamingTheFlag) {
+  for (auto [flag, value] : {std::pair{"--top", "0"},
+                             {"--bandwidth", "fast"},
+                             {"--servers", "-1"},
+                             {"--model-profile", "alexnet"}}) {
+    std::vector<std::string> args{"tune", flag, value};
+    if (std::string(flag) != "--model-profile")
+      args.insert(args.end(), {"--model-profile", "resnet50"});
+    Result r = gradsync(args);
+    EXPECT_EQ(r.status.code, 2) << flag;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    EXPECT_NE(r.err.find(std::string(flag) == "--model-profile" ? "alexnet" : flag),
+              std::string::npos)
+        << r.err;
+  }
+}
+
 // `gradsync train` exists only in builds with LibTorch (not in the sanitizer builds).
 class CliTrain : public ::testing::Test {
  protected:
@@ -227,6 +291,21 @@ TEST_F(CliTrain, ShortRealRunOnFashionMnistLearnsAndWritesMetrics) {
   }
 }
 
+// --bandwidth makes every rank an emulated host of its own: worker processes on this one host
+// talk over the shaped TCP links, not through shared memory, which would bypass the limit.
+TEST_F(CliTrain, BandwidthShapesWorkersOnOneHost) {
+  fs::path metrics = scratch() / "shaped.json";
+  Result r = gradsync({"train", "--model", "mlp", "--dataset", "synthetic", "--bandwidth", "50mbit",
+                       "--steps", "3", "--quiet", "--metrics", metrics.string()});
+  ASSERT_TRUE(r.status.ok()) << r.status.describe() << "\n" << r.err;
+  nlohmann::json doc = nlohmann::json::parse(readFile(metrics));
+  const double bytes = doc["per_step"]["bytes_sent"].get<double>();
+  ASSERT_GT(bytes, 1e6);  // mlp's gradients: 2.7 MB per rank per step
+  // A step cannot be shorter than its bytes at 50 Mbit/s (the limiter lets a first burst of a
+  // few milliseconds through unshaped).
+  EXPECT_GT(doc["per_step"]["step_ms"].get<double>(), 0.9 * bytes * 8 / 50e6 * 1e3);
+}
+
 TEST_F(CliTrain, CompressedRunReportsItsBytesAndEvaluations) {
   fs::path metrics = scratch() / "compressed.json";
   Result r = gradsync({"train", "--model", "mlp", "--dataset", "synthetic", "--steps", "6",
@@ -269,6 +348,26 @@ TEST_F(CliTrain, EmulatedComputeRunsTheProfileOverProcesses) {
       (builtinProfile("resnet50").forwardSeconds() + builtinProfile("resnet50").backwardSeconds());
   EXPECT_NEAR(doc["per_step"]["device_ms"].get<double>(), deviceMs, 1e-6);
   EXPECT_GE(doc["per_step"]["compute_ms"].get<double>(), deviceMs - 0.1);
+}
+
+// tune's recommendation, as printed, is a command line train accepts and runs: --verify runs
+// it (and the top candidate) in `gradsync train` with emulated compute and reads its metrics.
+TEST_F(CliTrain, TuneVerifyRunsTheRecommendedFlagsInTrain) {
+  fs::path json = scratch() / "tune-verify.json";
+  Result r =
+      gradsync({"tune", "--model-profile", smallProfile().string(), "--workers", "3", "--bandwidth",
+                "1gbit", "--verify", "2", "--verify-top", "1", "--json", json.string()});
+  ASSERT_TRUE(r.status.ok()) << r.status.describe() << "\n" << r.err;
+  EXPECT_NE(r.out.find("verified best: gradsync train --workers 3 "), std::string::npos) << r.out;
+  nlohmann::json doc = nlohmann::json::parse(readFile(json));
+  const std::string recommended = doc["recommended"]["train_flags"];
+  bool ran = false;
+  for (const auto& v : doc["verified"]) {
+    EXPECT_GT(v["measured_step_ms"].get<double>(), 0);
+    ran |= v["train_flags"] == recommended;
+  }
+  EXPECT_TRUE(ran) << recommended;
+  EXPECT_NE(r.out.find("recommended: gradsync train " + recommended), std::string::npos);
 }
 
 TEST_F(CliTrain, ProfileWritesAModelProfileOrNamesTheModels) {

@@ -34,6 +34,7 @@
 namespace gradsync {
 
 class DistributedModel;
+class ScheduleTuning;
 
 // What synchronizing has cost on this rank so far, summed over every step.
 struct SyncStats {
@@ -106,6 +107,13 @@ class DistributedOptimizer {
   // Whether the engine applies the update (p3, sharded, parameter servers): then step() does
   // not call the optimizer.
   bool updatesParameters() const;
+  // The schedule in use: SyncOptions::schedule's, or with "auto" the candidate on trial and,
+  // once tuned, the choice (e.g. "p3:slice=640000,window=2").
+  std::string schedule() const;
+  // With "auto": every candidate tried with its median step time, then the choice (e.g.
+  // "p3:slice=40000,window=2 8.9 ms, p3:slice=160000,window=2 6.4 ms, ... -> chose
+  // p3:slice=160000,window=2"); empty otherwise.
+  std::string scheduleTuning() const;
   // Bytes this rank sent for gradients so far, and what dense ring allreduces would have sent.
   uint64_t bytesSent() const;
   uint64_t denseBytes() const;
@@ -190,6 +198,8 @@ class DistributedOptimizer {
   int localPeriod_ = 0;  // localsgd: H (steps between model averages); else 0
   int64_t localSteps_ = 0;
   std::unique_ptr<DistributedModel> model_;
+  std::string schedule_;                    // what the engine was built with
+  std::unique_ptr<ScheduleTuning> tuning_;  // with schedule "auto", until the run ends
 };
 
 }  // namespace gradsync

@@ -112,5 +112,24 @@ TEST(Chart, OnePointAndZerosOnALogAxisStillDraw) {
   EXPECT_EQ(svg.find("inf"), std::string::npos) << svg;
 }
 
+// tune's chart: one bar per label, widths proportional to the values from a zero axis, every
+// label and value written, no "-0" tick.
+TEST(Chart, BarsAreProportionalAndLabelled) {
+  BarChart chart{"t", "x", {"p3 · topk", "wfbp <none>"}, {1.0, 2.5}, 2, "x"};
+  const std::string svg = renderBarSvg(chart);
+  std::vector<double> widths;
+  for (size_t at = svg.find("<rect x="); at != std::string::npos;
+       at = svg.find("<rect x=", at + 1)) {
+    const size_t w = svg.find("width=\"", at) + 7;
+    widths.push_back(std::stod(svg.substr(w)));
+  }
+  ASSERT_EQ(widths.size(), 2u);
+  EXPECT_NEAR(widths[1] / widths[0], 2.5, 0.01);
+  EXPECT_NE(svg.find("p3 · topk"), std::string::npos);
+  EXPECT_NE(svg.find("wfbp &lt;none&gt;"), std::string::npos);
+  EXPECT_NE(svg.find(">2.50x<"), std::string::npos);
+  EXPECT_EQ(svg.find("-0"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace gradsync

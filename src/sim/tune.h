@@ -1,0 +1,78 @@
+// gradsync tune: searches schedules, compressors and strategies in the simulator and ranks them
+// by predicted time to accuracy = predicted step time x the method's measured convergence cost
+// (sim/convergence_costs.h; docs/simulator.md). Blocking, single-threaded; no torch.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "sim/convergence_costs.h"
+#include "sim/simulator.h"
+
+namespace gradsync::sim {
+
+// A synchronisation strategy as `train` takes it: --sync plus --ps or --servers K.
+struct SyncChoice {
+  std::string sync = "ssgd";
+  bool ps = false;
+  int servers = 0;
+  bool throughServers() const { return ps || servers > 0; }
+  std::string label() const;  // "ssgd", "ssgd/ps", "ssgd/servers:2", "localsgd:4"
+};
+
+// What to search: every schedule x compressor x strategy.
+struct TuneGrid {
+  std::vector<std::string> schedules;
+  std::vector<std::string> compressors;
+  std::vector<SyncChoice> syncs;
+};
+
+// fifo, wfbp, fusion at 3 sizes, p3 on a log grid of slices x windows 1 and 2; the measured
+// compressors and a few unmeasured densities; ssgd, sharded, ssgd through co-located servers,
+// through `servers` separate ones when > 0, and localsgd:4.
+TuneGrid defaultTuneGrid(int servers);
+
+struct TuneCandidate {
+  std::string schedule;
+  std::string compress;
+  SyncChoice sync;
+  double stepSeconds = 0;  // the simulator's prediction
+  CandidateCost cost;      // kMeasured or kAtLeast
+  // stepSeconds x cost.factor: a time per dense step's worth of progress.
+  double timeToAccuracy() const { return stepSeconds * cost.factor; }
+};
+
+// A compressor x strategy pair left out for its convergence cost (not simulated).
+struct TuneExclusion {
+  std::string compress;
+  SyncChoice sync;
+  CandidateCost cost;  // kDoesNotReach or kNotMeasured, with the reason
+};
+
+// A combination the simulator (with train's checks: sync_setup's checkCompressionApplies and
+// Engine::validate) refuses: never ranked.
+struct TuneRejection {
+  std::string schedule, compress;
+  SyncChoice sync;
+  std::string error;
+};
+
+struct TuneResult {
+  std::vector<TuneCandidate> ranked;  // by timeToAccuracy, ties by step time, then grid order
+  std::vector<TuneExclusion> excluded;
+  std::vector<TuneRejection> rejected;
+  // The recommendation: the first ranked candidate with a measured (not bounded) factor, or the
+  // first uncompressed one predicted within 1% of it (a tie: dense's factor is exact);
+  // ranked.size() when there is none.
+  size_t topPick = 0;
+};
+
+// Simulates every valid candidate of `grid` with `base`'s profile, cluster and steps (its
+// schedule, compression spec and sync are replaced per candidate). Throws ConfigError when no
+// candidate is valid.
+TuneResult tune(const SimOptions& base, const TuneGrid& grid);
+
+// The `gradsync train` flags that run `candidate` on `workers` workers.
+std::string trainFlags(const TuneCandidate& candidate, int workers);
+
+}  // namespace gradsync::sim

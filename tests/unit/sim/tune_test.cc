@@ -1,0 +1,158 @@
+// gradsync tune's search (sim/tune.h) against the simulator's own predictions times the
+// convergence table's factors, recomputed here; and the table's own rules.
+#include "sim/tune.h"
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+
+#include "gradsync/error.h"
+
+namespace gradsync::sim {
+namespace {
+
+LayerProfile layer(std::string name, int64_t elements, double forward, double backward) {
+  return {name, {tensorShape(name + ".weight", {elements})}, forward, backward};
+}
+
+SimOptions base() {
+  SimOptions o;
+  o.profile.name = "tune-test";
+  o.profile.device = "test";
+  o.profile.batchSize = 32;
+  o.profile.layers = {layer("conv1", 200000, 2e-3, 4e-3), layer("conv2", 800000, 3e-3, 6e-3),
+                      layer("fc", 2000000, 1e-3, 2e-3)};
+  o.cluster.workers = 4;
+  o.cluster.bandwidth = 1e9 / 8;  // 1 Gbit/s: communication-bound, so compression matters
+  return o;
+}
+
+TuneGrid smallGrid() {
+  return {{"fifo", "wfbp", "fusion:4", "p3:slice=160000,window=2"},
+          {"none", "fp16", "mstopk:0.01", "topk:0.01", "powersgd:4", "onebit", "topk:0.001"},
+          {{"ssgd"}, {"sharded"}, {"ssgd", true, 0}, {"localsgd:4"}}};
+}
+
+const ConvergenceCost& row(const std::string& method) {
+  for (const ConvergenceCost& r : convergenceCosts()) {
+    if (r.method == method) return r;
+  }
+  throw std::runtime_error("no row " + method);
+}
+
+// The factor a candidate should get, from the table's rows directly.
+double expectedFactor(const TuneCandidate& c) {
+  if (c.sync.sync == "ssgd" && !c.sync.throughServers()) return row(c.compress).factor;
+  EXPECT_EQ(c.compress, "none") << "a compressor off ring ssgd has no measured factor";
+  return row(c.sync.throughServers() ? "sync:ssgd/ps" : "sync:" + c.sync.sync).factor;
+}
+
+TEST(Tune, RankingIsTheSimulatorsStepTimesTheMeasuredFactors) {
+  const TuneResult result = tune(base(), smallGrid());
+  ASSERT_GE(result.ranked.size(), 10u);
+  std::vector<std::pair<double, std::string>> expected;
+  for (const TuneCandidate& c : result.ranked) {
+    SimOptions o = base();
+    o.schedule = ScheduleSpec::parse(c.schedule);
+    o.compression.spec = c.compress;
+    o.sync = c.sync.sync;
+    o.strategy.ps = c.sync.ps;
+    const double step = simulate(o).stepSeconds;
+    EXPECT_DOUBLE_EQ(c.stepSeconds, step) << c.schedule << " " << c.compress;
+    expected.emplace_back(step * expectedFactor(c),
+                          c.schedule + " " + c.compress + " " + c.sync.label());
+  }
+  std::vector<std::pair<double, std::string>> sorted = expected;
+  std::stable_sort(sorted.begin(), sorted.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (size_t i = 0; i < expected.size(); ++i)
+    EXPECT_DOUBLE_EQ(expected[i].first, sorted[i].first)
+        << "rank " << i << ": " << expected[i].second;
+  // Compression pays at 1 Gbit/s even after its cost, so the ranking is not dense-first.
+  EXPECT_NE(result.ranked.front().compress, "none");
+  EXPECT_EQ(result.ranked[result.topPick].cost.status, Convergence::kMeasured);
+}
+
+// Compute-bound (1 Tbit/s): every candidate is within a hair of the others, and the pick is
+// dense, whose factor is exact, not a compressor a rounding error ranks first.
+TEST(Tune, ATieIsRecommendedWithoutCompression) {
+  SimOptions o = base();
+  o.cluster.bandwidth = 1e12 / 8;
+  const TuneResult result = tune(o, smallGrid());
+  const TuneCandidate& pick = result.ranked.at(result.topPick);
+  EXPECT_EQ(pick.compress, "none");
+  EXPECT_LE(pick.timeToAccuracy(), result.ranked.front().timeToAccuracy() * 1.01);
+  // At 1 Gbit/s compression wins by far more than the tie: the pick is compressed.
+  const TuneResult slow = tune(base(), smallGrid());
+  EXPECT_NE(slow.ranked.at(slow.topPick).compress, "none");
+}
+
+TEST(Tune, ImpossibleCombinationsAreRejectedNeverRanked) {
+  const TuneResult result = tune(base(), smallGrid());
+  ASSERT_FALSE(result.rejected.empty());  // e.g. sharded with p3, which train refuses
+  bool shardedP3 = false;
+  for (const TuneRejection& r : result.rejected) {
+    shardedP3 |= r.sync.sync == "sharded" && r.schedule.starts_with("p3");
+    SimOptions o = base();
+    o.schedule = ScheduleSpec::parse(r.schedule);
+    o.compression.spec = r.compress;
+    o.sync = r.sync.sync;
+    o.strategy.ps = r.sync.ps;
+    EXPECT_THROW(simulate(o), ConfigError) << r.schedule << " " << r.compress;
+    for (const TuneCandidate& c : result.ranked) {
+      EXPECT_FALSE(c.schedule == r.schedule && c.compress == r.compress &&
+                   c.sync.label() == r.sync.label());
+    }
+  }
+  EXPECT_TRUE(shardedP3);
+}
+
+TEST(Tune, MethodsThatDoNotReachDenseOrAreUnmeasuredAreExcludedWithTheReason) {
+  const TuneResult result = tune(base(), smallGrid());
+  std::map<std::string, std::string> reasons;
+  for (const TuneExclusion& e : result.excluded)
+    reasons[e.compress + " " + e.sync.label()] = e.cost.reason;
+  EXPECT_NE(reasons["onebit ssgd"].find("does not reach"), std::string::npos);
+  EXPECT_NE(reasons["topk:0.001 ssgd"].find("no convergence measurement"), std::string::npos);
+  EXPECT_NE(reasons["none localsgd:4"].find("no steps-to-accuracy"), std::string::npos);
+  EXPECT_NE(reasons["mstopk:0.01 sharded"].find("ring ssgd only"), std::string::npos);
+  for (const TuneCandidate& c : result.ranked) {
+    EXPECT_NE(c.compress, "onebit");
+    EXPECT_NE(c.compress, "topk:0.001");
+    EXPECT_NE(c.sync.sync, "localsgd:4");
+  }
+}
+
+TEST(ConvergenceCosts, EveryRowHasProvenanceAndAFactorOnlyWhereMeasured) {
+  for (const ConvergenceCost& r : convergenceCosts()) {
+    EXPECT_FALSE(r.source.empty()) << r.method;
+    EXPECT_FALSE(r.derivation.empty()) << r.method;
+    const bool hasFactor = r.status == Convergence::kMeasured || r.status == Convergence::kAtLeast;
+    if (hasFactor) {
+      EXPECT_GE(r.factor, 1.0) << r.method;
+    } else {
+      EXPECT_EQ(r.factor, 0.0) << r.method;
+    }
+  }
+  EXPECT_NEAR(row("mstopk:0.01").factor, 170.0 / 110, 1e-12);
+  EXPECT_EQ(row("terngrad").factor, 1.0);  // 90 steps against 110: clamped
+  EXPECT_EQ(row("randomk:0.1").status, Convergence::kDoesNotReach);
+}
+
+TEST(Tune, TrainFlagsSpellTheCandidate) {
+  TuneCandidate c{"p3:slice=160000,window=2", "mstopk:0.01", {"ssgd", false, 2}, 0, {}};
+  EXPECT_EQ(trainFlags(c, 4),
+            "--workers 4 --schedule p3:slice=160000,window=2 --compress mstopk:0.01 --sync ssgd "
+            "--servers 2");
+  c.sync = {"ssgd", true, 0};
+  EXPECT_NE(trainFlags(c, 4).find(" --ps"), std::string::npos);
+}
+
+TEST(Tune, NoValidCandidateIsAConfigError) {
+  EXPECT_THROW(tune(base(), {{"wfbp"}, {"onebit"}, {{"ssgd"}}}), ConfigError);
+}
+
+}  // namespace
+}  // namespace gradsync::sim
