@@ -40,8 +40,9 @@ if [ "$compute" != real ]; then
 fi
 out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT
-# --bandwidth shapes TCP links only: ranks of one host would otherwise reach each other through
-# shared memory, unshaped (docs/cli.md), and every strategy would run at memory speed.
+# Local ranks over TCP, where --bandwidth shapes every byte (one run went through unshaped shared
+# memory: docs/performance.md, issue 24). The trainer now also makes each rank its own host
+# under --bandwidth (docs/cli.md); this keeps the benchmark right whatever that default becomes.
 export GRADSYNC_SHM=0
 for i in $(seq "$repeat"); do
   for s in $strategies; do

@@ -151,8 +151,9 @@ def main():
     if args.compute != "real" and not args.compute.startswith("emulate:"):
         sys.exit("--compute is real or emulate:PROFILE")
     gradsync = os.path.join(args.build, "apps", "gradsync", "gradsync")
-    # --bandwidth shapes TCP links only: ranks of one host would otherwise reach each other
-    # through shared memory, unshaped (docs/cli.md), and no run would see the simulated link.
+    # Local ranks over TCP: the training runs' bytes all cross the shaped links the simulator
+    # models, and the latency measurement (no --bandwidth, so otherwise shared memory) measures
+    # the same transport as they use.
     os.environ["GRADSYNC_SHM"] = "0"
     os.makedirs(args.out, exist_ok=True)
     if args.compute == "real":
