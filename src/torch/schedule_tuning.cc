@@ -36,9 +36,10 @@ void ScheduleTuning::afterStep(DistributedModel& model) {
   // same bits).
   allreduce(workers_, std::span<float>(&seconds, 1), ReduceOp::kAverage,
             {.tag = tags::kModelState});
-  if (!tuner_.observe(seconds)) return;
-  model.reschedule(tuner_.current());
-  lastStep_ = std::chrono::steady_clock::now();  // the switch's drain counts for nobody
+  if (tuner_.observe(seconds)) {
+    model.reschedule(tuner_.current());
+    lastStep_ = std::chrono::steady_clock::now();  // the switch's drain counts for nobody
+  }
   if (tuner_.done() && workers_.rank() == 0)
     GS_LOG(kInfo, "schedule auto: tuned in {} steps: {}", steps_, tuner_.summary());
 }

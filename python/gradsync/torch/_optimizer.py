@@ -60,12 +60,18 @@ def _sync_options(schedule, compression, sync, passes, extra) -> "_C.SyncOptions
     return options
 
 
+def _tunes_p3(schedule: str) -> bool:
+    """schedule "auto" tunes p3's slices (update mode); "auto:tune=fusion" fusion's buckets."""
+    return (schedule == "auto" or schedule.startswith("auto:")) and "tune=fusion" not in schedule
+
+
 def _update_mode(schedule: str, sync: str, options: dict) -> bool:
     """Whether the engine applies the optimizer's rule on a job of several (docs/api.md's table):
     p3, sharded and every strategy through parameter servers; checked on any world size, so that
     a program refused at scale is refused alone too."""
     ring = sync == "ssgd" or sync.startswith("localsgd")
-    return (str(schedule).startswith("p3") or sync == "sharded" or not ring
+    return (_tunes_p3(str(schedule)) or str(schedule).startswith("p3") or sync == "sharded"
+            or not ring
             or bool(options.get("parameter_servers")) or int(options.get("servers", 0)) > 0)
 
 
