@@ -118,6 +118,15 @@ std::vector<double> xTickValues(const Chart& chart, const Axis& x) {
   return values.size() <= 16 ? values : axisTicks(x.lo, x.hi, x.log);
 }
 
+// The document's opening: its size, a white background and the title at (titleX, 22).
+std::string svgOpening(double width, double height, double titleX, const std::string& title) {
+  return fmt::format(
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" "
+      "font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" "
+      "fill=\"white\"/>\n<text x=\"{}\" y=\"22\" font-size=\"14\">{}</text>\n",
+      width, height, titleX, escape(title));
+}
+
 }  // namespace
 
 std::vector<double> axisTicks(double lo, double hi, bool log) {
@@ -187,11 +196,7 @@ std::string renderSvg(const Chart& chart) {
     const double half = labelWidth(tickLabel(t)) / 2;
     return std::pair{x.pixel(t) - half, x.pixel(t) + half};
   });
-  std::string svg = fmt::format(
-      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" "
-      "font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" "
-      "fill=\"white\"/>\n<text x=\"{}\" y=\"22\" font-size=\"14\">{}</text>\n",
-      kWidth, kHeight, left, escape(chart.title));
+  std::string svg = svgOpening(kWidth, kHeight, left, chart.title);
   svg += yAxis(y, yTicks, left, right) + xAxis(x, xTicks, bottom);
   svg += fmt::format(
       "<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"none\" "
@@ -231,11 +236,7 @@ std::string renderBarSvg(const BarChart& chart) {
     const double half = labelWidth(tickLabel(t)) / 2;
     return std::pair{x.pixel(t) - half, x.pixel(t) + half};
   });
-  std::string svg = fmt::format(
-      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" "
-      "font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" "
-      "fill=\"white\"/>\n<text x=\"16\" y=\"22\" font-size=\"14\">{}</text>\n",
-      kWidth, height, escape(chart.title));
+  std::string svg = svgOpening(kWidth, height, 16, chart.title);
   for (double t : ticks)
     svg += fmt::format(
         "<line x1=\"{0:.1f}\" x2=\"{0:.1f}\" y1=\"{1}\" y2=\"{2}\" stroke=\"#ddd\"/>"
