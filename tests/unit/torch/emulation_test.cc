@@ -4,7 +4,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <fstream>
 #include <numeric>
 
 #include "compress/registry.h"
@@ -40,10 +39,10 @@ ModelProfile smallProfile() {
 
 // The options of a run on the small profile, written to a scratch file.
 TrainOptions emulatedOptions(const std::string& name, double scale = 1) {
-  const std::string path = scratchDir("emulation", name) + ".json";
-  std::ofstream(path) << profileToJson(smallProfile());
+  ModelProfile profile = smallProfile();
+  profile.name = name;  // its file's name: one per test
   TrainOptions o = quickOptions();
-  o.compute = "emulate:" + path;
+  o.compute = emulatedCompute(profile, "emulation");
   o.computeScale = scale;
   o.steps = 4;
   return o;

@@ -8,17 +8,14 @@
 // difference the detector rightly names (docs/algorithms.md, "Straggler detection").
 #include <gtest/gtest.h>
 
-#include <fstream>
-
 #include "gradsync/error.h"
-#include "sim/model_profile.h"
 #include "train_on_threads.h"
 
 namespace gradsync::testing {
 namespace {
 
 // Two small layers, 5 ms of forward and 10 ms of backward per step on the emulated device.
-std::string deviceProfile() {
+ModelProfile deviceProfile() {
   ModelProfile p;
   p.name = "straggler";
   p.device = "test";
@@ -28,14 +25,12 @@ std::string deviceProfile() {
   p.layers = {
       {"fc1", {tensorShape("fc1.weight", {64, 32}), tensorShape("fc1.bias", {64})}, 0.002, 0.004},
       {"fc2", {tensorShape("fc2.weight", {10, 64}), tensorShape("fc2.bias", {10})}, 0.003, 0.006}};
-  const std::string path = scratchDir("stragglers", "profile") + ".json";
-  std::ofstream(path) << profileToJson(p);
-  return path;
+  return p;
 }
 
 TrainOptions stragglerOptions() {
   TrainOptions o = quickOptions();
-  o.compute = "emulate:" + deviceProfile();
+  o.compute = emulatedCompute(deviceProfile(), "stragglers");
   o.steps = 40;  // four windows of 10 steps
   return o;
 }

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 
 #include <gtest/gtest.h>
 
@@ -34,6 +35,12 @@ TrainOptions quickOptions() {
   o.lr = 0.05;
   o.quiet = true;
   return o;
+}
+
+std::string emulatedCompute(const ModelProfile& profile, const std::string& suite) {
+  const std::string path = scratchDir(suite, profile.name) + ".json";
+  std::ofstream(path) << profileToJson(profile);
+  return "emulate:" + path;
 }
 
 std::string scratchDir(const std::string& suite, const std::string& name) {

@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "sim/model_profile.h"
 #include "support/transports.h"
 #include "torch/trainer.h"
 
@@ -14,6 +15,10 @@ TrainResult train(int workers, TrainOptions options, TransportKind kind = Transp
 
 // A few steps of the mlp on a small synthetic set: the trainer tests' starting point.
 TrainOptions quickOptions();
+
+// TrainOptions::compute for emulated devices running `profile`: writes it as JSON under the
+// temporary directory (scratchDir(suite, profile.name)) and returns "emulate:PATH".
+std::string emulatedCompute(const ModelProfile& profile, const std::string& suite);
 
 // An empty path under the temporary directory, unique to this process: gradsync-SUITE-PID-NAME
 // (removed first if it exists).
