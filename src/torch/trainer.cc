@@ -450,6 +450,10 @@ TrainResult Trainer::run() {
     result.parameters.insert(result.parameters.end(), data, data + p.numel());
   }
   const SyncStats totals = distributed_.stats();
+  const StalenessCounts mine{totals.asyncPushes, totals.stalenessSum, totals.stalenessMax};
+  result.staleness = gatherStaleness(transport_, strategy_, mine, tags::kTrainer);
+  if (!result.staleness.empty() && transport_.rank() == 0)
+    GS_LOG(kInfo, "{}", describe(result.staleness));
   sums_.commMs = totals.commSeconds * 1e3;
   sums_.bytesSent = static_cast<double>(totals.bytesSent);
   sums_.denseBytes = static_cast<double>(totals.denseBytes);

@@ -100,7 +100,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
       backward_passes_per_step  backward passes summed locally before communicating
     Keyword-only, as SyncOptions (gradsync/sync_options.h): compress_overrides (GLOB=SPEC...),
     compress_min_elements, compress_warmup, parameter_servers, servers, delay_warmup, local_lr,
-    local_momentum, glu, cd_threshold, seed, join.
+    local_momentum, glu, cd_threshold, compensate (asgd, ssp: "sc"), seed, join.
 
     Collective: every rank builds it with the same parameters and options (gs.ConfigError on
     every rank otherwise, naming the first difference and its rank).
