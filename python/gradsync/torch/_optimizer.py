@@ -316,7 +316,9 @@ class DistributedOptimizer(torch.optim.Optimizer):
     def metrics(self) -> dict:
         """What synchronizing cost this rank so far: bytes_sent, dense_bytes (what dense ring
         allreduces would have sent), comm_seconds, encode_seconds, decode_seconds and
-        wait_seconds (communication the forward waited for), and steps."""
+        wait_seconds (communication the forward waited for), and steps; async_pushes,
+        staleness_sum and staleness_max (the staleness of this rank's pushes under asgd and ssp,
+        zero otherwise)."""
         stats = self._impl.stats()
         stats["steps"] = self._steps
         return stats
