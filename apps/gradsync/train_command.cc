@@ -97,6 +97,8 @@ Settings trainSettings(const TrainOptions& o, const std::string& transport) {
           {"--batch-size", text(o.batchSize)},
           {"--lr", text(o.lr)},
           {"--momentum", text(o.momentum)},
+          {"--fused-update", text(o.fusedUpdate)},
+          {"--lars", text(o.lars)},
           {"--seed", text(o.seed)},
           {"--schedule", o.schedule},
           {"--sync", o.sync},
@@ -161,6 +163,12 @@ void addTrainCommand(CLI::App& app, CommandContext& context) {
   train->add_option("--batch-size", o.batchSize, "per worker")->capture_default_str();
   train->add_option("--lr", o.lr, "learning rate")->capture_default_str();
   train->add_option("--momentum", o.momentum, "SGD momentum")->capture_default_str();
+  train
+      ->add_option("--fused-update", o.fusedUpdate,
+                   "on | off: the optimizer steps each group through flat buffers (gradient mode)")
+      ->capture_default_str();
+  train->add_option("--lars", o.lars, "LARS trust coefficient (0: plain SGD; gradient mode)")
+      ->capture_default_str();
   train->add_option("--seed", o.seed, "initialisation and data order")->capture_default_str();
   train->add_option("--inject-slow-rank", o.injectSlowRank,
                     "R:MS: rank R's compute takes MS ms longer per step (fault injection)");

@@ -23,6 +23,8 @@ void writeMetrics(const std::string& path, const TrainOptions& options, int work
                            {"steps", options.steps},
                            {"lr", options.lr},
                            {"momentum", options.momentum},
+                           {"fused_update", options.fusedUpdate},
+                           {"lars", options.lars},
                            {"seed", options.seed},
                            {"threads", options.threads},
                            {"sync", options.sync},
@@ -107,6 +109,7 @@ void writeMetrics(const std::string& path, const TrainOptions& options, int work
     doc["staleness"] = staleness;
   }
   doc["summary"]["schedule"] = result.schedule;
+  doc["summary"]["fused_update_steps"] = result.fusedUpdateSteps;
   if (!result.scheduleTuning.empty()) doc["summary"]["schedule_tuning"] = result.scheduleTuning;
   if (!result.rounds.empty()) {  // an elastic run: who trained when
     nlohmann::json rounds = nlohmann::json::array();

@@ -223,6 +223,13 @@ void validateSync(const SyncOptions& sync, const std::vector<TensorShape>& tenso
   Engine::validate(engine, tensors);
 }
 
+bool updatesInEngine(const SyncOptions& sync) {
+  const SyncStrategy strategy = SyncStrategy::parse(sync.sync);
+  EngineOptions engine = engineOptionsOf(sync, strategy);
+  engine.servers = psOptionsFor(strategy, knobsOf(sync), 1, 0.1, 0.9);
+  return Engine::updatesParameters(engine);
+}
+
 std::vector<bool> absorbsMomentum(const SyncOptions& sync,
                                   const std::vector<TensorShape>& tensors) {
   const CompressionPlan plan = planCompression(compressionOf(sync), tensors, 0.9);

@@ -25,6 +25,9 @@ SyncSetup setupFor(const torch::optim::Optimizer& optimizer, const SyncOptions& 
 // The checks of setupFor and of the engine that need no optimizer and no transport (`gradsync
 // train` runs them before starting its ranks): specs, combinations, what can push to servers.
 void validateSync(const SyncOptions& sync, const std::vector<TensorShape>& tensors);
+// Whether the engine (or the servers) apply the optimizer's rule under `sync` (update mode: p3,
+// sharded, servers), so that the optimizer itself never steps.
+bool updatesInEngine(const SyncOptions& sync);
 // Which of `tensors` a compressor applies momentum to itself (dgc under `sync`).
 std::vector<bool> absorbsMomentum(const SyncOptions& sync, const std::vector<TensorShape>& tensors);
 // A separate parameter server's life (SyncOptions::servers: the last ranks of `transport`):

@@ -121,6 +121,15 @@ void validateTrainOptions(const TrainOptions& options) {
   if (options.lr <= 0) throw ConfigError("--lr must be positive");
   if (options.momentum < 0 || options.momentum >= 1)
     throw ConfigError("--momentum must be in [0, 1)");
+  if (options.lars < 0) throw ConfigError("--lars must be >= 0");
+  if (options.lars > 0 && updatesInEngine(syncOptionsOf(options))) {
+    throw ConfigError(
+        fmt::format("--lars does not apply with --schedule {} --sync {}{}", options.schedule,
+                    options.sync, options.strategy.ps ? " --ps" : ""),
+        {.hint = "there the engine or the servers apply plain SGD; LARS needs the "
+                 "optimizer to step: --schedule fifo|wfbp|fusion with ring ssgd "
+                 "or localsgd"});
+  }
 }
 
 // --threads bounds every compute pool of the rank. torch::set_num_threads sets ATen's OpenMP

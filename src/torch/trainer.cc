@@ -28,6 +28,7 @@
 #include "torch/metrics.h"
 #include "torch/models.h"
 #include "torch/progress.h"
+#include "torch/training_optimizer.h"
 #include "trace/trace_merge.h"
 #include "transport/prefix_transport.h"
 
@@ -43,28 +44,6 @@ double since(Clock::time_point start) {
 // Collectives of the training thread (loss and accuracy sums) use their own tag.
 const CollectiveOptions kTrainerTag{.tag = tags::kTrainer};
 
-// One group with the optimizer's momentum, and one without for the parameters whose compressor
-// applies momentum itself (DGC's momentum correction).
-std::vector<torch::optim::OptimizerParamGroup> parameterGroups(const Model& net,
-                                                               const TrainOptions& options) {
-  std::vector<torch::Tensor> plain;
-  std::vector<torch::Tensor> absorbed;
-  const std::vector<bool> absorbs =
-      DistributedOptimizer::absorbsMomentum(net, syncOptionsOf(options));
-  std::vector<torch::Tensor> parameters = net.parameters();
-  for (size_t i = 0; i < parameters.size(); ++i) {
-    (absorbs[i] ? absorbed : plain).push_back(parameters[i]);
-  }
-  std::vector<torch::optim::OptimizerParamGroup> groups;
-  auto sgd = [&](double momentum) {
-    return std::make_unique<torch::optim::SGDOptions>(
-        torch::optim::SGDOptions(options.lr).momentum(momentum));
-  };
-  groups.emplace_back(plain, sgd(options.momentum));
-  if (!absorbed.empty()) groups.emplace_back(absorbed, sgd(0));
-  return groups;
-}
-
 class Trainer {
  public:
   // `transport`: the workers; `all`: with the separate parameter servers, if any.
@@ -77,8 +56,8 @@ class Trainer {
         sampler_(data_->trainSize(), transport.rank(), transport.size(), options.batchSize,
                  options.seed),
         net_(makeTrainingModel(options, transport.rank())),
-        optimizer_(parameterGroups(*net_, options), torch::optim::SGDOptions(options.lr)),
-        distributed_(optimizer_, net_, all, syncOptionsOf(options)),
+        optimizer_(makeTrainingOptimizer(*net_, options)),
+        distributed_(*optimizer_, net_, all, syncOptionsOf(options)),
         inputs_(options.batchSize * data_->sampleElements()),
         labels_(options.batchSize),
         stragglers_(transport, StragglerOptions{}, tags::kTrainer),
@@ -129,8 +108,8 @@ class Trainer {
   const TrainOptions options_;
   std::unique_ptr<DataSource> data_;
   DistributedSampler sampler_;
-  std::shared_ptr<Model> net_;  // the model; distributed_ synchronizes it
-  torch::optim::SGD optimizer_;
+  std::shared_ptr<Model> net_;           // the model; distributed_ synchronizes it
+  std::unique_ptr<FusedSGD> optimizer_;  // torch's SGD, stepped fused (training_optimizer.h)
   DistributedOptimizer distributed_;
   double waitsSeen_ = 0;       // distributed_.stats().waitSeconds at the last takeWaitSeconds()
   int64_t nextStopCheck_ = 0;  // the step after which the ranks next agree on a stop
@@ -155,7 +134,7 @@ double Trainer::updateParameters(int64_t globalStep, TraceRecorder* trace,
     return 0;
   }
   if (strategy_.kind == SyncStrategy::Kind::kLocalSgd) {
-    net_->optimizerStep(optimizer_);  // on this worker's gradient alone
+    net_->optimizerStep(*optimizer_);  // on this worker's gradient alone
     if ((globalStep + 1) % strategy_.parameter != 0) return 0;
     auto start = Clock::now();
     ScopedEvent event(trace, kMainLane, "communication", "average models");
@@ -171,7 +150,7 @@ double Trainer::updateParameters(int64_t globalStep, TraceRecorder* trace,
   auto synchronized = Clock::now();
   {
     ScopedEvent event(trace, kMainLane, "compute", "optimizer");
-    net_->optimizerStep(optimizer_);
+    net_->optimizerStep(*optimizer_);
   }
   optimizerSeconds = since(synchronized);
   return waited;
@@ -232,7 +211,7 @@ float Trainer::trainStep(int64_t epoch, size_t step, int64_t globalStep) {
   torch::Tensor x = torch::from_blob(inputs_.data(), {batch, 1, 28, 28});
   torch::Tensor y = torch::from_blob(labels_.data(), {batch}, torch::kLong);
   enterTrainingMode(*net_, options_.freezeBatchNorm);
-  optimizer_.zero_grad();
+  optimizer_->zero_grad();
   torch::Tensor loss;
   {
     // With p3 and sharded, the previous step's communication may still run: each layer's
@@ -305,7 +284,7 @@ RunIdentity Trainer::identity() const {
 RunPosition Trainer::startingPosition() {
   if (!options_.resume || options_.checkpointDir.empty()) return {};
   std::optional<RunPosition> position =
-      loadCheckpoint(*checkpoints_, *net_, optimizer_, identity(), transport_.rank());
+      loadCheckpoint(*checkpoints_, *net_, *optimizer_, identity(), transport_.rank());
   if (!position) return {};
   distributed_.loadOptimizerState();
   distributed_.loadSyncState(position->syncState);
@@ -337,7 +316,7 @@ void Trainer::maybeCheckpoint(const RunPosition& position, bool last) {
   distributed_.withOptimizerState([&] {
     if (transport_.rank() != 0) return;
     try {
-      saveCheckpoint(*checkpoints_, *net_, optimizer_, identity(), position, sums, syncStates);
+      saveCheckpoint(*checkpoints_, *net_, *optimizer_, identity(), position, sums, syncStates);
     } catch (const SystemError& e) {
       if (last) failure = std::current_exception();
       if (!last) {
@@ -438,6 +417,7 @@ TrainResult Trainer::run() {
   result.stragglers = stragglers_.reports();
   result.schedule = distributed_.schedule();
   result.scheduleTuning = distributed_.scheduleTuning();
+  result.fusedUpdateSteps = optimizer_->fusedSteps();
   result.epochs = position.epochs;
   result.steps = position.step;
   double stepsHere = static_cast<double>(std::max<int64_t>(stepsRun, 1));

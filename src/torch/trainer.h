@@ -36,6 +36,8 @@ struct TrainOptions {
   std::string schedule = "wfbp";    // fifo | wfbp | fusion:MB | p3[:slice=N,window=W]
   std::string sync = "ssgd";        // sync/strategy.h: ssgd | sharded | asgd | ssp:S | odsgd | ...
   StrategyKnobs strategy;           // --ps, --servers and the delayed strategies' knobs
+  bool fusedUpdate = true;          // --fused-update: the optimizer step through flat buffers
+  double lars = 0;                  // --lars: LARS's trust coefficient (0: plain SGD)
   CompressionConfig compression;    // --compress and its companions (compress/policy.h)
   size_t syntheticSamples = 16384;  // size of the synthetic training set
   std::string metricsPath;          // JSON metrics (rank 0 writes)
@@ -121,6 +123,7 @@ struct TrainResult {
   StepProfile perStep;
   std::vector<StragglerReport> stragglers;  // ranks named persistently slower (sync/straggler.h)
   std::vector<RankStaleness> staleness;     // asgd, ssp: every worker's (sync/staleness_report.h)
+  int64_t fusedUpdateSteps = 0;             // optimizer steps that took FusedSGD's flat-buffer path
   std::string schedule;        // the schedule used: --schedule's, or what --schedule auto chose
   std::string scheduleTuning;  // --schedule auto: the candidates' step times and the choice
   bool stopped = false;  // a stop was asked for (stopOnSignal): the run ended early, checkpointed

@@ -4,7 +4,7 @@
 // time in per-call overhead, not in arithmetic.
 //
 // FusedSGD is a torch::optim::SGD (same options, same state layout, same save/load), so code
-// that accepts an SGD accepts it (tested here on its own; not yet through DistributedOptimizer).
+// that accepts an SGD accepts it; `gradsync train` steps through it (src/torch/training_optimizer.h).
 // Its constructor moves each group's parameters into one flat buffer (each parameter becomes a view
 // of it, the same tensor for its module: its data pointer changes, its values do not; so construct
 // it before anything keeps pointers to parameter data) and keeps the momentum buffers as views

@@ -297,6 +297,40 @@ TEST(Trainer, P3TraceShowsSlicesByPriority) {
   EXPECT_TRUE(steps.count(1)) << "the window's first step";
 }
 
+// The trainer's optimizer steps through FusedSGD's flat buffers by default (Shi et al.'s parallel
+// tensor operator): bitwise the per-tensor step's parameters (--fused-update off), on resnet20's
+// 65 tensors and the cnn, 2 and 3 workers. LARS (--lars) changes the run, and only where the
+// optimizer steps.
+TEST(Trainer, FusedUpdateGivesThePerTensorParametersBitwise) {
+  for (const auto& [model, workers] :
+       std::vector<std::pair<const char*, int>>{{"resnet20", kEquivalenceWorkers}, {"cnn", 3}}) {
+    TrainOptions o = equivalenceOptions(model);
+    o.fusedUpdate = false;
+    const TrainResult perTensor = train(workers, o);
+    o.fusedUpdate = true;
+    const TrainResult fused = train(workers, o);
+    EXPECT_EQ(maxRelativeDifference(perTensor.parameters, fused.parameters), 0) << model;
+    EXPECT_EQ(perTensor.losses, fused.losses) << model;
+    EXPECT_EQ(perTensor.fusedUpdateSteps, 0) << model;
+    EXPECT_EQ(fused.fusedUpdateSteps, o.steps) << model;  // every step took the flat buffers
+    o.lars = 0.02;
+    const TrainResult lars = train(workers, o);
+    EXPECT_GT(maxRelativeDifference(fused.parameters, lars.parameters), 1e-3) << model;
+    for (float loss : lars.losses) EXPECT_TRUE(std::isfinite(loss)) << model;
+  }
+  TrainOptions o = quickOptions();
+  o.lars = 0.02;
+  o.schedule = "p3";  // the engine applies plain SGD: LARS cannot apply
+  EXPECT_THROW(validateTrainOptions(o), ConfigError);
+  o.schedule = "wfbp";
+  o.sync = "asgd";  // the servers apply it
+  EXPECT_THROW(validateTrainOptions(o), ConfigError);
+  o.sync = "localsgd:2";
+  EXPECT_NO_THROW(validateTrainOptions(o));
+  o.lars = -1;
+  EXPECT_THROW(validateTrainOptions(o), ConfigError);
+}
+
 TEST(Trainer, InvalidOptionsAreRefusedUpFront) {
   TrainOptions o = quickOptions();
   o.model = "alexnet";
