@@ -436,6 +436,7 @@ TrainResult Trainer::run() {
   }
   writeTrace();
   result.stragglers = stragglers_.reports();
+  result.guard = distributed_.guardEvents();
   result.schedule = distributed_.schedule();
   result.scheduleTuning = distributed_.scheduleTuning();
   result.epochs = position.epochs;

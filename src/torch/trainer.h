@@ -8,6 +8,7 @@
 
 #include "common/tensor_shape.h"
 #include "compress/policy.h"
+#include "gradsync/guard_event.h"
 #include "gradsync/sync_options.h"
 #include "gradsync/transport.h"
 #include "pipeline/pipeline_options.h"
@@ -119,6 +120,7 @@ struct TrainResult {
   double finalTestAccuracy = 0;
   StepProfile perStep;
   std::vector<StragglerReport> stragglers;  // ranks named persistently slower (sync/straggler.h)
+  std::vector<GuardEvent> guard;            // units the compression guard made dense (sync/guard.h)
   std::string schedule;        // the schedule used: --schedule's, or what --schedule auto chose
   std::string scheduleTuning;  // --schedule auto: the candidates' step times and the choice
   bool stopped = false;  // a stop was asked for (stopOnSignal): the run ended early, checkpointed
