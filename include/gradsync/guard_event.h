@@ -14,10 +14,11 @@ struct GuardEvent {
   size_t unit = 0;                   // the communication unit (the engine's layout)
   std::vector<std::string> tensors;  // its parameters
   std::string method;                // the compression it left, e.g. "randomk:0.01"
-  // What tripped: "residual" (the error-feedback residual's norm over the gradient's) or
-  // "sent" (the norm of what the unit sent over the gradient's), the larger over the ranks.
+  // What tripped, the worst over the ranks: "alignment" (cos(sent, gradient) fell below the
+  // threshold), "residual" (the error-feedback residual's norm over the gradient's) or "sent"
+  // (the norm of what the unit sent over the gradient's) rose above it.
   std::string signal;
-  double ratio = 0;      // the signal in the window that confirmed the trip
+  double ratio = 0;      // the signal in the window that confirmed the trip (the cosine)
   double threshold = 0;  // the threshold it passed
   std::string reason;    // the log line: "guard: unit 3 (tensors ...) -> dense at step 67: ..."
 };

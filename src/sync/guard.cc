@@ -59,7 +59,9 @@ std::vector<GuardTrip> GuardDetector::observe(std::span<const GuardSignals> wind
     }
     if (++overWindows_[u] < options_.windowsToConfirm) continue;
     tripped_[u] = true;
-    trips.push_back(misaligned ? GuardTrip{u, "alignment", s.misalignment, options_.misalignment}
+    // The alignment is reported as the cosine itself, and its threshold as the cosine's floor.
+    trips.push_back(misaligned
+                        ? GuardTrip{u, "alignment", 1 - s.misalignment, 1 - options_.misalignment}
                     : residual ? GuardTrip{u, "residual", s.residualRatio, options_.residualRatio}
                                : GuardTrip{u, "sent", s.sentRatio, options_.sentRatio});
   }
@@ -222,7 +224,13 @@ std::vector<GuardEvent> CompressionGuard::check(Transport& transport, uint64_t t
 
 GuardEvent CompressionGuard::eventFor(const GuardTrip& trip, uint64_t from) const {
   const GuardedUnit& unit = units_[trip.unit];
-  const char* what = trip.signal == "residual" ? "error-feedback residual norm" : "sent norm";
+  const std::string what =
+      trip.signal == "alignment"
+          ? fmt::format("what it sent is at cos {:.3f} to the gradient (threshold: below {:.2f}",
+                        trip.ratio, trip.threshold)
+          : fmt::format("{} norm {:.1f}x the gradient's (threshold {:.0f}x",
+                        trip.signal == "residual" ? "error-feedback residual" : "sent", trip.ratio,
+                        trip.threshold);
   GuardEvent event{.step = static_cast<int64_t>(from),
                    .unit = trip.unit,
                    .method = unit.method,
@@ -231,10 +239,10 @@ GuardEvent CompressionGuard::eventFor(const GuardTrip& trip, uint64_t from) cons
                    .threshold = trip.threshold};
   event.tensors = unit.names;
   event.reason = fmt::format(
-      "guard: unit {} (tensors {}) -> dense at step {}: {} {:.1f}x the gradient's (threshold "
-      "{:.0f}x, {} windows of {} steps); {} dropped its residual",
-      trip.unit, joined(unit.names), from, what, trip.ratio, trip.threshold,
-      detector_.options().windowsToConfirm, detector_.options().windowSteps, unit.method);
+      "guard: unit {} (tensors {}) -> dense at step {}: {}, {} windows of {} steps); {} dropped "
+      "its residual",
+      trip.unit, joined(unit.names), from, what, detector_.options().windowsToConfirm,
+      detector_.options().windowSteps, unit.method);
   return event;
 }
 

@@ -52,9 +52,9 @@ struct GuardSignals {
 
 struct GuardTrip {
   size_t unit = 0;
-  std::string signal;  // "residual" | "sent"
-  double ratio = 0;
-  double threshold = 0;
+  std::string signal;    // "alignment" | "residual" | "sent"
+  double ratio = 0;      // alignment: cos(sent, gradient) itself
+  double threshold = 0;  // alignment: the cosine it fell below
 };
 
 // Not thread-safe (one caller).

@@ -54,7 +54,8 @@ TEST(GuardDetector, SentBurstsAndNonFiniteRatiosTripUnmeasuredUnitsNever) {
   EXPECT_EQ(trips[1].signal, "residual");
   EXPECT_EQ(trips[2].unit, 3u);
   EXPECT_EQ(trips[2].signal, "alignment");
-  EXPECT_DOUBLE_EQ(trips[2].ratio, 0.97);
+  EXPECT_NEAR(trips[2].ratio, 0.03, 1e-12);  // reported as the cosine
+  EXPECT_NEAR(trips[2].threshold, 0.05, 1e-12);
   GuardDetector other(1, once);
   EXPECT_EQ(other.observe(std::vector<GuardSignals>{{1, inf, 0}}).size(), 1u);
 }
