@@ -64,6 +64,9 @@ void printSummary(const TrainOptions& options, int workers, const TrainResult& r
                 options.compression.spec.c_str(), p.denseBytes / p.bytesSent, p.encodeMs,
                 p.decodeMs);
   }
+  if (!result.staleness.empty()) {  // asgd, ssp
+    std::printf("; staleness per rank (mean/max): %s", summarize(result.staleness).c_str());
+  }
   if (result.rounds.size() > 1) {
     std::string sizes;
     for (const RoundRecord& r : result.rounds)

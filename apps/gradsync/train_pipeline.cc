@@ -36,7 +36,8 @@ void addPipelineFlags(CLI::App* train, PipelineOptions& o) {
   train->add_flag("--weight-stash", o.weightStash, "a backward runs on its forward's weights");
   train
       ->add_option("--compensate", o.compensate,
-                   "pb's delay compensation: none | sc | lwp | sc+lwp")
+                   "pb's delay compensation: none | sc | lwp | sc+lwp; without --pipeline, "
+                   "sc is asgd's and ssp's servers'")
       ->capture_default_str();
   train->add_flag("--lwp-backward", o.lwpBackward,
                   "lwp: the backward on the predicted weights too");

@@ -259,6 +259,7 @@ void bindSyncOptions(py::module_& m) {
       .def_readwrite("local_momentum", &SyncOptions::localMomentum)
       .def_readwrite("glu", &SyncOptions::glu)
       .def_readwrite("cd_threshold", &SyncOptions::cdThreshold)
+      .def_readwrite("compensate", &SyncOptions::compensate)
       .def_readwrite("seed", &SyncOptions::seed)
       .def_readwrite("join", &SyncOptions::join)
       .def_readwrite("backward_passes_per_step", &SyncOptions::backwardPassesPerStep);
@@ -349,6 +350,9 @@ void bindTrace(py::class_<S>& c) {
           d["encode_seconds"] = t.encodeSeconds;
           d["decode_seconds"] = t.decodeSeconds;
           d["wait_seconds"] = t.waitSeconds;
+          d["async_pushes"] = t.asyncPushes;
+          d["staleness_sum"] = t.stalenessSum;
+          d["staleness_max"] = t.stalenessMax;
           return d;
         })
       .def("set_trace", &S::setTrace)

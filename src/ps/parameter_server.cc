@@ -12,6 +12,7 @@
 #include "compress/push_codec.h"
 #include "compress/two_bit.h"
 #include "gradsync/error.h"
+#include "optim/delay_compensation.h"
 #include "optim/update_rule.h"
 
 namespace gradsync {
@@ -293,10 +294,16 @@ void ParameterServer::push(int worker, const PsHeader& header, std::span<const u
   // The worker computed this gradient on the parameters of its last reply; the updates applied
   // since are its staleness.
   const uint64_t staleness = unit.updates - unit.servedAt[worker];
-  applyUpdate(asyncSgd(header.lr, staleness), unit.parameters, unit.sum, {unit.velocity, {}},
-              ++unit.updates);
+  const UpdateRule rule = asyncSgd(header.lr, staleness);
+  if (options_.spikeCompensation) {
+    applyDelayedSgd(rule, unit.parameters, unit.sum, unit.velocity, static_cast<double>(staleness),
+                    /*spike=*/true);
+    ++unit.updates;
+  } else {
+    applyUpdate(rule, unit.parameters, unit.sum, {unit.velocity, {}}, ++unit.updates);
+  }
   ++unit.pushes[worker];
-  if (header.flags & kWantReply) unit.pending.push_back({worker, unit.pushes[worker]});
+  if (header.flags & kWantReply) unit.pending.push_back({worker, unit.pushes[worker], staleness});
   releaseStale(unit);
 }
 
@@ -356,6 +363,8 @@ void ParameterServer::releaseStale(Unit& unit) {
     }
     reply(held->worker, std::make_shared<std::vector<float>>(unit.parameters),
           psReplyTag(unit.index));
+    reply(held->worker, std::make_shared<PsStaleness>(PsStaleness{held->staleness}),
+          psReplyTag(unit.index));
     unit.servedAt[held->worker] = unit.updates;
     held = unit.pending.erase(held);
   }
@@ -363,9 +372,21 @@ void ParameterServer::releaseStale(Unit& unit) {
 
 void ParameterServer::reply(int worker, std::shared_ptr<const std::vector<float>> snapshot,
                             uint64_t tag) {
+  const float* data = snapshot->data();
+  const size_t bytes = snapshot->size() * sizeof(float);
+  send(worker, std::move(snapshot), data, bytes, tag);
+}
+
+void ParameterServer::reply(int worker, std::shared_ptr<const PsStaleness> staleness,
+                            uint64_t tag) {
+  const PsStaleness* data = staleness.get();
+  send(worker, std::move(staleness), data, sizeof(PsStaleness), tag);
+}
+
+void ParameterServer::send(int worker, std::shared_ptr<const void> keepAlive, const void* data,
+                           size_t bytes, uint64_t tag) {
   reapSends();
-  sends_.push_back(
-      {transport_.send(worker, tag, snapshot->data(), snapshot->size() * sizeof(float)), snapshot});
+  sends_.push_back({transport_.send(worker, tag, data, bytes), std::move(keepAlive)});
 }
 
 void ParameterServer::reapSends() {

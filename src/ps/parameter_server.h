@@ -9,11 +9,16 @@
 //   kAsync  each push is applied at once and answered at once. Per push, the momentum is
 //           m^(1/workers) and the learning rate scaled so that a round of pushes of a steady
 //           gradient moves the parameters as far as one synchronous step (asyncSgd); a push
-//           staler than a round gets a learning rate scaled down by its staleness.
+//           staler than a round gets a learning rate scaled down by its staleness. With
+//           spikeCompensation, the update is Spike Compensation's SC_D with D the push's
+//           staleness (optim/delay_compensation.h).
 //   kStale  as kAsync, but the answer to a worker's c-th push of a unit is held back until every
 //           worker has pushed that unit at least c - staleness times. A worker waits for its
 //           answers before the next forward, so no worker runs more than `staleness` steps
 //           ahead of the slowest: bounded staleness (SSP), enforced by the server.
+//
+// Under kAsync and kStale, each reply to a push is followed, on the same reply tag, by a
+// PsStaleness message: how stale the push it answers was (protocol.h).
 //
 // One thread per worker receives that worker's requests; they share the state under one lock
 // (a unit's SGD takes microseconds). Threading: construct, then wait() (blocking) or destroy.
@@ -39,6 +44,9 @@ struct ServerOptions {
   Consistency consistency = Consistency::kSync;
   int staleness = 0;  // kStale
   double momentum = 0;
+  // kAsync, kStale: each push's update is SC_D (Kosson et al.'s Spike Compensation) with D its
+  // measured staleness, instead of plain momentum (`--compensate sc` with asgd or ssp).
+  bool spikeCompensation = false;
 };
 
 class ParameterServer {
@@ -61,7 +69,8 @@ class ParameterServer {
   struct Unit;
   struct PendingReply {
     int worker;
-    uint64_t pushes;  // the worker's push count the reply answers
+    uint64_t pushes;     // the worker's push count the reply answers
+    uint64_t staleness;  // that push's
   };
 
   void serveWorker(int worker);
@@ -76,8 +85,11 @@ class ParameterServer {
   void waitFor(std::unique_lock<std::mutex>& lock, Unit& unit, Ready ready);
   bool stuck(const Unit& unit) const;  // with the lock held
   void releaseStale(Unit& unit);
-  // Sends `snapshot`, which the send keeps alive until it completes; with the lock held.
+  // Sends `snapshot`'s bytes, which the send keeps alive until it completes; with the lock held.
   void reply(int worker, std::shared_ptr<const std::vector<float>> snapshot, uint64_t tag);
+  void reply(int worker, std::shared_ptr<const PsStaleness> staleness, uint64_t tag);
+  void send(int worker, std::shared_ptr<const void> keepAlive, const void* data, size_t bytes,
+            uint64_t tag);
   void reapSends();  // with the lock held
   // Throws ProtocolError for a request whose payload cannot be what it says it is.
   void checkPayload(int worker, const PsHeader& header) const;
@@ -91,7 +103,7 @@ class ParameterServer {
   std::vector<std::unique_ptr<Unit>> units_;  // by unit index; null: not placed here
   struct InFlight {
     WorkPtr work;
-    std::shared_ptr<const std::vector<float>> buffer;
+    std::shared_ptr<const void> buffer;  // what the send reads
   };
   std::vector<InFlight> sends_;  // replies on the wire, with the snapshots they send
   std::vector<bool> stopped_;    // by worker

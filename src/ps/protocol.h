@@ -53,6 +53,14 @@ struct PsHeader {
   uint64_t seed = 0;  // kEncoded: the seed the push was encoded with
 };
 
+// Follows each reply to a push under the asynchronous and stale-synchronous modes (asgd, ssp),
+// on the same reply tag.
+struct PsStaleness {
+  // Updates other workers' pushes applied to the unit between the worker's last reply of it
+  // (the parameters its gradient was computed on) and this push's own update.
+  uint64_t staleness = 0;
+};
+
 inline uint64_t psReplyTag(size_t unit) {
   return tags::kPsReplies + unit;
 }

@@ -239,15 +239,21 @@ void PsWorkerClient::receive(int server) {
         expected_[server].pop_front();
       }
       const CommUnit& u = s_.layout.units[e.unit];
+      const int rank = options_.placement.serverRank(server);
+      std::optional<uint64_t> staleness;
       try {
         transport_
-            .recv(options_.placement.serverRank(server), psReplyTag(e.unit),
-                  replies_.data() + u.offset, u.elements * sizeof(float))
+            .recv(rank, psReplyTag(e.unit), replies_.data() + u.offset, u.elements * sizeof(float))
             ->wait();
+        if (options_.server.consistency != ServerOptions::Consistency::kSync) {
+          PsStaleness answered;
+          transport_.recv(rank, psReplyTag(e.unit), &answered, sizeof answered)->wait();
+          staleness = answered.staleness;
+        }
       } catch (const Error& error) {
         rethrowNamingServer(server, error);
       }
-      arrived(e, server);
+      arrived(e, server, staleness);
     }
   } catch (...) {
     {
@@ -261,7 +267,7 @@ void PsWorkerClient::receive(int server) {
 
 // A reply is in replies_: warm-up and plain strategies take it as their parameters; the delayed
 // ones keep it aside as the next local step's base.
-void PsWorkerClient::arrived(const Expected& e, int server) {
+void PsWorkerClient::arrived(const Expected& e, int server, std::optional<uint64_t> staleness) {
   const CommUnit& u = s_.layout.units[e.unit];
   auto at = static_cast<std::ptrdiff_t>(u.offset);
   auto n = static_cast<std::ptrdiff_t>(u.elements);
@@ -277,7 +283,10 @@ void PsWorkerClient::arrived(const Expected& e, int server) {
     freshPull_[e.unit] = true;
   }
   cv_.notify_all();
-  events_.traceSpan(e.unit, "pull", e.sentAt, fmt::format("server {}", server));
+  if (staleness) events_.pushAnswered(*staleness);
+  events_.traceSpan(e.unit, "pull", e.sentAt,
+                    staleness ? fmt::format("server {}, staleness {}", server, *staleness)
+                              : fmt::format("server {}", server));
   if (e.toParameters) events_.unitDone(e.unit, e.step);
   events_.busy(-1);
 }

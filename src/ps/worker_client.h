@@ -109,7 +109,8 @@ class PsWorkerClient final : public Executor {
   void localUpdate(size_t unit, bool freshPull);
   void expectReply(const PlannedOp& op, const PushPlan& push, int server, Nanos sentAt);
   void receive(int server);
-  void arrived(const Expected& expected, int server);
+  // `staleness`: the push's, from an asynchronous server; none from a synchronous one.
+  void arrived(const Expected& expected, int server, std::optional<uint64_t> staleness);
   void publishState();
   // Whether this worker's parameters may differ from the servers' between steps.
   bool trainsOwnCopy() const;

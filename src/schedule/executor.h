@@ -39,6 +39,9 @@ class EngineEvents {
   // Traces a span of communication on the unit that no operation covers (a push's reply).
   virtual void traceSpan(size_t unit, const std::string& name, Nanos start,
                          const std::string& detail) = 0;
+  // A push was answered by an asynchronous or stale-synchronous server (asgd, ssp), `staleness`
+  // updates stale (ps/protocol.h, PsStaleness).
+  virtual void pushAnswered(uint64_t staleness) = 0;
   // Fails the engine: its waits rethrow `error`.
   virtual void fail(std::exception_ptr error) = 0;
 };

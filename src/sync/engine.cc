@@ -70,6 +70,9 @@ StepStats& StepStats::operator+=(const StepStats& other) {
   denseBytes += other.denseBytes;
   encodeSeconds += other.encodeSeconds;
   decodeSeconds += other.decodeSeconds;
+  asyncPushes += other.asyncPushes;
+  stalenessSum += other.stalenessSum;
+  stalenessMax = std::max(stalenessMax, other.stalenessMax);
   return *this;
 }
 
@@ -398,6 +401,13 @@ void Engine::busy(int delta) {
     busyLocked(delta);
   }
   cv_.notify_all();
+}
+
+void Engine::pushAnswered(uint64_t staleness) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++totals_.asyncPushes;
+  totals_.stalenessSum += staleness;
+  totals_.stalenessMax = std::max(totals_.stalenessMax, staleness);
 }
 
 void Engine::fail(std::exception_ptr error) {

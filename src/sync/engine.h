@@ -86,6 +86,10 @@ struct StepStats {
   uint64_t denseBytes = 0;   // bytes a dense ring allreduce of the same gradients would send
   double encodeSeconds = 0;  // compressors' encoding time (part of commSeconds)
   double decodeSeconds = 0;  // compressors' decoding time (part of commSeconds)
+  // asgd, ssp: the pushes the servers answered, and the sum and maximum of their staleness.
+  uint64_t asyncPushes = 0;
+  uint64_t stalenessSum = 0;
+  uint64_t stalenessMax = 0;
 
   StepStats& operator+=(const StepStats& other);
 };
@@ -170,6 +174,7 @@ class Engine final : private EngineEvents {
   void busy(int delta) override;
   void traceSpan(size_t unit, const std::string& name, Nanos start,
                  const std::string& detail) override;
+  void pushAnswered(uint64_t staleness) override;
   void fail(std::exception_ptr error) override;
 
   std::unique_ptr<Executor> makeExecutor(std::vector<std::span<float>> parameters);

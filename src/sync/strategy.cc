@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "gradsync/error.h"
+#include "optim/delay_compensation.h"
 
 namespace gradsync {
 namespace {
@@ -118,6 +119,14 @@ std::optional<PsOptions> psOptionsFor(const SyncStrategy& strategy, const Strate
   using K = SyncStrategy::Kind;
   const bool servers = knobs.ps || knobs.servers > 0;
   if (knobs.servers < 0) throw ConfigError("--servers must be >= 0");
+  const DelayCompensation compensation = DelayCompensation::parse(knobs.compensate);
+  if (compensation.any() &&
+      ((strategy.kind != K::kAsgd && strategy.kind != K::kSsp) || compensation.predict)) {
+    throw ConfigError(
+        fmt::format("--compensate {} does not apply to this --sync", compensation.describe()),
+        {.hint = "the servers compensate staleness with sc under asgd and ssp:S; lwp (and sc "
+                 "for pipeline stages) needs --pipeline S with --pipeline-mode pb"});
+  }
   if (!strategy.needsServers() && strategy.kind != K::kSsgd) {
     if (servers) {
       throw ConfigError("--ps and --servers apply to ssgd, asgd, ssp, odsgd, ssdsgd and cdsgd",
@@ -136,6 +145,7 @@ std::optional<PsOptions> psOptionsFor(const SyncStrategy& strategy, const Strate
                        .servers = knobs.servers > 0 ? knobs.servers : workers,
                        .colocated = knobs.servers == 0};
   options.server.momentum = momentum;
+  options.server.spikeCompensation = compensation.spike;
   if (strategy.kind == K::kAsgd) options.server.consistency = ServerOptions::Consistency::kAsync;
   if (strategy.kind == K::kSsp) {
     options.server.consistency = ServerOptions::Consistency::kStale;

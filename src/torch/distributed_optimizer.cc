@@ -280,7 +280,10 @@ SyncStats DistributedOptimizer::stats() const {
           .commSeconds = totals.commSeconds,
           .encodeSeconds = totals.encodeSeconds,
           .decodeSeconds = totals.decodeSeconds,
-          .waitSeconds = model_->waitSeconds()};
+          .waitSeconds = model_->waitSeconds(),
+          .asyncPushes = totals.asyncPushes,
+          .stalenessSum = totals.stalenessSum,
+          .stalenessMax = totals.stalenessMax};
 }
 
 void DistributedOptimizer::setTrace(TraceRecorder* trace) {

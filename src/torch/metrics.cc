@@ -111,6 +111,14 @@ void writeMetrics(const std::string& path, const TrainOptions& options, int work
                      {"reason", e.reason}});
   }
   doc["guard"] = guard;
+  if (!result.staleness.empty()) {  // asgd, ssp
+    nlohmann::json staleness = nlohmann::json::array();
+    for (const RankStaleness& r : result.staleness) {
+      staleness.push_back(
+          {{"rank", r.rank}, {"pushes", r.pushes}, {"mean", r.mean}, {"max", r.max}});
+    }
+    doc["staleness"] = staleness;
+  }
   doc["summary"]["schedule"] = result.schedule;
   if (!result.scheduleTuning.empty()) doc["summary"]["schedule_tuning"] = result.scheduleTuning;
   if (!result.rounds.empty()) {  // an elastic run: who trained when

@@ -129,7 +129,8 @@ StrategyKnobs knobsOf(const SyncOptions& sync) {
           .localLr = sync.localLr,
           .localMomentum = sync.localMomentum,
           .glu = sync.glu,
-          .threshold = sync.cdThreshold};
+          .threshold = sync.cdThreshold,
+          .compensate = sync.compensate};
 }
 
 CompressionConfig compressionOf(const SyncOptions& sync) {

@@ -37,6 +37,9 @@ SyncOptions syncOptionsOf(const TrainOptions& options) {
           .localMomentum = options.strategy.localMomentum,
           .glu = options.strategy.glu,
           .cdThreshold = options.strategy.threshold,
+          // --compensate is the pipeline stages' own under --pipeline (pipeline_setup.h), the
+          // servers' otherwise.
+          .compensate = options.pipeline.stages > 0 ? "none" : options.pipeline.compensate,
           .seed = options.seed,
           .localBatch = static_cast<int64_t>(options.batchSize)};
 }

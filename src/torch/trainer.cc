@@ -20,7 +20,6 @@
 #include "gradsync/torch/collectives.h"
 #include "gradsync/torch/distributed_optimizer.h"
 #include "gradsync/trace.h"
-#include "sync/straggler.h"
 #include "torch/checkpointing.h"
 #include "torch/data_source.h"
 #include "torch/emulated_model.h"
@@ -451,6 +450,10 @@ TrainResult Trainer::run() {
     result.parameters.insert(result.parameters.end(), data, data + p.numel());
   }
   const SyncStats totals = distributed_.stats();
+  const StalenessCounts mine{totals.asyncPushes, totals.stalenessSum, totals.stalenessMax};
+  result.staleness = gatherStaleness(transport_, strategy_, mine, tags::kTrainer);
+  if (!result.staleness.empty() && transport_.rank() == 0)
+    GS_LOG(kInfo, "{}", describe(result.staleness));
   sums_.commMs = totals.commSeconds * 1e3;
   sums_.bytesSent = static_cast<double>(totals.bytesSent);
   sums_.denseBytes = static_cast<double>(totals.denseBytes);

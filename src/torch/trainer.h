@@ -13,6 +13,7 @@
 #include "gradsync/transport.h"
 #include "pipeline/pipeline_options.h"
 #include "sim/model_profile.h"
+#include "sync/staleness_report.h"
 #include "sync/straggler.h"
 #include "sync/strategy.h"
 
@@ -121,6 +122,7 @@ struct TrainResult {
   StepProfile perStep;
   std::vector<StragglerReport> stragglers;  // ranks named persistently slower (sync/straggler.h)
   std::vector<GuardEvent> guard;            // units the compression guard made dense (sync/guard.h)
+  std::vector<RankStaleness> staleness;     // asgd, ssp: every worker's (sync/staleness_report.h)
   std::string schedule;        // the schedule used: --schedule's, or what --schedule auto chose
   std::string scheduleTuning;  // --schedule auto: the candidates' step times and the choice
   bool stopped = false;  // a stop was asked for (stopOnSignal): the run ended early, checkpointed

@@ -306,6 +306,34 @@ TEST_F(CliTrain, BandwidthShapesWorkersOnOneHost) {
   EXPECT_GT(doc["per_step"]["step_ms"].get<double>(), 0.9 * bytes * 8 / 50e6 * 1e3);
 }
 
+// ssp:1 with one worker slowed (100 ms more compute per step than mlp's few, even on a loaded
+// host): the servers measure each push's staleness and the run reports every rank's. The fast
+// workers wait for the slow one at the bound, so between its pull of a unit and its next push of
+// it each of them pushes that unit exactly once: its staleness is W - 1 = 2, the others' less.
+// (Not asgd: there the fast workers end their 30 steps long before it, and its later pushes
+// would be fresh.)
+TEST_F(CliTrain, SspReportsStalenessPerRank) {
+  fs::path metrics = scratch() / "ssp.json";
+  Result r = gradsync({"train", "--model", "mlp", "--dataset", "synthetic", "--workers", "3",
+                       "--sync", "ssp:1", "--compensate", "sc", "--steps", "30",
+                       "--inject-slow-rank", "2:100", "--quiet", "--metrics", metrics.string()});
+  ASSERT_TRUE(r.status.ok()) << r.status.describe() << "\n" << r.err;
+  EXPECT_NE(r.out.find("; staleness per rank (mean/max): "), std::string::npos) << r.out;
+  nlohmann::json doc = nlohmann::json::parse(readFile(metrics));
+  ASSERT_EQ(doc["staleness"].size(), 3u) << doc.dump();
+  const nlohmann::json& slow = doc["staleness"][2];
+  const uint64_t pushes = slow["pushes"].get<uint64_t>();
+  EXPECT_EQ(pushes % 30, 0u);  // every step pushes every unit once, and each is answered
+  EXPECT_GE(slow["mean"].get<double>(), 1.8) << doc["staleness"].dump();
+  for (int rank = 0; rank < 3; ++rank) {
+    const nlohmann::json& s = doc["staleness"][rank];
+    EXPECT_EQ(s["rank"], rank);
+    EXPECT_EQ(s["pushes"].get<uint64_t>(), pushes);
+    EXPECT_GE(s["max"].get<double>(), s["mean"].get<double>());
+    if (rank < 2) EXPECT_LT(s["mean"].get<double>(), slow["mean"].get<double>()) << rank;
+  }
+}
+
 TEST_F(CliTrain, CompressedRunReportsItsBytesAndEvaluations) {
   fs::path metrics = scratch() / "compressed.json";
   Result r = gradsync({"train", "--model", "mlp", "--dataset", "synthetic", "--steps", "6",
@@ -407,6 +435,9 @@ TEST_F(CliTrain, BadFlagsGiveAOneLineErrorWithTheChoices) {
             "ssgd, sharded[:fc=reduce|exchange|auto,concurrent=N], asgd, ssp:S"},
            {{"train", "--sync", "ssp"}, "needs a parameter (ssp:N)"},
            {{"train", "--sync", "asgd:3"}, "takes no parameter"},
+           {{"train", "--compensate", "sc"}, "--compensate sc does not apply to this --sync"},
+           {{"train", "--sync", "asgd", "--compensate", "lwp"}, "lwp (and sc for pipeline"},
+           {{"train", "--sync", "asgd", "--compensate", "spike"}, "none, sc, lwp"},
            {{"train", "--sync", "ssdsgd:0"}, "not an integer >= 1"},
            {{"train", "--sync", "localsgd:4", "--servers", "2"}, "without servers"},
            {{"train", "--sync", "cdsgd:4", "--compress", "topk:0.01"}, "cdsgd pushes its own"},

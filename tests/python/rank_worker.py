@@ -29,6 +29,7 @@ STRATEGIES = [{"schedule": "fifo"}, {"schedule": "fusion:0.001"}, {"schedule": "
               {"sync": "sharded"}, {"sync": "localsgd:2"}, {"parameter_servers": True},
               {"sync": "asgd"}, {"sync": "ssp:2"}, {"sync": "odsgd"}, {"sync": "ssdsgd:2"},
               {"sync": "cdsgd:2"}, {"sync": "asgd", "compression": "topk:0.1"},
+              {"sync": "ssp:2", "compensate": "sc"},
               {"schedule": "p3", "compression": "powersgd:2"}]
 
 
@@ -61,8 +62,9 @@ def reach() -> dict:
         before = parameters(fresh_model())
         losses, model, opt = train(config, steps=3)
         moved = max((a - b).abs().max().item() for a, b in zip(before, parameters(model)))
-        out[repr(config)] = {"losses": losses, "moved": moved,
-                             "bytes": opt.metrics()["bytes_sent"]}
+        metrics = opt.metrics()
+        out[repr(config)] = {"losses": losses, "moved": moved, "bytes": metrics["bytes_sent"],
+                             "async_pushes": metrics["async_pushes"]}
         opt._close()
     return out
 

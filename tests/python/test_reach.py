@@ -14,12 +14,15 @@ from workload import fresh_model
 def test_every_compressor_and_strategy_trains(job):
     result = job(2, "reach").check()
     runs = result.results[0]["value"]
-    assert len(runs) == 14 + 13
+    assert len(runs) == 14 + 14
     for config, run in runs.items():
         assert all(math.isfinite(loss) for loss in run["losses"]), config
         assert run["moved"] > 0, config
         if "localsgd" not in config:
             assert run["bytes"] > 0, config
+        # asgd and ssp answer each push with its staleness; the others report none.
+        asynchronous = "'asgd'" in config or "'ssp:2'" in config
+        assert (run["async_pushes"] > 0) == asynchronous, (config, run["async_pushes"])
     # The two ranks agree on every loss (each is allreduced) and train the same replicas.
     assert result.results[1]["value"].keys() == runs.keys()
 

@@ -47,6 +47,12 @@ struct SyncStats {
   // Time the training thread waited for parameters (update mode: the forward's waits, and
   // waitForParameters): communication that compute did not hide.
   double waitSeconds = 0;
+  // asgd and ssp: the pushes the servers answered, and the sum and maximum of their staleness
+  // (the updates other workers applied to a unit between this rank's pull of it and its push's
+  // update). Zero under every other strategy.
+  uint64_t asyncPushes = 0;
+  uint64_t stalenessSum = 0;
+  uint64_t stalenessMax = 0;
 };
 
 // Averages gradients across the ranks of `transport` while backward runs, then steps the

@@ -99,9 +99,9 @@ class DistributedOptimizer(torch.optim.Optimizer):
       sync               ssgd | sharded | localsgd:H | asgd | ssp:S | odsgd | ssdsgd:K | cdsgd:K
       backward_passes_per_step  backward passes summed locally before communicating
     Keyword-only, as SyncOptions (gradsync/sync_options.h): compress_overrides (GLOB=SPEC...),
-    compress_min_elements, compress_warmup, guard (the compression guardrail, default True),
-    parameter_servers, servers, delay_warmup, local_lr,
-    local_momentum, glu, cd_threshold, seed, join.
+    compress_min_elements, compress_warmup, guard (the compression guardrail, default
+    True), parameter_servers, servers, delay_warmup, local_lr,
+    local_momentum, glu, cd_threshold, compensate (asgd, ssp: "sc"), seed, join.
 
     Collective: every rank builds it with the same parameters and options (gs.ConfigError on
     every rank otherwise, naming the first difference and its rank).
@@ -317,7 +317,9 @@ class DistributedOptimizer(torch.optim.Optimizer):
     def metrics(self) -> dict:
         """What synchronizing cost this rank so far: bytes_sent, dense_bytes (what dense ring
         allreduces would have sent), comm_seconds, encode_seconds, decode_seconds and
-        wait_seconds (communication the forward waited for), and steps."""
+        wait_seconds (communication the forward waited for), and steps; async_pushes,
+        staleness_sum and staleness_max (the staleness of this rank's pushes under asgd and ssp,
+        zero otherwise)."""
         stats = self._impl.stats()
         stats["steps"] = self._steps
         return stats

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
+#include <mutex>
 #include <thread>
 
 #include <fmt/format.h>
@@ -144,39 +146,118 @@ TEST(PsAsync, AppliesEveryPushOnce) {
   });
 }
 
-// A worker that falls behind while another runs ahead pushes a gradient of parameters that many
-// updates old: its learning rate is scaled by 2 (W - 1) / staleness (here 2 / 4), its later,
-// fresh pushes are not.
-TEST(PsAsync, AStalePushIsTrustedLess) {
-  Job job{
-      .workers = 2, .servers = 1, .server = {.consistency = ServerOptions::Consistency::kAsync}};
-  constexpr int kSteps = 4;
-  Parameters expected = initialParameters();
-  for (size_t t = 0; t < kTensors.size(); ++t) {
-    for (size_t i = 0; i < kTensors[t].elements; ++i) {
-      for (int s = 0; s < kSteps; ++s) {
-        const double trust = s == 0 ? 0.5 : 1.0;  // worker 1's first push is 4 updates stale
-        expected[t][i] -= static_cast<float>(kLr / 2 * gradient(0, t, i, s));
-        expected[t][i] -= static_cast<float>(kLr / 2 * trust * gradient(1, t, i, s));
-      }
-    }
-  }
+// The scenario of AStalePushIsTrustedLess, run by both tests below: worker 1 starts once worker
+// 0 has made all its kStaleSteps steps, so its first push of every unit is kStaleSteps updates
+// stale and its later ones are fresh. Returns each worker's parameters from the servers and its
+// engine's totals.
+constexpr int kStaleSteps = 4;
+struct StaleRun {
+  Parameters parameters;
+  std::vector<StepStats> totals = std::vector<StepStats>(2);
+};
+StaleRun runOneWorkerBehind(const Job& job) {
+  StaleRun run;
   std::atomic<bool> aheadDone{false};
+  std::mutex mutex;
   runJob(job, [&](Transport& t) {
     Parameters p = initialParameters();
     Engine engine(t, kTensors, pushing("wfbp", job.options()), spansOf(p));
     if (t.rank() == 1) {
       while (!aheadDone.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
-    for (int s = 0; s < kSteps; ++s) {
+    for (int s = 0; s < kStaleSteps; ++s) {
       step(engine, t.rank(), s, backwardOrder(t.rank()));
       engine.drain();
     }
     if (t.rank() == 0) aheadDone = true;
     barrier(t);
     engine.pullGlobalModel();
-    expectClose(p, expected, "parameters", 1e-4);
+    std::lock_guard<std::mutex> lock(mutex);
+    run.totals[static_cast<size_t>(t.rank())] = engine.totals();
+    if (t.rank() == 0) run.parameters = p;
   });
+  return run;
+}
+
+// A worker that falls behind while another runs ahead pushes a gradient of parameters that many
+// updates old: its learning rate is scaled by 2 (W - 1) / staleness (here 2 / 4), its later,
+// fresh pushes are not.
+TEST(PsAsync, AStalePushIsTrustedLess) {
+  Job job{
+      .workers = 2, .servers = 1, .server = {.consistency = ServerOptions::Consistency::kAsync}};
+  Parameters expected = initialParameters();
+  for (size_t t = 0; t < kTensors.size(); ++t) {
+    for (size_t i = 0; i < kTensors[t].elements; ++i) {
+      for (int s = 0; s < kStaleSteps; ++s) {
+        const double trust = s == 0 ? 0.5 : 1.0;  // worker 1's first push is 4 updates stale
+        expected[t][i] -= static_cast<float>(kLr / 2 * gradient(0, t, i, s));
+        expected[t][i] -= static_cast<float>(kLr / 2 * trust * gradient(1, t, i, s));
+      }
+    }
+  }
+  expectClose(runOneWorkerBehind(job).parameters, expected, "parameters", 1e-4);
+}
+
+// Each reply says how stale the push it answers was (PsStaleness), and the engine sums what it is
+// told: worker 1's first push of each unit was kStaleSteps updates stale, every other push fresh.
+TEST(PsAsync, RepliesSayHowStaleEachPushWas) {
+  Job job{
+      .workers = 2, .servers = 1, .server = {.consistency = ServerOptions::Consistency::kAsync}};
+  const StaleRun run = runOneWorkerBehind(job);
+  const uint64_t units = kTensors.size();
+  EXPECT_EQ(run.totals[0].asyncPushes, kStaleSteps * units);
+  EXPECT_EQ(run.totals[0].stalenessSum, 0u);
+  EXPECT_EQ(run.totals[0].stalenessMax, 0u);
+  EXPECT_EQ(run.totals[1].asyncPushes, kStaleSteps * units);
+  EXPECT_EQ(run.totals[1].stalenessSum, kStaleSteps * units);
+  EXPECT_EQ(run.totals[1].stalenessMax, static_cast<uint64_t>(kStaleSteps));
+}
+
+// asgd --compensate sc: each push's update is SC_D with D its measured staleness, on top of the
+// asynchronous rule (per-push momentum m_p = max(0, m - (1 - 1/W))^(1/W), learning rate
+// lr (1 - m_p) / (W (1 - m)), halved for worker 1's push that is 4 > 2 (W - 1) stale):
+//   v <- m_p v + g;  w <- w - lr_p (m_p^D v + (1 - m_p^D) / (1 - m_p) g).
+// The reference is computed here in doubles; without SC it would differ (checked).
+TEST(PsAsync, SpikeCompensationUsesEachPushsStaleness) {
+  Job job{.workers = 2,
+          .servers = 1,
+          .server = {.consistency = ServerOptions::Consistency::kAsync,
+                     .momentum = kMomentum,
+                     .spikeCompensation = true}};
+  const double workers = 2;
+  const double mp = std::pow(std::max(0.0, kMomentum - (1 - 1 / workers)), 1 / workers);
+  const double lrPush = kLr * (1 - mp) / (workers * (1 - kMomentum));
+  auto reference = [&](bool spike) {
+    Parameters expected = initialParameters();
+    for (size_t t = 0; t < kTensors.size(); ++t) {
+      for (size_t i = 0; i < kTensors[t].elements; ++i) {
+        double w = expected[t][i], v = 0;
+        for (int push = 0; push < 2 * kStaleSteps; ++push) {  // worker 0's steps, then 1's
+          const int worker = push / kStaleSteps, s = push % kStaleSteps;
+          const double delay = worker == 1 && s == 0 ? kStaleSteps : 0;
+          const double trust = delay > 2 * (workers - 1) ? 2 * (workers - 1) / delay : 1;
+          const double g = gradient(worker, t, i, s);
+          const double onVelocity = spike ? std::pow(mp, delay) : 1;
+          const double onGradient = spike ? (1 - std::pow(mp, delay)) / (1 - mp) : 0;
+          v = mp * v + g;
+          w -= lrPush * trust * (onVelocity * v + onGradient * g);
+        }
+        expected[t][i] = static_cast<float>(w);
+      }
+    }
+    return expected;
+  };
+  const Parameters withSpike = reference(true);
+  const Parameters without = reference(false);
+  double largestDifference = 0;
+  for (size_t t = 0; t < kTensors.size(); ++t) {
+    for (size_t i = 0; i < kTensors[t].elements; ++i) {
+      largestDifference = std::max(largestDifference,
+                                   std::abs(static_cast<double>(withSpike[t][i] - without[t][i])));
+    }
+  }
+  ASSERT_GT(largestDifference, 2e-3);  // 10x the check's tolerance: it tells SC from plain
+  expectClose(runOneWorkerBehind(job).parameters, withSpike, "parameters", 1e-4);
 }
 
 // ssp:S, with one worker slowed down: whenever a worker starts a step, the slowest has ended

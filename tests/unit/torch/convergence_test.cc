@@ -112,7 +112,9 @@ TEST_P(Convergence, EndsCloseToDense) {
               result.perStep.bytesSent / 1e6, result.perStep.denseBytes / result.perStep.bytesSent,
               result.guard.size());
   for (const GuardEvent& e : result.guard) std::printf("  %s\n", e.reason.c_str());
-  if (!c.guardMayAct) EXPECT_TRUE(result.guard.empty()) << c.spec << ": the guard acted";
+  if (!c.guardMayAct) {
+    EXPECT_TRUE(result.guard.empty()) << c.spec << ": the guard acted";
+  }
 }
 
 // make test runs one method of each family (sparsification with error feedback, stochastic
