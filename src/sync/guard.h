@@ -1,16 +1,18 @@
 // The compression guardrail (docs/algorithms.md, "The compression guardrail"): while training,
-// watch two cheap signals of harm per compressed communication unit and, past a threshold in
+// watch three cheap signals of harm per compressed communication unit and, past a threshold in
 // consecutive windows, exchange that unit densely from then on.
-//   residual  ||error-feedback residual|| / ||gradient||: what waits to be sent, in gradients.
-//             A method that delays most of the gradient for many steps (randomk:0.01 holds each
-//             element ~100 steps) grows it far past what top-k's residual reaches.
-//   sent      ||what the unit sent|| / ||gradient||: the stale bursts such a residual releases.
-// Both are measured on one step per window (the window's first), where the data already is: the
-// executor takes three norms of the unit (gradient, sent, residual), ~1/W of a pass per step.
+//   alignment cos(what the unit sent, its gradient). Random-k sends sums of ~100 old gradients at
+//             random positions: cos ~ 0, where top-k, PowerSGD and QSGD stay above 0.2. The
+//             signal that catches randomk:0.01 before it diverges.
+//   residual  ||error-feedback residual|| / ||gradient||: what waits to be sent, in gradients;
+//             past anything a working method showed (PowerSGD reaches 27x): an explosion.
+//   sent      ||what the unit sent|| / ||gradient||: the bursts such a residual releases.
+// All are measured on one step per window (the window's first), where the data already is: the
+// executor copies the unit's gradient, then takes three norms and a dot product.
 //
 // GuardDetector is the decision, on numbers only. CompressionGuard feeds it inside an engine:
-// the executor's communication threads record each unit's norms, and at the end of each window
-// the training thread gathers every rank's ratios (one allgather of 16 bytes per unit and rank)
+// the executor's communication threads record each unit's signals, and at the end of each
+// window the training thread gathers every rank's (one allgather of 24 bytes per unit and rank)
 // so that every rank takes the same decision, which applies from the next step on every rank.
 // A unit made dense stays dense; its residual is dropped (never sent: a burst of ~100 stale
 // gradients is the harm the guard prevents), and the exchange is exactly the dense allreduce.
