@@ -113,6 +113,7 @@ Settings trainSettings(const TrainOptions& o, const std::string& transport) {
           {"--compress-override", fmt::format("{}", fmt::join(c.overrides, " "))},
           {"--compress-min-elements", text(c.minElements)},
           {"--compress-warmup", text(c.warmupSteps)},
+          {"--guard", c.guard ? "on" : "off"},
           {"--eval-every", text(o.evalEvery)},
           {"--eval-samples", text(o.evalSamples)},
           {"--checkpoint-every", text(o.checkpointEvery)},
@@ -206,6 +207,12 @@ void addTrainCommand(CLI::App& app, CommandContext& context) {
   train
       ->add_option("--compress-warmup", o.compression.warmupSteps, "dense steps before compressing")
       ->capture_default_str();
+  train
+      ->add_option_function<std::string>(
+          "--guard", [guard = &o.compression.guard](const std::string& v) { *guard = v == "on"; },
+          "compression guardrail: a unit whose residual or bursts grow past the thresholds goes "
+          "dense (default on)")
+      ->check(CLI::IsMember({"on", "off"}));
   train->add_option("--metrics", o.metricsPath, "write metrics as JSON");
   train->add_option("--eval-every", o.evalEvery, "also evaluate every N steps (0: per epoch)");
   train->add_option("--eval-samples", o.evalSamples,

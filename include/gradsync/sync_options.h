@@ -24,6 +24,11 @@ struct SyncOptions {
   std::vector<std::string> compressOverrides;  // GLOB=SPEC by parameter name, first match wins
   size_t compressMinElements = 1024;           // smaller tensors go dense
   int64_t compressWarmup = 0;                  // dense steps before compressing
+  // The compression guardrail (--guard on|off; docs/algorithms.md): a compressed unit whose
+  // error-feedback residual or sent bursts grow past documented thresholds goes dense for the
+  // rest of the run, logged and listed in DistributedOptimizer::guardEvents(). Over the ring;
+  // costs one small allgather every 10 steps when something is compressed, nothing otherwise.
+  bool guard = true;
   // ssgd (averaged gradients) | sharded[:fc=reduce|exchange|auto] (Lee et al.: reduce-scatter,
   // update 1/P, allgather; fc=: their exchange of fully-connected layers' activations and errors,
   // for gradsync's own models) | localsgd:H (local steps, models averaged every H) | asgd | ssp:S

@@ -250,6 +250,7 @@ void bindSyncOptions(py::module_& m) {
       .def_readwrite("compress_overrides", &SyncOptions::compressOverrides)
       .def_readwrite("compress_min_elements", &SyncOptions::compressMinElements)
       .def_readwrite("compress_warmup", &SyncOptions::compressWarmup)
+      .def_readwrite("guard", &SyncOptions::guard)
       .def_readwrite("sync", &SyncOptions::sync)
       .def_readwrite("parameter_servers", &SyncOptions::parameterServers)
       .def_readwrite("servers", &SyncOptions::servers)

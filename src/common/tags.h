@@ -60,6 +60,9 @@ inline constexpr uint64_t kFcExchange = kReservedTagBase + (uint64_t{3} << 32);
 inline constexpr uint64_t kAverager = kAveragerTag;
 static_assert(kAverager == kReservedTagBase + 16);
 
+// The compression guard's per-window agreement (sync/guard.h), on the training thread.
+inline constexpr uint64_t kGuard = kReservedTagBase + 17;
+
 // Every single stream above, once: a new stream is added here too, and the check below refuses a
 // number taken twice. The per-unit ranges (kPsReplies + u, kGradientUnits + u, kFcExchange + u)
 // each span 2^32 numbers from their bases, above all the others and apart from each other.
@@ -67,7 +70,8 @@ inline constexpr uint64_t kAll[] = {
     kGradients, kModelState,          kTrainer,           kP3Decision,   kVelocity,
     kPsRequest, kPsPayload,           kPsState,           kAgreement,    kTorchApi,
     kJoin,      kEmbRequest,          kEmbPayload,        kEmbReply,     kEmbReplyPayload,
-    kRecStatus, kPipelineActivations, kPipelineGradients, kPipelineEval, kAverager};
+    kRecStatus, kPipelineActivations, kPipelineGradients, kPipelineEval, kAverager,
+    kGuard};
 
 constexpr bool allDistinct() {
   for (size_t i = 0; i < std::size(kAll); ++i) {

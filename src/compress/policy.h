@@ -18,6 +18,9 @@ struct CompressionConfig {
   std::vector<std::string> overrides;  // --compress-override GLOB=SPEC (first match wins)
   size_t minElements = 1024;           // --compress-min-elements: smaller tensors go dense
   int64_t warmupSteps = 0;             // --compress-warmup: dense steps before compressing
+  // --guard on|off: the compression guardrail (sync/guard.h) makes a compressed unit dense when
+  // its error-feedback residual or its sent bursts grow past documented thresholds.
+  bool guard = true;
 };
 
 struct CompressionPlan {

@@ -103,6 +103,7 @@ Engine::Engine(Transport& transport, const std::vector<TensorShape>& tensors, En
       warnedUnused_(tensors.size(), false) {
   GS_CHECK(!updates_ || parameters.size() == tensors_.size());
   for (size_t u = 0; u < layout_.units.size(); ++u) waitingIn_[u] = layout_.units[u].tensors.size();
+  guard_ = makeGuard();
   executor_ = makeExecutor(std::move(parameters));
   for (size_t lane = 0; lane < lanes(); ++lane) {
     threads_.emplace_back([this, rank = transport.rank()] {
@@ -145,7 +146,50 @@ std::unique_ptr<Executor> Engine::makeExecutor(std::vector<std::span<float>> par
                             .exchangedColumns = exchangedColumns(options_, tensors_.size()),
                             .rule = options_.update,
                             .seed = options_.seed,
-                            .clock = options_.clock});
+                            .clock = options_.clock,
+                            .guard = guard_.get()});
+}
+
+std::unique_ptr<CompressionGuard> Engine::makeGuard() const {
+  if (!options_.compression.guard || options_.servers || !plan_.any()) return nullptr;
+  std::vector<GuardedUnit> units;
+  for (const CommUnit& unit : layout_.units) {
+    const CompressSpec& spec = plan_.perTensor[unit.tensors.front()];
+    GuardedUnit guarded{.compressed = !spec.dense(),
+                        .tensors = unit.tensors,
+                        .method = spec.dense() ? "" : spec.toString()};
+    for (int t : unit.tensors) guarded.names.push_back(tensors_[t].name);
+    const double momentum = options_.update.momentum;
+    if (plan_.absorbsMomentum(unit.tensors.front()) && momentum < 1) {
+      guarded.sentScale = 1 / (1 - momentum);
+      guarded.watchAlignment = false;
+    }
+    units.push_back(std::move(guarded));
+  }
+  return std::make_unique<CompressionGuard>(GuardOptions{}, plan_.warmupSteps, std::move(units));
+}
+
+void Engine::watchCompression(uint64_t ended) {
+  if (!guard_ || !guard_->checksAt(ended)) return;
+  const uint64_t sampled = guard_->sampledStep(ended);
+  {
+    // Done already but in update mode's corner cases (a parameter no layer waits for).
+    std::unique_lock<std::mutex> lock(mutex_);
+    waitUntil(
+        lock,
+        [&] {
+          return std::all_of(doneSteps_.begin(), doneSteps_.end(),
+                             [&](uint64_t s) { return s > sampled; });
+        },
+        "the step the compression guard measured");
+  }
+  for (const GuardEvent& event : guard_->check(transport_, tags::kGuard, ended)) {
+    if (transport_.rank() == 0) GS_LOG(kWarn, "{}", event.reason);
+  }
+}
+
+std::vector<GuardEvent> Engine::guardEvents() const {
+  return guard_ ? guard_->events() : std::vector<GuardEvent>{};
 }
 
 Engine::~Engine() {
@@ -186,6 +230,7 @@ void Engine::markReady(int t) {
 }
 
 void Engine::endBackward() {
+  uint64_t ended = 0;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (error_) std::rethrow_exception(error_);
@@ -206,9 +251,10 @@ void Engine::endBackward() {
     std::fill(ready_.begin(), ready_.end(), false);
     for (size_t u = 0; u < layout_.units.size(); ++u)
       waitingIn_[u] = layout_.units[u].tensors.size();
-    ++stepsEnded_;
+    ended = ++stepsEnded_;
   }
   cv_.notify_all();
+  watchCompression(ended);
 }
 
 std::chrono::milliseconds Engine::waitBound() const {
@@ -272,6 +318,7 @@ std::vector<uint8_t> Engine::saveState() {
   out.write(kStateFormat);
   out.write(uint64_t{layout_.units.size()});
   executor_->saveState(out);
+  if (guard_) guard_->saveState(out);
   return out.take();
 }
 
@@ -290,6 +337,14 @@ void Engine::loadState(std::span<const uint8_t> state) {
                     in.what(), units, layout_.units.size()));
   }
   executor_->loadState(in);
+  // The guard's decisions (a checkpoint written before it existed has none: it starts afresh).
+  if (guard_ && !in.atEnd()) guard_->loadState(in);
+  if (!guard_ && !in.atEnd()) {
+    throw DataError(
+        fmt::format("{}: it holds the compression guard's state, which this run "
+                    "does not keep (--guard off, or nothing compressed)",
+                    in.what()));
+  }
   in.expectEnd();
 }
 

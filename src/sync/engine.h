@@ -52,6 +52,7 @@
 #include "schedule/schedule.h"
 #include "schedule/step_planner.h"
 #include "sync/fc_exchange.h"
+#include "sync/guard.h"
 
 namespace gradsync {
 
@@ -158,6 +159,9 @@ class Engine final : private EngineEvents {
   const CompressionPlan& compression() const { return plan_; }
   // Whether parameter t's compressor applies momentum itself (its optimizer must not).
   bool absorbsMomentum(size_t t) const { return plan_.absorbsMomentum(t); }
+  // The compression guard's decisions so far (sync/guard.h), the same on every rank; empty
+  // without compression, through servers, or with CompressionConfig::guard off.
+  std::vector<GuardEvent> guardEvents() const;
   // The global step the next step is (compression warm-up, seeds, delays); set it when resuming,
   // before the first step.
   void setStep(uint64_t step);
@@ -174,6 +178,12 @@ class Engine final : private EngineEvents {
   void fail(std::exception_ptr error) override;
 
   std::unique_ptr<Executor> makeExecutor(std::vector<std::span<float>> parameters);
+  // The compression guard over the ring's compressed units, or null (guard off, nothing
+  // compressed, parameter servers: docs/algorithms.md says why those are not watched).
+  std::unique_ptr<CompressionGuard> makeGuard() const;
+  // On the training thread after the backward of step `ended - 1` ended: at the end of a guard
+  // window, waits for the step it measured, then runs the guard's check (a collective).
+  void watchCompression(uint64_t ended);
   void communicate();
   // Blocks until the next operation may start (none: the engine is stopping).
   std::optional<PlannedOp> nextOp(std::unique_lock<std::mutex>& lock);
@@ -222,6 +232,7 @@ class Engine final : private EngineEvents {
   StepStats totals_;
   TraceRecorder* trace_ = nullptr;
 
+  std::unique_ptr<CompressionGuard> guard_;  // before executor_, which keeps a pointer to it
   std::unique_ptr<Executor> executor_;
   std::vector<std::thread> threads_;  // lanes() communication threads
 };

@@ -83,7 +83,9 @@ std::string RingExecutor::exchange(const PlannedOp& op, Transport& transport, Op
   const CommUnit& u = s_.layout.units[op.unit];
   std::span<float> data = s_.gradients.subspan(u.offset, u.elements);
   Compressor* compressor = compressors_[op.unit].get();
-  if (compressor == nullptr || op.step < static_cast<uint64_t>(s_.plan.warmupSteps)) {
+  CompressionGuard* guard = s_.guard;
+  if (compressor == nullptr || op.step < static_cast<uint64_t>(s_.plan.warmupSteps) ||
+      (guard != nullptr && guard->dense(op.unit, op.step))) {
     allreduce(transport, data, ReduceOp::kAverage, unitStream(op.unit));
     return {};
   }
@@ -94,7 +96,19 @@ std::string RingExecutor::exchange(const PlannedOp& op, Transport& transport, Op
   ExchangeContext context{transport, unitStream(op.unit), op.step, s_.seed, s_.clock};
   ExchangeStats stats;
   std::vector<float> sent = takeScratch(u.elements);
+  const bool measured = guard != nullptr && guard->samples(op.step);
+  std::vector<float> gradient;  // measured steps: the gradient the exchange replaces
+  if (measured) {
+    gradient = takeScratch(u.elements);
+    std::copy(data.begin(), data.end(), gradient.begin());
+  }
   compressor->exchange(context, data, {sent.data(), u.elements}, stats);
+  if (measured) {
+    const std::span<const float> g(gradient.data(), u.elements), mine(sent.data(), u.elements);
+    guard->record(op.unit, op.step, l2Norm(g), l2Norm(mine),
+                  CompressionGuard::residualNorm(*compressor), dotProduct(mine, g));
+    giveBack(std::move(gradient));
+  }
   giveBack(std::move(sent));
   outcome.encodeSeconds = stats.encodeSeconds;
   outcome.decodeSeconds = stats.decodeSeconds;

@@ -26,6 +26,7 @@
 #include "optim/update_rule.h"
 #include "schedule/executor.h"
 #include "schedule/schedule.h"
+#include "sync/guard.h"
 #include "sync/shard_ownership.h"
 #include "sync/slice_budgets.h"
 
@@ -47,6 +48,9 @@ struct RingSetup {
   UpdateRule rule;
   uint64_t seed = 0;  // stochastic compressors draw from it
   const Clock* clock = &SteadyClock::instance();
+  // The compression guard (sync/guard.h), owned by the engine; null: none. Units it made dense
+  // exchange densely; its measured steps' compressed exchanges report their norms to it.
+  CompressionGuard* guard = nullptr;
 };
 
 class RingExecutor final : public Executor {

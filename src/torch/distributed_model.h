@@ -115,6 +115,10 @@ class DistributedModel {
   // The linear layers whose weights the FC exchange handles (sharded:fc=exchange|auto).
   size_t exchangedLayers() const { return exchanges_.size(); }
   void setTrace(TraceRecorder* trace);
+  // The engine's compression guard decisions (Engine::guardEvents); none without an engine.
+  std::vector<GuardEvent> guardEvents() const {
+    return engine_ ? engine_->guardEvents() : std::vector<GuardEvent>{};
+  }
   // Whether parameter i's compressor applies momentum itself (its optimizer group must not).
   bool absorbsMomentum(size_t i) const { return engine_ && engine_->absorbsMomentum(i); }
   // Why this run cannot switch its schedule between steps (reschedule), or "" if it can: a

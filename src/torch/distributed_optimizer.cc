@@ -40,6 +40,7 @@ void checkSameEverywhere(Transport& transport, const SyncOptions& sync,
                                                 sync.localMomentum, sync.glu, sync.cdThreshold)},
       {"seed", std::to_string(sync.seed)},
       {"join", sync.join ? "on" : "off"},
+      {"guard", sync.guard ? "on" : "off"},
       {"backward passes per step", std::to_string(sync.backwardPassesPerStep)},
       {"number of parameters", std::to_string(parameters.size())}};
   for (size_t i = 0; i < parameters.size(); ++i) {
@@ -266,6 +267,10 @@ uint64_t DistributedOptimizer::bytesSent() const {
 
 uint64_t DistributedOptimizer::denseBytes() const {
   return model_->totals().denseBytes;
+}
+
+std::vector<GuardEvent> DistributedOptimizer::guardEvents() const {
+  return model_->guardEvents();
 }
 
 SyncStats DistributedOptimizer::stats() const {

@@ -41,6 +41,7 @@ void writeMetrics(const std::string& path, const TrainOptions& options, int work
                            {"compress_overrides", options.compression.overrides},
                            {"compress_min_elements", options.compression.minElements},
                            {"compress_warmup", options.compression.warmupSteps},
+                           {"guard", options.compression.guard ? "on" : "off"},
                            {"schedule", options.schedule}};
   if (options.pipeline.enabled()) {
     const PipelineOptions& p = options.pipeline;
@@ -100,6 +101,18 @@ void writeMetrics(const std::string& path, const TrainOptions& options, int work
                           {"named_after_steps", r.namedAfter}});
   }
   doc["stragglers"] = stragglers;
+  nlohmann::json guard = nlohmann::json::array();
+  for (const GuardEvent& e : result.guard) {
+    guard.push_back({{"step", e.step},
+                     {"unit", e.unit},
+                     {"tensors", e.tensors},
+                     {"method", e.method},
+                     {"signal", e.signal},
+                     {"ratio", e.ratio},
+                     {"threshold", e.threshold},
+                     {"reason", e.reason}});
+  }
+  doc["guard"] = guard;
   if (!result.staleness.empty()) {  // asgd, ssp
     nlohmann::json staleness = nlohmann::json::array();
     for (const RankStaleness& r : result.staleness) {

@@ -137,7 +137,8 @@ CompressionConfig compressionOf(const SyncOptions& sync) {
   return {.spec = sync.compress,
           .overrides = sync.compressOverrides,
           .minElements = sync.compressMinElements,
-          .warmupSteps = sync.compressWarmup};
+          .warmupSteps = sync.compressWarmup,
+          .guard = sync.guard};
 }
 
 // --schedule auto starts from its search's first candidate (DistributedOptimizer tunes on).

@@ -28,6 +28,7 @@ SyncOptions syncOptionsOf(const TrainOptions& options) {
           .compressOverrides = options.compression.overrides,
           .compressMinElements = options.compression.minElements,
           .compressWarmup = options.compression.warmupSteps,
+          .guard = options.compression.guard,
           .sync = options.sync,
           .parameterServers = options.strategy.ps,
           .servers = options.strategy.servers,

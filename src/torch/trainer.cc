@@ -20,7 +20,6 @@
 #include "gradsync/torch/collectives.h"
 #include "gradsync/torch/distributed_optimizer.h"
 #include "gradsync/trace.h"
-#include "sync/straggler.h"
 #include "torch/checkpointing.h"
 #include "torch/data_source.h"
 #include "torch/emulated_model.h"
@@ -415,6 +414,7 @@ TrainResult Trainer::run() {
   }
   writeTrace();
   result.stragglers = stragglers_.reports();
+  result.guard = distributed_.guardEvents();
   result.schedule = distributed_.schedule();
   result.scheduleTuning = distributed_.scheduleTuning();
   result.fusedUpdateSteps = optimizer_->fusedSteps();

@@ -8,6 +8,7 @@
 
 #include "common/tensor_shape.h"
 #include "compress/policy.h"
+#include "gradsync/guard_event.h"
 #include "gradsync/sync_options.h"
 #include "gradsync/transport.h"
 #include "pipeline/pipeline_options.h"
@@ -122,6 +123,7 @@ struct TrainResult {
   double finalTestAccuracy = 0;
   StepProfile perStep;
   std::vector<StragglerReport> stragglers;  // ranks named persistently slower (sync/straggler.h)
+  std::vector<GuardEvent> guard;            // units the compression guard made dense (sync/guard.h)
   std::vector<RankStaleness> staleness;     // asgd, ssp: every worker's (sync/staleness_report.h)
   int64_t fusedUpdateSteps = 0;             // optimizer steps that took FusedSGD's flat-buffer path
   std::string schedule;        // the schedule used: --schedule's, or what --schedule auto chose

@@ -27,6 +27,7 @@
 #include <span>
 #include <vector>
 
+#include "gradsync/guard_event.h"
 #include "gradsync/sync_options.h"
 #include "gradsync/trace.h"
 #include "gradsync/transport.h"
@@ -124,6 +125,9 @@ class DistributedOptimizer {
   uint64_t bytesSent() const;
   uint64_t denseBytes() const;
   SyncStats stats() const;
+  // The compression guard's decisions so far (SyncOptions::guard): each unit it made dense,
+  // from which step and why; the same on every rank. Empty when it never acted.
+  std::vector<GuardEvent> guardEvents() const;
   // Records the engine's communication (queueing and each operation, on the recorder's
   // communication lane) and the training thread's waits. Null: none. Set before the first step;
   // the recorder must outlive this object.

@@ -99,7 +99,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
       sync               ssgd | sharded | localsgd:H | asgd | ssp:S | odsgd | ssdsgd:K | cdsgd:K
       backward_passes_per_step  backward passes summed locally before communicating
     Keyword-only, as SyncOptions (gradsync/sync_options.h): compress_overrides (GLOB=SPEC...),
-    compress_min_elements, compress_warmup, parameter_servers, servers, delay_warmup, local_lr,
+    compress_min_elements, compress_warmup, guard (the compression guardrail, default
+    True), parameter_servers, servers, delay_warmup, local_lr,
     local_momentum, glu, cd_threshold, compensate (asgd, ssp: "sc"), seed, join.
 
     Collective: every rank builds it with the same parameters and options (gs.ConfigError on

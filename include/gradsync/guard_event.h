@@ -1,0 +1,26 @@
+// GuardEvent: the compression guardrail made a communication unit dense (docs/algorithms.md,
+// "The compression guardrail"; SyncOptions::guard). Torch-free plain values.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace gradsync {
+
+struct GuardEvent {
+  int64_t step = 0;                  // the first step the unit went dense (steps count from 0)
+  size_t unit = 0;                   // the communication unit (the engine's layout)
+  std::vector<std::string> tensors;  // its parameters
+  std::string method;                // the compression it left, e.g. "randomk:0.01"
+  // What tripped, the worst over the ranks: "alignment" (cos(sent, gradient) fell below the
+  // threshold), "residual" (the error-feedback residual's norm over the gradient's) or "sent"
+  // (the norm of what the unit sent over the gradient's) rose above it.
+  std::string signal;
+  double ratio = 0;      // the signal in the window that confirmed the trip (the cosine)
+  double threshold = 0;  // the threshold it passed
+  std::string reason;    // the log line: "guard: unit 3 (tensors ...) -> dense at step 67: ..."
+};
+
+}  // namespace gradsync
