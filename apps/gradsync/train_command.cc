@@ -210,8 +210,8 @@ void addTrainCommand(CLI::App& app, CommandContext& context) {
   train
       ->add_option_function<std::string>(
           "--guard", [guard = &o.compression.guard](const std::string& v) { *guard = v == "on"; },
-          "compression guardrail: a unit whose residual or bursts grow past the thresholds goes "
-          "dense (default on)")
+          "compression guardrail: a unit whose sent values stop pointing along its gradient, or "
+          "whose residual or bursts grow past the thresholds, goes dense (default on)")
       ->check(CLI::IsMember({"on", "off"}));
   train->add_option("--metrics", o.metricsPath, "write metrics as JSON");
   train->add_option("--eval-every", o.evalEvery, "also evaluate every N steps (0: per epoch)");

@@ -1,8 +1,10 @@
 // Staleness per rank under the parameter servers' asynchronous modes (asgd, ssp:S): how many
 // updates other workers applied to a unit between a worker's pull of it and its push's own
-// update, as the servers measure it (ps/protocol.h, PsStaleness). A worker whose pushes are
-// much staler than the others' is the one that falls behind (slow compute, a slow link); with
-// ssp:S its staleness is also what the bound S limits.
+// update, as the servers measure it (ps/protocol.h, PsStaleness). With W workers of equal speed
+// each push is about W - 1 updates stale. It is reported, not judged: a slow worker's staleness
+// depends on the mode as much as on its speed (under ssp:S the others wait for it at the bound
+// and it stays near W - 1; under asgd it is high while the others run and drops to 0 once they
+// have ended), so it names no straggler (docs/cli.md, "Staleness per rank").
 #pragma once
 
 #include <cstdint>
