@@ -97,20 +97,7 @@ double dotProduct(std::span<const float> a, std::span<const float> b) {
 }
 
 double l2Norm(std::span<const float> values) {
-  constexpr size_t kLanes = 16;
-  constexpr size_t kBlock = 4096;  // float lanes sum at most 256 squares each
-  double total = 0;
-  for (size_t begin = 0; begin < values.size(); begin += kBlock) {
-    const size_t end = std::min(values.size(), begin + kBlock);
-    float lanes[kLanes] = {};
-    size_t i = begin;
-    for (; i + kLanes <= end; i += kLanes) {
-      for (size_t j = 0; j < kLanes; ++j) lanes[j] += values[i + j] * values[i + j];
-    }
-    for (; i < end; ++i) lanes[0] += values[i] * values[i];
-    for (float lane : lanes) total += lane;
-  }
-  return std::sqrt(total);
+  return std::sqrt(dotProduct(values, values));
 }
 
 CompressionGuard::CompressionGuard(GuardOptions options, int64_t warmupSteps,
