@@ -5,16 +5,21 @@
 # disk cache, one rank per host. Prints, per epoch, the seconds rank 0's training thread spent
 # getting batches, the ratio of epoch 1 to the later ones, the cache's counters, and from the
 # trace the longest "load batch" wait of the later epochs (the step must not wait on cached data).
-# A second run with --cache-memory 0 reads the later epochs from the disk level. Needs root.
-#   scripts/bench_data_cache.sh [--build build] [--hosts 2] [--rate 100mbit] [--model cnn]
-#       [--epochs 3] [--out results/data-cache]
+# A second run with a memory level smaller than a rank's partition (--disk-memory MiB) reads the
+# later epochs' windows back from the disk level. Needs root.
+# With --ranks-per-host N the ranks of a host exchange gradients through shared memory, so the
+# shaped link carries only the data (and the traffic between hosts).
+#   scripts/bench_data_cache.sh [--build build] [--hosts 1] [--ranks-per-host 2] [--rate 100mbit]
+#       [--model cnn] [--epochs 3] [--disk-memory 8] [--out results/data-cache]
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-build="$repo/build" hosts=2 rate=100mbit model=cnn epochs=3 out="$repo/results/data-cache"
+build="$repo/build" hosts=1 per_host=2 rate=100mbit model=cnn epochs=3 disk_memory=8
+out="$repo/results/data-cache"
 while [ $# -gt 0 ]; do
   case "$1" in
     --build) build="$2" ;; --hosts) hosts="$2" ;; --rate) rate="$2" ;; --model) model="$2" ;;
-    --epochs) epochs="$2" ;; --out) out="$2" ;;
+    --epochs) epochs="$2" ;; --out) out="$2" ;; --ranks-per-host) per_host="$2" ;;
+    --disk-memory) disk_memory="$2" ;;
     *) echo "bench_data_cache: unknown option $1" >&2; exit 2 ;;
   esac
   shift 2
@@ -26,11 +31,11 @@ out="$(cd "$out" && pwd)"
 port=$((20000 + $$ % 20000))
 "$repo/scripts/data_server.sh" start --root "$out/store" --port "$port" --work "$out/server" >/dev/null
 trap '"$repo/scripts/data_server.sh" stop --work "$out/server"' EXIT
-echo "bench_data_cache: $hosts hosts at $rate, $model, $epochs epochs, $(date -u '+%F %T') UTC," \
+echo "bench_data_cache: $hosts hosts x $per_host ranks at $rate, $model, $epochs epochs, $(date -u '+%F %T') UTC," \
   "load $(cut -d' ' -f1-3 /proc/loadavg)"
 run() {  # run NAME MEMORY_MIB
   rm -rf "$out/cache-$1"
-  "$repo/scripts/netem" --hosts "$hosts" --rate "$rate" run -- bash -c "exec '$gradsync' train \
+  "$repo/scripts/netem" --hosts "$hosts" --ranks-per-host "$per_host" --rate "$rate" run -- bash -c "exec '$gradsync' train \
     --model $model --epochs $epochs --data-url http://\$NETEM_ROOT_ADDR:$port \
     --cache-dir '$out/cache-$1/'\$NETEM_HOST --cache-memory $2 --quiet --metrics '$out/$1.json' \
     --trace '$out/$1-trace.json' --trace-steps 0:100000" > "$out/$1.log" 2>&1 ||
@@ -65,4 +70,4 @@ if rest:
 PY
 }
 run memory 1024
-run disk 0
+run disk "$disk_memory"

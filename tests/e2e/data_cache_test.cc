@@ -94,14 +94,21 @@ bool haveNginx() {
   return fs::exists("/usr/sbin/nginx");
 }
 
+// A fresh directory for the running test: gradsync-PREFIX-PID-TEST.
+fs::path testDirectory(const std::string& prefix) {
+  fs::path dir =
+      fs::temp_directory_path() / ("gradsync-" + prefix + "-" + std::to_string(::getpid()) + "-" +
+                                   ::testing::UnitTest::GetInstance()->current_test_info()->name());
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
 class DataCache : public ::testing::Test {
  protected:
   void SetUp() override {
     if (!haveNginx()) GTEST_SKIP() << "nginx is not installed (scripts/setup.sh installs it)";
-    dir_ = fs::temp_directory_path() /
-           ("gradsync-datacache-" + std::to_string(::getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
+    dir_ = testDirectory("datacache");
     ImageSet train{60, 4, 4, {}, {}};
     for (int64_t i = 0; i < train.count; ++i) {
       train.labels.push_back(static_cast<uint8_t>(i % 10));
@@ -232,9 +239,7 @@ TEST_F(DataCache, ConcurrentReadersFetchAShardOnceAndTheMemoryBudgetEvictsToDisk
 }
 
 TEST(TrainDataUrlFlags, BadValuesAndNoServerGiveClearErrors) {
-  const fs::path dir =
-      fs::temp_directory_path() / ("gradsync-dataurl-flags-" + std::to_string(::getpid()));
-  fs::create_directories(dir);
+  const fs::path dir = testDirectory("dataurl");
   auto trainWith = [&](std::vector<std::string> extra) {
     std::vector<std::string> argv = {GRADSYNC_BIN, "train", "--steps", "1",
                                      "--workers",  "1",     "--quiet"};
@@ -260,11 +265,7 @@ class TrainDataUrl : public ::testing::Test {
  protected:
   void SetUp() override {
     if (!haveNginx()) GTEST_SKIP() << "nginx is not installed (scripts/setup.sh installs it)";
-    dir_ = fs::temp_directory_path() /
-           ("gradsync-dataurl-" + std::to_string(::getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
+    dir_ = testDirectory("dataurl");
     ExitStatus s = run({GRADSYNC_BIN, "shard", "--output", (dir_ / "store").string(),
                         "--samples-per-shard", "2000"},
                        dir_ / "shard.out", dir_ / "shard.err");
