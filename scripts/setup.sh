@@ -4,7 +4,7 @@ set -euo pipefail
 
 packages=(
   build-essential cmake ninja-build pkg-config ccache clang libclang-rt-14-dev clang-format
-  zlib1g-dev libssl-dev libcli11-dev libfmt-dev nlohmann-json3-dev libeigen3-dev
+  zlib1g-dev libssl-dev libcurl4-openssl-dev libcli11-dev libfmt-dev nlohmann-json3-dev libeigen3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libopenmpi-dev openmpi-bin libgloo-dev iproute2 tcpdump
   # LibTorch without OpenBLAS falls back to the reference BLAS, ~25x slower.
@@ -14,6 +14,8 @@ packages=(
   # scripts/gpu_profile.py's models (tests/python/test_gpu_profile.py runs it on the CPU).
   python3-torchvision
   dataset-fashion-mnist
+  # The remote data store of the multi-level cache (scripts/data_server.sh, docs/data.md).
+  nginx
 )
 
 missing=()

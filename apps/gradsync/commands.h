@@ -57,5 +57,6 @@ void addProfileCommand(CLI::App& app, CommandContext& context);
 void addLaunchCommand(CLI::App& app, CommandContext& context);
 void addSimulateCommand(CLI::App& app, CommandContext& context);
 void addTuneCommand(CLI::App& app, CommandContext& context);
+void addShardCommand(CLI::App& app, CommandContext& context);
 
 }  // namespace gradsync

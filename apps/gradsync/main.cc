@@ -53,6 +53,7 @@ int run(int argc, char** argv) {
   addLaunchCommand(app, context);
   addSimulateCommand(app, context);
   addTuneCommand(app, context);
+  addShardCommand(app, context);
   try {
     app.parse(argc, argv);  // runs the chosen subcommand's callback
   } catch (const CLI::ParseError& e) {

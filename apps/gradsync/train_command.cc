@@ -67,6 +67,17 @@ void printSummary(const TrainOptions& options, int workers, const TrainResult& r
   if (!result.staleness.empty()) {  // asgd, ssp
     std::printf("; staleness per rank (mean/max): %s", summarize(result.staleness).c_str());
   }
+  if (result.dataCache) {  // --data-url
+    const ShardCacheStats& c = *result.dataCache;
+    std::string perEpoch;
+    for (const EpochRecord& e : result.epochs)
+      perEpoch += fmt::format("{}{:.2f}", perEpoch.empty() ? "" : "/", e.dataSeconds);
+    std::printf(
+        "; data per epoch %s s (rank 0's cache: %lld shards from the server, %.1f MB, "
+        "%lld from disk, %lld reads from memory)",
+        perEpoch.c_str(), static_cast<long long>(c.remoteFetches), c.remoteBytes / 1e6,
+        static_cast<long long>(c.diskHits), static_cast<long long>(c.memoryHits));
+  }
   if (result.rounds.size() > 1) {
     std::string sizes;
     for (const RoundRecord& r : result.rounds)
@@ -158,6 +169,13 @@ void addTrainCommand(CLI::App& app, CommandContext& context) {
                    "emulated compute: multiply the profile's times (a device X times slower)")
       ->capture_default_str();
   train->add_option("--data-dir", o.dataDir, "Fashion-MNIST files (criteo: train.txt, test.txt)")
+      ->capture_default_str();
+  train->add_option("--data-url", o.dataUrl,
+                    "http://HOST:PORT/PATH: image shards from this store (gradsync shard), "
+                    "cached on disk and in memory; each rank trains its own partition");
+  train->add_option("--cache-dir", o.cacheDir,
+                    "--data-url's disk cache (default ~/.cache/gradsync/data/<url>)");
+  train->add_option("--cache-memory", o.cacheMemoryMiB, "--data-url's memory cache, MiB")
       ->capture_default_str();
   train->add_option("--epochs", o.epochs, "passes over the training set")->capture_default_str();
   train->add_option("--steps", o.steps, "stop after this many steps (overrides --epochs)");

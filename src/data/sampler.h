@@ -29,7 +29,18 @@ namespace gradsync {
 // The permutation of [0, size) for (seed, epoch): the reference the sampler slices.
 std::vector<size_t> epochPermutation(size_t size, uint64_t seed, int64_t epoch);
 
-class DistributedSampler {
+// What the trainer asks of a sampler: the same number of steps on every rank, and this rank's
+// dataset indices for a step. Implementations are thread-safe (const methods).
+class BatchSampler {
+ public:
+  virtual ~BatchSampler() = default;
+  virtual size_t stepsPerEpoch() const = 0;
+  virtual size_t globalBatch() const = 0;
+  // The local batch's indices (into the data source's training set) at `step` of `epoch`.
+  virtual std::vector<size_t> batch(int64_t epoch, size_t step) const = 0;
+};
+
+class DistributedSampler final : public BatchSampler {
  public:
   // Throws ConfigError when localBatch is 0, worldSize < 1, rank is outside [0, worldSize) or
   // the dataset is smaller than one global batch (worldSize * localBatch).
@@ -39,15 +50,15 @@ class DistributedSampler {
   ~DistributedSampler();
 
   // datasetSize / (worldSize * localBatch): the same on every rank.
-  size_t stepsPerEpoch() const { return steps_; }
-  size_t globalBatch() const { return localBatch_ * static_cast<size_t>(worldSize_); }
+  size_t stepsPerEpoch() const override { return steps_; }
+  size_t globalBatch() const override { return localBatch_ * static_cast<size_t>(worldSize_); }
   size_t localBatch() const { return localBatch_; }
   int rank() const { return rank_; }
   int worldSize() const { return worldSize_; }
 
   // The localBatch dataset indices of this rank at `step` of `epoch` (any epoch value, negative
   // included). step must be < stepsPerEpoch() (InternalError otherwise).
-  std::vector<size_t> batch(int64_t epoch, size_t step) const;
+  std::vector<size_t> batch(int64_t epoch, size_t step) const override;
 
  private:
   struct Cache;

@@ -6,6 +6,8 @@
 #include "data/image_set.h"
 #include "data/synthetic.h"
 #include "gradsync/error.h"
+#include "torch/remote_data_source.h"
+#include "torch/trainer.h"
 
 namespace gradsync {
 namespace {
@@ -58,6 +60,16 @@ std::unique_ptr<DataSource> openDataSource(const std::string& name, const std::s
   if (name == "synthetic") return std::make_unique<Synthetic>(syntheticSamples, seed);
   throw ConfigError(fmt::format("unknown dataset '{}'", name),
                     {.hint = "choose fashion-mnist or synthetic"});
+}
+
+std::unique_ptr<DataSource> openTrainingData(const TrainOptions& options) {
+  if (options.dataUrl.empty()) {
+    return openDataSource(options.dataset, options.dataDir, options.syntheticSamples, options.seed);
+  }
+  return openRemoteDataSource(
+      {.url = options.dataUrl,
+       .directory = options.cacheDir,
+       .memoryBytes = static_cast<uint64_t>(options.cacheMemoryMiB * 1048576)});
 }
 
 }  // namespace gradsync

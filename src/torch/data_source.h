@@ -5,8 +5,12 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
+
+#include "data/sampler.h"
+#include "data/shard_cache.h"
 
 namespace gradsync {
 
@@ -19,11 +23,25 @@ class DataSource {
   // Gathers the samples at `indices` (train or test set) into inputs/labels.
   virtual void batch(bool train, std::span<const size_t> indices, std::span<float> inputs,
                      std::span<int64_t> labels) const = 0;
+  // Which training indices rank `rank` of `world` trains at each step. Call once, before the
+  // first training batch(): a sharded remote source trains each rank on its own partition and
+  // starts prefetching it here. By default every rank samples the whole set (DistributedSampler).
+  virtual std::unique_ptr<BatchSampler> makeSampler(int rank, int world, size_t localBatch,
+                                                    uint64_t seed) {
+    return std::make_unique<DistributedSampler>(trainSize(), rank, world, localBatch, seed);
+  }
+  // A remote source's cache counters (data/shard_cache.h); nullopt for local data.
+  virtual std::optional<ShardCacheStats> cacheStats() const { return std::nullopt; }
 };
 
 // "fashion-mnist" (read from dataDir; DataError if missing or corrupt) or "synthetic" (random
 // 1x28x28 inputs and labels, syntheticSamples of them). ConfigError for another name.
 std::unique_ptr<DataSource> openDataSource(const std::string& name, const std::string& dataDir,
                                            size_t syntheticSamples, uint64_t seed);
+
+struct TrainOptions;
+// The training run's data: the remote store through the cache with --data-url
+// (torch/remote_data_source.h), otherwise openDataSource's.
+std::unique_ptr<DataSource> openTrainingData(const TrainOptions& options);
 
 }  // namespace gradsync

@@ -62,7 +62,8 @@ void writeMetrics(const std::string& path, const TrainOptions& options, int work
                       {"train_loss", e.trainLoss},
                       {"test_accuracy", e.testAccuracy},
                       {"seconds", e.seconds},
-                      {"samples_per_s", e.samplesPerSecond}});
+                      {"samples_per_s", e.samplesPerSecond},
+                      {"data_seconds", e.dataSeconds}});
   }
   nlohmann::json evaluations = nlohmann::json::array();
   for (const Evaluation& e : result.evaluations) {
@@ -123,6 +124,13 @@ void writeMetrics(const std::string& path, const TrainOptions& options, int work
   }
   doc["summary"]["schedule"] = result.schedule;
   doc["summary"]["fused_update_steps"] = result.fusedUpdateSteps;
+  if (result.dataCache) {  // --data-url: rank 0's cache
+    const ShardCacheStats& c = *result.dataCache;
+    doc["data_cache"] = {{"memory_hits", c.memoryHits},       {"disk_hits", c.diskHits},
+                         {"remote_fetches", c.remoteFetches}, {"remote_bytes", c.remoteBytes},
+                         {"remote_seconds", c.remoteSeconds}, {"disk_seconds", c.diskSeconds},
+                         {"corrupt_shards", c.corruptShards}};
+  }
   if (!result.scheduleTuning.empty()) doc["summary"]["schedule_tuning"] = result.scheduleTuning;
   if (!result.rounds.empty()) {  // an elastic run: who trained when
     nlohmann::json rounds = nlohmann::json::array();

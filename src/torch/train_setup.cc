@@ -102,6 +102,30 @@ double injectedSlowdownMs(const std::string& spec, int rank) {
   return slowRank == rank ? ms : 0;
 }
 
+namespace {
+
+// --data-url and its companions (torch/remote_data_source.h).
+void validateDataUrl(const TrainOptions& options) {
+  if (options.dataUrl.empty()) return;
+  if (!options.dataUrl.starts_with("http://") && !options.dataUrl.starts_with("https://")) {
+    throw ConfigError(
+        fmt::format("--data-url '{}' is not an http:// or https:// URL", options.dataUrl));
+  }
+  if (options.dataset != "fashion-mnist") {
+    throw ConfigError(
+        "--data-url serves image shards: it replaces --dataset fashion-mnist, "
+        "not " +
+        options.dataset);
+  }
+  if (options.pipeline.stages > 1 || !options.elastic.empty()) {
+    throw ConfigError("--data-url is not supported with --pipeline or --elastic",
+                      {.hint = "they read the dataset from --data-dir"});
+  }
+  if (!(options.cacheMemoryMiB >= 0)) throw ConfigError("--cache-memory must be >= 0 MiB");
+}
+
+}  // namespace
+
 void validateTrainOptions(const TrainOptions& options) {
   if (!emulatesCompute(options)) {
     makeModel(options.model);  // throws with the valid names
@@ -115,6 +139,7 @@ void validateTrainOptions(const TrainOptions& options) {
     throw ConfigError(fmt::format("unknown dataset '{}'", options.dataset),
                       {.hint = "choose fashion-mnist or synthetic"});
   }
+  validateDataUrl(options);
   if (options.batchSize == 0) throw ConfigError("--batch-size must be at least 1");
   if (options.epochs < 1 && options.steps <= 0) throw ConfigError("--epochs must be at least 1");
   if (options.threads < 1) throw ConfigError("--threads must be at least 1");

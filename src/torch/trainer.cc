@@ -50,10 +50,9 @@ class Trainer {
       : transport_(transport),
         strategy_(SyncStrategy::parse(options.sync)),
         options_(options),
-        data_(openDataSource(options.dataset, options.dataDir, options.syntheticSamples,
-                             options.seed)),
-        sampler_(data_->trainSize(), transport.rank(), transport.size(), options.batchSize,
-                 options.seed),
+        data_(openTrainingData(options)),
+        sampler_(data_->makeSampler(transport.rank(), transport.size(), options.batchSize,
+                                    options.seed)),
         net_(makeTrainingModel(options, transport.rank())),
         optimizer_(makeTrainingOptimizer(*net_, options)),
         distributed_(*optimizer_, net_, all, syncOptionsOf(options)),
@@ -77,7 +76,7 @@ class Trainer {
 
  private:
   int64_t totalSteps() const {
-    int64_t perEpoch = static_cast<int64_t>(sampler_.stepsPerEpoch());
+    int64_t perEpoch = static_cast<int64_t>(sampler_->stepsPerEpoch());
     return options_.steps > 0 ? options_.steps : perEpoch * options_.epochs;
   }
 
@@ -106,9 +105,9 @@ class Trainer {
   const SyncStrategy strategy_;
   const TrainOptions options_;
   std::unique_ptr<DataSource> data_;
-  DistributedSampler sampler_;
-  std::shared_ptr<Model> net_;           // the model; distributed_ synchronizes it
-  std::unique_ptr<FusedSGD> optimizer_;  // torch's SGD, stepped fused (training_optimizer.h)
+  std::unique_ptr<BatchSampler> sampler_;  // the data source's (each rank's partition, remote)
+  std::shared_ptr<Model> net_;             // the model; distributed_ synchronizes it
+  std::unique_ptr<FusedSGD> optimizer_;    // torch's SGD, stepped fused (training_optimizer.h)
   DistributedOptimizer distributed_;
   double waitsSeen_ = 0;       // distributed_.stats().waitSeconds at the last takeWaitSeconds()
   int64_t nextStopCheck_ = 0;  // the step after which the ranks next agree on a stop
@@ -120,6 +119,7 @@ class Trainer {
   StragglerWatch stragglers_;
   const double slowdownMs_;   // injected into this rank's compute (--inject-slow-rank)
   double stepComputeMs_ = 0;  // the last step's
+  double dataSeconds_ = 0;    // getting the training batches, all steps of this run
 };
 
 // After backward: either the engine applies the update as the averages arrive (p3, sharded,
@@ -204,8 +204,12 @@ float Trainer::trainStep(int64_t epoch, size_t step, int64_t globalStep) {
   if (trace_) trace_->setStep(globalStep);
   TraceRecorder* trace = trace_.get();
   auto start = Clock::now();
-  std::vector<size_t> indices = sampler_.batch(epoch, step);
-  data_->batch(true, indices, inputs_, labels_);
+  std::vector<size_t> indices = sampler_->batch(epoch, step);
+  {
+    ScopedEvent event(trace, kMainLane, "data", "load batch");
+    data_->batch(true, indices, inputs_, labels_);
+  }
+  dataSeconds_ += since(start);
   auto batch = static_cast<int64_t>(indices.size());
   torch::Tensor x = torch::from_blob(inputs_.data(), {batch, 1, 28, 28});
   torch::Tensor y = torch::from_blob(labels_.data(), {batch}, torch::kLong);
@@ -340,7 +344,7 @@ EpochRecord Trainer::finishEpoch(int epoch, double lossSum, int64_t steps, doubl
   EpochRecord record;
   record.epoch = epoch + 1;
   record.seconds = seconds;
-  record.samplesPerSecond = static_cast<double>(sampler_.globalBatch() * steps) / seconds;
+  record.samplesPerSecond = static_cast<double>(sampler_->globalBatch() * steps) / seconds;
   record.trainLoss = globalMean(lossSum, static_cast<double>(steps));
   record.testAccuracy = evaluate();
   return record;
@@ -349,7 +353,7 @@ EpochRecord Trainer::finishEpoch(int epoch, double lossSum, int64_t steps, doubl
 TrainResult Trainer::run() {
   TrainResult result;
   const int64_t total = totalSteps();
-  const auto perEpoch = static_cast<int64_t>(sampler_.stepsPerEpoch());
+  const auto perEpoch = static_cast<int64_t>(sampler_->stepsPerEpoch());
   const int epochs = static_cast<int>((total + perEpoch - 1) / perEpoch);
   RunPosition position = startingPosition();
   distributed_.setStep(position.step);
@@ -361,6 +365,7 @@ TrainResult Trainer::run() {
     const int64_t epochFirst = position.step;
     auto epochStart = Clock::now();
     double evalSeconds = 0;  // spent in --eval-every evaluations this epoch
+    const double dataBefore = dataSeconds_;
     for (; position.step < epochEnd; ++stepsRun) {
       const int64_t inEpoch = position.step % perEpoch;
       const auto stepStart = Clock::now();
@@ -377,7 +382,7 @@ TrainResult Trainer::run() {
       if (position.step % perEpoch != 0) maybeCheckpoint(position, last);
       double trained = since(epochStart) - evalSeconds;
       double rate =
-          static_cast<double>(sampler_.globalBatch() * (position.step - epochFirst)) / trained;
+          static_cast<double>(sampler_->globalBatch() * (position.step - epochFirst)) / trained;
       progress.step(position.step, epoch + 1, inEpoch + 1, perEpoch, loss, rate);
       if (result.stopped) break;
       if (options_.evalEvery > 0 && position.step % options_.evalEvery == 0 &&
@@ -395,7 +400,8 @@ TrainResult Trainer::run() {
         finishEpoch(epoch, position.epochLossSum, position.step - epoch * perEpoch, seconds);
     // The epoch's throughput counts only the steps this process ran.
     record.samplesPerSecond =
-        static_cast<double>(sampler_.globalBatch() * (position.step - epochFirst)) / seconds;
+        static_cast<double>(sampler_->globalBatch() * (position.step - epochFirst)) / seconds;
+    record.dataSeconds = dataSeconds_ - dataBefore;
     progress.line(fmt::format(
         "epoch {}/{}: train loss {:.4f}, test accuracy {:.2f}%, {:.0f} samples/s", record.epoch,
         epochs, record.trainLoss, 100 * record.testAccuracy, record.samplesPerSecond));
@@ -418,11 +424,12 @@ TrainResult Trainer::run() {
   result.schedule = distributed_.schedule();
   result.scheduleTuning = distributed_.scheduleTuning();
   result.fusedUpdateSteps = optimizer_->fusedSteps();
+  result.dataCache = data_->cacheStats();
   result.epochs = position.epochs;
   result.steps = position.step;
   double stepsHere = static_cast<double>(std::max<int64_t>(stepsRun, 1));
   result.samplesPerSecond =
-      result.seconds > 0 ? static_cast<double>(sampler_.globalBatch()) * stepsHere / result.seconds
+      result.seconds > 0 ? static_cast<double>(sampler_->globalBatch()) * stepsHere / result.seconds
                          : 0;
   result.finalTestAccuracy = result.epochs.empty() ? 0 : result.epochs.back().testAccuracy;
   for (const torch::Tensor& p : net_->parameters()) {

@@ -3,11 +3,13 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "common/tensor_shape.h"
 #include "compress/policy.h"
+#include "data/shard_cache.h"
 #include "gradsync/guard_event.h"
 #include "gradsync/sync_options.h"
 #include "gradsync/transport.h"
@@ -27,6 +29,12 @@ struct TrainOptions {
   double computeScale = 1;  // emulated compute: the profile's times multiplied by this
   std::string dataset = "fashion-mnist";  // fashion-mnist | synthetic
   std::string dataDir = "/usr/share/datasets/fashion-mnist";
+  // --data-url: the data comes from shards on this HTTP store (`gradsync shard` writes them),
+  // cached on local disk (--cache-dir; "" = defaultCacheDirectory(dataUrl)) and in memory
+  // (--cache-memory MiB); each rank trains on its own partition (torch/remote_data_source.h).
+  std::string dataUrl;
+  std::string cacheDir;
+  double cacheMemoryMiB = 1024;
   int epochs = 2;
   int64_t steps = 0;      // > 0: stop after this many steps (overrides epochs)
   size_t batchSize = 64;  // per worker; the global batch is workers x this
@@ -78,6 +86,7 @@ struct EpochRecord {
   double testAccuracy = 0;  // on the whole test set
   double seconds = 0;       // training time of the epoch (evaluation excluded)
   double samplesPerSecond = 0;
+  double dataSeconds = 0;  // of it, this rank's training thread getting its batches
 };
 
 // Means per step over the whole run.
@@ -126,6 +135,7 @@ struct TrainResult {
   std::vector<GuardEvent> guard;            // units the compression guard made dense (sync/guard.h)
   std::vector<RankStaleness> staleness;     // asgd, ssp: every worker's (sync/staleness_report.h)
   int64_t fusedUpdateSteps = 0;             // optimizer steps that took FusedSGD's flat-buffer path
+  std::optional<ShardCacheStats> dataCache;  // --data-url: this rank's cache counters at the end
   std::string schedule;        // the schedule used: --schedule's, or what --schedule auto chose
   std::string scheduleTuning;  // --schedule auto: the candidates' step times and the choice
   bool stopped = false;  // a stop was asked for (stopOnSignal): the run ended early, checkpointed
