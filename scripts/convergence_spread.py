@@ -98,9 +98,10 @@ def summarize(runs):
 
 
 TARGET = 1.5  # points below the reference
+TARGETS = {"hitopk:0.01/2x2": 1.0}  # the cases whose issue asks for another target (issue 21)
 SAME_MATH = ("p3/ssgd", "wfbp/sharded")  # two-sided
 SAME_MATH_TARGET = 0.5
-REFERENCES = ("none", "ssgd")
+REFERENCES = ("none", "ssgd", "none/2x2")
 
 
 def bounds(row, typical):
@@ -121,7 +122,7 @@ def bounds(row, typical):
     if row["case"] in SAME_MATH:  # two-sided: drift either way
         target, mean = SAME_MATH_TARGET, abs(row["gap_mean"])
     else:
-        target, mean = TARGET, row["gap_mean"]
+        target, mean = TARGETS.get(row["case"], TARGET), row["gap_mean"]
     gap = max(target, math.ceil(10 * (mean + 3 * sd_gap)) / 10)
     return {"gap": gap, "floor": floor, "target": target, "met": mean <= target}
 

@@ -2,7 +2,9 @@
 // running at the same time on one transport (p3's concurrent slices) each know their bytes;
 // Transport::bytesSent counts everyone's together. Counts as the transport does: the payload plus
 // the transport's per-message overhead, messages to oneself excluded. Everything else passes
-// through unchanged (ranks, tags, buffers' ownership, errors). Thread-safe like the transport.
+// through unchanged (ranks, tags, buffers' ownership, errors, the topology: without it the
+// hierarchical collectives and hitopk would run flat behind this view). Thread-safe like the
+// transport.
 #pragma once
 
 #include <atomic>
@@ -31,6 +33,7 @@ class CountingTransport final : public Transport {
   // What this view's sends put on the network.
   uint64_t bytesSent() const override { return bytes_.load(std::memory_order_relaxed); }
   size_t messageOverheadBytes() const override { return inner_.messageOverheadBytes(); }
+  const Topology* topology() const override { return inner_.topology(); }
 
  private:
   Transport& inner_;

@@ -1,9 +1,15 @@
 // The first `size` ranks of a transport as a transport of their own: the workers' collectives
 // when separate parameter servers are the ranks after them. Messages pass through unchanged,
-// so the workers' ranks and tags mean the same in both.
+// so the workers' ranks and tags mean the same in both, and so do their hosts: the topology is
+// the parent's, restricted to the first `size` ranks (hierarchical collectives and hitopk follow
+// it; the workers of a job with servers may make an irregular one, and those then run flat).
 #pragma once
 
+#include <optional>
+#include <vector>
+
 #include "common/check.h"
+#include "gradsync/topology.h"
 #include "gradsync/transport.h"
 
 namespace gradsync {
@@ -12,6 +18,11 @@ class PrefixTransport final : public Transport {
  public:
   PrefixTransport(Transport& parent, int size) : parent_(parent), size_(size) {
     GS_CHECK(size >= 1 && size <= parent.size() && parent.rank() < size);
+    if (const Topology* whole = parent.topology()) {
+      std::vector<int> hostOf(size);  // a prefix keeps hosts numbered by their lowest rank
+      for (int r = 0; r < size; ++r) hostOf[r] = whole->hostOf(r);
+      topology_.emplace(std::move(hostOf));
+    }
   }
 
   int rank() const override { return parent_.rank(); }
@@ -29,10 +40,12 @@ class PrefixTransport final : public Transport {
   // Everything the process sent, to the servers too.
   uint64_t bytesSent() const override { return parent_.bytesSent(); }
   size_t messageOverheadBytes() const override { return parent_.messageOverheadBytes(); }
+  const Topology* topology() const override { return topology_ ? &*topology_ : nullptr; }
 
  private:
   Transport& parent_;
   const int size_;
+  std::optional<Topology> topology_;  // the parent's first size_ ranks; none if it has none
 };
 
 }  // namespace gradsync

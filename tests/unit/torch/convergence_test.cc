@@ -4,67 +4,19 @@
 // same 10% of dense warm-up steps, as the papers do.
 //
 // The target is 1.5 accuracy points. The bounds rest on the spread measured over seeds and
-// OpenBLAS kernel families (Bound, below), so they hold on any machine of this kind.
+// OpenBLAS kernel families (Bound, convergence_support.h), so they hold on any machine of this
+// kind. 2 hosts x 2 ranks (hitopk): convergence_hosts_test.cc.
 // make test runs the references and one case of each family; make test-long the Long/ rest.
 #include <gtest/gtest.h>
 
 #include <cstdio>
-#include <cstdlib>
 #include <string>
 
+#include "convergence_support.h"
 #include "train_on_threads.h"
 
 namespace gradsync::testing {
 namespace {
-
-// GRADSYNC_TEST_SEED (default 0) reseeds every run, initialisation and data order alike:
-// scripts/convergence_spread.py measures the cases' spread over seeds and OpenBLAS kernel
-// families with it. The bounds below hold for seed 0 on any kernel family.
-uint64_t testSeed() {
-  const char* seed = std::getenv("GRADSYNC_TEST_SEED");
-  return seed ? std::stoull(seed) : 0;
-}
-
-// One machine-readable line per run, which scripts/convergence_spread.py collects.
-void report(const std::string& name, double accuracy, double reference) {
-  std::printf("CONVERGENCE case=%s accuracy=%.4f reference=%.4f seed=%llu\n", name.c_str(),
-              accuracy, reference, static_cast<unsigned long long>(testSeed()));
-  std::fflush(stdout);
-}
-
-constexpr int64_t kSteps = 468;  // one epoch at global batch 128
-constexpr int64_t kWarmup = 47;
-
-// What one run must reach, as accuracy fractions. docs/performance.md, "Convergence across
-// machines and seeds", has the spread each bound rests on (seeds x OpenBLAS kernel families,
-// scripts/convergence_spread.py, and the figures other machines gave) and the rule: a method
-// meets its target when its mean gap over that spread is within it (misses are listed there);
-// one run, on any machine and seed, must end within the target or within mean + 3 sd of the
-// gap, whichever is wider (one-epoch runs scatter by about half a point), and above an absolute
-// floor (mean - 3 sd of its accuracy), so a training that broke everywhere fails even when the
-// relative check passes.
-struct Bound {
-  double maxGap;  // the most it may end below its reference
-  double floor;   // the least accuracy it may end with
-};
-
-// Prints the run's figures (and its CONVERGENCE line) and checks them against `bound`.
-void expectConverged(const std::string& name, double accuracy, double reference, Bound bound) {
-  std::printf(
-      "%-14s accuracy %.2f%% (reference %.2f%%, gap %.2f; allowed gap %.2f, floor %.2f%%)\n",
-      name.c_str(), 100 * accuracy, 100 * reference, 100 * (reference - accuracy),
-      100 * bound.maxGap, 100 * bound.floor);
-  report(name, accuracy, reference);
-  EXPECT_GE(accuracy, reference - bound.maxGap) << name << ": gap to its reference";
-  EXPECT_GE(accuracy, bound.floor) << name << ": absolute floor";
-}
-
-std::string testName(std::string name) {
-  for (char& c : name) {
-    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
-  }
-  return name;
-}
 
 struct Case {
   const char* spec;

@@ -8,10 +8,46 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <mutex>
 
+#include "gradsync/topology.h"
+
 namespace gradsync::testing {
+namespace {
+
+// `inner` unchanged, with every send counted by the peer's host. Thread-safe as `inner` is.
+class HostCountingTransport final : public Transport {
+ public:
+  explicit HostCountingTransport(Transport& inner) : inner_(inner) {}
+
+  int rank() const override { return inner_.rank(); }
+  int size() const override { return inner_.size(); }
+  const TransportOptions& options() const override { return inner_.options(); }
+  WorkPtr send(int peer, uint64_t tag, const void* data, size_t bytes) override {
+    if (peer != rank()) {
+      const Topology* topology = inner_.topology();
+      (topology != nullptr && topology->sameHost(rank(), peer) ? inside_ : across_) += bytes;
+    }
+    return inner_.send(peer, tag, data, bytes);
+  }
+  WorkPtr recv(int peer, uint64_t tag, void* data, size_t bytes) override {
+    return inner_.recv(peer, tag, data, bytes);
+  }
+  void abort(std::exception_ptr error) override { inner_.abort(std::move(error)); }
+  uint64_t bytesSent() const override { return inner_.bytesSent(); }
+  size_t messageOverheadBytes() const override { return inner_.messageOverheadBytes(); }
+  const Topology* topology() const override { return inner_.topology(); }
+
+  HostTraffic traffic() const { return {inside_.load(), across_.load()}; }
+
+ private:
+  Transport& inner_;
+  std::atomic<uint64_t> inside_{0}, across_{0};
+};
+
+}  // namespace
 
 TrainResult train(int workers, TrainOptions options, TransportKind kind) {
   TrainResult rank0;
@@ -22,6 +58,20 @@ TrainResult train(int workers, TrainOptions options, TransportKind kind) {
       std::lock_guard<std::mutex> lock(mutex);
       rank0 = std::move(result);
     }
+  });
+  return rank0;
+}
+
+TrainResult train(int workers, TrainOptions options, TransportKind kind, HostTraffic& traffic) {
+  TrainResult rank0;
+  std::mutex mutex;
+  runWithTransports(kind, workers, [&](Transport& t) {
+    HostCountingTransport counted(t);
+    TrainResult result = runTraining(counted, options);
+    std::lock_guard<std::mutex> lock(mutex);
+    traffic.inside += counted.traffic().inside;
+    traffic.across += counted.traffic().across;
+    if (t.rank() == 0) rank0 = std::move(result);
   });
   return rank0;
 }

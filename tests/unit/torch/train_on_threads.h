@@ -13,6 +13,15 @@ namespace gradsync::testing {
 // Trains on `workers` rank threads; returns rank 0's result. Rethrows any rank's failure.
 TrainResult train(int workers, TrainOptions options, TransportKind kind = TransportKind::kLoopback);
 
+// Bytes that every rank sent, split by whether the peer shares the sender's host (the
+// transport's topology; every rank its own host without one). Payloads only.
+struct HostTraffic {
+  uint64_t inside = 0, across = 0;
+};
+// train(), with every rank's sends added to `traffic` (a view of each rank's transport that
+// changes nothing else: the topology passes through).
+TrainResult train(int workers, TrainOptions options, TransportKind kind, HostTraffic& traffic);
+
 // A few steps of the mlp on a small synthetic set: the trainer tests' starting point.
 TrainOptions quickOptions();
 
