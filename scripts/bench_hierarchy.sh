@@ -5,8 +5,10 @@
 #  1. dense allreduce, flat ring against hierarchical (`gradsync bench allreduce --algorithm`),
 #     time per size, same run;
 #  2. training steps of --model on real Fashion-MNIST: dense (the engine picks hierarchical or
-#     ring by its cost model), flat topk:R and hitopk:R; mean step time over the steps after the
-#     first 3, and the bytes each host's eth0 sent (the veth counters) per step.
+#     ring by its cost model), flat topk:R and hitopk:R; the steady-state step time and the bytes
+#     host 0's eth0 sent (the veth counters) per step, both as the difference between a run of
+#     --steps and one of 3 steps, so that what every run does once (start-up, parameter
+#     broadcast, the final evaluation) cancels out.
 # Needs root. Prints a table per rate; raw logs and JSON under --out.
 #   scripts/bench_hierarchy.sh [--build build] [--rates "1gbit 100mbit"] [--model vgg11]
 #       [--steps 15] [--density 0.01] [--max-bytes 16M] [--out results/hierarchy]
@@ -35,17 +37,18 @@ for rate in $rates; do
       --json "$out/allreduce-$rate-$algorithm.json" > "$out/allreduce-$rate-$algorithm.log" 2>&1
   done
   for compress in none "topk:$density" "hitopk:$density"; do
-    name="train-$rate-${compress%%:*}"
-    # Each host's rank 0 reads its eth0 counter around the run: the bytes that left the host.
-    netem "$rate" bash -c 'c=/sys/class/net/eth0/statistics/tx_bytes; a=$(cat $c)
-      "$0" train --model "$1" --steps "$2" --compress "$3" --quiet --metrics "$4-$RANK.json" \
-        --trace "$4-trace.json" --trace-steps "0:$2" || exit $?
-      [ "$LOCAL_RANK" = 0 ] && echo "TX_BYTES host=$NETEM_HOST bytes=$(( $(cat $c) - a ))"; true' \
-      "$gradsync" "$model" "$steps" "$compress" "$out/$name" > "$out/$name.log" 2>&1 ||
-      { tail -5 "$out/$name.log"; exit 1; }
+    for n in 3 "$steps"; do
+      name="train-$rate-${compress%%:*}-$n"
+      # Each host's rank 0 reads its eth0 counter around the run: the bytes that left the host.
+      netem "$rate" bash -c 'c=/sys/class/net/eth0/statistics/tx_bytes; a=$(cat $c)
+        "$0" train --model "$1" --steps "$2" --compress "$3" --quiet --metrics "$4.json" || exit $?
+        [ "$LOCAL_RANK" = 0 ] && echo "TX_BYTES host=$NETEM_HOST bytes=$(( $(cat $c) - a ))"; true' \
+        "$gradsync" "$model" "$n" "$compress" "$out/$name" > "$out/$name.log" 2>&1 ||
+        { tail -5 "$out/$name.log"; exit 1; }
+    done
   done
   python3 - "$out" "$rate" "$steps" "$density" <<'PY'
-import json, re, statistics, sys
+import json, re, sys
 out, rate, steps, density = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 ring = json.load(open(f"{out}/allreduce-{rate}-ring.json"))["results"]
 hier = json.load(open(f"{out}/allreduce-{rate}-hierarchical.json"))["results"]
@@ -53,18 +56,17 @@ print(f"\n## {rate} between hosts: dense allreduce (time per call, ms)")
 print("| bytes | flat ring | hierarchical | ring / hierarchical |\n|---:|---:|---:|---:|")
 for r, h in zip(ring, hier):
     print(f"| {r['bytes']} | {r['time_us'] / 1e3:.1f} | {h['time_us'] / 1e3:.1f} | {r['time_us'] / h['time_us']:.2f} |")
-print(f"\n## {rate} between hosts: training steps (mean over steps 4-{steps})")
+print(f"\n## {rate} between hosts: training, steady state (steps 4-{steps})")
 print("| config | step ms | × dense | host 0 eth0 bytes per step |\n|---|---:|---:|---:|")
 rows = {}
+def tx(name, n):
+    log = open(f"{out}/train-{rate}-{name}-{n}.log").read()
+    return int(re.search(r"TX_BYTES host=0 bytes=(\d+)", log).group(1))
+def total_ms(name, n):  # rank 0's training time of the run
+    return json.load(open(f"{out}/train-{rate}-{name}-{n}.json"))["per_step"]["step_ms"] * n
 for name in ("none", "topk", "hitopk"):
-    trace = json.load(open(f"{out}/train-{rate}-{name}-trace.json"))
-    events = trace["traceEvents"] if isinstance(trace, dict) else trace
-    durs = sorted((e["args"]["step"], e["dur"] / 1e3) for e in events
-                  if e.get("cat") == "step" and e.get("pid", 0) == 0)
-    mean = statistics.mean(d for s, d in durs if s >= 3)
-    log = open(f"{out}/train-{rate}-{name}.log").read()
-    tx = int(re.search(r"TX_BYTES host=0 bytes=(\d+)", log).group(1))
-    rows[name] = (mean, tx / steps)
+    step = (total_ms(name, steps) - total_ms(name, 3)) / (steps - 3)
+    rows[name] = (step, (tx(name, steps) - tx(name, 3)) / (steps - 3))
 for name, (mean, tx) in rows.items():
     label = "dense" if name == "none" else f"{name}:{density}"
     print(f"| {label} | {mean:.0f} | {rows['none'][0] / mean:.2f} | {tx / 1e6:.2f} MB |")

@@ -22,8 +22,12 @@ The measured step time is the steady state: (total of a long run - total of a sh
       [--compute emulate:PROFILE --compute-scale X]
       [--short 3] [--long 13] [--out results/sim-validation]
       [--configs "fifo@200mbit wfbp@200mbit p3@200mbit wfbp@1gbit wfbp+fp16@200mbit ..."]
-A configuration is SCHEDULE[+COMPRESS][+ps][+sync:SYNC]@BANDWIDTH, e.g. wfbp+sync:odsgd@1gbit or
-wfbp+sync:sharded:fc=exchange@1gbit (delayed strategies train after 1 warm-up step, the
+A configuration is SCHEDULE[+COMPRESS][+ps][+sync:SYNC]@BANDWIDTH[/N], e.g. wfbp+sync:odsgd@1gbit or
+wfbp+sync:sharded:fc=exchange@1gbit or wfbp+hitopk:0.01@200mbit/2. /N trains hosts of N ranks
+(`--ranks-per-host N`: --bandwidth shapes each rank's TCP links to other hosts, local ranks talk
+through unshaped shared memory) and simulates hosts of N devices whose NIC carries N times
+BANDWIDTH (the per-rank limiters together), with this machine's measured shared-memory rate and
+latency between the devices of a host (delayed strategies train after 1 warm-up step, the
 simulator predicts their steady state). Writes OUT/validation.json and prints a Markdown table.
 Measurements already in OUT (profile, latency, codec and train JSON) are kept, so a second run
 re-simulates the same measurements; delete OUT to measure again.
@@ -38,25 +42,28 @@ DEFAULT_CONFIGS = ("fifo@200mbit wfbp@200mbit fusion:25@200mbit p3@200mbit wfbp@
                    "p3@1gbit wfbp+fp16@200mbit wfbp+topk:0.01@200mbit wfbp+ps@200mbit")
 
 
-def run_unless(path, cmd):
+def run_unless(path, cmd, shm=False):
     """Runs `cmd` unless its output file `path` exists (a measurement kept from an earlier run)."""
     if not os.path.exists(path):
-        run(cmd)
+        run(cmd, shm)
 
 
-def run(cmd):
+def run(cmd, shm=False):
+    """Runs `cmd`; local ranks talk over TCP unless `shm` (see main)."""
     print("+", " ".join(cmd), file=sys.stderr, flush=True)
-    done = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    env = dict(os.environ, GRADSYNC_SHM="1" if shm else "0")
+    done = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     if done.returncode != 0:
         sys.exit(f"failed ({done.returncode}): {' '.join(cmd)}\n{done.stderr[-2000:]}")
     return done.stdout
 
 
 def parse_config(text):
-    spec, bandwidth = text.split("@")
+    spec, link = text.split("@")
+    bandwidth, _, per_host = link.partition("/")
     parts = spec.split("+")
     config = {"label": text, "schedule": parts[0], "bandwidth": bandwidth,
-              "compress": "none", "ps": False, "sync": "ssgd"}
+              "per_host": int(per_host or 1), "compress": "none", "ps": False, "sync": "ssgd"}
     for part in parts[1:]:
         if part == "ps":
             config["ps"] = True
@@ -77,7 +84,7 @@ def strategy_flags(config):
 
 
 def file_label(args, config):
-    label = config["label"].replace(":", "_").replace("=", "_")
+    label = config["label"].replace(":", "_").replace("=", "_").replace("/", "-per-host-")
     return label if args.compute == "real" else f"{label}-{args.compute[8:]}x{args.compute_scale:g}"
 
 
@@ -103,6 +110,17 @@ def message_latency_us(gradsync, workers, out):
     return time_us / (2 * (workers - 1))
 
 
+def shm_link(gradsync, out):
+    """The rate and per-message latency between two local ranks over shared memory (the links
+    inside an emulated host): a 16 MiB and a 4-byte allreduce of 2 ranks."""
+    path = os.path.join(out, "shm-link.json")
+    run_unless(path, [gradsync, "bench", "allreduce", "--workers", "2", "--min-bytes", "4",
+                      "--max-bytes", "16M", "--factor", "4194304", "--iters", "20",
+                      "--json", path], shm=True)
+    small, large = json.load(open(path))["results"][:2]
+    return large["busbw_gbps"] * 8, small["time_us"] / 2
+
+
 def measured_step_ms(gradsync, args, config, out):
     totals = {}
     for steps in (args.short, args.long):
@@ -110,6 +128,8 @@ def measured_step_ms(gradsync, args, config, out):
         cmd = [gradsync, "train", "--workers", str(args.workers), "--steps", str(steps),
                "--bandwidth", config["bandwidth"], "--metrics", path, "--quiet",
                *strategy_flags(config)]
+        if config["per_host"] > 1:
+            cmd += ["--ranks-per-host", str(config["per_host"])]
         if args.compute == "real":
             cmd += ["--model", args.model, "--dataset", "synthetic", "--batch-size",
                     str(args.batch)]
@@ -117,17 +137,29 @@ def measured_step_ms(gradsync, args, config, out):
             cmd += ["--compute", args.compute, "--compute-scale", str(args.compute_scale)]
         if config["sync"].split(":")[0] in ("odsgd", "ssdsgd", "cdsgd"):
             cmd += ["--delay-warmup", "1"]
-        run_unless(path, cmd)
+        run_unless(path, cmd, shm=config["per_host"] > 1)
         per_step = json.load(open(path))["per_step"]
         totals[steps] = per_step["step_ms"] * steps
     return (totals[args.long] - totals[args.short]) / (args.long - args.short)
 
 
+def host_nic(bandwidth, ranks):
+    """`ranks` times a --bandwidth value (e.g. 200mbit x 2 = 400mbit)."""
+    digits = bandwidth.rstrip("abcdefghijklmnopqrstuvwxyz")
+    return f"{float(digits) * ranks:g}{bandwidth[len(digits):]}"
+
+
 def predicted(gradsync, args, config, profile, codec_ns, latency_us, out):
     path = os.path.join(out, f"sim-{file_label(args, config)}.json")
+    per_host = config["per_host"]
     cmd = [gradsync, "simulate", "--model-profile", profile, "--workers", str(args.workers),
-           "--bandwidth", config["bandwidth"], "--latency", f"{latency_us:.1f}us",
+           "--bandwidth", host_nic(config["bandwidth"], per_host),
+           "--latency", f"{latency_us:.1f}us",
            "--codec-ns-per-element", str(codec_ns), "--json", path, *strategy_flags(config)]
+    if per_host > 1:
+        gbit, local_us = shm_link(gradsync, out)
+        cmd += ["--gpus-per-host", str(per_host), "--local-bandwidth", f"{gbit:.2f}gbit",
+                "--local-latency", f"{local_us:.1f}us"]
     if args.compute != "real":
         cmd += ["--compute-scale", str(args.compute_scale)]
     run(cmd)
@@ -151,10 +183,10 @@ def main():
     if args.compute != "real" and not args.compute.startswith("emulate:"):
         sys.exit("--compute is real or emulate:PROFILE")
     gradsync = os.path.join(args.build, "apps", "gradsync", "gradsync")
-    # Local ranks over TCP: the training runs' bytes all cross the shaped links the simulator
-    # models, and the latency measurement (no --bandwidth, so otherwise shared memory) measures
-    # the same transport as they use.
-    os.environ["GRADSYNC_SHM"] = "0"
+    # Local ranks over TCP (run()'s default): the training runs' bytes all cross the shaped links
+    # the simulator models, and the latency measurement (no --bandwidth, so otherwise shared
+    # memory) measures the same transport as they use. Hosts of several ranks (/N) use shared
+    # memory inside, as the simulator's devices of a host do.
     os.makedirs(args.out, exist_ok=True)
     if args.compute == "real":
         profile = os.path.join(args.out, f"profile-{args.model}-{args.workers}.json")
