@@ -113,9 +113,8 @@ void validateDataUrl(const TrainOptions& options) {
   }
   if (options.dataset != "fashion-mnist") {
     throw ConfigError(
-        "--data-url serves image shards: it replaces --dataset fashion-mnist, "
-        "not " +
-        options.dataset);
+        fmt::format("--data-url serves image shards: it replaces --dataset fashion-mnist, not {}",
+                    options.dataset));
   }
   if (options.pipeline.stages > 1 || !options.elastic.empty()) {
     throw ConfigError("--data-url is not supported with --pipeline or --elastic",
