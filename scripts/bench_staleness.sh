@@ -5,17 +5,19 @@
 # ssgd (the reference), and for asgd and ssp:2 without and with `--compensate sc`. Prints a
 # Markdown table: per configuration, the runs, how many diverged (below 20%), mean / min / max
 # final test accuracy and the mean gap to ring ssgd of the same seed; every run's figures in
-# OUT/runs.tsv. Runs whose JSON exists in OUT are kept (delete to re-run).
+# OUT/runs.tsv. Runs whose JSON exists in OUT are kept (delete to re-run). --transport tcp runs
+# the 4 workers as processes over loopback TCP instead.
 #   scripts/bench_staleness.sh [--build build] [--seeds "0 1 2 3 4 5 6 7 8 9"]
-#       [--configs "ssgd asgd asgd+sc ssp:2 ssp:2+sc"] [--steps 234] [--out results/staleness]
+#       [--configs "ssgd asgd asgd+sc ssp:2 ssp:2+sc"] [--steps 234] [--transport loopback]
+#       [--out results/staleness]
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="$repo/build" seeds="0 1 2 3 4 5 6 7 8 9" configs="ssgd asgd asgd+sc ssp:2 ssp:2+sc"
-steps=234 out="$repo/results/staleness"
+steps=234 out="$repo/results/staleness" transport=loopback
 while [ $# -gt 0 ]; do
   case "$1" in
     --build) build="$2" ;; --seeds) seeds="$2" ;; --configs) configs="$2" ;;
-    --steps) steps="$2" ;; --out) out="$2" ;;
+    --steps) steps="$2" ;; --out) out="$2" ;; --transport) transport="$2" ;;
     *) echo "bench_staleness: unknown option $1" >&2; exit 2 ;;
   esac
   shift 2
@@ -30,7 +32,7 @@ for seed in $seeds; do
     flags=(--sync "${config%+sc}")
     [ "${config%+sc}" != "$config" ] && flags+=(--compensate sc)
     echo "+ seed $seed: $config ($(date -u +%H:%M:%S))"
-    "$gradsync" train --model cnn --dataset fashion-mnist --transport loopback --workers 4 \
+    "$gradsync" train --model cnn --dataset fashion-mnist --transport "$transport" --workers 4 \
       --steps "$steps" --seed "$seed" "${flags[@]}" --quiet --metrics "$json" \
       >"$out/${config//[:+]/_}-seed$seed.log" 2>&1 || echo "  failed: see $out/*seed$seed.log"
   done
