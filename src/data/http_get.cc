@@ -24,18 +24,18 @@ void initCurlOnce() {
   std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
 }
 
+// "http://host:port" of `url`: what errors name as the server.
+std::string serverOf(const std::string& url) {
+  const size_t scheme = url.find("://");
+  const size_t hostStart = scheme == std::string::npos ? 0 : scheme + 3;
+  return url.substr(0, url.find('/', hostStart));
+}
+
 [[noreturn]] void fail(const std::string& url, const std::string& problem) {
   throw DataError(fmt::format("GET {}: {}", url, problem), {.operation = kOperation});
 }
 
 }  // namespace
-
-std::string serverOf(const std::string& url) {
-  const size_t scheme = url.find("://");
-  const size_t hostStart = scheme == std::string::npos ? 0 : scheme + 3;
-  const size_t pathStart = url.find('/', hostStart);
-  return url.substr(0, pathStart);
-}
 
 std::vector<uint8_t> httpGet(const std::string& url, const HttpGetOptions& options) {
   initCurlOnce();

@@ -21,7 +21,4 @@ struct HttpGetOptions {
 
 std::vector<uint8_t> httpGet(const std::string& url, const HttpGetOptions& options = {});
 
-// "http://host:port" of `url` (what errors name as the server).
-std::string serverOf(const std::string& url);
-
 }  // namespace gradsync

@@ -197,10 +197,6 @@ ShardCache::~ShardCache() = default;
 const ShardManifest& ShardCache::manifest() const {
   return state_->manifest;
 }
-const ShardCacheOptions& ShardCache::options() const {
-  return state_->options;
-}
-
 ShardCacheStats ShardCache::stats() const {
   std::lock_guard lock(state_->mutex);
   return state_->stats;

@@ -55,7 +55,6 @@ class ShardCache {
   // The shard decoded (shared with the memory level; never modified). Blocking.
   std::shared_ptr<const ImageSet> get(const ShardInfo& shard);
   ShardCacheStats stats() const;
-  const ShardCacheOptions& options() const;
 
  private:
   struct State;
