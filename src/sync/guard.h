@@ -144,7 +144,12 @@ class CompressionGuard {
   void loadState(StateReader& in);
 
  private:
+  struct Window {
+    std::vector<GuardSignals> signals;  // by unit, the worst over the ranks
+    double lossRatio = -1;              // LossTrend::ratio over the ranks
+  };
   std::vector<GuardSignals> localSignals(uint64_t sampled) const;
+  Window gather(Transport& transport, uint64_t tag, uint64_t sampled);
   GuardEvent eventFor(const GuardTrip& trip, uint64_t from) const;
 
   const int64_t warmup_;
