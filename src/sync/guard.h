@@ -41,7 +41,7 @@ struct GuardOptions {
   double residualRatio = 40;   // ||residual|| / ||gradient||
   double sentRatio = 6;        // ||sent|| / ||gradient||
   double misalignment = 0.95;  // 1 - cos(sent, gradient): cos below 0.05
-  double lossRatio = 1.5;      // a window's mean loss / the warm-up's last window's
+  double lossRatio = 2;        // a window's mean loss / the warm-up's last window's
   int windowsToConfirm = 3;    // consecutive windows past a threshold before a unit goes dense
 };
 
