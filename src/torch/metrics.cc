@@ -9,6 +9,14 @@
 #include "gradsync/error.h"
 
 namespace gradsync {
+namespace {
+
+// --compress-warmup as given: "auto" or its number of steps.
+nlohmann::json warmupJson(int64_t warmupSteps) {
+  return warmupSteps == kAutoWarmup ? nlohmann::json("auto") : nlohmann::json(warmupSteps);
+}
+
+}  // namespace
 
 void writeMetrics(const std::string& path, const TrainOptions& options, int workers,
                   const TrainResult& result) {
@@ -40,7 +48,7 @@ void writeMetrics(const std::string& path, const TrainOptions& options, int work
                            {"eval_samples", options.evalSamples},
                            {"compress_overrides", options.compression.overrides},
                            {"compress_min_elements", options.compression.minElements},
-                           {"compress_warmup", options.compression.warmupSteps},
+                           {"compress_warmup", warmupJson(options.compression.warmupSteps)},
                            {"guard", options.compression.guard ? "on" : "off"},
                            {"schedule", options.schedule}};
   if (options.pipeline.enabled()) {
@@ -124,6 +132,7 @@ void writeMetrics(const std::string& path, const TrainOptions& options, int work
   }
   doc["summary"]["schedule"] = result.schedule;
   doc["summary"]["fused_update_steps"] = result.fusedUpdateSteps;
+  doc["summary"]["compress_warmup_steps"] = result.compressWarmupSteps;
   if (result.dataCache) {  // --data-url: rank 0's cache
     const ShardCacheStats& c = *result.dataCache;
     doc["data_cache"] = {{"memory_hits", c.memoryHits},       {"disk_hits", c.diskHits},
