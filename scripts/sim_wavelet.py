@@ -9,7 +9,8 @@ docs/performance.md, "Wavelet in the simulator"). Every figure is a prediction.
   Hops at k = 8: 0, 1 ms and 4 ms per transfer, over a link per device pair or one shared link.
   Data parallel: 2 tick-tock waves of B against one wave of 2B (peak device memory), and on a
     device of --device-memory the largest batch of each and its throughput, for saturation
-    batches 0 (any batch fills the device) and 128.
+    batches 0 (any batch fills the device) and 128; then with a least offset between the
+    waves' forwards of 0 (the gates alone), 0.7, 0.8 and 0.9 of an iteration (saturation 128).
 
   scripts/sim_wavelet.py [--build build] [--hop 0] [--device-memory 8GiB] [--out results/sim-wavelet]
 Writes OUT/wavelet.json and prints Markdown tables.
@@ -105,6 +106,28 @@ def data_parallel(gradsync, memory):
     return rows
 
 
+def offsets(gradsync, memory):
+    rows = []
+    for model in MODELS:
+        for offset in ["0", "0.7", "0.8", "0.9"]:
+            doc = simulate(gradsync, ["--model-profile", model, "--waves", "2",
+                                      "--device-memory", memory, "--saturation-batch", "128",
+                                      "--wave-offset", offset])
+            cap = doc["capacity"]
+            rows.append({"model": model, "offset": offset,
+                         "ratio": doc["waves"]["peak_bytes"] / doc["one_wave"]["peak_bytes"],
+                         "waves_fit": cap["waves"]["batch_per_wave"],
+                         "one_fit": cap["one_wave"]["batch_per_wave"],
+                         "gain": cap["waves"]["samples_per_s"] / cap["one_wave"]["samples_per_s"]})
+    print(f"\n| profile (saturation 128) | --wave-offset | peak, 2 waves of 32 / one of 64 | "
+          f"{memory}: one wave fits | 2 waves fit | 2 waves / one, samples/s |")
+    print("|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['model']} | {r['offset']} | {r['ratio']:.3f} | {r['one_fit']} | "
+              f"2 x {r['waves_fit']} | {r['gain']:.2f}x |")
+    return rows
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--build", default="build")
@@ -116,7 +139,8 @@ def main():
     results = {"hop": args.hop, "device_memory": args.device_memory,
                "model_parallel": model_parallel(gradsync, args.hop),
                "hops": hops(gradsync),
-               "data_parallel": data_parallel(gradsync, args.device_memory)}
+               "data_parallel": data_parallel(gradsync, args.device_memory),
+               "offsets": offsets(gradsync, args.device_memory)}
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "wavelet.json"), "w") as f:
         json.dump(results, f, indent=1)

@@ -102,7 +102,8 @@ void runDataParallel(const ModelProfile& profile, const WaveSimFlags& f, int64_t
                            .batchPerWave = f.batch > 0 ? f.batch : profile.batchSize,
                            .optimizerSlots = f.optimizerSlots,
                            .saturationBatch = f.saturationBatch,
-                           .steps = steps};
+                           .steps = steps,
+                           .minimumOffset = f.waveOffset};
   const int64_t b = o.batchPerWave;
   const sim::WaveMemoryResult waves = sim::simulateWaveMemory(profile, o);
   sim::WaveMemoryOptions single = o;
@@ -247,13 +248,18 @@ void addWaveSimFlags(CLI::App* simulate, WaveSimFlags& f) {
       ->add_option("--optimizer-slots", f.optimizerSlots,
                    "--waves: fp32 optimizer state per parameter (1 momentum, 2 Adam)")
       ->capture_default_str();
+  simulate
+      ->add_option("--wave-offset", f.waveOffset,
+                   "--waves: least offset between the waves' forwards, as a fraction of one "
+                   "wave's iteration (0: the gates alone)")
+      ->capture_default_str();
   simulate->add_flag("--shared-link", f.sharedLink,
                      "--pipeline --waves: all hops share one link (default: one per pair)");
 }
 
 void checkWaveFlags(const CLI::App& cmd, const WaveSimFlags& f, int stages) {
-  const auto waveFlags = {"--batch", "--device-memory", "--saturation-batch", "--optimizer-slots",
-                          "--shared-link"};
+  const auto waveFlags = {"--batch",           "--device-memory", "--saturation-batch",
+                          "--optimizer-slots", "--wave-offset",   "--shared-link"};
   if (cmd.count("--waves") == 0) return refuseGiven(cmd, waveFlags, "needs --waves K");
   if (f.waves < 1)
     throw ConfigError(fmt::format("--waves must be at least 1, not {}", f.waves),
@@ -278,7 +284,8 @@ void checkWaveFlags(const CLI::App& cmd, const WaveSimFlags& f, int stages) {
   refuseGiven(cmd, {"--pipeline-mode", "--micro-batches"},
               "is not used with --waves: the waves are the pipeline's schedule");
   refuseGiven(cmd,
-              {"--batch", "--device-memory", "--saturation-batch", "--optimizer-slots", "--steps"},
+              {"--batch", "--device-memory", "--saturation-batch", "--optimizer-slots",
+               "--wave-offset", "--steps"},
               "is the data-parallel waves' (without --pipeline)");
 }
 

@@ -22,6 +22,7 @@ struct WaveSimFlags {
   std::string deviceMemory;     // --device-memory, e.g. 16GiB (empty: no capacity question)
   int64_t saturationBatch = 0;  // --saturation-batch: the batch that fills the device (0: any)
   int optimizerSlots = 1;       // --optimizer-slots: fp32 state per parameter (momentum: 1)
+  double waveOffset = 0;        // --wave-offset: least offset between forwards, of an iteration
   bool sharedLink = false;      // --shared-link: the pipeline's hops share one link
 };
 

@@ -27,6 +27,9 @@ void validate(const ModelProfile& profile, const WaveMemoryOptions& o) {
   if (o.saturationBatch < 0)
     throw ConfigError(fmt::format("--saturation-batch must be >= 0, not {}", o.saturationBatch));
   if (o.steps < 1) throw ConfigError(fmt::format("--steps must be at least 1, not {}", o.steps));
+  if (!(o.minimumOffset >= 0 && o.minimumOffset <= 1))
+    throw ConfigError(fmt::format("--wave-offset must be within [0, 1] of an iteration, not {}",
+                                  o.minimumOffset));
 }
 
 // One wave's position in its sequence of operations: per iteration the forwards of layers 0 ..
@@ -52,6 +55,10 @@ class TickTock {
     share_ = o.saturationBatch > 0 ? std::min(1.0, b / static_cast<double>(o.saturationBatch)) : 1;
     result_.staticBytes =
         static_cast<double>(profile.parameterCount()) * kFp32Bytes * (2.0 + o.optimizerSlots);
+    const double alone =
+        (profile.forwardSeconds() + profile.backwardSeconds()) * batchScale_ / share_ +
+        profile.updateSeconds;
+    offsetSeconds_ = o.minimumOffset * alone;
     bytes_ = result_.peakBytes = result_.staticBytes;
   }
 
@@ -73,7 +80,7 @@ class TickTock {
       Wave& wave = waves_[w];
       if (wave.running || wave.iteration >= o_.steps) continue;
       // A phase starts only in its turn: forwards go round the waves, and so do backwards.
-      if (wave.op == 0 && forwardTurn_ != w) continue;
+      if (wave.op == 0 && (forwardTurn_ != w || now_ < nextForwardAt_)) continue;
       if (wave.op == layers_ && backwardTurn_ != w) continue;
       start(w);
     }
@@ -88,6 +95,7 @@ class TickTock {
                                              : layer->backwardSeconds * batchScale_;
     wave.running = true;
     wave.remaining = work;
+    if (wave.op == 0) nextForwardAt_ = now_ + offsetSeconds_;
     wave.share = update ? 1.0 : share_;
     if (!update && isForward(wave.op))
       change(w, layerOf(wave.op), +layer->activationBytesPerSample, true);
@@ -99,17 +107,30 @@ class TickTock {
     result_.timeline.push_back({now_, bytes_, w, layer, forward});
   }
 
-  // Runs the device until the next operation ends; false when nothing is left.
+  // Whether the wave whose forward turn it is waits only for the minimum offset.
+  bool waitsForTheOffset() const {
+    const Wave& next = waves_[forwardTurn_];
+    return !next.running && next.op == 0 && next.iteration < o_.steps && now_ < nextForwardAt_;
+  }
+
+  // Runs the device until the next operation ends or the offset lets the next forward start;
+  // false when nothing is left.
   bool advance() {
     double demand = 0;
     for (const Wave& wave : waves_)
       if (wave.running) demand += wave.share;
-    if (demand == 0) return false;
+    const bool waiting = waitsForTheOffset();
+    if (demand == 0 && !waiting) return false;
     const double scale = demand > 1 ? 1 / demand : 1;  // processor sharing, up to all of it
     double dt = std::numeric_limits<double>::infinity();
     for (const Wave& wave : waves_)
       if (wave.running) dt = std::min(dt, wave.remaining / (wave.share * scale));
-    now_ += dt;
+    if (waiting && nextForwardAt_ - now_ < dt) {
+      dt = nextForwardAt_ - now_;
+      now_ = nextForwardAt_;  // exactly, so that the forward may start
+    } else {
+      now_ += dt;
+    }
     for (int w = 0; w < o_.waves; ++w) {
       Wave& wave = waves_[w];
       if (!wave.running) continue;
@@ -163,6 +184,8 @@ class TickTock {
   double share_ = 1;
   double now_ = 0;
   double bytes_ = 0;
+  double offsetSeconds_ = 0;  // between consecutive forward phases' starts, at least
+  double nextForwardAt_ = 0;
   int forwardTurn_ = 0;
   int backwardTurn_ = 0;
   WaveMemoryResult result_;

@@ -1,7 +1,8 @@
 // Data-parallel Wavelet on one device (docs/simulator.md, "Wavelet"): K waves of the same model,
 // each a batch of B, run tick-tock as in the Orion implementation of Wavelet: the waves' forward
 // phases take turns (never two at once), so do their backward phases (backward plus the
-// optimizer step), so one wave's forward overlaps another's backward. The result is the
+// optimizer step), so one wave's forward overlaps another's backward; optionally, a forward
+// phase also starts no earlier than a minimum offset after the previous one. The result is the
 // device-memory timeline (static bytes plus each wave's activations, rising layer by layer in
 // the forward and falling in the backward) and the throughput, against one wave at K·B.
 //
@@ -25,6 +26,9 @@ struct WaveMemoryOptions {
   int optimizerSlots = 1;       // fp32 optimizer state per parameter: 1 momentum, 2 Adam, 0 SGD
   int64_t saturationBatch = 0;  // the batch that fills the device; 0: any batch does
   int64_t steps = 8;            // iterations per wave
+  // The least time between consecutive forward phases' starts, as a fraction of one wave's
+  // iteration alone on the device (0.5: half an iteration); 0: the gates alone set the offset.
+  double minimumOffset = 0;
 };
 
 // One change of the device's memory: an activation kept (a forward starting) or freed (a
@@ -51,7 +55,7 @@ struct WaveMemoryResult {
 };
 
 // Throws ConfigError for a profile without activation sizes, waves < 1, a batch < 1, slots < 0,
-// a negative saturation batch or steps < 1.
+// a negative saturation batch, steps < 1 or a minimum offset outside [0, 1].
 WaveMemoryResult simulateWaveMemory(const ModelProfile& profile, const WaveMemoryOptions& options);
 
 // The largest batch per wave whose peak fits `capacityBytes` (options.batchPerWave ignored), by

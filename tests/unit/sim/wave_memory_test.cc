@@ -68,6 +68,27 @@ TEST(WaveMemory, TwoOffsetWavesPeakBelowOneWaveOfTwiceTheBatch) {
   EXPECT_TRUE(seen);
 }
 
+// A minimum offset of 3/4 of an iteration alone (9 s, so 6.75 s) between the forwards, by hand:
+// wave 0's backward has freed its last layer and most of its middle one when wave 1 starts;
+// wave 1 keeps its last layer at 10.75 s while wave 0 still holds its first layer only:
+// 120 + 4 × 60 + 4 × 10 = 400, against the gates' 480. A whole iteration apart, the waves never
+// overlap: one wave of 4's peak.
+TEST(WaveMemory, ALargerOffsetHoldsLess) {
+  WaveMemoryOptions o = waves(2, 4, 1);
+  o.minimumOffset = 0.75;
+  const auto r = simulateWaveMemory(threeLayers(), o);
+  EXPECT_DOUBLE_EQ(r.peakBytes, 400);
+  bool seen = false;
+  for (const MemoryEvent& e : r.timeline)
+    if (e.wave == 1 && e.layer == 2 && e.forward) seen = e.seconds == 10.75 && e.bytes == 400;
+  EXPECT_TRUE(seen);
+  o.minimumOffset = 1;
+  o.steps = 8;
+  EXPECT_DOUBLE_EQ(simulateWaveMemory(threeLayers(), o).peakBytes, 120 + 4 * 60);
+  o.minimumOffset = 1.5;
+  EXPECT_THROW(simulateWaveMemory(threeLayers(), o), ConfigError);
+}
+
 // Without a saturation batch one wave already fills the device: the waves only share it, so
 // the throughput is one wave's at twice the batch, no more.
 TEST(WaveMemory, WavesGainNoThroughputOnAFullDevice) {
@@ -125,8 +146,8 @@ TEST(WaveMemory, OnAMemoryBoundDeviceWavesFitMoreWork) {
   EXPECT_DOUBLE_EQ(two.samplesPerSecond / one.samplesPerSecond, 1.25);
 }
 
-// For any profile, K waves of B share the static bytes and never hold more than one wave of K·B,
-// nor less than one wave of B; when the static bytes dominate, the two peaks meet.
+// For any profile and offset, K waves of B share the static bytes and never hold more than one
+// wave of K·B, nor less than one wave of B; when the static bytes dominate, the two peaks meet.
 TEST(WaveMemory, WavesNeverPeakAboveOneWaveOfTheirSum) {
   std::mt19937 random(7);
   std::uniform_real_distribution<double> time(0.1, 3), bytes(1, 100);
@@ -144,7 +165,9 @@ TEST(WaveMemory, WavesNeverPeakAboveOneWaveOfTheirSum) {
     p.updateSeconds = trial % 3 == 0 ? 0 : time(random);
     const int k = 2 + trial % 3;
     const double together = simulateWaveMemory(p, waves(1, 3 * k)).peakBytes;
-    const double apart = simulateWaveMemory(p, waves(k, 3)).peakBytes;
+    WaveMemoryOptions apartOptions = waves(k, 3);
+    apartOptions.minimumOffset = (trial % 5) / 4.0;  // 0 (the gates alone) to a whole iteration
+    const double apart = simulateWaveMemory(p, apartOptions).peakBytes;
     const double single = simulateWaveMemory(p, waves(1, 3)).peakBytes;
     EXPECT_LE(apart, together * (1 + 1e-12)) << trial;
     EXPECT_GE(apart, single * (1 - 1e-12)) << trial;
