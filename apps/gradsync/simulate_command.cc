@@ -106,7 +106,7 @@ void run(SimulateFlags& f, bool waves) {
   sim::SimOptions& o = f.options;
   o.profile = loadScaledProfile(f.model);
   if (!f.writeProfile.empty()) writeTextFile(f.writeProfile, profileToJson(o.profile));
-  if (waves) return runWaveSimulation(o.profile, f.waves, f.pipeline, o.steps, f.json);
+  if (waves) return runWaveSimulation(o.profile, f.waves, f.pipeline, o.steps, f.json, f.plot);
   if (f.pipeline.stages > 0) return runPipelineSimulation(o.profile, f.pipeline, f.json);
   o.schedule = ScheduleSpec::parse(f.schedule);
   o.cluster = parseCluster(f.model);

@@ -13,6 +13,7 @@
 #include "sim/model_parallel_waves.h"
 #include "sim/wave_memory.h"
 #include "sim_flags.h"
+#include "svg_chart.h"
 
 namespace gradsync {
 namespace {
@@ -34,8 +35,7 @@ constexpr const char* kClusterFlags[] = {"--workers",
                                          "--compress",
                                          "--compress-override",
                                          "--compress-min-elements",
-                                         "--sweep",
-                                         "--plot"};
+                                         "--sweep"};
 
 void refuseGiven(const CLI::App& cmd, std::initializer_list<const char*> flags,
                  const std::string& why) {
@@ -96,8 +96,37 @@ nlohmann::json capacityComparison(const ModelProfile& profile, sim::WaveMemoryOp
   return out;
 }
 
+// Device memory against time, one wave of K·B beside the K waves, over the one wave's first
+// three iterations (the timelines are step functions, drawn at 400 instants).
+void writeMemoryPlot(const ModelProfile& profile, const sim::WaveMemoryResult& one,
+                     const sim::WaveMemoryResult& waves, int k, int64_t batch,
+                     const std::string& path) {
+  constexpr int kPoints = 400;
+  const double window = 3 * one.secondsPerIteration;
+  Chart chart;
+  chart.title = fmt::format("gradsync simulate: {} ({}), device memory, predicted", profile.name,
+                            profile.device);
+  chart.xLabel = "seconds";
+  chart.yLabel = "device memory (GB)";
+  for (int i = 0; i < kPoints; ++i) chart.x.push_back(window * (i + 1) / kPoints);
+  const auto sampled = [&](const sim::WaveMemoryResult& r, std::string label) {
+    ChartSeries series{std::move(label), {}};
+    size_t next = 0;
+    double bytes = r.staticBytes;
+    for (double t : chart.x) {
+      while (next < r.timeline.size() && r.timeline[next].seconds <= t)
+        bytes = r.timeline[next++].bytes;
+      series.y.push_back(gigabytes(bytes));
+    }
+    return series;
+  };
+  chart.series = {sampled(one, fmt::format("one wave of {}", batch * k)),
+                  sampled(waves, fmt::format("{} tick-tock waves of {}", k, batch))};
+  writeTextFile(path, renderSvg(chart));
+}
+
 void runDataParallel(const ModelProfile& profile, const WaveSimFlags& f, int64_t steps,
-                     const std::string& json) {
+                     const std::string& json, const std::string& plot) {
   sim::WaveMemoryOptions o{.waves = f.waves,
                            .batchPerWave = f.batch > 0 ? f.batch : profile.batchSize,
                            .optimizerSlots = f.optimizerSlots,
@@ -135,6 +164,7 @@ void runDataParallel(const ModelProfile& profile, const WaveSimFlags& f, int64_t
                         {"waves", waveJson(waves, f.waves, b)}};
   if (!f.deviceMemory.empty()) doc["capacity"] = capacityComparison(profile, o, f.deviceMemory);
   std::fflush(stdout);
+  if (!plot.empty()) writeMemoryPlot(profile, one, waves, f.waves, b, plot);
   if (json.empty()) return;
   nlohmann::json timeline = nlohmann::json::array();
   for (const sim::MemoryEvent& e : waves.timeline)
@@ -281,8 +311,8 @@ void checkWaveFlags(const CLI::App& cmd, const WaveSimFlags& f, int stages) {
   if (f.waves > stages)
     throw ConfigError(
         fmt::format("--waves {} on {} partitions: at most one wave per device", f.waves, stages));
-  refuseGiven(cmd, {"--pipeline-mode", "--micro-batches"},
-              "is not used with --waves: the waves are the pipeline's schedule");
+  refuseGiven(cmd, {"--pipeline-mode", "--micro-batches", "--plot"},
+              "is not used with --pipeline --waves");
   refuseGiven(cmd,
               {"--batch", "--device-memory", "--saturation-batch", "--optimizer-slots",
                "--wave-offset", "--steps"},
@@ -290,9 +320,10 @@ void checkWaveFlags(const CLI::App& cmd, const WaveSimFlags& f, int stages) {
 }
 
 void runWaveSimulation(const ModelProfile& profile, const WaveSimFlags& f,
-                       const PipelineSimFlags& pipeline, int64_t steps, const std::string& json) {
+                       const PipelineSimFlags& pipeline, int64_t steps, const std::string& json,
+                       const std::string& plot) {
   if (pipeline.stages > 0) return runModelParallel(profile, f, pipeline, json);
-  runDataParallel(profile, f, steps, json);
+  runDataParallel(profile, f, steps, json, plot);
 }
 
 }  // namespace gradsync

@@ -29,13 +29,16 @@ struct WaveSimFlags {
 void addWaveSimFlags(CLI::App* simulate, WaveSimFlags& flags);
 
 // Refuses --waves below 1, the wave flags without --waves, and --waves with a flag that it does
-// not use (the data-parallel cluster and strategy flags, --sweep, the pipeline's own schedule).
+// not use (the data-parallel cluster and strategy flags, --sweep, the pipeline's own schedule,
+// --plot with --pipeline).
 // `simulate` is the parsed command. Throws ConfigError naming the flags.
 void checkWaveFlags(const CLI::App& simulate, const WaveSimFlags& flags, int pipelineStages);
 
 // Runs the comparison, prints one table and writes `json` when not empty. `steps` are the
 // data-parallel waves' iterations (--steps); the model-parallel ones run `pipeline.steps`.
+// `plot` (data parallel only): an SVG of device memory against time, one wave beside the waves.
 void runWaveSimulation(const ModelProfile& profile, const WaveSimFlags& flags,
-                       const PipelineSimFlags& pipeline, int64_t steps, const std::string& json);
+                       const PipelineSimFlags& pipeline, int64_t steps, const std::string& json,
+                       const std::string& plot);
 
 }  // namespace gradsync

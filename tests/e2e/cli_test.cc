@@ -169,8 +169,10 @@ TEST(Cli, SimulateRefusesBadInputNamingIt) {
 // each one table and its JSON.
 TEST(Cli, SimulateWavesPrintsATableAndWritesJson) {
   fs::path json = scratch() / "waves.json";
+  fs::path svg = scratch() / "waves.svg";
   Result r = gradsync({"simulate", "--model-profile", "resnet50", "--waves", "2", "--device-memory",
-                       "16GiB", "--saturation-batch", "64", "--json", json.string()});
+                       "16GiB", "--saturation-batch", "64", "--json", json.string(), "--plot",
+                       svg.string()});
   ASSERT_TRUE(r.status.ok()) << r.status.describe() << "\n" << r.err;
   EXPECT_NE(r.out.find("2 tick-tock waves of 32 against one wave of 64"), std::string::npos)
       << r.out;
@@ -178,6 +180,7 @@ TEST(Cli, SimulateWavesPrintsATableAndWritesJson) {
   EXPECT_LT(doc["waves"]["peak_bytes"].get<double>(), doc["one_wave"]["peak_bytes"].get<double>());
   EXPECT_GT(doc["capacity"]["waves"]["batch_per_wave"].get<int64_t>(), 0);
   EXPECT_FALSE(doc["waves_timeline"].empty());
+  EXPECT_NE(readFile(svg).find("2 tick-tock waves of 32"), std::string::npos);
 
   r = gradsync({"simulate", "--model-profile", "vgg19", "--pipeline", "4", "--waves", "4", "--hop",
                 "100us", "--json", json.string()});
@@ -202,7 +205,7 @@ TEST(Cli, SimulateRefusesWavesThatMakeNoSense) {
       {{"--device-memory", "16GiB"}, "--device-memory needs --waves K"},
       {{"--pipeline", "2", "--waves", "3"}, "at most one wave per device"},
       {{"--pipeline", "4", "--waves", "4", "--pipeline-mode", "pb"},
-       "--pipeline-mode is not used with --waves"},
+       "--pipeline-mode is not used with --pipeline --waves"},
       {{"--pipeline", "4", "--waves", "2", "--device-memory", "1G"},
        "--device-memory is the data-parallel waves'"}};
   for (const auto& [flags, message] : cases) {
