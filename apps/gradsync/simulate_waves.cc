@@ -134,6 +134,7 @@ void runDataParallel(const ModelProfile& profile, const WaveSimFlags& f, int64_t
                            .steps = steps,
                            .minimumOffset = f.waveOffset};
   const int64_t b = o.batchPerWave;
+  if (!f.deviceMemory.empty()) parseBytes(f.deviceMemory, "--device-memory");  // before printing
   const sim::WaveMemoryResult waves = sim::simulateWaveMemory(profile, o);
   sim::WaveMemoryOptions single = o;
   single.waves = 1;
@@ -291,6 +292,8 @@ void checkWaveFlags(const CLI::App& cmd, const WaveSimFlags& f, int stages) {
   const auto waveFlags = {"--batch",           "--device-memory", "--saturation-batch",
                           "--optimizer-slots", "--wave-offset",   "--shared-link"};
   if (cmd.count("--waves") == 0) return refuseGiven(cmd, waveFlags, "needs --waves K");
+  if (cmd.count("--batch") > 0 && f.batch < 1)
+    throw ConfigError(fmt::format("--batch must be at least 1, not {}", f.batch));
   if (f.waves < 1)
     throw ConfigError(fmt::format("--waves must be at least 1, not {}", f.waves),
                       {.hint = "2 is Wavelet's tick-tock; with --pipeline S, up to S"});

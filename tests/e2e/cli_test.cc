@@ -200,6 +200,7 @@ TEST(Cli, SimulateRefusesWavesThatMakeNoSense) {
       {{"--waves", "2", "--schedule", "p3"}, "--schedule is not used with --waves"},
       {{"--waves", "2", "--hop", "5us"}, "--hop is the pipeline's"},
       {{"--waves", "2", "--wave-offset", "2"}, "--wave-offset must be within [0, 1]"},
+      {{"--waves", "2", "--batch", "-1"}, "--batch must be at least 1"},
       {{"--pipeline", "4", "--waves", "2", "--wave-offset", "0.5"},
        "--wave-offset is the data-parallel waves'"},
       {{"--device-memory", "16GiB"}, "--device-memory needs --waves K"},
