@@ -223,6 +223,8 @@ float Trainer::trainStep(int64_t epoch, size_t step, int64_t globalStep) {
     loss = torch::nn::functional::cross_entropy(net_->forward(x), y);
     distributed_.waitForParameters();
   }
+  const float lossValue = loss.item<float>();
+  distributed_.reportLoss(lossValue);  // the guard's loss signal
   {
     ScopedEvent event(trace, kMainLane, "compute", "backward");
     loss.backward();
@@ -239,7 +241,7 @@ float Trainer::trainStep(int64_t epoch, size_t step, int64_t globalStep) {
   sums_.exposedCommMs += waited * 1e3;
   sums_.optimizerMs += optimizerSeconds * 1e3;
   sums_.stepMs += since(start) * 1e3;
-  return loss.item<float>();
+  return lossValue;
 }
 
 // Every rank's events, gathered to rank 0 and merged into one Chrome trace.
