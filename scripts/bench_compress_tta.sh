@@ -29,7 +29,7 @@ for m in $methods; do
   [ -s "$json" ] && { echo "kept $json (delete it to re-run)"; continue; }
   echo "+ $m"
   timeout 3600 "$build/apps/gradsync/gradsync" train --model "$model" --workers "$workers" \
-    --bandwidth "$bandwidth" --steps "$steps" --eval-every "$eval" --eval-samples "$samples" --compress "$m" --quiet \
+    --bandwidth "$bandwidth" --steps "$steps" --eval-every "$eval" --eval-samples "$samples" --compress "$m" --compress-warmup 0 --quiet \
     --metrics "$json.tmp" | tail -1
   mv "$json.tmp" "$json"
 done

@@ -22,7 +22,7 @@ done
 mkdir -p "$out"
 run() {  # run NAME on|off
   "$build/apps/gradsync/gradsync" train --workers "$workers" --model "$model" \
-    --compress "$compress" --steps "$steps" --guard "$2" --quiet \
+    --compress "$compress" --compress-warmup 0 --steps "$steps" --guard "$2" --quiet \
     --metrics "$out/$1.json" > "$out/$1.log" 2>&1
 }
 echo "bench_guard: $workers workers, $model, $compress, $steps steps, $pairs pairs," \

@@ -41,7 +41,7 @@ for rate in $rates; do
       name="train-$rate-${compress%%:*}-$n"
       # Each host's rank 0 reads its eth0 counter around the run: the bytes that left the host.
       netem "$rate" bash -c 'c=/sys/class/net/eth0/statistics/tx_bytes; a=$(cat $c)
-        "$0" train --model "$1" --steps "$2" --compress "$3" --quiet --metrics "$4.json" || exit $?
+        "$0" train --model "$1" --steps "$2" --compress "$3" --compress-warmup 0 --quiet --metrics "$4.json" || exit $?
         [ "$LOCAL_RANK" = 0 ] && echo "TX_BYTES host=$NETEM_HOST bytes=$(( $(cat $c) - a ))"; true' \
         "$gradsync" "$model" "$n" "$compress" "$out/$name" > "$out/$name.log" 2>&1 ||
         { tail -5 "$out/$name.log"; exit 1; }

@@ -63,7 +63,7 @@ run_system() {
       "$python" "$repo/benchmarks/peers/ddp_train.py" "${common[@]}" --warmup-steps 0 --quiet
       --json "$json") ;;
     gradsync-cli) cmd=("$gradsync_bin" train "${common[@]}" --schedule "$schedule"
-      --compress "$compression" --quiet --metrics "$json") ;;
+      --compress "$compression" --compress-warmup 0 --quiet --metrics "$json") ;;
   esac
   echo "+ ${cmd[*]}" >"$json.log"
   rm -f "$json"

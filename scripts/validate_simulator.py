@@ -127,7 +127,7 @@ def measured_step_ms(gradsync, args, config, out):
         path = os.path.join(out, f"train-{file_label(args, config)}-{steps}.json")
         cmd = [gradsync, "train", "--workers", str(args.workers), "--steps", str(steps),
                "--bandwidth", config["bandwidth"], "--metrics", path, "--quiet",
-               *strategy_flags(config)]
+               "--compress-warmup", "0", *strategy_flags(config)]
         if config["per_host"] > 1:
             cmd += ["--ranks-per-host", str(config["per_host"])]
         if args.compute == "real":

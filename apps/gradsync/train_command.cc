@@ -60,9 +60,13 @@ void printSummary(const TrainOptions& options, int workers, const TrainResult& r
       static_cast<long long>(result.steps), result.seconds, accuracy.c_str(),
       result.samplesPerSecond, p.stepMs, p.computeMs, p.exposedCommMs, p.bytesSent / 1e6);
   if (options.compression.spec != "none" && p.bytesSent > 0) {
-    std::printf(" (%s: %.1fx less than dense, encode %.1f ms, decode %.1f ms)",
-                options.compression.spec.c_str(), p.denseBytes / p.bytesSent, p.encodeMs,
-                p.decodeMs);
+    const std::string warmup =
+        result.compressWarmupSteps > 0
+            ? fmt::format(" after {} dense steps", result.compressWarmupSteps)
+            : "";
+    std::printf(" (%s%s: %.1fx less than dense, encode %.1f ms, decode %.1f ms)",
+                options.compression.spec.c_str(), warmup.c_str(), p.denseBytes / p.bytesSent,
+                p.encodeMs, p.decodeMs);
   }
   if (!result.staleness.empty()) {  // asgd, ssp
     std::printf("; staleness per rank (mean/max): %s", summarize(result.staleness).c_str());
@@ -123,7 +127,7 @@ Settings trainSettings(const TrainOptions& o, const std::string& transport) {
           {"--compress", c.spec},
           {"--compress-override", fmt::format("{}", fmt::join(c.overrides, " "))},
           {"--compress-min-elements", text(c.minElements)},
-          {"--compress-warmup", text(c.warmupSteps)},
+          {"--compress-warmup", warmupFlagText(c.warmupSteps)},
           {"--guard", c.guard ? "on" : "off"},
           {"--eval-every", text(o.evalEvery)},
           {"--eval-samples", text(o.evalSamples)},
@@ -224,9 +228,11 @@ void addTrainCommand(CLI::App& app, CommandContext& context) {
       ->add_option("--compress-min-elements", o.compression.minElements,
                    "smaller parameters go dense")
       ->capture_default_str();
-  train
-      ->add_option("--compress-warmup", o.compression.warmupSteps, "dense steps before compressing")
-      ->capture_default_str();
+  o.compression.warmupSteps = kAutoWarmup;  // train's default (docs/cli.md says why)
+  train->add_option_function<std::string>(
+      "--compress-warmup",
+      [steps = &o.compression.warmupSteps](const std::string& v) { *steps = parseWarmupFlag(v); },
+      "dense steps before compressing: N, or auto = a tenth of the first epoch (default auto)");
   train
       ->add_option_function<std::string>(
           "--guard", [guard = &o.compression.guard](const std::string& v) { *guard = v == "on"; },

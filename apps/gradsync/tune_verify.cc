@@ -27,9 +27,10 @@ std::vector<std::string> trainArgv(const sim::TuneCandidate& c, const VerifyOpti
   std::vector<std::string> argv{selfExecutable(), "train"};
   std::istringstream words(sim::trainFlags(c, o.workers));
   for (std::string word; words >> word;) argv.push_back(word);
-  argv.insert(argv.end(), {"--compute", "emulate:" + o.profile, "--compute-scale",
-                           fmt::format("{}", o.computeScale), "--steps", std::to_string(o.steps),
-                           "--bandwidth", o.bandwidth, "--quiet", "--metrics", metrics.string()});
+  argv.insert(argv.end(),
+              {"--compute", "emulate:" + o.profile, "--compute-scale",
+               fmt::format("{}", o.computeScale), "--steps", std::to_string(o.steps), "--bandwidth",
+               o.bandwidth, "--compress-warmup", "0", "--quiet", "--metrics", metrics.string()});
   if (o.latency != "0") argv.insert(argv.end(), {"--latency", o.latency});
   return argv;
 }

@@ -296,6 +296,7 @@ void bindSteps(py::class_<S>& c) {
       .def(
           "join", [](S& s) { s.impl().join(); }, kReleased)
       .def("set_step", [](S& s, int64_t step) { s.impl().setStep(step); })
+      .def("report_loss", [](S& s, double loss) { s.impl().reportLoss(loss); })
       .def("set_lrs", [](S& s, const std::vector<double>& lrs) {
         auto& groups = s.twin().param_groups();
         for (size_t g = 0; g < groups.size() && g < lrs.size(); ++g)

@@ -150,7 +150,7 @@ train_once() {
     system=gradsync
     gradsync_flags "$config"
     cmd=("${net[@]}" run -- "${host_cmd[@]}" "$gradsync_bin" train --model "$model"
-      "${gradsync_args[@]}" "${flags[@]}" --metrics "$json" --quiet)
+      "${gradsync_args[@]}" "${flags[@]}" --compress-warmup 0 --metrics "$json" --quiet)
   fi
   rm -f "$json"
   start=$SECONDS

@@ -57,6 +57,35 @@ std::vector<int> CompressionPlan::groups() const {
   return groups;
 }
 
+int64_t resolveWarmupSteps(const CompressionConfig& config, uint64_t stepsPerEpoch) {
+  if (config.warmupSteps >= 0) return config.warmupSteps;
+  if (config.warmupSteps != kAutoWarmup) throw ConfigError("--compress-warmup must be >= 0");
+  bool compresses = !CompressSpec::parse(config.spec).dense();
+  for (const Override& o : parseOverrides(config.overrides)) compresses |= !o.spec.dense();
+  if (!compresses) return 0;
+  return std::max<int64_t>(1, static_cast<int64_t>((stepsPerEpoch + 5) / 10));
+}
+
+int64_t parseWarmupFlag(const std::string& text) {
+  if (text == "auto") return kAutoWarmup;
+  size_t used = 0;
+  int64_t steps = -1;
+  try {
+    steps = std::stoll(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != text.size() || steps < 0) {
+    throw ConfigError(
+        fmt::format("--compress-warmup takes auto or a number of steps >= 0, not '{}'", text));
+  }
+  return steps;
+}
+
+std::string warmupFlagText(int64_t warmupSteps) {
+  return warmupSteps == kAutoWarmup ? "auto" : std::to_string(warmupSteps);
+}
+
 CompressionPlan planCompression(const CompressionConfig& config,
                                 const std::vector<TensorShape>& tensors, double momentum) {
   CompressSpec global = CompressSpec::parse(config.spec);

@@ -17,7 +17,9 @@ struct CompressionConfig {
   std::string spec = "none";           // --compress
   std::vector<std::string> overrides;  // --compress-override GLOB=SPEC (first match wins)
   size_t minElements = 1024;           // --compress-min-elements: smaller tensors go dense
-  int64_t warmupSteps = 0;             // --compress-warmup: dense steps before compressing
+  // --compress-warmup: dense steps before compressing; kAutoWarmup = a tenth of the first epoch,
+  // which only a trainer knows (resolveWarmupSteps).
+  int64_t warmupSteps = 0;
   // --guard on|off: the compression guardrail (sync/guard.h) makes a compressed unit dense when
   // its error-feedback residual or its sent bursts grow past documented thresholds.
   bool guard = true;
@@ -34,6 +36,18 @@ struct CompressionPlan {
   // Equal for tensors compressed alike (the schedule never fuses different groups).
   std::vector<int> groups() const;
 };
+
+// `gradsync train`'s default warm-up (docs/algorithms.md, "Defaults without an expert").
+inline constexpr int64_t kAutoWarmup = -1;
+
+// The dense steps a run of `stepsPerEpoch` steps per epoch begins with: config.warmupSteps, or
+// for kAutoWarmup a tenth of the first epoch (rounded, at least 1) when anything is compressed
+// and 0 when nothing is. Pure; throws ConfigError for a negative count other than kAutoWarmup.
+int64_t resolveWarmupSteps(const CompressionConfig& config, uint64_t stepsPerEpoch);
+// --compress-warmup's text: "auto" (kAutoWarmup) or a count of steps >= 0, both ways. The parser
+// throws ConfigError naming the flag and the choices.
+int64_t parseWarmupFlag(const std::string& text);
+std::string warmupFlagText(int64_t warmupSteps);
 
 // Throws ConfigError for a malformed spec or override, naming it. `momentum` is passed to
 // methods that absorb it.

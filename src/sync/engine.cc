@@ -188,6 +188,10 @@ void Engine::watchCompression(uint64_t ended) {
   }
 }
 
+void Engine::reportLoss(double loss) {
+  if (guard_) guard_->observeLoss(nextStep(), loss);
+}
+
 std::vector<GuardEvent> Engine::guardEvents() const {
   return guard_ ? guard_->events() : std::vector<GuardEvent>{};
 }

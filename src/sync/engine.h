@@ -162,6 +162,10 @@ class Engine final : private EngineEvents {
   // The compression guard's decisions so far (sync/guard.h), the same on every rank; empty
   // without compression, through servers, or with CompressionConfig::guard off.
   std::vector<GuardEvent> guardEvents() const;
+  // This rank's training loss of the step whose backward comes next, for the guard's loss
+  // signal (sync/loss_trend.h); nothing without a guard. Training thread, between the forward
+  // and the end of that backward.
+  void reportLoss(double loss);
   // The global step the next step is (compression warm-up, seeds, delays); set it when resuming,
   // before the first step.
   void setStep(uint64_t step);

@@ -36,7 +36,7 @@ std::string joined(const std::vector<std::string>& names) {
 GuardDetector::GuardDetector(size_t units, GuardOptions options)
     : options_(options), overWindows_(units, 0), tripped_(units, false) {
   GS_CHECK(options.windowSteps >= 1 && options.windowsToConfirm >= 1);
-  GS_CHECK(options.residualRatio > 0 && options.sentRatio > 0);
+  GS_CHECK(options.residualRatio > 0 && options.sentRatio > 0 && options.lossRatio > 0);
 }
 
 // NaN and infinite ratios (a gradient or residual that overflowed) count as past the threshold:
@@ -68,14 +68,29 @@ std::vector<GuardTrip> GuardDetector::observe(std::span<const GuardSignals> wind
   return trips;
 }
 
+bool GuardDetector::observeLoss(double lossRatio) {
+  if (lossTripped_) return false;
+  if (!(std::isnan(lossRatio) || lossRatio > options_.lossRatio)) {
+    lossOverWindows_ = 0;
+    return false;
+  }
+  lossTripped_ = ++lossOverWindows_ >= options_.windowsToConfirm;
+  return lossTripped_;
+}
+
 void GuardDetector::saveState(StateWriter& out) const {
   out.write(overWindows_);
   out.write(tripped_);
+  out.write(std::vector<int64_t>{lossOverWindows_, lossTripped_ ? 1 : 0});
 }
 
 void GuardDetector::loadState(StateReader& in) {
   in.readExact(overWindows_);
   in.readExact(tripped_);
+  std::vector<int64_t> loss(2);
+  in.readExact(loss);
+  lossOverWindows_ = loss[0];
+  lossTripped_ = loss[1] != 0;
 }
 
 double dotProduct(std::span<const float> a, std::span<const float> b) {
@@ -104,6 +119,7 @@ CompressionGuard::CompressionGuard(GuardOptions options, int64_t warmupSteps,
                                    std::vector<GuardedUnit> units)
     : warmup_(std::max<int64_t>(warmupSteps, 0)),
       detector_(units.size(), options),
+      lossTrend_(warmupSteps, options.windowSteps),
       units_(std::move(units)),
       denseFrom_(new std::atomic<uint64_t>[units_.size()]),
       records_(units_.size()) {
@@ -158,25 +174,35 @@ std::vector<GuardEvent> CompressionGuard::check(Transport& transport, uint64_t t
                                                 uint64_t stepsEnded) {
   const uint64_t sampled = sampledStep(stepsEnded);
   const std::vector<GuardSignals> mine = localSignals(sampled);
-  const size_t perRank = 3 * units_.size();
-  std::vector<double> all(perRank * static_cast<size_t>(transport.size()));
+  // Per rank: three ratios per unit, then its LossTrend contribution.
+  const size_t perRank = 3 * units_.size() + LossTrend::kValues;
+  const auto ranks = static_cast<size_t>(transport.size());
+  std::vector<double> all(perRank * ranks);
   double* own = all.data() + perRank * static_cast<size_t>(transport.rank());
   for (size_t u = 0; u < mine.size(); ++u) {
     own[3 * u] = mine[u].residualRatio;
     own[3 * u + 1] = mine[u].sentRatio;
     own[3 * u + 2] = mine[u].misalignment;
   }
+  const LossTrend::Contribution loss = lossTrend_.takeWindow();
+  std::copy(loss.begin(), loss.end(), own + 3 * units_.size());
   std::vector<size_t> counts(static_cast<size_t>(transport.size()), perRank * sizeof(double));
   allgatherv(transport, {reinterpret_cast<uint8_t*>(all.data()), all.size() * sizeof(double)},
              counts, CollectiveOptions{.tag = tag});
   std::vector<GuardSignals> window(units_.size());
-  for (size_t r = 0; r < static_cast<size_t>(transport.size()); ++r) {
+  std::vector<LossTrend::Contribution> losses(ranks);
+  for (size_t r = 0; r < ranks; ++r) {
     for (size_t u = 0; u < units_.size(); ++u) {
       keepLarger(window[u].residualRatio, all[r * perRank + 3 * u]);
       keepLarger(window[u].sentRatio, all[r * perRank + 3 * u + 1]);
       keepLarger(window[u].misalignment, all[r * perRank + 3 * u + 2]);
     }
+    const double* tail = all.data() + r * perRank + 3 * units_.size();
+    std::copy(tail, tail + LossTrend::kValues, losses[r].begin());
   }
+  const double lossRatio = LossTrend::ratio(losses);
+  GS_LOG(kDebug, "guard window ending at step {}: loss {:.3f}x the dense warm-up's", stepsEnded,
+         lossRatio);
   for (size_t u = 0; u < units_.size(); ++u) {
     if (units_[u].compressed && window[u].sentRatio >= 0) {
       GS_LOG(kDebug,
@@ -186,8 +212,15 @@ std::vector<GuardEvent> CompressionGuard::check(Transport& transport, uint64_t t
              window[u].misalignment);
     }
   }
+  std::vector<GuardTrip> trips = detector_.observe(window);
+  if (detector_.observeLoss(lossRatio)) {  // every unit the trips above leave compressed
+    for (size_t u = 0; u < units_.size(); ++u) {
+      if (std::none_of(trips.begin(), trips.end(), [&](const GuardTrip& t) { return t.unit == u; }))
+        trips.push_back({u, "loss", lossRatio, detector_.options().lossRatio});
+    }
+  }
   std::vector<GuardEvent> events;
-  for (const GuardTrip& trip : detector_.observe(window)) {
+  for (const GuardTrip& trip : trips) {
     // Every unit holding one of the tripped unit's tensors: p3's slices of a tensor go together.
     for (size_t u = 0; u < units_.size(); ++u) {
       if (u != trip.unit &&
@@ -211,13 +244,18 @@ std::vector<GuardEvent> CompressionGuard::check(Transport& transport, uint64_t t
 
 GuardEvent CompressionGuard::eventFor(const GuardTrip& trip, uint64_t from) const {
   const GuardedUnit& unit = units_[trip.unit];
-  const std::string what =
-      trip.signal == "alignment"
-          ? fmt::format("what it sent is at cos {:.3f} to the gradient (threshold: below {:.2f}",
-                        trip.ratio, trip.threshold)
-          : fmt::format("{} norm {:.1f}x the gradient's (threshold {:.0f}x",
-                        trip.signal == "residual" ? "error-feedback residual" : "sent", trip.ratio,
-                        trip.threshold);
+  std::string what;
+  if (trip.signal == "alignment") {
+    what = fmt::format("what it sent is at cos {:.3f} to the gradient (threshold: below {:.2f}",
+                       trip.ratio, trip.threshold);
+  } else if (trip.signal == "loss") {
+    what = fmt::format("the training loss is {:.2f}x the dense warm-up's (threshold {:.2f}x",
+                       trip.ratio, trip.threshold);
+  } else {
+    what = fmt::format("{} norm {:.1f}x the gradient's (threshold {:.0f}x",
+                       trip.signal == "residual" ? "error-feedback residual" : "sent", trip.ratio,
+                       trip.threshold);
+  }
   GuardEvent event{.step = static_cast<int64_t>(from),
                    .unit = trip.unit,
                    .method = unit.method,
@@ -249,6 +287,7 @@ void CompressionGuard::saveState(StateWriter& out) const {
   }
   out.write(steps);
   out.write(ratios);
+  lossTrend_.saveState(out);
 }
 
 void CompressionGuard::loadState(StateReader& in) {
@@ -264,6 +303,7 @@ void CompressionGuard::loadState(StateReader& in) {
   for (size_t u = 0; u < units_.size(); ++u) {
     records_[u] = Record{steps[u], {ratios[3 * u], ratios[3 * u + 1], ratios[3 * u + 2]}};
   }
+  lossTrend_.loadState(in);
 }
 
 std::vector<GuardEvent> CompressionGuard::events() const {

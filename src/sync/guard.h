@@ -1,6 +1,7 @@
 // The compression guardrail (docs/algorithms.md, "The compression guardrail"): while training,
-// watch three cheap signals of harm per compressed communication unit and, past a threshold in
-// consecutive windows, exchange that unit densely from then on.
+// watch three cheap signals of harm per compressed communication unit, and the training loss
+// against the dense warm-up's (sync/loss_trend.h), and past a threshold in consecutive windows
+// exchange that unit (for the loss: every compressed unit) densely from then on.
 //   alignment cos(what the unit sent, its gradient). Random-k sends sums of ~100 old gradients at
 //             random positions: cos ~ 0, where top-k, PowerSGD and QSGD stay above 0.2. The
 //             signal that catches randomk:0.01 before it diverges.
@@ -30,6 +31,7 @@
 #include "compress/compressor.h"
 #include "gradsync/guard_event.h"
 #include "gradsync/transport.h"
+#include "sync/loss_trend.h"
 
 namespace gradsync {
 
@@ -39,6 +41,7 @@ struct GuardOptions {
   double residualRatio = 40;   // ||residual|| / ||gradient||
   double sentRatio = 6;        // ||sent|| / ||gradient||
   double misalignment = 0.95;  // 1 - cos(sent, gradient): cos below 0.05
+  double lossRatio = 1.5;      // a window's mean loss / the warm-up's last window's
   int windowsToConfirm = 3;    // consecutive windows past a threshold before a unit goes dense
 };
 
@@ -54,7 +57,7 @@ struct GuardSignals {
 
 struct GuardTrip {
   size_t unit = 0;
-  std::string signal;    // "alignment" | "residual" | "sent"
+  std::string signal;    // "alignment" | "residual" | "sent" | "loss"
   double ratio = 0;      // alignment: cos(sent, gradient) itself
   double threshold = 0;  // alignment: the cosine it fell below
 };
@@ -67,6 +70,9 @@ class GuardDetector {
   // One window's signals by unit. Returns the units past a threshold in `windowsToConfirm`
   // consecutive windows, each unit once ever (a unit returned is dense for good).
   std::vector<GuardTrip> observe(std::span<const GuardSignals> window);
+  // The window's loss ratio (LossTrend::ratio; negative: not measured). True once, when it was
+  // past the threshold in `windowsToConfirm` consecutive windows: every unit goes dense.
+  bool observeLoss(double lossRatio);
   const GuardOptions& options() const { return options_; }
   // For checkpoints: the windows counted so far, and back (DataError for another layout).
   void saveState(StateWriter& out) const;
@@ -76,6 +82,8 @@ class GuardDetector {
   GuardOptions options_;
   std::vector<int64_t> overWindows_;  // by unit: consecutive windows past a threshold
   std::vector<uint8_t> tripped_;      // by unit: returned once (dense for good)
+  int64_t lossOverWindows_ = 0;       // consecutive windows of a loss past the threshold
+  bool lossTripped_ = false;
 };
 
 // sqrt(sum x^2), accumulated in float lanes per block and in double across blocks (vectorised;
@@ -117,6 +125,9 @@ class CompressionGuard {
   static double residualNorm(const Compressor& compressor);
 
   // --- the training thread ---
+  // This rank's training loss of global step `step` (optional: without it the loss signal is
+  // not measured). Each step once, before its backward ends.
+  void observeLoss(uint64_t step, double loss) { lossTrend_.observe(step, loss); }
   // After the backward of step `stepsEnded - 1` ended: whether a window closes there, and the
   // step it measured (which must be complete on this rank before check()).
   bool checksAt(uint64_t stepsEnded) const;
@@ -138,6 +149,7 @@ class CompressionGuard {
 
   const int64_t warmup_;
   GuardDetector detector_;  // training thread only
+  LossTrend lossTrend_;     // training thread only
   const std::vector<GuardedUnit> units_;
   std::unique_ptr<std::atomic<uint64_t>[]> denseFrom_;  // by unit; UINT64_MAX: compressed
   mutable std::mutex mutex_;                            // guards the records and the events

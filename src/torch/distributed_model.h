@@ -116,6 +116,9 @@ class DistributedModel {
   size_t exchangedLayers() const { return exchanges_.size(); }
   void setTrace(TraceRecorder* trace);
   // The engine's compression guard decisions (Engine::guardEvents); none without an engine.
+  void reportLoss(double loss) {
+    if (engine_) engine_->reportLoss(loss);
+  }
   std::vector<GuardEvent> guardEvents() const {
     return engine_ ? engine_->guardEvents() : std::vector<GuardEvent>{};
   }

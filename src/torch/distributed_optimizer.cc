@@ -269,6 +269,10 @@ uint64_t DistributedOptimizer::denseBytes() const {
   return model_->totals().denseBytes;
 }
 
+void DistributedOptimizer::reportLoss(double loss) {
+  model_->reportLoss(loss);
+}
+
 std::vector<GuardEvent> DistributedOptimizer::guardEvents() const {
   return model_->guardEvents();
 }

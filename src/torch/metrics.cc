@@ -21,6 +21,11 @@ double peakRssMiB() {
   return static_cast<double>(usage.ru_maxrss) / 1024.0;
 }
 
+// --compress-warmup as given: "auto" or its number of steps.
+nlohmann::json warmupJson(int64_t warmupSteps) {
+  return warmupSteps == kAutoWarmup ? nlohmann::json("auto") : nlohmann::json(warmupSteps);
+}
+
 }  // namespace
 
 void writeMetrics(const std::string& path, const TrainOptions& options, int workers,
@@ -53,7 +58,7 @@ void writeMetrics(const std::string& path, const TrainOptions& options, int work
                            {"eval_samples", options.evalSamples},
                            {"compress_overrides", options.compression.overrides},
                            {"compress_min_elements", options.compression.minElements},
-                           {"compress_warmup", options.compression.warmupSteps},
+                           {"compress_warmup", warmupJson(options.compression.warmupSteps)},
                            {"guard", options.compression.guard ? "on" : "off"},
                            {"schedule", options.schedule},
                            {"waves", options.waves},
@@ -140,6 +145,7 @@ void writeMetrics(const std::string& path, const TrainOptions& options, int work
   }
   doc["summary"]["schedule"] = result.schedule;
   doc["summary"]["fused_update_steps"] = result.fusedUpdateSteps;
+  doc["summary"]["compress_warmup_steps"] = result.compressWarmupSteps;
   if (result.dataCache) {  // --data-url: rank 0's cache
     const ShardCacheStats& c = *result.dataCache;
     doc["data_cache"] = {{"memory_hits", c.memoryHits},       {"disk_hits", c.diskHits},

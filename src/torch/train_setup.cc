@@ -28,7 +28,9 @@ SyncOptions syncOptionsOf(const TrainOptions& options) {
           .compress = options.compression.spec,
           .compressOverrides = options.compression.overrides,
           .compressMinElements = options.compression.minElements,
-          .compressWarmup = options.compression.warmupSteps,
+          // kAutoWarmup counts only where a trainer resolved it with its epoch
+          // (withResolvedWarmup); before that (validation, the servers) no step is dense.
+          .compressWarmup = std::max<int64_t>(options.compression.warmupSteps, 0),
           .guard = options.compression.guard,
           .sync = options.sync,
           .parameterServers = options.strategy.ps,
@@ -126,6 +128,11 @@ void validateDataUrl(const TrainOptions& options) {
 
 }  // namespace
 
+TrainOptions withResolvedWarmup(TrainOptions options, size_t stepsPerEpoch) {
+  options.compression.warmupSteps = resolveWarmupSteps(options.compression, stepsPerEpoch);
+  return options;
+}
+
 void validateTrainOptions(const TrainOptions& options) {
   if (!emulatesCompute(options)) {
     makeModel(options.model);  // throws with the valid names
@@ -134,6 +141,7 @@ void validateTrainOptions(const TrainOptions& options) {
         fmt::format("--compute-scale must be positive, not {}", options.computeScale));
   }
   injectedSlowdownMs(options.injectSlowRank, -1);
+  resolveWarmupSteps(options.compression, 0);  // throws for a negative count
   validateSync(syncOptionsOf(options), describeTrainingModel(options));
   if (options.dataset != "fashion-mnist" && options.dataset != "synthetic") {
     throw ConfigError(fmt::format("unknown dataset '{}'", options.dataset),

@@ -50,13 +50,13 @@ class Trainer {
   Trainer(Transport& transport, Transport& all, const TrainOptions& options)
       : transport_(transport),
         strategy_(SyncStrategy::parse(options.sync)),
-        options_(options),
         data_(openTrainingData(options)),
         sampler_(data_->makeSampler(transport.rank(), transport.size(), options.batchSize,
                                     options.seed)),
+        options_(withResolvedWarmup(options, sampler_->stepsPerEpoch())),
         net_(makeTrainingModel(options, transport.rank())),
         optimizer_(makeTrainingOptimizer(*net_, options)),
-        distributed_(*optimizer_, net_, all, syncOptionsOf(options)),
+        distributed_(*optimizer_, net_, all, syncOptionsOf(options_)),
         inputs_(options.batchSize * data_->sampleElements()),
         labels_(options.batchSize),
         stragglers_(transport, StragglerOptions{}, tags::kTrainer),
@@ -104,9 +104,9 @@ class Trainer {
 
   Transport& transport_;
   const SyncStrategy strategy_;
-  const TrainOptions options_;
   std::unique_ptr<DataSource> data_;
   std::unique_ptr<BatchSampler> sampler_;  // the data source's (each rank's partition, remote)
+  const TrainOptions options_;             // --compress-warmup auto resolved for this epoch
   std::shared_ptr<Model> net_;             // the model; distributed_ synchronizes it
   std::unique_ptr<FusedSGD> optimizer_;    // torch's SGD, stepped fused (training_optimizer.h)
   DistributedOptimizer distributed_;
@@ -224,6 +224,8 @@ float Trainer::trainStep(int64_t epoch, size_t step, int64_t globalStep) {
     loss = torch::nn::functional::cross_entropy(net_->forward(x), y);
     distributed_.waitForParameters();
   }
+  const float lossValue = loss.item<float>();
+  distributed_.reportLoss(lossValue);  // the guard's loss signal
   {
     ScopedEvent event(trace, kMainLane, "compute", "backward");
     loss.backward();
@@ -240,7 +242,7 @@ float Trainer::trainStep(int64_t epoch, size_t step, int64_t globalStep) {
   sums_.exposedCommMs += waited * 1e3;
   sums_.optimizerMs += optimizerSeconds * 1e3;
   sums_.stepMs += since(start) * 1e3;
-  return loss.item<float>();
+  return lossValue;
 }
 
 // Every rank's events, gathered to rank 0 and merged into one Chrome trace.
@@ -425,6 +427,7 @@ TrainResult Trainer::run() {
   result.schedule = distributed_.schedule();
   result.scheduleTuning = distributed_.scheduleTuning();
   result.fusedUpdateSteps = optimizer_->fusedSteps();
+  result.compressWarmupSteps = options_.compression.warmupSteps;
   result.dataCache = data_->cacheStats();
   result.epochs = position.epochs;
   result.steps = position.step;

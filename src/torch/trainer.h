@@ -140,6 +140,7 @@ struct TrainResult {
   std::vector<GuardEvent> guard;            // units the compression guard made dense (sync/guard.h)
   std::vector<RankStaleness> staleness;     // asgd, ssp: every worker's (sync/staleness_report.h)
   int64_t fusedUpdateSteps = 0;             // optimizer steps that took FusedSGD's flat-buffer path
+  int64_t compressWarmupSteps = 0;  // the dense steps it began with (--compress-warmup, resolved)
   std::optional<ShardCacheStats> dataCache;  // --data-url: this rank's cache counters at the end
   std::string schedule;        // the schedule used: --schedule's, or what --schedule auto chose
   std::string scheduleTuning;  // --schedule auto: the candidates' step times and the choice
@@ -172,6 +173,10 @@ ModelProfile emulatedProfile(const TrainOptions& options);
 TrainOptions resolveCompute(TrainOptions options, int workers);
 // The parameters of the model a run trains: --model's, or the emulated profile's.
 std::vector<TensorShape> describeTrainingModel(const TrainOptions& options);
+
+// The options with --compress-warmup auto (kAutoWarmup) replaced by its steps for an epoch of
+// `stepsPerEpoch` steps (compress/policy.h); other options unchanged.
+TrainOptions withResolvedWarmup(TrainOptions options, size_t stepsPerEpoch);
 
 // Throws ConfigError (with the valid choices) for an invalid option, before any work starts.
 void validateTrainOptions(const TrainOptions& options);

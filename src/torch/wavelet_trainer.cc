@@ -74,6 +74,7 @@ class WaveletTrainer {
   std::mutex dataMutex_;  // DataSource promises nothing about concurrent batch() calls
   std::unique_ptr<BatchSampler> sampler_;
   int64_t roundsPerEpoch_ = 0;
+  int64_t warmupSteps_ = 0;  // each wave's dense steps (--compress-warmup, resolved)
   std::vector<Wave> wave_;
   std::unique_ptr<WaveMaster> master_;
   std::unique_ptr<WaveGates> gates_;
@@ -93,6 +94,9 @@ WaveletTrainer::WaveletTrainer(Transport& transport, const TrainOptions& options
         fmt::format("an epoch of {} steps cannot feed {} waves", sampler_->stepsPerEpoch(), waves_),
         {.rank = transport.rank(), .hint = "a smaller --batch-size or fewer waves"});
   }
+  // --compress-warmup auto: a tenth of each wave's own epoch (its engine counts its own steps).
+  const TrainOptions resolved = withResolvedWarmup(options, static_cast<size_t>(roundsPerEpoch_));
+  warmupSteps_ = resolved.compression.warmupSteps;
   std::shared_ptr<Model> net = makeTrainingModel(options, transport.rank());
   std::unique_ptr<FusedSGD> optimizer = makeTrainingOptimizer(*net, options);
   broadcastParameters(*net, transport);
@@ -107,7 +111,7 @@ WaveletTrainer::WaveletTrainer(Transport& transport, const TrainOptions& options
     wave.optimizer = std::make_unique<torch::optim::SGD>(
         wave.net->parameters(), torch::optim::SGDOptions(options.lr).momentum(options.momentum));
     wave.distributed = std::make_unique<DistributedOptimizer>(
-        *wave.optimizer, wave.net, *wave.transport, syncOptionsOf(options));
+        *wave.optimizer, wave.net, *wave.transport, syncOptionsOf(resolved));
     wave.inputs.resize(options.batchSize * data_->sampleElements());
     wave.labels.resize(options.batchSize);
     replicas.push_back(wave.net.get());
@@ -287,6 +291,7 @@ void WaveletTrainer::finish(TrainResult& result, int64_t steps) {
   result.schedule = wave_[0].distributed->schedule();
   result.fusedUpdateSteps = master_->optimizer().fusedSteps();
   result.waveIntervals = intervals_;
+  result.compressWarmupSteps = warmupSteps_;
 }
 
 }  // namespace

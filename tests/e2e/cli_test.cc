@@ -340,7 +340,7 @@ TEST_F(CliTrain, CompressedRunReportsItsBytesAndEvaluations) {
                        "--eval-every", "3", "--compress", "topk:0.01", "--compress-warmup", "1",
                        "--quiet", "--metrics", metrics.string()});
   ASSERT_TRUE(r.status.ok()) << r.status.describe() << "\n" << r.err;
-  EXPECT_NE(r.out.find("topk:0.01: "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("topk:0.01 after 1 dense steps: "), std::string::npos) << r.out;
   nlohmann::json doc = nlohmann::json::parse(readFile(metrics));
   EXPECT_EQ(doc["config"]["compress"], "topk:0.01");
   EXPECT_EQ(doc["config"]["compress_warmup"], 1);
@@ -350,6 +350,30 @@ TEST_F(CliTrain, CompressedRunReportsItsBytesAndEvaluations) {
   ASSERT_EQ(doc["evaluations"].size(), 2u);  // after step 3, and at the end (step 6)
   EXPECT_EQ(doc["evaluations"][0]["step"], 3);
   EXPECT_EQ(doc["evaluations"][1]["step"], 6);
+}
+
+// --compress-warmup defaults to auto: a tenth of the first epoch dense (468 steps of 2 x 64
+// Fashion-MNIST images: 47), none without compression.
+TEST_F(CliTrain, CompressionWarmsUpDenseForATenthOfTheFirstEpochByDefault) {
+  auto warmup = [&](const std::string& compress) {
+    fs::path metrics = scratch() / ("warmup-" + compress + ".json");
+    Result r = gradsync({"train", "--model", "mlp", "--steps", "2", "--compress", compress,
+                         "--quiet", "--metrics", metrics.string()});
+    EXPECT_TRUE(r.status.ok()) << r.status.describe() << "\n" << r.err;
+    nlohmann::json doc = nlohmann::json::parse(readFile(metrics));
+    EXPECT_EQ(doc["config"]["compress_warmup"], "auto");
+    // Both steps dense: nothing saved.
+    if (compress != "none")
+      EXPECT_NEAR(doc["per_step"]["compression_ratio"].get<double>(), 1, 1e-9);
+    return doc["summary"]["compress_warmup_steps"].get<int64_t>();
+  };
+  EXPECT_EQ(warmup("topk:0.01"), 47);
+  EXPECT_EQ(warmup("none"), 0);
+  Result bad = gradsync({"train", "--compress-warmup", "-1"});
+  EXPECT_EQ(bad.status.code, 2);
+  EXPECT_NE(bad.err.find("--compress-warmup takes auto or a number of steps >= 0, not '-1'"),
+            std::string::npos)
+      << bad.err;
 }
 
 // Emulated accelerator compute over real processes and TCP: the profile's batch and shapes, its

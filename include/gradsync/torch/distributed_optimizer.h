@@ -128,6 +128,12 @@ class DistributedOptimizer {
   // The compression guard's decisions so far (SyncOptions::guard): each unit it made dense,
   // from which step and why; the same on every rank. Empty when it never acted.
   std::vector<GuardEvent> guardEvents() const;
+  // Optional: this rank's loss of the current step, after its forward and before step() (or
+  // the end of its backward), for the guard's loss signal: a window's mean loss over the ranks
+  // against the dense warm-up's last window (docs/algorithms.md, "The compression guardrail").
+  // Without it (or without a warm-up) the guard watches the other signals only. Training
+  // thread; nothing without compression or with the guard off.
+  void reportLoss(double loss);
   // Records the engine's communication (queueing and each operation, on the recorder's
   // communication lane) and the training thread's waits. Null: none. Set before the first step;
   // the recorder must outlive this object.

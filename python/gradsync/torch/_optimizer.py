@@ -197,6 +197,13 @@ class DistributedOptimizer(torch.optim.Optimizer):
             self._impl.wait_for_parameters()
         self._inner.zero_grad(set_to_none=set_to_none)
 
+    def report_loss(self, loss) -> None:
+        """Optional: this rank's loss of the current step (a float or a one-element tensor),
+        after the forward and before the backward ends, for the compression guardrail's loss
+        signal (a window's mean loss over the ranks against the dense warm-up's last window;
+        needs compress_warmup > 0). Nothing without compression or with guard=False."""
+        self._impl.report_loss(float(loss))
+
     def synchronize(self) -> None:
         """Gradient mode: waits for the averaged gradients and writes them into .grad, without
         stepping (e.g. to clip them); then step inside skip_synchronize()."""

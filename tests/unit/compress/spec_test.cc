@@ -98,5 +98,30 @@ TEST(CompressionPolicy, BadOverridesAndWarmUpsAreRefused) {
   EXPECT_FALSE(planCompression({}, kModel, 0).any());
 }
 
+
+// --compress-warmup auto: a tenth of the first epoch, only when anything is compressed.
+TEST(CompressionPolicy, AutoWarmUpIsATenthOfTheFirstEpochWhenCompressing) {
+  EXPECT_EQ(resolveWarmupSteps({.spec = "topk:0.01", .warmupSteps = kAutoWarmup}, 468), 47);
+  EXPECT_EQ(resolveWarmupSteps({.spec = "topk:0.01", .warmupSteps = kAutoWarmup}, 234), 23);
+  EXPECT_EQ(resolveWarmupSteps({.spec = "topk:0.01", .warmupSteps = kAutoWarmup}, 3), 1);
+  EXPECT_EQ(resolveWarmupSteps({.spec = "none", .warmupSteps = kAutoWarmup}, 468), 0);
+  EXPECT_EQ(resolveWarmupSteps({.overrides = {"fc*=qsgd:16"}, .warmupSteps = kAutoWarmup}, 100),
+            10);
+  EXPECT_EQ(resolveWarmupSteps({.spec = "topk:0.01", .warmupSteps = 5}, 468), 5);
+  EXPECT_EQ(resolveWarmupSteps({.spec = "topk:0.01", .warmupSteps = 0}, 468), 0);
+  EXPECT_THROW(resolveWarmupSteps({.spec = "topk:0.01", .warmupSteps = -2}, 468), ConfigError);
+}
+
+TEST(CompressionPolicy, WarmUpFlagParsesAutoAndCounts) {
+  EXPECT_EQ(parseWarmupFlag("auto"), kAutoWarmup);
+  EXPECT_EQ(parseWarmupFlag("0"), 0);
+  EXPECT_EQ(parseWarmupFlag("120"), 120);
+  for (const char* bad : {"", "-1", "1.5", "12x", "Auto"}) {
+    EXPECT_THROW(parseWarmupFlag(bad), ConfigError) << bad;
+  }
+  EXPECT_EQ(warmupFlagText(kAutoWarmup), "auto");
+  EXPECT_EQ(warmupFlagText(47), "47");
+}
+
 }  // namespace
 }  // namespace gradsync
