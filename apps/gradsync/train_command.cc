@@ -264,6 +264,7 @@ void addTrainCommand(CLI::App& app, CommandContext& context) {
   addPipelineFlags(train, o.pipeline);
   train->callback([flags, train, &context] {
     keepFreedMemoryInHeap();  // this process and the ranks it launches (they run this callback)
+    if (flags->options.waves > 1) shareOneHeapAcrossThreads();  // the waves' peaks interleave
     if (flags->options.resume && flags->options.checkpointDir.empty()) {
       throw ConfigError("--resume needs --checkpoint-dir");
     }
