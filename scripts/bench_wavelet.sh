@@ -5,8 +5,11 @@
 # an emulated link. Prints a Markdown table (median over the repeats; every run listed after it).
 #   scripts/bench_wavelet.sh [--build DIR] [--model cnn] [--workers 4] [--batch 64]
 #                            [--bandwidth 100mbit] [--steps 60] [--repeats 3] [--threads 1]
+#   scripts/bench_wavelet.sh --accuracy [--build DIR] [--model cnn] [--workers 4] [--batch 64]
+#     instead: test accuracy after one epoch (no emulated link, seed 0) of two waves at B (shared,
+#     accumulate) and one wave at 2B.
 set -euo pipefail
-build=build model=cnn workers=4 batch=64 bandwidth=100mbit steps=60 repeats=3 threads=1
+build=build model=cnn workers=4 batch=64 bandwidth=100mbit steps=60 repeats=3 threads=1 accuracy=0
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --build) build=$2; shift 2 ;;
@@ -17,11 +20,27 @@ while [[ $# -gt 0 ]]; do
     --steps) steps=$2; shift 2 ;;
     --repeats) repeats=$2; shift 2 ;;
     --threads) threads=$2; shift 2 ;;
+    --accuracy) accuracy=1; shift ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
 gradsync="$build/apps/gradsync/gradsync"
 out=$(mktemp -d /tmp/bench_wavelet.XXXXXX)
+if [[ $accuracy == 1 ]]; then
+  echo "| run | test accuracy % after 1 epoch | train loss | samples/s |"
+  echo "|---|---|---|---|"
+  for run in "2 waves shared, B=$batch|--waves 2 --wave-consistency shared --batch-size $batch" \
+    "2 waves accumulate, B=$batch|--waves 2 --wave-consistency accumulate --batch-size $batch" \
+    "1 wave, 2B=$((2 * batch))|--waves 1 --batch-size $((2 * batch))"; do
+    IFS='|' read -r name flags <<<"$run"
+    # shellcheck disable=SC2086
+    "$gradsync" train --model "$model" --workers "$workers" --threads "$threads" --epochs 1 \
+      --seed 0 --quiet --metrics "$out/accuracy.json" $flags >/dev/null
+    python3 -c "import json; d = json.load(open('$out/accuracy.json')); e = d['epochs'][-1]
+print(f\"| $name | {100 * e['test_accuracy']:.2f} | {e['train_loss']:.4f} | {d['summary']['samples_per_s']:.0f} |\")"
+  done
+  exit 0
+fi
 # name | flags (the 2B run takes half the steps: the same samples)
 configs=(
   "1 wave, B=$batch|--waves 1 --batch-size $batch --steps $steps"
@@ -40,7 +59,7 @@ done
 python3 - "$out" "$repeats" "${configs[@]}" <<'PY'
 import json, statistics, sys
 out, repeats, configs = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
-print("| run | samples/s (median) | x 1 wave at B | peak RSS MiB (rank 0, median) | runs (samples/s) |")
+print("| run | samples/s (median) | x 1 wave at B | peak RSS MiB (rank 0: median (min-max)) | runs (samples/s) |")
 print("|---|---|---|---|---|")
 base = None
 for i, c in enumerate(configs):
@@ -51,5 +70,6 @@ for i, c in enumerate(configs):
     med = statistics.median(rates)
     base = base or med
     runs = ", ".join(f"{x:.0f}" for x in rates)
-    print(f"| {name} | {med:.0f} | {med / base:.2f} | {statistics.median(rss):.0f} | {runs} |")
+    span = f"{statistics.median(rss):.0f} ({min(rss):.0f}-{max(rss):.0f})"
+    print(f"| {name} | {med:.0f} | {med / base:.2f} | {span} | {runs} |")
 PY
