@@ -1,7 +1,7 @@
 # gradsync: the two commands of the README, and the targets behind them.
 #   make demo   install dependencies, build, run the main job, print the result
 #   make test   install dependencies, build, check formatting, run every test but the long ones
-# Other targets: deps, build, python, bench, bench-peers, bench-emulated, sim-validate, sim-papers, test-long,
+# Other targets: deps, build, python, bench, bench-peers, bench-emulated, sim-validate, sim-papers, sim-wavelet, test-long,
 # test-sanitize, test-kernels, fuzz, fuzz-seeds, format, format-check, clean.
 
 BUILD ?= build
@@ -9,7 +9,7 @@ JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 CTEST_FLAGS ?= --output-on-failure
 
-.PHONY: all deps build python test demo bench bench-peers bench-emulated sim-validate sim-papers test-long test-sanitize test-kernels fuzz fuzz-seeds format format-check clean
+.PHONY: all deps build python test demo bench bench-peers bench-emulated sim-validate sim-papers sim-wavelet test-long test-sanitize test-kernels fuzz fuzz-seeds format format-check clean
 
 all: build
 
@@ -58,6 +58,10 @@ sim-validate: build
 
 sim-papers: build
 	scripts/sim_papers.py --build $(BUILD)
+
+# Wavelet's shapes in the simulator (about a minute): docs/performance.md, "Wavelet in the simulator".
+sim-wavelet: build
+	scripts/sim_wavelet.py --build $(BUILD)
 
 # AddressSanitizer and ThreadSanitizer builds of the library and tests, without LibTorch (it is
 # not instrumented, so it would only add false reports), every torch-free suite. make test runs

@@ -13,6 +13,7 @@
 #include "sim/simulator.h"
 #include "sim_flags.h"
 #include "simulate_pipeline.h"
+#include "simulate_waves.h"
 #include "svg_chart.h"
 
 namespace gradsync {
@@ -27,6 +28,7 @@ struct SimulateFlags {
   std::string writeProfile;
   sim::SimOptions options;
   PipelineSimFlags pipeline;
+  WaveSimFlags waves;
 };
 
 // --sweep workers=A,B,... or bandwidth=X,Y,...: the swept variable and its values as text.
@@ -100,10 +102,11 @@ void writePlot(const SimulateFlags& f, const std::string& variable, const nlohma
   writeTextFile(f.plot, renderSvg(chart));
 }
 
-void run(SimulateFlags& f) {
+void run(SimulateFlags& f, bool waves) {
   sim::SimOptions& o = f.options;
   o.profile = loadScaledProfile(f.model);
   if (!f.writeProfile.empty()) writeTextFile(f.writeProfile, profileToJson(o.profile));
+  if (waves) return runWaveSimulation(o.profile, f.waves, f.pipeline, o.steps, f.json, f.plot);
   if (f.pipeline.stages > 0) return runPipelineSimulation(o.profile, f.pipeline, f.json);
   o.schedule = ScheduleSpec::parse(f.schedule);
   o.cluster = parseCluster(f.model);
@@ -170,8 +173,10 @@ void addSimulateCommand(CLI::App& app, CommandContext& context) {
   cmd->add_option("--write-profile", f.writeProfile,
                   "write the profile (after --compute-scale) as JSON, as --model-profile reads");
   addPipelineSimFlags(cmd, f.pipeline);
-  cmd->callback([flags, &context] {
-    run(*flags);
+  addWaveSimFlags(cmd, f.waves);
+  cmd->callback([flags, cmd, &context] {
+    checkWaveFlags(*cmd, flags->waves, flags->pipeline.stages);
+    run(*flags, cmd->count("--waves") > 0);
     context.exitCode = 0;
   });
 }

@@ -14,6 +14,12 @@
 namespace gradsync {
 namespace {
 
+std::string joined(const std::vector<int>& split) {
+  return fmt::format("{}", fmt::join(split, ","));
+}
+
+}  // namespace
+
 std::vector<sim::PipelineStageCosts> stageCosts(const ModelProfile& profile,
                                                 const std::vector<int>& split) {
   const double parameters = static_cast<double>(std::max<size_t>(profile.parameterCount(), 1));
@@ -33,11 +39,12 @@ std::vector<sim::PipelineStageCosts> stageCosts(const ModelProfile& profile,
   return costs;
 }
 
-std::string joined(const std::vector<int>& split) {
-  return fmt::format("{}", fmt::join(split, ","));
+std::vector<int> balancedSplit(const ModelProfile& profile, int stages) {
+  std::vector<double> layerCosts;
+  for (const LayerProfile& l : profile.layers)
+    layerCosts.push_back(l.forwardSeconds + l.backwardSeconds);
+  return balanceStages(layerCosts, stages);
 }
-
-}  // namespace
 
 void addPipelineSimFlags(CLI::App* simulate, PipelineSimFlags& f) {
   simulate->add_option("--pipeline", f.stages, "a pipeline of S stages (0: data parallel)")
@@ -58,10 +65,7 @@ void runPipelineSimulation(const ModelProfile& profile, const PipelineSimFlags& 
   if (f.microBatches < 1) throw ConfigError("--micro-batches must be at least 1");
   if (o.shape.mode == PipelineMode::kPipelined && f.microBatches != 1)
     throw ConfigError("--micro-batches is fill-drain's", {.hint = "pb takes one per step"});
-  std::vector<double> layerCosts;
-  for (const LayerProfile& l : profile.layers)
-    layerCosts.push_back(l.forwardSeconds + l.backwardSeconds);
-  const std::vector<int> split = balanceStages(layerCosts, f.stages);
+  const std::vector<int> split = balancedSplit(profile, f.stages);
   o.stages = stageCosts(profile, split);
   o.hopSeconds = parseDurationSeconds(f.hop, "--hop");
   o.steps = f.steps;

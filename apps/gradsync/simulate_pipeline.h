@@ -7,6 +7,7 @@
 #include <CLI/CLI.hpp>
 
 #include "sim/model_profile.h"
+#include "sim/pipeline_sim.h"
 
 namespace gradsync {
 
@@ -17,6 +18,14 @@ struct PipelineSimFlags {
   int64_t steps = 100;      // --pipeline-steps: one segment of N steps
   std::string hop = "0";    // --hop: an activation's or its gradient's transfer, e.g. 50us
 };
+
+// The profile's layers per stage, balanced by forward + backward time (pipeline/balance.h).
+// Throws ConfigError for fewer layers than stages.
+std::vector<int> balancedSplit(const ModelProfile& profile, int stages);
+// Each stage's summed forward and backward times (one micro-batch: the profile's batch) under
+// `split`, and its share of the update by parameter count.
+std::vector<sim::PipelineStageCosts> stageCosts(const ModelProfile& profile,
+                                                const std::vector<int>& split);
 
 void addPipelineSimFlags(CLI::App* simulate, PipelineSimFlags& flags);
 

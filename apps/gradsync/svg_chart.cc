@@ -162,8 +162,9 @@ std::vector<double> axisTicks(double lo, double hi, bool log) {
 
 std::string tickLabel(double value) {
   const double magnitude = std::fabs(value);
-  // Whole numbers below 10,000 as they are (4096 workers reads better than 4.1k).
-  if (magnitude < 1e4 && value == std::round(value)) return fmt::format("{:.0f}", value);
+  // Whole numbers below 10,000 as they are (4096 workers reads better than 4.1k); a tick at
+  // -0.0 (a linear axis from 0) reads 0.
+  if (magnitude < 1e4 && value == std::round(value)) return fmt::format("{:.0f}", value + 0.0);
   if (magnitude < 1e3) return fmt::format("{:.3g}", value);
   const std::pair<double, const char*> units[] = {{1e12, "T"}, {1e9, "G"}, {1e6, "M"}, {1e3, "k"}};
   for (const auto& [scale, suffix] : units)

@@ -16,7 +16,8 @@ struct GuardEvent {
   std::string method;                // the compression it left, e.g. "randomk:0.01"
   // What tripped, the worst over the ranks: "alignment" (cos(sent, gradient) fell below the
   // threshold), "residual" (the error-feedback residual's norm over the gradient's) or "sent"
-  // (the norm of what the unit sent over the gradient's) rose above it.
+  // (the norm of what the unit sent over the gradient's) rose above it, or "loss" (the mean
+  // training loss over the ranks, over the dense warm-up's last window: every unit at once).
   std::string signal;
   double ratio = 0;      // the signal in the window that confirmed the trip (the cosine)
   double threshold = 0;  // the threshold it passed

@@ -62,13 +62,18 @@ struct TransformerShape {
 constexpr TransformerShape kTransformerBase{512, 2048, 6, 37000};
 constexpr TransformerShape kTransformerBig{1024, 4096, 6, 33712};
 
-// Layers in forward order with the forward FLOPs of each for one step on one device.
+// Layers in forward order with the forward FLOPs of each for one step on one device, and the
+// fp32 values each keeps for its backward per sample (docs/simulator.md, "Wavelet": the layer's
+// outputs; a lower bound, since BatchNorm and ReLU also keep small statistics and masks).
 struct Builder {
   std::vector<LayerProfile> layers;
   std::vector<double> flops;
 
-  void add(std::string name, std::vector<TensorShape> tensors, double forwardFlops) {
-    layers.push_back({std::move(name), std::move(tensors), 0.0, 0.0});
+  void add(std::string name, std::vector<TensorShape> tensors, double forwardFlops,
+           double activationValuesPerSample) {
+    LayerProfile layer{std::move(name), std::move(tensors), 0.0, 0.0};
+    layer.activationBytesPerSample = activationValuesPerSample * kFp32Bytes;
+    layers.push_back(std::move(layer));
     flops.push_back(forwardFlops);
   }
   double totalFlops() const {
@@ -112,18 +117,21 @@ double linearFlops(int64_t in, int64_t out) {
 
 void addLinear(Builder& b, const std::string& name, int64_t in, int64_t out, double rows) {
   b.add(name, {tensorShape(name + ".weight", {out, in}), tensorShape(name + ".bias", {out})},
-        rows * linearFlops(in, out));
+        rows * linearFlops(in, out), static_cast<double>(out));
   b.layers.back().kind = kLinearLayer;
 }
 
 // A bias-free convolution and the BatchNorm after it, as one layer named after the convolution:
-// the BatchNorm's gradients are ready as soon as the convolution's backward can start.
+// the BatchNorm's gradients are ready as soon as the convolution's backward can start. It keeps
+// the convolution's output (the BatchNorm's input) and the BatchNorm's output (the ReLU runs in
+// place on it).
 void addConvBn(Builder& b, const std::string& conv, const std::string& bn, int64_t in, int64_t out,
                int64_t kernel, int64_t outSize) {
   b.add(conv,
         {tensorShape(conv + ".weight", {out, in, kernel, kernel}),
          tensorShape(bn + ".weight", {out}), tensorShape(bn + ".bias", {out})},
-        kCnnBatch * convFlops(in, out, kernel, outSize));
+        kCnnBatch * convFlops(in, out, kernel, outSize),
+        2.0 * static_cast<double>(out * outSize * outSize));
 }
 
 // torchvision resnet50 (ResNet v1.5: the stride sits in the 3x3 convolution).
@@ -175,7 +183,8 @@ ModelProfile vgg19() {
     const std::string name = fmt::format("features.{}", index);
     b.add(name,
           {tensorShape(name + ".weight", {out, in, 3, 3}), tensorShape(name + ".bias", {out})},
-          kCnnBatch * convFlops(in, out, 3, size));
+          kCnnBatch * convFlops(in, out, 3, size),
+          static_cast<double>(out * size * size));  // the ReLU runs in place on it
     in = out;
     index += 2;
   }
@@ -209,7 +218,10 @@ void addAttention(Builder& b, const std::string& layer, const std::string& atten
   // Per token: four projections, then Q K^T and the weighted sum of V over the sentence (all
   // heads together span d). Decoder self-attention computes the full masked square too.
   const double perToken = 4 * linearFlops(d, d) + 2 * linearFlops(kSentenceTokens, d);
-  b.add(layer + attention, std::move(tensors), tokens * perToken);
+  // Kept per token: Q, K, V, the heads' weighted sums, the output projection and the LayerNorm's
+  // output (6d), and the attention probabilities over the sentence (heads of 64 dimensions).
+  const double kept = 6.0 * static_cast<double>(d) + static_cast<double>(d / 64 * kSentenceTokens);
+  b.add(layer + attention, std::move(tensors), tokens * perToken, kept);
 }
 
 void addFeedForward(Builder& b, const std::string& layer, int64_t d, int64_t dFf, double tokens) {
@@ -218,7 +230,7 @@ void addFeedForward(Builder& b, const std::string& layer, int64_t d, int64_t dFf
          tensorShape(layer + "fc2.weight", {d, dFf}), tensorShape(layer + "fc2.bias", {d}),
          tensorShape(layer + "final_layer_norm.weight", {d}),
          tensorShape(layer + "final_layer_norm.bias", {d})},
-        tokens * 2 * linearFlops(d, dFf));
+        tokens * 2 * linearFlops(d, dFf), static_cast<double>(dFf + 2 * d));
 }
 
 // fairseq transformer_wmt_en_de with --share-all-embeddings (post-LayerNorm, sinusoidal
@@ -231,7 +243,7 @@ Builder transformerLayers(const TransformerShape& s, double tokens) {
   // The shared embedding comes first: its gradient is complete only after the last backward, the
   // source lookup's. Its own work is scaling by sqrt(d) and adding positions, on both sides.
   b.add("encoder.embed_tokens", {tensorShape("encoder.embed_tokens.weight", {s.vocab, d})},
-        tokens * 2 * 2.0 * static_cast<double>(d));
+        tokens * 2 * 2.0 * static_cast<double>(d), 2.0 * static_cast<double>(d));
   for (int64_t i = 0; i < s.layers; ++i) {
     const std::string layer = fmt::format("encoder.layers.{}.", i);
     addAttention(b, layer, "self_attn", "self_attn_layer_norm", d, tokens);
@@ -244,7 +256,9 @@ Builder transformerLayers(const TransformerShape& s, double tokens) {
     addFeedForward(b, layer, d, s.dFf, tokens);
   }
   // Tied to the embedding, so no tensor of its own; ~30% of the FLOPs at this vocabulary.
-  b.add("decoder.output_projection", {}, tokens * linearFlops(d, s.vocab));
+  // Keeps the logits and their log-softmax.
+  b.add("decoder.output_projection", {}, tokens * linearFlops(d, s.vocab),
+        2.0 * static_cast<double>(s.vocab));
   return b;
 }
 

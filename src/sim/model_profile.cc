@@ -60,6 +60,8 @@ std::string profileToJson(const ModelProfile& profile) {
                           {"backward_s", layer.backwardSeconds},
                           {"tensors", tensors}};
     if (!layer.kind.empty()) out["kind"] = layer.kind;
+    if (layer.activationBytesPerSample > 0)
+      out["activation_bytes"] = layer.activationBytesPerSample;
     layers.push_back(std::move(out));
   }
   nlohmann::json out = {{"name", profile.name},
@@ -99,7 +101,7 @@ T field(const nlohmann::json& object, const char* key, const std::string& where)
   throw ConfigError(fmt::format("model profile {}: field \"{}\" has the wrong type", where, key));
 }
 
-double seconds(const nlohmann::json& object, const char* key, const std::string& where) {
+double nonNegative(const nlohmann::json& object, const char* key, const std::string& where) {
   const auto value = field<double>(object, key, where);
   if (!(value >= 0))
     throw ConfigError(
@@ -111,9 +113,11 @@ LayerProfile layerFromJson(const nlohmann::json& json, const std::string& where)
   LayerProfile layer;
   layer.name = field<std::string>(json, "name", where);
   const std::string at = fmt::format("{}, layer \"{}\"", where, layer.name);
-  layer.forwardSeconds = seconds(json, "forward_s", at);
-  layer.backwardSeconds = seconds(json, "backward_s", at);
+  layer.forwardSeconds = nonNegative(json, "forward_s", at);
+  layer.backwardSeconds = nonNegative(json, "backward_s", at);
   if (json.contains("kind")) layer.kind = field<std::string>(json, "kind", at);
+  if (json.contains("activation_bytes"))
+    layer.activationBytesPerSample = nonNegative(json, "activation_bytes", at);
   if (!layer.kind.empty() && layer.kind != kLinearLayer) {
     throw ConfigError(fmt::format("model profile {}: unknown kind \"{}\" (only \"{}\")", at,
                                   layer.kind, kLinearLayer));
@@ -153,7 +157,7 @@ ModelProfile profileFromJson(const std::string& text, const std::string& origin)
   profile.batchSize = field<int64_t>(json, "batch_size", origin);
   if (profile.batchSize <= 0)
     throw ConfigError(fmt::format("model profile {}: batch_size must be positive", origin));
-  profile.updateSeconds = json.contains("update_s") ? seconds(json, "update_s", origin) : 0.0;
+  profile.updateSeconds = json.contains("update_s") ? nonNegative(json, "update_s", origin) : 0.0;
   for (const nlohmann::json& layer : field<nlohmann::json>(json, "layers", origin))
     profile.layers.push_back(layerFromJson(layer, origin));
   if (profile.parameterCount() == 0)

@@ -22,6 +22,10 @@ struct LayerProfile {
   // "linear" for a fully-connected layer (y = x W^T + b: a weight of out x in, then maybe a bias
   // of out), which sharded's FC exchange may take; empty for any other.
   std::string kind;
+  // Bytes the layer's forward keeps for its backward, per sample (its outputs, fp32), held from
+  // the start of its forward until the end of its backward: the device-memory timeline's
+  // activations (sim/wave_memory.h). 0 when the profile does not say (JSON "activation_bytes").
+  double activationBytesPerSample = 0;
 };
 inline constexpr const char* kLinearLayer = "linear";
 

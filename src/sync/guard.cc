@@ -169,10 +169,10 @@ std::vector<GuardSignals> CompressionGuard::localSignals(uint64_t sampled) const
   return signals;
 }
 
-// Every rank's ratios as raw doubles, so every rank takes the maximum of the same bits.
-std::vector<GuardEvent> CompressionGuard::check(Transport& transport, uint64_t tag,
-                                                uint64_t stepsEnded) {
-  const uint64_t sampled = sampledStep(stepsEnded);
+// One allgather of every rank's ratios (raw doubles, so every rank takes the maximum of the same
+// bits) and loss contributions.
+CompressionGuard::Window CompressionGuard::gather(Transport& transport, uint64_t tag,
+                                                  uint64_t sampled) {
   const std::vector<GuardSignals> mine = localSignals(sampled);
   // Per rank: three ratios per unit, then its LossTrend contribution.
   const size_t perRank = 3 * units_.size() + LossTrend::kValues;
@@ -200,7 +200,13 @@ std::vector<GuardEvent> CompressionGuard::check(Transport& transport, uint64_t t
     const double* tail = all.data() + r * perRank + 3 * units_.size();
     std::copy(tail, tail + LossTrend::kValues, losses[r].begin());
   }
-  const double lossRatio = LossTrend::ratio(losses);
+  return {std::move(window), LossTrend::ratio(losses)};
+}
+
+// Decides on the gathered window; every rank the same.
+std::vector<GuardEvent> CompressionGuard::check(Transport& transport, uint64_t tag,
+                                                uint64_t stepsEnded) {
+  const auto [window, lossRatio] = gather(transport, tag, sampledStep(stepsEnded));
   GS_LOG(kDebug, "guard window ending at step {}: loss {:.3f}x the dense warm-up's", stepsEnded,
          lossRatio);
   for (size_t u = 0; u < units_.size(); ++u) {

@@ -41,7 +41,7 @@ struct GuardOptions {
   double residualRatio = 40;   // ||residual|| / ||gradient||
   double sentRatio = 6;        // ||sent|| / ||gradient||
   double misalignment = 0.95;  // 1 - cos(sent, gradient): cos below 0.05
-  double lossRatio = 1.5;      // a window's mean loss / the warm-up's last window's
+  double lossRatio = 2;        // a window's mean loss / the warm-up's last window's
   int windowsToConfirm = 3;    // consecutive windows past a threshold before a unit goes dense
 };
 
@@ -144,7 +144,12 @@ class CompressionGuard {
   void loadState(StateReader& in);
 
  private:
+  struct Window {
+    std::vector<GuardSignals> signals;  // by unit, the worst over the ranks
+    double lossRatio = -1;              // LossTrend::ratio over the ranks
+  };
   std::vector<GuardSignals> localSignals(uint64_t sampled) const;
+  Window gather(Transport& transport, uint64_t tag, uint64_t sampled);
   GuardEvent eventFor(const GuardTrip& trip, uint64_t from) const;
 
   const int64_t warmup_;

@@ -165,6 +165,59 @@ TEST(Cli, SimulateRefusesBadInputNamingIt) {
   EXPECT_NE(r.err.find("workers=N"), std::string::npos) << r.err;
 }
 
+// Wavelet in the simulator: the data-parallel memory comparison and the model-parallel waves,
+// each one table and its JSON.
+TEST(Cli, SimulateWavesPrintsATableAndWritesJson) {
+  fs::path json = scratch() / "waves.json";
+  fs::path svg = scratch() / "waves.svg";
+  Result r = gradsync({"simulate", "--model-profile", "resnet50", "--waves", "2", "--device-memory",
+                       "16GiB", "--saturation-batch", "64", "--json", json.string(), "--plot",
+                       svg.string()});
+  ASSERT_TRUE(r.status.ok()) << r.status.describe() << "\n" << r.err;
+  EXPECT_NE(r.out.find("2 tick-tock waves of 32 against one wave of 64"), std::string::npos)
+      << r.out;
+  nlohmann::json doc = nlohmann::json::parse(readFile(json));
+  EXPECT_LT(doc["waves"]["peak_bytes"].get<double>(), doc["one_wave"]["peak_bytes"].get<double>());
+  EXPECT_GT(doc["capacity"]["waves"]["batch_per_wave"].get<int64_t>(), 0);
+  EXPECT_FALSE(doc["waves_timeline"].empty());
+  EXPECT_NE(readFile(svg).find("2 tick-tock waves of 32"), std::string::npos);
+
+  r = gradsync({"simulate", "--model-profile", "vgg19", "--pipeline", "4", "--waves", "4", "--hop",
+                "100us", "--json", json.string()});
+  ASSERT_TRUE(r.status.ok()) << r.status.describe() << "\n" << r.err;
+  EXPECT_NE(r.out.find("rotated placement, 4 waves"), std::string::npos) << r.out;
+  doc = nlohmann::json::parse(readFile(json));
+  EXPECT_GT(doc["rotated"]["speed_up"].get<double>(), 3);
+  EXPECT_DOUBLE_EQ(doc["naive"]["speed_up"].get<double>(), 1);
+}
+
+TEST(Cli, SimulateRefusesWavesThatMakeNoSense) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--waves", "0"}, "--waves must be at least 1"},
+      {{"--waves", "-2"}, "--waves must be at least 1"},
+      {{"--waves", "1"}, "one wave is nothing to compare"},
+      {{"--waves", "2", "--sweep", "workers=2,4"}, "--sweep is not used with --waves"},
+      {{"--waves", "2", "--schedule", "p3"}, "--schedule is not used with --waves"},
+      {{"--waves", "2", "--hop", "5us"}, "--hop is the pipeline's"},
+      {{"--waves", "2", "--wave-offset", "2"}, "--wave-offset must be within [0, 1]"},
+      {{"--waves", "2", "--batch", "-1"}, "--batch must be at least 1"},
+      {{"--pipeline", "4", "--waves", "2", "--wave-offset", "0.5"},
+       "--wave-offset is the data-parallel waves'"},
+      {{"--device-memory", "16GiB"}, "--device-memory needs --waves K"},
+      {{"--pipeline", "2", "--waves", "3"}, "at most one wave per device"},
+      {{"--pipeline", "4", "--waves", "4", "--pipeline-mode", "pb"},
+       "--pipeline-mode is not used with --pipeline --waves"},
+      {{"--pipeline", "4", "--waves", "2", "--device-memory", "1G"},
+       "--device-memory is the data-parallel waves'"}};
+  for (const auto& [flags, message] : cases) {
+    std::vector<std::string> args{"simulate", "--model-profile", "resnet50"};
+    args.insert(args.end(), flags.begin(), flags.end());
+    Result r = gradsync(args);
+    EXPECT_EQ(r.status.code, 2) << message;
+    EXPECT_NE(r.err.find(message), std::string::npos) << r.err;
+  }
+}
+
 // A small model profile (3 layers, 2.1 M parameters, 6 ms of compute): tune searches it in a
 // second and `train --compute emulate:` runs it in a few.
 fs::path smallProfile() {

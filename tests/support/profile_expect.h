@@ -31,6 +31,7 @@ inline void expectSameProfile(const ModelProfile& actual, const ModelProfile& ex
     EXPECT_EQ(a.name, e.name) << expected.name << " layer " << i;
     EXPECT_DOUBLE_EQ(a.forwardSeconds, e.forwardSeconds) << e.name;
     EXPECT_DOUBLE_EQ(a.backwardSeconds, e.backwardSeconds) << e.name;
+    EXPECT_DOUBLE_EQ(a.activationBytesPerSample, e.activationBytesPerSample) << e.name;
     expectSameTensors(a.tensors, e.tensors, expected.name + " layer " + e.name);
   }
 }

@@ -1,4 +1,4 @@
-// onebit (1-bit SGD, Seide et al. 2014): per bucket of `bucket` elements (default 512), one bit
+// onebit (1-bit SGD, Seide et al. 2014): per bucket of `bucket` elements (default 16), one bit
 // per element (set for x < 0) and two reconstruction values, the mean of the bucket's
 // non-negative elements and the mean of its negative elements, so every element decodes to
 // one of its bucket's two means. Wire: the two means as float32 per bucket, then 1 bit per
@@ -7,7 +7,9 @@
 // and rounded once to float. The paper keeps one pair of values per column of each weight
 // matrix; fixed-size buckets within each tensor take their place here (which dimension is a
 // column depends on the framework's layout, and 1-D tensors have none), so the number of
-// elements sharing a pair is bounded whatever the shapes.
+// elements sharing a pair is bounded whatever the shapes. The default 16 (5 bits per element)
+// is the largest bucket measured to end near dense without options (docs/algorithms.md,
+// "Compression defaults without an expert"); 512 is closer to the paper's 1 bit.
 #include <bit>
 #include <cmath>
 
@@ -90,7 +92,7 @@ class OneBitQuantizer {
 }  // namespace
 
 std::unique_ptr<Compressor> makeOneBit(const MethodArgs& args, std::span<const TensorShape> unit) {
-  const size_t bucket = bucketOption(args, "onebit", 512);
+  const size_t bucket = bucketOption(args, "onebit", 16);
   return std::make_unique<BucketCodec<OneBitQuantizer>>(OneBitQuantizer(), unit, bucket);
 }
 

@@ -58,11 +58,12 @@ struct SignCodec {
   const char* name;
   CompressorFactory make;
   BucketReference bucket;
-  size_t headerBytes;  // per bucket
+  size_t headerBytes;    // per bucket
+  size_t defaultBucket;  // without a bucket option
 };
 
-const SignCodec kOneBit{"onebit", methods::makeOneBit, oneBitBucket, 8};
-const SignCodec kSignSgd{"signsgd", methods::makeSignSgd, signBucket, 4};
+const SignCodec kOneBit{"onebit", methods::makeOneBit, oneBitBucket, 8, 16};
+const SignCodec kSignSgd{"signsgd", methods::makeSignSgd, signBucket, 4, 32};
 
 class SignCodecs : public ::testing::TestWithParam<SignCodec> {
  protected:
@@ -113,7 +114,8 @@ TEST_P(SignCodecs, DecodesToTheReferenceExactly) {
   std::vector<TensorShape> unit = {testing::tensorShape(3), testing::tensorShape(600)};
   std::vector<float> x = awkwardInput(603, 1);
   auto c = make({}, unit);
-  EXPECT_EQ(decodeOnce(*c, encodeOnce(*c, x, 0), x.size()), reference(x, 512, {3, 600}));
+  EXPECT_EQ(decodeOnce(*c, encodeOnce(*c, x, 0), x.size()),
+            reference(x, codec().defaultBucket, {3, 600}));
 }
 
 TEST_P(SignCodecs, BytesAreTheBucketHeadersAndOneBitPerElement) {
@@ -127,7 +129,9 @@ TEST_P(SignCodecs, BytesAreTheBucketHeadersAndOneBitPerElement) {
     }
   }
   std::vector<TensorShape> unit = {testing::tensorShape(3), testing::tensorShape(600)};
-  EXPECT_EQ(make({}, unit)->encodedBytes(603), header * 3 + (603 + 7) / 8);
+  const size_t b = codec().defaultBucket;  // buckets never straddle the two tensors
+  EXPECT_EQ(make({}, unit)->encodedBytes(603),
+            header * ((3 + b - 1) / b + (600 + b - 1) / b) + (603 + 7) / 8);
 }
 
 TEST_P(SignCodecs, ExchangeAveragesTheReferenceOnEveryRank) {
@@ -139,7 +143,8 @@ TEST_P(SignCodecs, ExchangeAveragesTheReferenceOnEveryRank) {
       auto out = testing::runExchange(
           ranks, [&] { return make(); }, [&](int, int rank) { return input(rank); });
       testing::expectConsistentExchange(out);
-      for (int r = 0; r < ranks; ++r) EXPECT_EQ(out[r].sent, reference(input(r), 512)) << r;
+      for (int r = 0; r < ranks; ++r)
+        EXPECT_EQ(out[r].sent, reference(input(r), codec().defaultBucket)) << r;
     }
   }
 }
@@ -162,7 +167,7 @@ TEST_P(SignCodecs, ErrorFeedbackSendsTheCorrectedGradientAndKeepsTheRest) {
       std::vector<float> mine(n);
       ExchangeContext context{transport, {}, static_cast<uint64_t>(s), 1};
       ef.exchange(context, grad, mine, stats);
-      ASSERT_EQ(mine, reference(corrected, 512)) << "step " << s;
+      ASSERT_EQ(mine, reference(corrected, codec().defaultBucket)) << "step " << s;
       for (size_t i = 0; i < n; ++i) {
         sent[i] += mine[i];
         residual[i] = corrected[i] - mine[i];
@@ -208,7 +213,7 @@ TEST(OneBit, NonFiniteInputPoisonsOnlyItsSideOfItsBucket) {
   std::vector<float> x = gaussian(1024, 2);
   x[10] = std::numeric_limits<float>::quiet_NaN();  // compares false: the negative side
   x[600] = std::numeric_limits<float>::infinity();
-  auto o = methods::makeOneBit({}, {});
+  auto o = methods::makeOneBit(bucketArgs(512), {});
   std::vector<float> decoded = decodeOnce(*o, encodeOnce(*o, x, 0), x.size());
   for (size_t i = 0; i < 512; ++i) {
     ASSERT_EQ(std::isnan(decoded[i]), !(x[i] >= 0)) << i;
@@ -228,7 +233,7 @@ TEST(SignSgd, NonFiniteInputPoisonsOnlyItsBucket) {
   std::vector<float> x = gaussian(1024, 2);
   x[10] = std::numeric_limits<float>::quiet_NaN();
   x[600] = -std::numeric_limits<float>::infinity();
-  auto q = methods::makeSignSgd({}, {});
+  auto q = methods::makeSignSgd(bucketArgs(512), {});
   std::vector<float> decoded = decodeOnce(*q, encodeOnce(*q, x, 0), x.size());
   for (size_t i = 0; i < 512; ++i) ASSERT_TRUE(std::isnan(decoded[i])) << i;
   for (size_t i = 512; i < 1024; ++i) ASSERT_TRUE(std::isinf(decoded[i])) << i;

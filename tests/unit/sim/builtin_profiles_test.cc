@@ -206,6 +206,25 @@ TEST(BuiltinProfiles, JsonRoundTripKeepsTensorsAndTimes) {
   }
 }
 
+// The activations each layer keeps per sample, fp32 (docs/simulator.md, "Wavelet"): a
+// convolution with its BatchNorm keeps both outputs, a VGG convolution its output (the ReLU in
+// place), a linear layer its output, the Transformer's output projection the logits and their
+// log-softmax.
+TEST(BuiltinProfiles, ActivationBytesByHand) {
+  const ModelProfile resnet = builtinProfile("resnet50");
+  EXPECT_DOUBLE_EQ(resnet.layers.front().activationBytesPerSample, 2.0 * 64 * 112 * 112 * 4);
+  EXPECT_DOUBLE_EQ(resnet.layers.back().activationBytesPerSample, 1000.0 * 4);
+  const ModelProfile vgg = builtinProfile("vgg19");
+  EXPECT_DOUBLE_EQ(vgg.layers.front().activationBytesPerSample, 64.0 * 224 * 224 * 4);
+  EXPECT_DOUBLE_EQ(vgg.layers[15].activationBytesPerSample, 512.0 * 14 * 14 * 4);
+  const ModelProfile transformer = builtinProfile("transformer");
+  EXPECT_DOUBLE_EQ(transformer.layers.back().activationBytesPerSample, 2.0 * 37000 * 4);
+  EXPECT_DOUBLE_EQ(transformer.layers[1].activationBytesPerSample, (6.0 * 512 + 8 * 32) * 4);
+  for (const std::string& name : builtinProfileNames())
+    for (const LayerProfile& layer : builtinProfile(name).layers)
+      EXPECT_GT(layer.activationBytesPerSample, 0) << name << " " << layer.name;
+}
+
 // What the fuzzer found (tests/fuzz/profile_fuzz.cc): every malformed profile is a ConfigError,
 // never another exception or a float cast out of range into an integer.
 TEST(ProfileJson, MalformedFieldsAreConfigErrors) {
@@ -223,6 +242,10 @@ TEST(ProfileJson, MalformedFieldsAreConfigErrors) {
       R"({"name":"m","device":"d","batch_size":1,"layers":[{"name":"l","forward_s":1,)"
       R"("backward_s":2,"tensors":[{"name":"t","dims":[1e30]}]}]})";
   EXPECT_THROW(profileFromJson(floatDims, "test.json"), ConfigError);
+  const std::string negative =
+      R"({"name":"m","device":"d","batch_size":1,"layers":[{"name":"l","forward_s":1,)"
+      R"("backward_s":2,"activation_bytes":-4,"tensors":[{"name":"t","dims":[3]}]}]})";
+  EXPECT_THROW(profileFromJson(negative, "test.json"), ConfigError);
   EXPECT_NO_THROW(
       profileFromJson(R"({"name":"m","device":"d","batch_size":1,)" + layers + "}", "test.json"));
 }

@@ -30,9 +30,10 @@ SimOptions base() {
 }
 
 TuneGrid smallGrid() {
-  return {{"fifo", "wfbp", "fusion:4", "p3:slice=160000,window=2"},
-          {"none", "fp16", "mstopk:0.01", "topk:0.01", "powersgd:4", "onebit", "topk:0.001"},
-          {{"ssgd"}, {"sharded"}, {"ssgd", true, 0}, {"localsgd:4"}}};
+  return {
+      {"fifo", "wfbp", "fusion:4", "p3:slice=160000,window=2"},
+      {"none", "fp16", "mstopk:0.01", "topk:0.01", "powersgd:4", "onebit,bucket=512", "topk:0.001"},
+      {{"ssgd"}, {"sharded"}, {"ssgd", true, 0}, {"localsgd:4"}}};
 }
 
 const ConvergenceCost& row(const std::string& method) {
@@ -114,12 +115,12 @@ TEST(Tune, MethodsThatDoNotReachDenseOrAreUnmeasuredAreExcludedWithTheReason) {
   std::map<std::string, std::string> reasons;
   for (const TuneExclusion& e : result.excluded)
     reasons[e.compress + " " + e.sync.label()] = e.cost.reason;
-  EXPECT_NE(reasons["onebit ssgd"].find("does not reach"), std::string::npos);
+  EXPECT_NE(reasons["onebit,bucket=512 ssgd"].find("does not reach"), std::string::npos);
   EXPECT_NE(reasons["topk:0.001 ssgd"].find("no convergence measurement"), std::string::npos);
   EXPECT_NE(reasons["none localsgd:4"].find("no steps-to-accuracy"), std::string::npos);
   EXPECT_NE(reasons["mstopk:0.01 sharded"].find("ring ssgd only"), std::string::npos);
   for (const TuneCandidate& c : result.ranked) {
-    EXPECT_NE(c.compress, "onebit");
+    EXPECT_NE(c.compress, "onebit,bucket=512");
     EXPECT_NE(c.compress, "topk:0.001");
     EXPECT_NE(c.sync.sync, "localsgd:4");
   }
