@@ -133,7 +133,9 @@ Settings trainSettings(const TrainOptions& o, const std::string& transport) {
           {"--eval-samples", text(o.evalSamples)},
           {"--checkpoint-every", text(o.checkpointEvery)},
           {"--resume", text(o.resume)},
-          {"--elastic", o.elastic}};
+          {"--elastic", o.elastic},
+          {"--waves", text(o.waves)},
+          {"--wave-consistency", o.waveConsistency}};
 }
 
 // --elastic: every worker of the job (elastic_trainer.h); rank 0 of the last round reports.
@@ -251,10 +253,18 @@ void addTrainCommand(CLI::App& app, CommandContext& context) {
                     "MIN:MAX workers: go on without lost workers, take in new ones");
   train->add_option("--record-samples", o.recordSamples,
                     "--elastic: write each step's sample indices of every worker to DIR");
+  train->add_option("--waves", o.waves, "Wavelet's tick-tock waves per worker (1: none)")
+      ->capture_default_str();
+  train
+      ->add_option("--wave-consistency", o.waveConsistency,
+                   "--waves' weights: shared (each wave's update at once) | accumulate (one "
+                   "update per round of waves: SSGD at waves x batch)")
+      ->capture_default_str();
   addRecommendationFlags(train, flags->recommendation, flags->bottomMlp, flags->topMlp);
   addPipelineFlags(train, o.pipeline);
   train->callback([flags, train, &context] {
     keepFreedMemoryInHeap();  // this process and the ranks it launches (they run this callback)
+    if (flags->options.waves > 1) shareOneHeapAcrossThreads();  // the waves' peaks interleave
     if (flags->options.resume && flags->options.checkpointDir.empty()) {
       throw ConfigError("--resume needs --checkpoint-dir");
     }

@@ -1,6 +1,7 @@
 #include "common/allocator.h"
 
 #include <malloc.h>
+#include <stdlib.h>
 
 namespace gradsync {
 
@@ -9,6 +10,14 @@ void keepFreedMemoryInHeap() {
   // off the adaptive threshold. Trimming the heap top only past 512 MiB keeps steps' memory.
   mallopt(M_MMAP_THRESHOLD, 32 << 20);
   mallopt(M_TRIM_THRESHOLD, 512 << 20);
+}
+
+}  // namespace gradsync
+
+namespace gradsync {
+
+void shareOneHeapAcrossThreads() {
+  mallopt(M_ARENA_MAX, 1);
 }
 
 }  // namespace gradsync

@@ -63,6 +63,12 @@ static_assert(kAverager == kReservedTagBase + 16);
 // The compression guard's per-window agreement (sync/guard.h), on the training thread.
 inline constexpr uint64_t kGuard = kReservedTagBase + 17;
 
+// Wavelet's waves (torch/wavelet_trainer.h): wave w's streams are every stream above shifted by
+// (w + 1) * kWaveShift (transport/tag_shift_transport.h), above all per-unit ranges, so that two
+// waves' engines on one transport never meet each other or the unshifted streams.
+inline constexpr uint64_t kWaveShift = uint64_t{1} << 40;
+static_assert(kFcExchange + (uint64_t{1} << 32) <= kReservedTagBase + kWaveShift);
+
 // Every single stream above, once: a new stream is added here too, and the check below refuses a
 // number taken twice. The per-unit ranges (kPsReplies + u, kGradientUnits + u, kFcExchange + u)
 // each span 2^32 numbers from their bases, above all the others and apart from each other.

@@ -1,5 +1,7 @@
 #include "torch/metrics.h"
 
+#include <sys/resource.h>
+
 #include <cstdio>
 #include <fstream>
 
@@ -10,6 +12,14 @@
 
 namespace gradsync {
 namespace {
+
+// This process's peak resident set so far (getrusage: Linux reports KiB). With ranks as
+// processes it is rank 0's alone; with rank threads, the whole job's.
+double peakRssMiB() {
+  rusage usage{};
+  if (getrusage(RUSAGE_SELF, &usage) != 0) return 0;
+  return static_cast<double>(usage.ru_maxrss) / 1024.0;
+}
 
 // --compress-warmup as given: "auto" or its number of steps.
 nlohmann::json warmupJson(int64_t warmupSteps) {
@@ -50,7 +60,9 @@ void writeMetrics(const std::string& path, const TrainOptions& options, int work
                            {"compress_min_elements", options.compression.minElements},
                            {"compress_warmup", warmupJson(options.compression.warmupSteps)},
                            {"guard", options.compression.guard ? "on" : "off"},
-                           {"schedule", options.schedule}};
+                           {"schedule", options.schedule},
+                           {"waves", options.waves},
+                           {"wave_consistency", options.waveConsistency}};
   if (options.pipeline.enabled()) {
     const PipelineOptions& p = options.pipeline;
     config["pipeline"] = {{"stages", p.stages},
@@ -87,6 +99,7 @@ void writeMetrics(const std::string& path, const TrainOptions& options, int work
                           {"seconds", result.seconds},
                           {"samples_per_s", result.samplesPerSecond},
                           {"final_test_accuracy", result.finalTestAccuracy},
+                          {"peak_rss_mib", peakRssMiB()},
                           {"stopped", result.stopped}}},
                         {"per_step",
                          {{"step_ms", p.stepMs},

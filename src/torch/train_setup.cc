@@ -19,6 +19,7 @@
 #include "torch/models.h"
 #include "torch/sync_setup.h"
 #include "torch/trainer.h"
+#include "torch/wavelet_trainer.h"
 
 namespace gradsync {
 
@@ -163,6 +164,7 @@ void validateTrainOptions(const TrainOptions& options) {
                  "optimizer to step: --schedule fifo|wfbp|fusion with ring ssgd "
                  "or localsgd"});
   }
+  validateWaveOptions(options);
 }
 
 // --threads bounds every compute pool of the rank. torch::set_num_threads sets ATen's OpenMP

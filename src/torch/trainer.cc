@@ -28,6 +28,7 @@
 #include "torch/models.h"
 #include "torch/progress.h"
 #include "torch/training_optimizer.h"
+#include "torch/wavelet_trainer.h"
 #include "trace/trace_merge.h"
 #include "transport/prefix_transport.h"
 
@@ -467,7 +468,7 @@ TrainResult runTraining(Transport& transport, const TrainOptions& given) {
     throw ConfigError(fmt::format("{} ranks cannot hold {} parameter servers and a worker",
                                   transport.size(), options.strategy.servers));
   }
-  if (options.stopOnSignal) installStopHandlers();
+  if (options.stopOnSignal && options.waves == 1) installStopHandlers();  // waves: not graceful
   if (isServerRank(options, transport.rank(), transport.size())) {
     std::shared_ptr<Model> net = makeTrainingModel(options, transport.rank());  // its shapes
     torch::optim::SGD optimizer(net->parameters(),
@@ -477,9 +478,14 @@ TrainResult runTraining(Transport& transport, const TrainOptions& given) {
   }
   limitComputeThreads(options.threads);
   PrefixTransport workerRanks(transport, workers);
-  Trainer trainer(workerRanks, transport, options);
-  if (!emulatesCompute(options)) yieldToCommunication();  // an emulated device computes nothing
-  TrainResult result = trainer.run();
+  TrainResult result;
+  if (options.waves > 1) {
+    result = runWaveletTraining(workerRanks, options);  // torch/wavelet_trainer.h
+  } else {
+    Trainer trainer(workerRanks, transport, options);
+    if (!emulatesCompute(options)) yieldToCommunication();  // an emulated device computes nothing
+    result = trainer.run();
+  }
   if (transport.rank() == 0 && !options.metricsPath.empty()) {
     writeMetrics(options.metricsPath, options, workers, result);
   }

@@ -18,6 +18,7 @@
 #include "sync/staleness_report.h"
 #include "sync/straggler.h"
 #include "sync/strategy.h"
+#include "torch/wave_gates.h"
 
 namespace gradsync {
 
@@ -78,6 +79,10 @@ struct TrainOptions {
   // --record-samples DIR (elastic runs): each worker writes the dataset indices of every step it
   // trains, so that a run can be checked to use every sample once per epoch.
   std::string recordSamples;
+  // --waves K: Wavelet's tick-tock waves per worker (torch/wavelet_trainer.h; 1: none), training
+  // one set of weights per worker as --wave-consistency says: "shared" or "accumulate".
+  int waves = 1;
+  std::string waveConsistency = "accumulate";
 };
 
 struct EpochRecord {
@@ -141,6 +146,7 @@ struct TrainResult {
   std::string scheduleTuning;  // --schedule auto: the candidates' step times and the choice
   bool stopped = false;  // a stop was asked for (stopOnSignal): the run ended early, checkpointed
   std::vector<RoundRecord> rounds;  // elastic runs: every round the job went through, in order
+  std::vector<WaveInterval> waveIntervals;  // --waves: every forward and backward, as they ran
 };
 
 // `gradsync train`'s exit status after a graceful stop (EX_TEMPFAIL: "try again"), so that a
