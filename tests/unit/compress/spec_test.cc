@@ -98,7 +98,6 @@ TEST(CompressionPolicy, BadOverridesAndWarmUpsAreRefused) {
   EXPECT_FALSE(planCompression({}, kModel, 0).any());
 }
 
-
 // --compress-warmup auto: a tenth of the first epoch, only when anything is compressed.
 TEST(CompressionPolicy, AutoWarmUpIsATenthOfTheFirstEpochWhenCompressing) {
   EXPECT_EQ(resolveWarmupSteps({.spec = "topk:0.01", .warmupSteps = kAutoWarmup}, 468), 47);
