@@ -2,16 +2,14 @@
 // stage killed mid-training.
 #include <gtest/gtest.h>
 
-#include <signal.h>
 #include <unistd.h>
 
 #include <filesystem>
-#include <thread>
 
 #include <nlohmann/json.hpp>
 
-#include "common/socket.h"
 #include "common/subprocess.h"
+#include "support/killed_rank.h"
 #include "support/read_file.h"
 
 namespace gradsync {
@@ -124,45 +122,12 @@ TEST(PipelineCli, FillDrainIsOrdinarySgd) {
 // timeout) with an error naming the killed rank, never hangs.
 TEST(PipelineCli, KilledStageIsNamedByEveryOtherStage) {
   const fs::path dir = scratch("killed");
-  Fd probe = listenTcp("127.0.0.1", 0);
-  const std::string port = std::to_string(boundPort(probe.get()));
-  probe.reset();
-  std::vector<pid_t> pids;
-  for (int rank = 0; rank < 4; ++rank) {
-    SpawnOptions spawn;
-    spawn.argv = {GRADSYNC_BIN, "train",      "--model",   "cnn-gn",       "--dataset",
-                  "synthetic",  "--pipeline", "4",         "--batch-size", "1",
-                  "--steps",    "1000000",    "--timeout", "30s"};
-    if (rank != 0) spawn.argv.push_back("--quiet");
-    spawn.env = {{"RANK", std::to_string(rank)},
-                 {"WORLD_SIZE", "4"},
-                 {"MASTER_ADDR", "127.0.0.1"},
-                 {"MASTER_PORT", port},
-                 {"GRADSYNC_JOB_TOKEN", "pipeline"}};
-    spawn.stdoutPath = (dir / ("rank" + std::to_string(rank) + ".out")).string();
-    spawn.stderrPath = (dir / ("rank" + std::to_string(rank) + ".err")).string();
-    pids.push_back(spawnProcess(spawn));
-  }
-  // Rank 0 prints the plan once every rank connected; then training runs.
-  const auto deadline = std::chrono::steady_clock::now() + 60s;
-  while (readFile(dir / "rank0.out").find("pipeline: ") == std::string::npos) {
-    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << readFile(dir / "rank0.err");
-    ASSERT_FALSE(waitAny(pids, 0ms).has_value()) << readFile(dir / "rank0.err");
-    std::this_thread::sleep_for(100ms);
-  }
-  std::this_thread::sleep_for(1s);
-  ASSERT_FALSE(waitAny(pids, 0ms).has_value()) << readFile(dir / "rank0.err");
-  ::kill(pids[2], SIGKILL);
-  const auto killed = std::chrono::steady_clock::now();
-  for (int rank : {0, 1, 3}) {
-    auto ended = waitAny({pids[rank]}, 60s);
-    ASSERT_TRUE(ended.has_value()) << "stage " << rank << " hung";
-    EXPECT_EQ(ended->second.code, 1) << ended->second.describe();
-    const std::string err = readFile(dir / ("rank" + std::to_string(rank) + ".err"));
-    EXPECT_NE(err.find("rank 2"), std::string::npos) << err;
-  }
-  EXPECT_LT(std::chrono::steady_clock::now() - killed, 10s) << "the stages took too long to notice";
-  waitAny({pids[2]}, 5s);
+  testing::expectKilledRankNamedByTheOthers(
+      {.argv = {GRADSYNC_BIN, "train", "--model", "cnn-gn", "--dataset", "synthetic", "--pipeline",
+                "4", "--batch-size", "1", "--steps", "1000000", "--timeout", "30s"},
+       .ready = "pipeline: ",  // rank 0 prints the plan once every rank connected
+       .token = "pipeline"},
+      dir);
   if (!HasFailure()) removeScratch(dir);
 }
 
