@@ -16,6 +16,7 @@
 #include <optional>
 #include <set>
 
+#include "common/elapsed.h"
 #include "common/logging.h"
 #include "gradsync/error.h"
 
@@ -24,10 +25,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
-
-double since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
 
 std::optional<std::vector<uint8_t>> readFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -124,7 +121,7 @@ std::optional<ImageSet> ShardCache::State::fromDisk(const ShardInfo& shard) {
     ++stats.corruptShards;
   }
   std::lock_guard lock(mutex);
-  stats.diskSeconds += since(start);
+  stats.diskSeconds += secondsSince(start);
   if (set) ++stats.diskHits;
   return set;
 }
@@ -144,7 +141,7 @@ ImageSet ShardCache::State::fromServer(const ShardInfo& shard) {
       std::lock_guard lock(mutex);
       ++stats.remoteFetches;
       stats.remoteBytes += bytes.size();
-      stats.remoteSeconds += since(start);
+      stats.remoteSeconds += secondsSince(start);
     }
     if (matchesShard(bytes, shard) || attempt == 2) {
       // A second corrupt copy fails here, naming the shard and the server.
@@ -152,7 +149,7 @@ ImageSet ShardCache::State::fromServer(const ShardInfo& shard) {
       const auto written = Clock::now();
       writeFileAtomically(diskPath(shard.name), bytes);
       std::lock_guard lock(mutex);
-      stats.diskSeconds += since(written);
+      stats.diskSeconds += secondsSince(written);
       return set;
     }
     GS_LOG(kWarn, "dataset shard {} arrived corrupt from {}; fetching it once more", shard.name,

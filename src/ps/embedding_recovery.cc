@@ -4,19 +4,12 @@
 
 #include <fmt/format.h>
 
+#include "common/elapsed.h"
 #include "common/logging.h"
 #include "gradsync/error.h"
 #include "ps/embedding_server.h"
 
 namespace gradsync {
-
-namespace {
-
-double secondsSince(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
-}  // namespace
 
 // Every worker asks (the recovery is collective); the last request does the work, and every
 // worker gets the same answer.

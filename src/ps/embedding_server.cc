@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "common/check.h"
+#include "common/elapsed.h"
 #include "common/logging.h"
 #include "gradsync/error.h"
 
@@ -29,10 +30,6 @@ void waitPatiently(Work& work) {
       if (i == kIdleTimeouts) throw;
     }
   }
-}
-
-double secondsSince(SteadyClock::time_point start) {
-  return std::chrono::duration<double>(SteadyClock::now() - start).count();
 }
 
 template <typename T>

@@ -6,19 +6,13 @@
 #include <fmt/format.h>
 
 #include "ckpt/shard_checkpoints.h"
+#include "common/elapsed.h"
 #include "common/logging.h"
 #include "common/tags.h"
 #include "gradsync/collectives.h"
 #include "gradsync/error.h"
 
 namespace gradsync {
-namespace {
-
-double secondsSince(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
-}  // namespace
 
 EmbeddingSession::EmbeddingSession(Transport& workers, EmbeddingClient& client,
                                    EmbeddingSessionOptions options, RecoveryLedger& ledger)

@@ -4,15 +4,12 @@
 
 #include "collectives/alltoall.h"
 #include "common/check.h"
+#include "common/elapsed.h"
 
 namespace gradsync {
 namespace {
 
 using Wall = std::chrono::steady_clock;
-
-double secondsSince(Wall::time_point start) {
-  return std::chrono::duration<double>(Wall::now() - start).count();
-}
 
 }  // namespace
 

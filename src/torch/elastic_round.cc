@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "common/elapsed.h"
 #include "common/stop_request.h"
 #include "common/tags.h"
 #include "gradsync/collectives.h"
@@ -16,10 +17,6 @@ namespace gradsync {
 namespace {
 
 using WallClock = std::chrono::steady_clock;
-
-double since(WallClock::time_point start) {
-  return std::chrono::duration<double>(WallClock::now() - start).count();
-}
 
 // Steps left: for the bar's estimate.
 int64_t stepsLeft(const ElasticMember& m) {
@@ -120,7 +117,7 @@ float ElasticRound::trainStep() {
   const auto synchronized = WallClock::now();
   member_.optimizer.step();
   // The step is complete here: from now on nothing throws before the progress says so.
-  const double seconds = since(start);
+  const double seconds = secondsSince(start);
   p.step += 1;
   p.samples += static_cast<int64_t>(stepSamples);
   p.data = member_.sampler.after(p.data);
@@ -134,7 +131,7 @@ float ElasticRound::trainStep() {
   StepProfile& sums = member_.sums;
   sums.computeMs += std::chrono::duration<double, std::milli>(computed - start).count();
   sums.exposedCommMs += std::chrono::duration<double, std::milli>(synchronized - computed).count();
-  sums.optimizerMs += since(synchronized) * 1e3;
+  sums.optimizerMs += secondsSince(synchronized) * 1e3;
   sums.stepMs += seconds * 1e3;
   return value;
 }

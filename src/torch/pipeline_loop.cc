@@ -5,16 +5,10 @@
 #include <algorithm>
 #include <chrono>
 
+#include "common/elapsed.h"
 #include "torch/progress.h"
 
 namespace gradsync {
-namespace {
-
-double since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
-}  // namespace
 
 TrainResult runPipelineLoop(const TrainOptions& options, size_t stepsPerEpoch, size_t globalBatch,
                             bool show, const PipelineLoopHooks& hooks) {
@@ -36,7 +30,7 @@ TrainResult runPipelineLoop(const TrainOptions& options, size_t stepsPerEpoch, s
         end = std::min(end, (step / options.evalEvery + 1) * options.evalEvery);
       const auto start = std::chrono::steady_clock::now();
       lossSum += hooks.segment(step, end - step, result.losses);
-      trained += since(start);
+      trained += secondsSince(start);
       step = end;
       const double rate = static_cast<double>(globalBatch * (step - epochFirst)) / trained;
       const float last = result.losses.empty() ? 0.0f : result.losses.back();

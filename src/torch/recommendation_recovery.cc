@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "common/elapsed.h"
 #include "common/logging.h"
 #include "common/stop_request.h"
 #include "common/tags.h"
@@ -16,14 +17,6 @@
 #include "torch/recommendation_trainer.h"
 
 namespace gradsync {
-
-namespace {
-
-double since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
-}  // namespace
 
 int64_t RecommendationTrainer::recover(const std::vector<int>& failed, int64_t step) {
   RecoveryEvent event;
@@ -142,7 +135,7 @@ void RecommendationTrainer::saveDense(int64_t steps) {
     if (steps == totalSteps() || stopped_) throw;
     GS_LOG(kError, "checkpoint of step {} not written, training goes on: {}", steps, e.what());
   }
-  const double seconds = since(start);
+  const double seconds = secondsSince(start);
   if (!sim_.enabled) {
     ledger_.saveTime += seconds;
     stepSaveSeconds_ += seconds;

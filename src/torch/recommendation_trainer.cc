@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "ckpt/shard_checkpoints.h"
+#include "common/elapsed.h"
 #include "common/stop_request.h"
 #include "gradsync/error.h"
 #include "torch/recommendation_checkpoint.h"
@@ -15,10 +16,6 @@ namespace gradsync {
 namespace {
 
 using SteadyTime = std::chrono::steady_clock;
-
-double since(SteadyTime::time_point start) {
-  return std::chrono::duration<double>(SteadyTime::now() - start).count();
-}
 
 DlrmConfig dlrmConfig(const RecommendationOptions& options, const EmbeddingSpec& spec,
                       bool localTables) {
@@ -208,7 +205,7 @@ int64_t RecommendationTrainer::trainStep(int64_t step, RecommendationResult& res
   }
   ++tick_;
   const bool redone = done <= highest_;
-  const double seconds = sim_.enabled ? sim_.step : since(start) - stepSaveSeconds_;
+  const double seconds = sim_.enabled ? sim_.step : secondsSince(start) - stepSaveSeconds_;
   (redone ? ledger_.redoneTime : ledger_.trainingTime) += seconds;
   if (sim_.enabled) simTime_ += sim_.step;
   if (!sim_.enabled && step >= 1 && planStep_ > 0 && done <= planStep_) {
@@ -246,7 +243,7 @@ RecommendationResult RecommendationTrainer::run() {
     if (next == position + 1 && position < total) {
       ++ran;
       const double rate = static_cast<double>(train_.batchSize * ring_.size() * ran) /
-                          std::max(1e-9, since(start) - evaluationSeconds);
+                          std::max(1e-9, secondsSince(start) - evaluationSeconds);
       progress.step(next, 1, next, total, result.losses.back(), rate);
       if (train_.evalEvery > 0 && next % train_.evalEvery == 0 && next < total) {
         evaluationSeconds += evaluate(next, result);
@@ -254,7 +251,7 @@ RecommendationResult RecommendationTrainer::run() {
     }
     position = next;
   }
-  result.seconds = since(start) - evaluationSeconds;
+  result.seconds = secondsSince(start) - evaluationSeconds;
   position = std::min(position, total);
   result.steps = position;
   result.stopped = stopped_;

@@ -11,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include "common/elapsed.h"
 #include "common/logging.h"
 #include "common/stop_request.h"
 #include "common/tags.h"
@@ -36,10 +37,6 @@ namespace gradsync {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
 
 // Collectives of the training thread (loss and accuracy sums) use their own tag.
 const CollectiveOptions kTrainerTag{.tag = tags::kTrainer};
@@ -139,20 +136,20 @@ double Trainer::updateParameters(int64_t globalStep, TraceRecorder* trace,
     auto start = Clock::now();
     ScopedEvent event(trace, kMainLane, "communication", "average models");
     distributed_.synchronizeModel();
-    return since(start);
+    return secondsSince(start);
   }
   auto start = Clock::now();
   {
     ScopedEvent event(trace, kMainLane, "communication", "wait");
     distributed_.synchronize();
   }
-  double waited = since(start);
+  double waited = secondsSince(start);
   auto synchronized = Clock::now();
   {
     ScopedEvent event(trace, kMainLane, "compute", "optimizer");
     net_->optimizerStep(*optimizer_);
   }
-  optimizerSeconds = since(synchronized);
+  optimizerSeconds = secondsSince(synchronized);
   return waited;
 }
 
@@ -210,7 +207,7 @@ float Trainer::trainStep(int64_t epoch, size_t step, int64_t globalStep) {
     ScopedEvent event(trace, kMainLane, "data", "load batch");
     data_->batch(true, indices, inputs_, labels_);
   }
-  dataSeconds_ += since(start);
+  dataSeconds_ += secondsSince(start);
   auto batch = static_cast<int64_t>(indices.size());
   torch::Tensor x = torch::from_blob(inputs_.data(), {batch, 1, 28, 28});
   torch::Tensor y = torch::from_blob(labels_.data(), {batch}, torch::kLong);
@@ -241,7 +238,7 @@ float Trainer::trainStep(int64_t epoch, size_t step, int64_t globalStep) {
   sums_.computeMs += stepComputeMs_;
   sums_.exposedCommMs += waited * 1e3;
   sums_.optimizerMs += optimizerSeconds * 1e3;
-  sums_.stepMs += since(start) * 1e3;
+  sums_.stepMs += secondsSince(start) * 1e3;
   return lossValue;
 }
 
@@ -340,7 +337,7 @@ double Trainer::evaluateBetweenSteps(int64_t step, double trainingSeconds, Train
   auto start = Clock::now();
   size_t samples = options_.evalSamples > 0 ? options_.evalSamples : SIZE_MAX;
   result.evaluations.push_back({step, trainingSeconds, evaluate(samples)});
-  return since(start);
+  return secondsSince(start);
 }
 
 EpochRecord Trainer::finishEpoch(int epoch, double lossSum, int64_t steps, double seconds) {
@@ -373,7 +370,7 @@ TrainResult Trainer::run() {
       const int64_t inEpoch = position.step % perEpoch;
       const auto stepStart = Clock::now();
       float loss = trainStep(epoch, static_cast<size_t>(inEpoch), position.step);
-      const double stepSeconds = since(stepStart);
+      const double stepSeconds = secondsSince(stepStart);
       result.losses.push_back(loss);
       position.epochLossSum += loss;
       ++position.step;
@@ -383,7 +380,7 @@ TrainResult Trainer::run() {
       // When the epoch is complete the checkpoint waits for its record (below); a run stopping
       // mid-epoch (--steps, or asked to stop) saves the partial epoch, so a resume continues it.
       if (position.step % perEpoch != 0) maybeCheckpoint(position, last);
-      double trained = since(epochStart) - evalSeconds;
+      double trained = secondsSince(epochStart) - evalSeconds;
       double rate =
           static_cast<double>(sampler_->globalBatch() * (position.step - epochFirst)) / trained;
       progress.step(position.step, epoch + 1, inEpoch + 1, perEpoch, loss, rate);
@@ -391,12 +388,12 @@ TrainResult Trainer::run() {
       if (options_.evalEvery > 0 && position.step % options_.evalEvery == 0 &&
           position.step < epochEnd) {
         settle();
-        trained = since(epochStart) - evalSeconds;
+        trained = secondsSince(epochStart) - evalSeconds;
         evalSeconds += evaluateBetweenSteps(position.step, result.seconds + trained, result);
       }
     }
     settle();
-    double seconds = since(epochStart) - evalSeconds;
+    double seconds = secondsSince(epochStart) - evalSeconds;
     result.seconds += seconds;
     if (result.stopped && position.step % perEpoch != 0) break;  // a partial epoch: no record
     EpochRecord record =

@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include "common/elapsed.h"
 #include "common/tags.h"
 #include "gradsync/collectives.h"
 #include "gradsync/error.h"
@@ -29,10 +30,6 @@ namespace gradsync {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
 
 const CollectiveOptions kTrainerTag{.tag = tags::kTrainer};
 
@@ -142,17 +139,17 @@ float WaveletTrainer::waveStep(Wave& wave, int epoch, int64_t round) {
     wave.distributed->zeroGrad();
     loss = torch::nn::functional::cross_entropy(wave.net->forward(x), y);
     wave.waitSeconds += std::chrono::duration<double>(loaded - start).count();
-    wave.computeSeconds += since(loaded);
+    wave.computeSeconds += secondsSince(loaded);
   }
   {
     WaveGates::Pass pass(*gates_, WavePhase::kBackward, wave.index, step);
     const auto start = Clock::now();
     loss.backward();
-    wave.computeSeconds += since(start);
+    wave.computeSeconds += secondsSince(start);
   }
   const auto start = Clock::now();
   wave.distributed->synchronize();  // the averaged gradients, in the replica's .grad
-  wave.waitSeconds += since(start);
+  wave.waitSeconds += secondsSince(start);
   master_->apply(wave.index, round);
   return loss.item<float>();
 }
@@ -235,7 +232,7 @@ TrainResult WaveletTrainer::run() {
     const int64_t end = std::min(totalRounds, first + roundsPerEpoch_);
     const auto start = Clock::now();
     runRounds(epoch, first, end);
-    const double seconds = since(start);
+    const double seconds = secondsSince(start);
     result.seconds += seconds;
     double lossSum = 0;
     for (int64_t i = 0; i < end - first; ++i) {
