@@ -2,8 +2,6 @@
 // stage killed mid-training.
 #include <gtest/gtest.h>
 
-#include <unistd.h>
-
 #include <filesystem>
 
 #include <nlohmann/json.hpp>
@@ -11,6 +9,7 @@
 #include "common/subprocess.h"
 #include "support/killed_rank.h"
 #include "support/read_file.h"
+#include "support/scratch_dir.h"
 
 namespace gradsync {
 namespace {
@@ -20,18 +19,9 @@ using namespace std::chrono_literals;
 using testing::readFile;
 
 fs::path scratch(const std::string& name) {
-  fs::path dir =
-      fs::temp_directory_path() / ("gradsync-pipeline-e2e-" + std::to_string(::getpid())) / name;
-  fs::create_directories(dir);
-  return dir;
+  return testing::scratchDir("gradsync-pipeline-e2e", name);
 }
-
-// After a passing test: its folder, and the run's folder once empty.
-void removeScratch(const fs::path& dir) {
-  std::error_code ignored;
-  fs::remove_all(dir, ignored);
-  fs::remove(dir.parent_path(), ignored);  // fails while another test's folder is there
-}
+using testing::removeScratch;
 
 struct CliRun {
   ExitStatus status;

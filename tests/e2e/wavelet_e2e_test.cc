@@ -2,13 +2,12 @@
 // and a refusal from the command line.
 #include <gtest/gtest.h>
 
-#include <unistd.h>
-
 #include <filesystem>
 
 #include "common/subprocess.h"
 #include "support/killed_rank.h"
 #include "support/read_file.h"
+#include "support/scratch_dir.h"
 
 namespace gradsync {
 namespace {
@@ -18,17 +17,9 @@ using namespace std::chrono_literals;
 using testing::readFile;
 
 fs::path scratch(const std::string& name) {
-  fs::path dir =
-      fs::temp_directory_path() / ("gradsync-wavelet-e2e-" + std::to_string(::getpid())) / name;
-  fs::create_directories(dir);
-  return dir;
+  return testing::scratchDir("gradsync-wavelet-e2e", name);
 }
-
-void removeScratch(const fs::path& dir) {
-  std::error_code ignored;
-  fs::remove_all(dir, ignored);
-  fs::remove(dir.parent_path(), ignored);  // fails while another test's folder is there
-}
+using testing::removeScratch;
 
 // A worker process killed while both waves of every worker train: the other workers fail
 // promptly (not at their 30 s timeout) with an error naming the killed rank, never hang; no
