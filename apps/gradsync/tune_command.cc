@@ -26,6 +26,7 @@ struct TuneFlags {
   std::string plot;
   int verify = 0;  // steps per verification run (0: none)
   int verifyTop = 3;
+  std::string verifyModel;  // empty: emulated compute
   bool everySchedule = false;
 };
 
@@ -146,11 +147,18 @@ nlohmann::json verify(const TuneFlags& f, const sim::TuneResult& r, std::vector<
   if (r.topPick < r.ranked.size() &&
       std::find(ranks.begin(), ranks.end(), r.topPick) == ranks.end())
     ranks.push_back(r.topPick);
-  const VerifyOptions options{
-      f.verify, workers, f.model.profile, f.model.computeScale, f.model.bandwidth, f.model.latency};
+  const VerifyOptions options{.steps = f.verify,
+                              .workers = workers,
+                              .profile = f.model.profile,
+                              .computeScale = f.model.computeScale,
+                              .model = f.verifyModel,
+                              .bandwidth = f.model.bandwidth,
+                              .latency = f.model.latency};
   const std::vector<VerifiedCandidate> verified = verifyCandidates(r, ranks, options);
   const double best = verified.front().measuredTimeToAccuracy();
-  std::printf("verified (%d steps of gradsync train each, emulated compute):\n", f.verify);
+  const std::string compute =
+      f.verifyModel.empty() ? "emulated compute" : "--model " + f.verifyModel;
+  std::printf("verified (%d steps of gradsync train each, %s):\n", f.verify, compute.c_str());
   std::printf("%4s %9s  %-26s %-20s %-16s %12s %10s %9s\n", "rank", "predicted", "schedule",
               "compress", "sync", "predicted ms", "measured", "to acc.");
   nlohmann::json rows = nlohmann::json::array();
@@ -176,6 +184,9 @@ void run(const TuneFlags& f) {
   if (f.verify < 0) throw ConfigError(fmt::format("--verify must be >= 0, not {}", f.verify));
   if (f.verifyTop < 1)
     throw ConfigError(fmt::format("--verify-top must be at least 1, not {}", f.verifyTop));
+  if (!f.verifyModel.empty() && f.model.computeScale != 1)
+    throw ConfigError(
+        "--compute-scale scales emulated compute; --verify-model trains the model for real");
   if (f.servers < 0) throw ConfigError(fmt::format("--servers must be >= 0, not {}", f.servers));
   sim::SimOptions base;
   base.profile = loadScaledProfile(f.model);
@@ -229,6 +240,9 @@ void addTuneCommand(CLI::App& app, CommandContext& context) {
          "re-rank them by measured step time")
       ->capture_default_str();
   cmd->add_option("--verify-top", f.verifyTop, "candidates --verify runs")->capture_default_str();
+  cmd->add_option("--verify-model", f.verifyModel,
+                  "--verify trains this model (train's --model, real CPU compute on Fashion-MNIST) "
+                  "instead of emulating the profile's compute");
   cmd->callback([flags, &context] {
     run(*flags);
     context.exitCode = 0;

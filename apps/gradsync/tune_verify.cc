@@ -27,10 +27,13 @@ std::vector<std::string> trainArgv(const sim::TuneCandidate& c, const VerifyOpti
   std::vector<std::string> argv{selfExecutable(), "train"};
   std::istringstream words(sim::trainFlags(c, o.workers));
   for (std::string word; words >> word;) argv.push_back(word);
-  argv.insert(argv.end(),
-              {"--compute", "emulate:" + o.profile, "--compute-scale",
-               fmt::format("{}", o.computeScale), "--steps", std::to_string(o.steps), "--bandwidth",
-               o.bandwidth, "--compress-warmup", "0", "--quiet", "--metrics", metrics.string()});
+  if (o.model.empty())
+    argv.insert(argv.end(), {"--compute", "emulate:" + o.profile, "--compute-scale",
+                             fmt::format("{}", o.computeScale)});
+  else
+    argv.insert(argv.end(), {"--model", o.model});
+  argv.insert(argv.end(), {"--steps", std::to_string(o.steps), "--bandwidth", o.bandwidth,
+                           "--compress-warmup", "0", "--quiet", "--metrics", metrics.string()});
   if (o.latency != "0") argv.insert(argv.end(), {"--latency", o.latency});
   return argv;
 }

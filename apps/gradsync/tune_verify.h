@@ -1,6 +1,7 @@
 // gradsync tune --verify N: runs the top candidates for N steps of `gradsync train` (emulated
-// compute from the tuned profile) as subprocesses of this executable, and re-ranks them by
-// measured step time x the same convergence factor. Blocking: one run at a time.
+// compute from the tuned profile, or real training of --verify-model) as subprocesses of this
+// executable, and re-ranks them by measured step time x the same convergence factor. Blocking:
+// one run at a time.
 #pragma once
 
 #include <string>
@@ -15,6 +16,7 @@ struct VerifyOptions {
   int workers = 0;
   std::string profile;  // --model-profile, run as --compute emulate:PROFILE
   double computeScale = 1;
+  std::string model;  // --verify-model: train this model for real instead of emulating
   std::string bandwidth, latency;  // passed to train's link emulation
 };
 

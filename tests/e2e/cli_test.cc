@@ -475,6 +475,33 @@ TEST_F(CliTrain, TuneVerifyRunsTheRecommendedFlagsInTrain) {
   EXPECT_NE(r.out.find("recommended: gradsync train " + recommended), std::string::npos);
 }
 
+// --verify-model verifies with the real model a profile was measured from, not its emulation.
+TEST_F(CliTrain, TuneVerifyModelTrainsTheRealModel) {
+  fs::path profile = scratch() / "mlp-verify-profile.json";
+  Result r = gradsync({"profile", "--model", "mlp", "--workers", "2", "--steps", "2", "--warmup",
+                       "1", "--output", profile.string()});
+  ASSERT_TRUE(r.status.ok()) << r.err;
+  fs::path json = scratch() / "tune-verify-model.json";
+  r = gradsync({"tune", "--model-profile", profile.string(), "--workers", "2", "--bandwidth",
+                "1gbit", "--verify", "2", "--verify-top", "1", "--verify-model", "mlp", "--json",
+                json.string()});
+  ASSERT_TRUE(r.status.ok()) << r.status.describe() << "\n" << r.err;
+  EXPECT_NE(r.out.find("verified (2 steps of gradsync train each, --model mlp)"),
+            std::string::npos)
+      << r.out;
+  for (const auto& v : nlohmann::json::parse(readFile(json))["verified"])
+    EXPECT_GT(v["measured_step_ms"].get<double>(), 0);
+
+  r = gradsync({"tune", "--model-profile", profile.string(), "--verify", "2", "--verify-model",
+                "mlp", "--compute-scale", "2"});
+  EXPECT_EQ(r.status.code, 2);
+  EXPECT_NE(r.err.find("--verify-model"), std::string::npos) << r.err;
+  r = gradsync({"tune", "--model-profile", profile.string(), "--verify", "1", "--verify-model",
+                "nope"});
+  EXPECT_NE(r.status.code, 0);
+  EXPECT_NE(r.err.find("nope"), std::string::npos) << r.err;
+}
+
 TEST_F(CliTrain, ProfileWritesAModelProfileOrNamesTheModels) {
   fs::path json = scratch() / "mlp-profile.json";
   Result r = gradsync(
