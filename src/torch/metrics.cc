@@ -146,6 +146,7 @@ void writeMetrics(const std::string& path, const TrainOptions& options, int work
   doc["summary"]["schedule"] = result.schedule;
   doc["summary"]["fused_update_steps"] = result.fusedUpdateSteps;
   doc["summary"]["compress_warmup_steps"] = result.compressWarmupSteps;
+  if (!result.compressSpec.empty()) doc["summary"]["compress"] = result.compressSpec;
   if (result.dataCache) {  // --data-url: rank 0's cache
     const ShardCacheStats& c = *result.dataCache;
     doc["data_cache"] = {{"memory_hits", c.memoryHits},       {"disk_hits", c.diskHits},
