@@ -495,8 +495,7 @@ TEST_F(CliTrain, TuneVerifyModelTrainsTheRealModel) {
                 "1gbit", "--verify", "2", "--verify-top", "1", "--verify-model", "mlp", "--json",
                 json.string()});
   ASSERT_TRUE(r.status.ok()) << r.status.describe() << "\n" << r.err;
-  EXPECT_NE(r.out.find("verified (2 steps of gradsync train each, --model mlp)"),
-            std::string::npos)
+  EXPECT_NE(r.out.find("verified (2 steps of gradsync train each, --model mlp)"), std::string::npos)
       << r.out;
   for (const auto& v : nlohmann::json::parse(readFile(json))["verified"])
     EXPECT_GT(v["measured_step_ms"].get<double>(), 0);
@@ -505,8 +504,8 @@ TEST_F(CliTrain, TuneVerifyModelTrainsTheRealModel) {
                 "mlp", "--compute-scale", "2"});
   EXPECT_EQ(r.status.code, 2);
   EXPECT_NE(r.err.find("--verify-model"), std::string::npos) << r.err;
-  r = gradsync({"tune", "--model-profile", profile.string(), "--verify", "1", "--verify-model",
-                "nope"});
+  r = gradsync(
+      {"tune", "--model-profile", profile.string(), "--verify", "1", "--verify-model", "nope"});
   EXPECT_NE(r.status.code, 0);
   EXPECT_NE(r.err.find("nope"), std::string::npos) << r.err;
 }

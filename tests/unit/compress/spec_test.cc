@@ -128,8 +128,8 @@ TEST(CompressionPolicy, AutoGivesDgcItsSparsityRampOverHalfTheFirstEpoch) {
   EXPECT_EQ(c.warmupSteps, 5);
   c = resolveAutoWarmups(
       {.overrides = {"fc*=dgc:0.01,clip=1", "conv*=topk:0.01"}, .warmupSteps = kAutoWarmup}, 100);
-  EXPECT_EQ(c.overrides, (std::vector<std::string>{"fc*=dgc:0.01,clip=1,warmup=50",
-                                                   "conv*=topk:0.01"}));
+  EXPECT_EQ(c.overrides,
+            (std::vector<std::string>{"fc*=dgc:0.01,clip=1,warmup=50", "conv*=topk:0.01"}));
   EXPECT_EQ(c.warmupSteps, 10);
   // The ramped spec is one dgc accepts.
   EXPECT_NO_THROW(planCompression(
