@@ -163,6 +163,26 @@ TEST(CompressionGuard, CheckAloneDecidesForThisRanksPushesOnly) {
   }
 }
 
+// The loss signal over servers: this rank's own losses against its own warm-up's.
+TEST(CompressionGuard, CheckAloneWatchesThisRanksLossAgainstItsWarmup) {
+  CompressionGuard guard(kOptions, /*warmupSteps=*/10, twoUnits());
+  std::vector<GuardEvent> events;
+  for (uint64_t step = 0; step < 60; ++step) {
+    guard.observeLoss(step, step < 10 ? 1.0 : step < 30 ? 1.5 : 2.5);  // 2.5x from step 30
+    if (guard.checksAt(step + 1)) {
+      for (const GuardEvent& e : guard.checkAlone(1, step + 1)) events.push_back(e);
+    }
+  }
+  // Windows [30, 40) and [40, 50) past 2x: both units dense from step 50.
+  ASSERT_EQ(events.size(), 2u);
+  for (const GuardEvent& e : events) {
+    EXPECT_EQ(e.signal, "loss");
+    EXPECT_EQ(e.step, 50);
+    EXPECT_EQ(e.rank, 1);
+    EXPECT_DOUBLE_EQ(e.ratio, 2.5);
+  }
+}
+
 // A checkpoint between two windows keeps the count and the dense units: the resumed guard trips
 // at the window the uninterrupted one does, and stays dense.
 TEST(CompressionGuard, StateRestoredFromACheckpointDecidesAsTheUninterruptedGuard) {
