@@ -133,6 +133,7 @@ void writeMetrics(const std::string& path, const TrainOptions& options, int work
                      {"ratio", e.ratio},
                      {"threshold", e.threshold},
                      {"reason", e.reason}});
+    if (e.rank >= 0) guard.back()["rank"] = e.rank;  // a worker's own pushes (servers)
   }
   doc["guard"] = guard;
   if (!result.staleness.empty()) {  // asgd, ssp
