@@ -486,8 +486,7 @@ TEST_F(CliTrain, TuneVerifyModelTrainsTheRealModel) {
                 "1gbit", "--verify", "2", "--verify-top", "1", "--verify-model", "mlp", "--json",
                 json.string()});
   ASSERT_TRUE(r.status.ok()) << r.status.describe() << "\n" << r.err;
-  EXPECT_NE(r.out.find("verified (2 steps of gradsync train each, --model mlp)"),
-            std::string::npos)
+  EXPECT_NE(r.out.find("verified (2 steps of gradsync train each, --model mlp)"), std::string::npos)
       << r.out;
   for (const auto& v : nlohmann::json::parse(readFile(json))["verified"])
     EXPECT_GT(v["measured_step_ms"].get<double>(), 0);
@@ -496,8 +495,8 @@ TEST_F(CliTrain, TuneVerifyModelTrainsTheRealModel) {
                 "mlp", "--compute-scale", "2"});
   EXPECT_EQ(r.status.code, 2);
   EXPECT_NE(r.err.find("--verify-model"), std::string::npos) << r.err;
-  r = gradsync({"tune", "--model-profile", profile.string(), "--verify", "1", "--verify-model",
-                "nope"});
+  r = gradsync(
+      {"tune", "--model-profile", profile.string(), "--verify", "1", "--verify-model", "nope"});
   EXPECT_NE(r.status.code, 0);
   EXPECT_NE(r.err.find("nope"), std::string::npos) << r.err;
 }
@@ -539,8 +538,15 @@ TEST_F(CliTrain, BadFlagsGiveAOneLineErrorWithTheChoices) {
             "ssgd, sharded[:fc=reduce|exchange|auto,concurrent=N], asgd, ssp:S"},
            {{"train", "--sync", "ssp"}, "needs a parameter (ssp:N)"},
            {{"train", "--sync", "asgd:3"}, "takes no parameter"},
-           {{"train", "--compensate", "sc"}, "--compensate sc does not apply to this --sync"},
-           {{"train", "--sync", "asgd", "--compensate", "lwp"}, "lwp (and sc for pipeline"},
+           {{"train", "--compensate", "sc"}, "--compensate sc does not apply to --sync ssgd"},
+           {{"train", "--compensate", "lwp"}, "no staleness for lwp to predict over"},
+           {{"train", "--sync", "ssgd", "--ps", "--compensate", "lwp"},
+            "--compensate lwp does not apply to --sync ssgd"},
+           {{"train", "--sync", "odsgd", "--compensate", "lwp"},
+            "--compensate lwp does not apply to --sync odsgd"},
+           {{"train", "--sync", "cdsgd:5", "--compensate", "sc+lwp"},
+            "already predicts the global model"},
+           {{"train", "--sync", "localsgd:4", "--compensate", "lwp"}, "under asgd and ssp:S"},
            {{"train", "--sync", "asgd", "--compensate", "spike"}, "none, sc, lwp"},
            {{"train", "--sync", "ssdsgd:0"}, "not an integer >= 1"},
            {{"train", "--sync", "localsgd:4", "--servers", "2"}, "without servers"},

@@ -1,0 +1,43 @@
+#include "ps/weight_prediction.h"
+
+#include <algorithm>
+
+#include "common/check.h"
+
+namespace gradsync {
+
+WeightPredictor::WeightPredictor(std::vector<size_t> unitElements)
+    : units_(unitElements.size()), elements_(std::move(unitElements)) {}
+
+double WeightPredictor::predict(size_t unit, std::span<const float> pulled, PsStaleness reply,
+                                std::span<float> predicted) {
+  GS_CHECK(unit < units_.size() && pulled.size() == elements_[unit] &&
+           predicted.size() == pulled.size());
+  Unit& u = units_[unit];
+  const auto staleness = static_cast<double>(reply.staleness);
+  if (!u.seen) {
+    u.seen = true;
+    u.meanStaleness = staleness;
+    u.pulled.assign(pulled.begin(), pulled.end());
+    u.updates = reply.updates;
+    std::copy(pulled.begin(), pulled.end(), predicted.begin());
+    return 0;
+  }
+  // A reply carries at least its push's own update since the unit's previous reply.
+  GS_CHECK(reply.updates > u.updates);
+  u.meanStaleness += kStalenessSmoothing * (staleness - u.meanStaleness);
+  const auto perUpdate =
+      static_cast<float>(u.meanStaleness / static_cast<double>(reply.updates - u.updates));
+  for (size_t i = 0; i < pulled.size(); ++i) {
+    predicted[i] = pulled[i] + perUpdate * (pulled[i] - u.pulled[i]);
+    u.pulled[i] = pulled[i];
+  }
+  u.updates = reply.updates;
+  return u.meanStaleness;
+}
+
+std::span<const float> WeightPredictor::pulled(size_t unit) const {
+  return units_[unit].pulled;
+}
+
+}  // namespace gradsync
