@@ -9,10 +9,15 @@
 // update between the unit's previous reply and this one,
 //   d = (w_new − w_prev) / (updates_new − updates_prev),
 // (under asgd the interval is the push's staleness + 1: the others' updates and its own; under
-// ssp a held-back reply may carry a few more), and the horizon D is a running mean of the
-// unit's measured staleness (an exponential average with weight kStalenessSmoothing, started at
-// the first measurement): the next push's staleness is not known until it is applied, and one
-// measurement is noisy. The predicted weights are ŵ = w_new + D·d.
+// ssp a held-back reply may carry a few more), averaged over the replies as a velocity is,
+//   d̄ ← β·d̄ + (1 − β)·d   (d̄ = 0 before the second reply; β = `smoothing`, the momentum),
+// and the horizon D is a running mean of the unit's measured staleness (an exponential average
+// with weight kStalenessSmoothing, started at the first measurement): the next push's staleness
+// is not known until it is applied, and one measurement is noisy. The predicted weights are
+// ŵ = w_new + D·d̄. Why d̄ and not d (docs/algorithms.md): asgd's explicit momentum per push is
+// small (asynchrony supplies the rest), so d is mostly the last few gradients; extrapolated D
+// updates ahead, an oscillating sharp direction is amplified (w_prev ≈ −w gives ŵ ≈ (1 + 2D)·w)
+// and training diverged (4 of 8 one-epoch runs of cnn). β = 0 is the unsmoothed rule.
 //
 // The first reply of a unit (after a start or a resume) has no previous one: it is trained on as
 // it is (ŵ = w_new), and starts the running mean.
@@ -36,7 +41,8 @@ class WeightPredictor {
   // Weight of the newest staleness in the running mean: about the last eight pushes count.
   static constexpr double kStalenessSmoothing = 1.0 / 8;
 
-  explicit WeightPredictor(std::vector<size_t> unitElements);
+  // `smoothing` in [0, 1): β, the weight of the previous direction.
+  WeightPredictor(std::vector<size_t> unitElements, double smoothing);
 
   // Records `pulled`, the unit's weights from a reply that says `reply`, and writes into
   // `predicted` (same size, not aliasing `pulled`) the weights to train on until the unit's next
@@ -52,13 +58,15 @@ class WeightPredictor {
 
  private:
   struct Unit {
-    std::vector<float> pulled;  // the last reply's weights
-    uint64_t updates = 0;       // the last reply's update count
+    std::vector<float> pulled;     // the last reply's weights
+    std::vector<float> direction;  // d̄, per update
+    uint64_t updates = 0;          // the last reply's update count
     double meanStaleness = 0;
     bool seen = false;  // a reply arrived
   };
   std::vector<Unit> units_;
   std::vector<size_t> elements_;
+  double smoothing_;
 };
 
 }  // namespace gradsync

@@ -76,7 +76,8 @@ PsWorkerClient::PsWorkerClient(Transport& transport, WorkerSetup setup, PsOption
              options_.server.consistency != ServerOptions::Consistency::kSync);
     std::vector<size_t> elements;
     for (const CommUnit& unit : s_.layout.units) elements.push_back(unit.elements);
-    predictor_ = std::make_unique<WeightPredictor>(std::move(elements));
+    // The direction is averaged over the replies as the momentum averages gradients.
+    predictor_ = std::make_unique<WeightPredictor>(std::move(elements), options_.server.momentum);
     predicted_.assign(total, 0.0f);
   }
   bytesReported_ = transport_.bytesSent();

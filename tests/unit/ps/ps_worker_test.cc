@@ -279,10 +279,11 @@ TEST(PsAsync, SpikeCompensationUsesEachPushsStaleness) {
 // asgd --compensate lwp, and sc+lwp, in the scenario above. The fixture's gradients do not depend
 // on the parameters, so the servers' model is the one without LWP (and evaluations and
 // checkpoints, which pull it, see exactly that), while each worker's own model is the prediction
-// from its last two replies. Worker 1's replies reported staleness 4, 0, 0, 0, one update apart
-// after the first: horizon 4, 3.5, 3.0625, 2.6796875, so its model is w + 2.6796875 (w - w_prev),
-// w and w_prev the servers' model after 8 and 7 pushes. Worker 0's pushes were all fresh: its
-// model is its last reply, w after its 4 pushes.
+// from its replies. Worker 1's replies reported staleness 4, 0, 0, 0, one update apart after the
+// first: horizon 4, 3.5, 3.0625, 2.6796875; its direction averages the displacements w_k - w_{k-1}
+// (w_k: the servers' model after k pushes) with the momentum β: d̄ = (1 - β)(w_6 - w_5) after the
+// second reply, then d̄ <- β d̄ + (1 - β)(w_k - w_{k-1}) for k = 7, 8; its model is
+// w_8 + 2.6796875 d̄. Worker 0's pushes were all fresh: its model is its last reply, w_4.
 TEST(PsAsync, WeightPredictionTrainsOnPredictedWeightsWhileTheServersKeepTheirs) {
   for (bool spike : {false, true}) {
     SCOPED_TRACE(spike ? "sc+lwp" : "lwp");
@@ -294,12 +295,20 @@ TEST(PsAsync, WeightPredictionTrainsOnPredictedWeightsWhileTheServersKeepTheirs)
             .predictWeights = true};
     const StaleRun run = runOneWorkerBehind(job);
     const Parameters w = staleRunReference(spike);
-    const Parameters previous = staleRunReference(spike, 2 * kStaleSteps - 1);
+    std::vector<Parameters> after;  // the servers' model after 5 .. 8 pushes
+    for (int pushes = 5; pushes <= 2 * kStaleSteps; ++pushes) {
+      after.push_back(staleRunReference(spike, pushes));
+    }
     Parameters predicted = w;
     double largestPrediction = 0;
     for (size_t t = 0; t < kTensors.size(); ++t) {
       for (size_t i = 0; i < kTensors[t].elements; ++i) {
-        predicted[t][i] = w[t][i] + 2.6796875f * (w[t][i] - previous[t][i]);
+        double direction = 0;
+        for (size_t k = 1; k < after.size(); ++k) {
+          direction =
+              kMomentum * direction + (1 - kMomentum) * (after[k][t][i] - after[k - 1][t][i]);
+        }
+        predicted[t][i] = static_cast<float>(w[t][i] + 2.6796875 * direction);
         largestPrediction =
             std::max(largestPrediction, std::abs(static_cast<double>(predicted[t][i] - w[t][i])));
       }
