@@ -67,14 +67,21 @@ double runOne(const sim::TuneCandidate& c, const VerifyOptions& o, const fs::pat
 std::vector<VerifiedCandidate> verifyCandidates(const sim::TuneResult& result,
                                                 const std::vector<size_t>& ranks,
                                                 const VerifyOptions& options) {
-  const fs::path dir = fs::temp_directory_path() / fmt::format("gradsync-tune-{}", ::getpid());
-  fs::create_directories(dir);
+  // The runs' metrics and logs, removed however verification ends (a failed run's error
+  // carries its stderr).
+  struct RunDir {
+    fs::path path = fs::temp_directory_path() / fmt::format("gradsync-tune-{}", ::getpid());
+    RunDir() { fs::create_directories(path); }
+    ~RunDir() {
+      std::error_code ignored;
+      fs::remove_all(path, ignored);
+    }
+  } dir;
   std::vector<VerifiedCandidate> verified;
   for (size_t i : ranks) {
     const sim::TuneCandidate& c = result.ranked.at(i);
-    verified.push_back({&c, i + 1, runOne(c, options, dir)});
+    verified.push_back({&c, i + 1, runOne(c, options, dir.path)});
   }
-  fs::remove_all(dir);
   std::stable_sort(verified.begin(), verified.end(), [](const auto& a, const auto& b) {
     return a.measuredTimeToAccuracy() < b.measuredTimeToAccuracy();
   });

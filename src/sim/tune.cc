@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <optional>
+#include <utility>
 
 #include "gradsync/error.h"
 
@@ -47,22 +49,45 @@ bool simulateCandidate(const SimOptions& base, TuneCandidate& candidate, std::st
   }
 }
 
-// The recommendation: the best candidate with a measured factor, or, among measured ones within
-// kTie of it (predictions closer than the simulator's and the factors' own error), the best
-// without compression: its factor is exact (1), a compressor's comes from one cnn run.
+// The recommendation. Among the measured candidates predicted within kTie of the best (closer
+// than the simulator's own error), the one that loses least when every link is half as fast as
+// stated: the links are what the model knows least (measured steps exposed more communication
+// than predicted on vgg11 and ResNet-50, docs/performance.md "gradsync tune against measured
+// time to accuracy"), so a tie goes to the candidate with the most slack. Among those still tied
+// then, dense (its factor is exact and it has no codec to pay for), else the first ranked.
 constexpr double kTie = 0.01;
 
-size_t recommend(const std::vector<TuneCandidate>& ranked) {
+double slowLinkTimeToAccuracy(const SimOptions& base, const TuneCandidate& c) {
+  SimOptions slow = base;
+  slow.cluster.bandwidth /= 2;
+  slow.cluster.localBandwidth /= 2;
+  TuneCandidate copy = c;
+  std::string error;
+  if (!simulateCandidate(slow, copy, error)) throw Error("gradsync tune: " + error);
+  return copy.timeToAccuracy();
+}
+
+size_t recommend(const std::vector<TuneCandidate>& ranked, const SimOptions& base) {
   const auto measured = [](const TuneCandidate& c) {
     return c.cost.status == Convergence::kMeasured;
   };
   const auto best = std::find_if(ranked.begin(), ranked.end(), measured);
   if (best == ranked.end()) return ranked.size();
+  std::vector<std::pair<size_t, double>> tied;  // rank, time to accuracy on the slow links
   for (auto c = best; c != ranked.end(); ++c) {
     if (c->timeToAccuracy() > best->timeToAccuracy() * (1 + kTie)) break;
-    if (measured(*c) && c->compress == "none") return static_cast<size_t>(c - ranked.begin());
+    if (measured(*c))
+      tied.emplace_back(static_cast<size_t>(c - ranked.begin()), slowLinkTimeToAccuracy(base, *c));
   }
-  return static_cast<size_t>(best - ranked.begin());
+  double fastest = tied.front().second;
+  for (const auto& [rank, slow] : tied) fastest = std::min(fastest, slow);
+  std::optional<size_t> first;
+  for (const auto& [rank, slow] : tied) {
+    if (slow > fastest * (1 + kTie)) continue;
+    if (ranked[rank].compress == "none") return rank;
+    if (!first) first = rank;
+  }
+  return *first;
 }
 
 bool cheaper(const TuneCandidate& a, const TuneCandidate& b) {
@@ -108,7 +133,7 @@ TuneResult tune(const SimOptions& base, const TuneGrid& grid) {
   if (result.ranked.empty())
     throw ConfigError("gradsync tune: no valid candidate with a measured convergence cost");
   std::stable_sort(result.ranked.begin(), result.ranked.end(), cheaper);
-  result.topPick = recommend(result.ranked);
+  result.topPick = recommend(result.ranked, base);
   return result;
 }
 

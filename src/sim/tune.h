@@ -61,9 +61,10 @@ struct TuneResult {
   std::vector<TuneCandidate> ranked;  // by timeToAccuracy, ties by step time, then grid order
   std::vector<TuneExclusion> excluded;
   std::vector<TuneRejection> rejected;
-  // The recommendation: the first ranked candidate with a measured (not bounded) factor, or the
-  // first uncompressed one predicted within 1% of it (a tie: dense's factor is exact);
-  // ranked.size() when there is none.
+  // The recommendation: among the candidates with a measured (not bounded) factor predicted
+  // within 1% of the first of them (a tie), the one predicted fastest with every link at half its
+  // rate; among those within 1% of that, dense if there is one, else the first ranked.
+  // ranked.size() when no candidate has a measured factor.
   size_t topPick = 0;
 };
 

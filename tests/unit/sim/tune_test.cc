@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 
 #include "gradsync/error.h"
 
@@ -76,8 +77,9 @@ TEST(Tune, RankingIsTheSimulatorsStepTimesTheMeasuredFactors) {
   EXPECT_EQ(result.ranked[result.topPick].cost.status, Convergence::kMeasured);
 }
 
-// Compute-bound (1 Tbit/s): every candidate is within a hair of the others, and the pick is
-// dense, whose factor is exact, not a compressor a rounding error ranks first.
+// Compute-bound (1 Tbit/s): every candidate is within a hair of the others, at the stated rate
+// and at half of it, and the pick is dense, whose factor is exact, not a compressor a rounding
+// error ranks first.
 TEST(Tune, ATieIsRecommendedWithoutCompression) {
   SimOptions o = base();
   o.cluster.bandwidth = 1e12 / 8;
@@ -88,6 +90,44 @@ TEST(Tune, ATieIsRecommendedWithoutCompression) {
   // At 1 Gbit/s compression wins by far more than the tie: the pick is compressed.
   const TuneResult slow = tune(base(), smallGrid());
   EXPECT_NE(slow.ranked.at(slow.topPick).compress, "none");
+}
+
+// Where dense only just hides its communication, it ties with the compressors at the stated
+// rate but not with the links at half speed: the pick is then the candidate with the most slack,
+// the one predicted fastest on the slower links (not dense).
+TEST(Tune, ATieGoesToTheCandidateThatLosesLeastOnSlowerLinks) {
+  bool found = false;
+  for (double gbit = 1; gbit <= 64 && !found; gbit *= 1.25) {
+    SimOptions o = base();
+    o.cluster.bandwidth = gbit * 1e9 / 8;
+    const TuneResult r = tune(o, smallGrid());
+    const double best = r.ranked.front().timeToAccuracy();
+    const auto slow = [&](const TuneCandidate& c) {
+      SimOptions s = o;
+      s.cluster.bandwidth /= 2;
+      s.cluster.localBandwidth /= 2;
+      s.schedule = ScheduleSpec::parse(c.schedule);
+      s.compression.spec = c.compress;
+      s.sync = c.sync.sync;
+      s.strategy.ps = c.sync.ps;
+      return simulate(s).stepSeconds * c.cost.factor;
+    };
+    std::optional<double> denseSlow, fastestSlow;
+    for (const TuneCandidate& c : r.ranked) {
+      if (c.timeToAccuracy() > best * 1.01) break;
+      if (c.cost.status != Convergence::kMeasured) continue;
+      const double t = slow(c);
+      fastestSlow = std::min(fastestSlow.value_or(t), t);
+      if (c.compress == "none" && !denseSlow) denseSlow = t;
+    }
+    if (!denseSlow || *denseSlow <= *fastestSlow * 1.01) continue;  // dense not tied, or robust
+    found = true;
+    const TuneCandidate& pick = r.ranked.at(r.topPick);
+    EXPECT_NE(pick.compress, "none") << gbit << " Gbit/s";
+    EXPECT_LE(pick.timeToAccuracy(), best * 1.01) << gbit << " Gbit/s";
+    EXPECT_LE(slow(pick), *fastestSlow * 1.01) << gbit << " Gbit/s";
+  }
+  EXPECT_TRUE(found) << "no rate where dense ties only at the stated rate: the test shows nothing";
 }
 
 TEST(Tune, ImpossibleCombinationsAreRejectedNeverRanked) {
