@@ -64,9 +64,10 @@ void printSummary(const TrainOptions& options, int workers, const TrainResult& r
         result.compressWarmupSteps > 0
             ? fmt::format(" after {} dense steps", result.compressWarmupSteps)
             : "";
-    std::printf(" (%s%s: %.1fx less than dense, encode %.1f ms, decode %.1f ms)",
-                options.compression.spec.c_str(), warmup.c_str(), p.denseBytes / p.bytesSent,
-                p.encodeMs, p.decodeMs);
+    const std::string& spec =
+        result.compressSpec.empty() ? options.compression.spec : result.compressSpec;
+    std::printf(" (%s%s: %.1fx less than dense, encode %.1f ms, decode %.1f ms)", spec.c_str(),
+                warmup.c_str(), p.denseBytes / p.bytesSent, p.encodeMs, p.decodeMs);
   }
   if (!result.staleness.empty()) {  // asgd, ssp
     std::printf("; staleness per rank (mean/max): %s", summarize(result.staleness).c_str());

@@ -16,7 +16,7 @@ struct VerifyOptions {
   int workers = 0;
   std::string profile;  // --model-profile, run as --compute emulate:PROFILE
   double computeScale = 1;
-  std::string model;  // --verify-model: train this model for real instead of emulating
+  std::string model;               // --verify-model: train this model for real instead of emulating
   std::string bandwidth, latency;  // passed to train's link emulation
 };
 

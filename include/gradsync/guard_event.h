@@ -22,6 +22,9 @@ struct GuardEvent {
   double ratio = 0;      // the signal in the window that confirmed the trip (the cosine)
   double threshold = 0;  // the threshold it passed
   std::string reason;    // the log line: "guard: unit 3 (tensors ...) -> dense at step 67: ..."
+  // The rank that decided alone: a worker pushing to parameter servers decides for its own
+  // pushes (its signals and losses only). -1 over the ring, where every rank decides alike.
+  int rank = -1;
 };
 
 }  // namespace gradsync

@@ -32,6 +32,17 @@ std::vector<Override> parseOverrides(const std::vector<std::string>& texts) {
   return overrides;
 }
 
+// `text` with DGC's sparsity ramp over the first `steps` steps (`dgc:R,warmup=N`), when it is dgc
+// and gives no warm-up of its own; any other spec unchanged.
+std::string withDgcRamp(const std::string& text, int64_t steps, const std::string& what) {
+  const CompressSpec spec = CompressSpec::parse(text, what);
+  if (spec.method != "dgc") return text;
+  for (const auto& [key, value] : spec.args.keys) {
+    if (key == "warmup") return text;
+  }
+  return fmt::format("{},warmup={}", text, steps);
+}
+
 }  // namespace
 
 bool CompressionPlan::any() const {
@@ -64,6 +75,19 @@ int64_t resolveWarmupSteps(const CompressionConfig& config, uint64_t stepsPerEpo
   for (const Override& o : parseOverrides(config.overrides)) compresses |= !o.spec.dense();
   if (!compresses) return 0;
   return std::max<int64_t>(1, static_cast<int64_t>((stepsPerEpoch + 5) / 10));
+}
+
+CompressionConfig resolveAutoWarmups(CompressionConfig config, uint64_t stepsPerEpoch) {
+  if (config.warmupSteps != kAutoWarmup) return config;
+  config.warmupSteps = resolveWarmupSteps(config, stepsPerEpoch);
+  const int64_t ramp = std::max<int64_t>(1, static_cast<int64_t>((stepsPerEpoch + 1) / 2));
+  config.spec = withDgcRamp(config.spec, ramp, "--compress");
+  for (std::string& o : config.overrides) {
+    const size_t eq = o.find('=');
+    if (eq != std::string::npos && eq > 0)  // else planCompression names the malformed override
+      o = o.substr(0, eq + 1) + withDgcRamp(o.substr(eq + 1), ramp, "--compress-override");
+  }
+  return config;
 }
 
 int64_t parseWarmupFlag(const std::string& text) {

@@ -44,6 +44,12 @@ inline constexpr int64_t kAutoWarmup = -1;
 // for kAutoWarmup a tenth of the first epoch (rounded, at least 1) when anything is compressed
 // and 0 when nothing is. Pure; throws ConfigError for a negative count other than kAutoWarmup.
 int64_t resolveWarmupSteps(const CompressionConfig& config, uint64_t stepsPerEpoch);
+// `config` with kAutoWarmup resolved (resolveWarmupSteps) and, under it, the warm-ups methods
+// have of their own sized to the epoch where the user gave none: DGC's sparsity ramp
+// (`dgc:R,warmup=N`, in the spec and the overrides) over the first half of the first epoch.
+// Any other config is returned unchanged. Pure; throws ConfigError as resolveWarmupSteps and for
+// a malformed spec.
+CompressionConfig resolveAutoWarmups(CompressionConfig config, uint64_t stepsPerEpoch);
 // --compress-warmup's text: "auto" (kAutoWarmup) or a count of steps >= 0, both ways. The parser
 // throws ConfigError naming the flag and the choices.
 int64_t parseWarmupFlag(const std::string& text);

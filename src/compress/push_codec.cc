@@ -99,6 +99,14 @@ void PushCodec::encode(std::span<const float> grad, std::vector<uint8_t>& out, u
   for (size_t i = 0; i < elements_; ++i) residual_[i] = input_[i] - sent_[i];
 }
 
+std::span<const float> PushCodec::sent(std::span<const uint8_t> encoding, uint64_t seed) {
+  if (residual_.empty()) {  // with error feedback, encode() left this encoding's decoding there
+    std::fill(sent_.begin(), sent_.end(), 0.0f);
+    decodeAdd(encoding, sent_, seed);
+  }
+  return sent_;
+}
+
 void PushCodec::decodeAdd(std::span<const uint8_t> in, std::span<float> out, uint64_t seed) const {
   if (codec_ != nullptr) {
     codec_->decodeAdd(in, out);

@@ -10,6 +10,7 @@
 #include "common/tags.h"
 #include "compress/two_bit.h"
 #include "ps/served_units.h"
+#include "sync/guard.h"
 
 namespace gradsync {
 namespace {
@@ -179,13 +180,28 @@ std::optional<std::vector<uint8_t>> PsWorkerClient::encode(const PlannedOp& op,
     return twoBitEncode(gradient, {residual_.data() + u.offset, u.elements}, options_.threshold);
   }
   PushCodec* codec = codecs_[op.unit].get();
-  if (codec == nullptr || op.step < static_cast<uint64_t>(s_.plan.warmupSteps)) return {};
+  CompressionGuard* guard = s_.guard;
+  if (codec == nullptr || op.step < static_cast<uint64_t>(s_.plan.warmupSteps) ||
+      (guard != nullptr && guard->dense(op.unit, op.step))) {
+    return {};
+  }
   const Nanos start = s_.clock->now();
   std::vector<uint8_t> codes;
-  codec->encode(gradient, codes, codec->seedFor(s_.seed, op.step, transport_.rank()));
+  const uint64_t seed = codec->seedFor(s_.seed, op.step, transport_.rank());
+  codec->encode(gradient, codes, seed);
   outcome.encodeSeconds = secondsSince(*s_.clock, start);
   outcome.method = s_.plan.perTensor[u.tensors.front()].toString();
+  if (guard != nullptr && guard->samples(op.step)) measure(op, *codec, gradient, codes, seed);
   return codes;
+}
+
+// As the ring executor measures its exchanges, with what this worker's push sends.
+void PsWorkerClient::measure(const PlannedOp& op, PushCodec& codec, std::span<const float> gradient,
+                             std::span<const uint8_t> codes, uint64_t seed) const {
+  const std::span<const float> sent = codec.sent(codes, seed);
+  const std::span<const float> residual = codec.residual();
+  s_.guard->record(op.unit, op.step, l2Norm(gradient), l2Norm(sent),
+                   residual.empty() ? -1 : l2Norm(residual), dotProduct(sent, gradient));
 }
 
 void PsWorkerClient::expectReply(const PlannedOp& op, const PushPlan& push, int server,

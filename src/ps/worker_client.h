@@ -58,6 +58,8 @@
 
 namespace gradsync {
 
+class CompressionGuard;
+
 struct WorkerSetup {
   const std::vector<TensorShape>& tensors;
   const GradientLayout& layout;
@@ -67,6 +69,10 @@ struct WorkerSetup {
   double lr = 0;                             // what the servers apply
   uint64_t seed = 0;                         // compressors draw from it (the same on every worker)
   const Clock* clock = &SteadyClock::instance();
+  // The compression guard (sync/guard.h), owned by the engine; null: none. This worker measures
+  // its encoded pushes on the guard's sampled steps, and pushes a unit the guard made dense
+  // without its encoding (no kEncoded) and without its error-feedback residual.
+  CompressionGuard* guard = nullptr;
 };
 
 class PsWorkerClient final : public Executor {
@@ -112,6 +118,9 @@ class PsWorkerClient final : public Executor {
   bool waitForPull(size_t unit);
   std::optional<std::vector<uint8_t>> encode(const PlannedOp& op, const PushPlan& push,
                                              OpOutcome& outcome);
+  // The guard's signals of a push `codec` encoded as `codes` from `gradient` with `seed`.
+  void measure(const PlannedOp& op, PushCodec& codec, std::span<const float> gradient,
+               std::span<const uint8_t> codes, uint64_t seed) const;
   // The delayed strategies' local step; `freshPull`: a pull arrived since the last one.
   void localUpdate(size_t unit, bool freshPull);
   void expectReply(const PlannedOp& op, const PushPlan& push, int server, Nanos sentAt);

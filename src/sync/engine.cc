@@ -132,7 +132,8 @@ std::unique_ptr<Executor> Engine::makeExecutor(std::vector<std::span<float>> par
                                                         .parameters = std::move(parameters),
                                                         .lr = options_.update.lr,
                                                         .seed = options_.seed,
-                                                        .clock = options_.clock},
+                                                        .clock = options_.clock,
+                                                        .guard = guard_.get()},
                                             *options_.servers, static_cast<EngineEvents&>(*this));
   }
   return std::make_unique<RingExecutor>(
@@ -151,7 +152,7 @@ std::unique_ptr<Executor> Engine::makeExecutor(std::vector<std::span<float>> par
 }
 
 std::unique_ptr<CompressionGuard> Engine::makeGuard() const {
-  if (!options_.compression.guard || options_.servers || !plan_.any()) return nullptr;
+  if (!options_.compression.guard || !plan_.any()) return nullptr;
   std::vector<GuardedUnit> units;
   for (const CommUnit& unit : layout_.units) {
     const CompressSpec& spec = plan_.perTensor[unit.tensors.front()];
@@ -183,8 +184,13 @@ void Engine::watchCompression(uint64_t ended) {
         },
         "the step the compression guard measured");
   }
-  for (const GuardEvent& event : guard_->check(transport_, tags::kGuard, ended)) {
-    if (transport_.rank() == 0) GS_LOG(kWarn, "{}", event.reason);
+  // Over servers each worker decides for its own pushes and says so; over the ring every rank
+  // decides alike and rank 0 says so.
+  const bool alone = options_.servers.has_value();
+  const std::vector<GuardEvent> events = alone ? guard_->checkAlone(transport_.rank(), ended)
+                                               : guard_->check(transport_, tags::kGuard, ended);
+  for (const GuardEvent& event : events) {
+    if (alone || transport_.rank() == 0) GS_LOG(kWarn, "{}", event.reason);
   }
 }
 

@@ -159,8 +159,9 @@ class Engine final : private EngineEvents {
   const CompressionPlan& compression() const { return plan_; }
   // Whether parameter t's compressor applies momentum itself (its optimizer must not).
   bool absorbsMomentum(size_t t) const { return plan_.absorbsMomentum(t); }
-  // The compression guard's decisions so far (sync/guard.h), the same on every rank; empty
-  // without compression, through servers, or with CompressionConfig::guard off.
+  // The compression guard's decisions so far (sync/guard.h): over the ring the same on every
+  // rank; through servers this worker's own, for its pushes (GuardEvent::rank). Empty without
+  // compression or with CompressionConfig::guard off.
   std::vector<GuardEvent> guardEvents() const;
   // This rank's training loss of the step whose backward comes next, for the guard's loss
   // signal (sync/loss_trend.h); nothing without a guard. Training thread, between the forward
@@ -182,8 +183,8 @@ class Engine final : private EngineEvents {
   void fail(std::exception_ptr error) override;
 
   std::unique_ptr<Executor> makeExecutor(std::vector<std::span<float>> parameters);
-  // The compression guard over the ring's compressed units, or null (guard off, nothing
-  // compressed, parameter servers: docs/algorithms.md says why those are not watched).
+  // The compression guard over the compressed units (the ring's exchanges or this worker's
+  // pushes), or null (guard off, nothing compressed).
   std::unique_ptr<CompressionGuard> makeGuard() const;
   // On the training thread after the backward of step `ended - 1` ended: at the end of a guard
   // window, waits for the step it measured, then runs the guard's check (a collective).

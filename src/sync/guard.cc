@@ -206,19 +206,30 @@ CompressionGuard::Window CompressionGuard::gather(Transport& transport, uint64_t
 // Decides on the gathered window; every rank the same.
 std::vector<GuardEvent> CompressionGuard::check(Transport& transport, uint64_t tag,
                                                 uint64_t stepsEnded) {
-  const auto [window, lossRatio] = gather(transport, tag, sampledStep(stepsEnded));
+  return decide(gather(transport, tag, sampledStep(stepsEnded)), stepsEnded, -1);
+}
+
+std::vector<GuardEvent> CompressionGuard::checkAlone(int rank, uint64_t stepsEnded) {
+  const LossTrend::Contribution loss = lossTrend_.takeWindow();
+  return decide({localSignals(sampledStep(stepsEnded)), LossTrend::ratio({&loss, 1})}, stepsEnded,
+                rank);
+}
+
+std::vector<GuardEvent> CompressionGuard::decide(const Window& window, uint64_t stepsEnded,
+                                                 int rank) {
+  const double lossRatio = window.lossRatio;
   GS_LOG(kDebug, "guard window ending at step {}: loss {:.3f}x the dense warm-up's", stepsEnded,
          lossRatio);
   for (size_t u = 0; u < units_.size(); ++u) {
-    if (units_[u].compressed && window[u].sentRatio >= 0) {
+    if (units_[u].compressed && window.signals[u].sentRatio >= 0) {
       GS_LOG(kDebug,
              "guard window ending at step {}: unit {} ({}) residual {:.2f}x, sent {:.2f}x, "
              "misalignment {:.3f}",
-             stepsEnded, u, joined(units_[u].names), window[u].residualRatio, window[u].sentRatio,
-             window[u].misalignment);
+             stepsEnded, u, joined(units_[u].names), window.signals[u].residualRatio,
+             window.signals[u].sentRatio, window.signals[u].misalignment);
     }
   }
-  std::vector<GuardTrip> trips = detector_.observe(window);
+  std::vector<GuardTrip> trips = detector_.observe(window.signals);
   if (detector_.observeLoss(lossRatio)) {  // every unit the trips above leave compressed
     for (size_t u = 0; u < units_.size(); ++u) {
       if (std::none_of(trips.begin(), trips.end(), [&](const GuardTrip& t) { return t.unit == u; }))
@@ -240,7 +251,7 @@ std::vector<GuardEvent> CompressionGuard::check(Transport& transport, uint64_t t
       denseFrom_[u].store(stepsEnded, std::memory_order_release);
       GuardTrip unitTrip = trip;
       unitTrip.unit = u;
-      events.push_back(eventFor(unitTrip, stepsEnded));
+      events.push_back(eventFor(unitTrip, stepsEnded, rank));
     }
   }
   std::lock_guard<std::mutex> lock(mutex_);
@@ -248,7 +259,7 @@ std::vector<GuardEvent> CompressionGuard::check(Transport& transport, uint64_t t
   return events;
 }
 
-GuardEvent CompressionGuard::eventFor(const GuardTrip& trip, uint64_t from) const {
+GuardEvent CompressionGuard::eventFor(const GuardTrip& trip, uint64_t from, int rank) const {
   const GuardedUnit& unit = units_[trip.unit];
   std::string what;
   if (trip.signal == "alignment") {
@@ -267,13 +278,15 @@ GuardEvent CompressionGuard::eventFor(const GuardTrip& trip, uint64_t from) cons
                    .method = unit.method,
                    .signal = trip.signal,
                    .ratio = trip.ratio,
-                   .threshold = trip.threshold};
+                   .threshold = trip.threshold,
+                   .rank = rank};
   event.tensors = unit.names;
   event.reason = fmt::format(
-      "guard: unit {} (tensors {}) -> dense at step {}: {}, {} windows of {} steps); {} dropped "
+      "guard: unit {} (tensors {}) -> dense at step {}{}: {}, {} windows of {} steps); {} dropped "
       "its residual",
-      trip.unit, joined(unit.names), from, what, detector_.options().windowsToConfirm,
-      detector_.options().windowSteps, unit.method);
+      trip.unit, joined(unit.names), from,
+      rank < 0 ? "" : fmt::format(" in rank {}'s pushes", rank), what,
+      detector_.options().windowsToConfirm, detector_.options().windowSteps, unit.method);
   return event;
 }
 

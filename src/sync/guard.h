@@ -15,6 +15,8 @@
 // the executor's communication threads record each unit's signals, and at the end of each
 // window the training thread gathers every rank's (one allgather of 24 bytes per unit and rank)
 // so that every rank takes the same decision, which applies from the next step on every rank.
+// Over parameter servers (ps/worker_client.h) each worker feeds one with its own pushes and
+// decides alone (checkAlone): a push travels alone and the server decodes each by its own flags.
 // A unit made dense stays dense; its residual is dropped (never sent: a burst of ~100 stale
 // gradients is the harm the guard prevents), and the exchange is exactly the dense allreduce.
 #pragma once
@@ -136,6 +138,10 @@ class CompressionGuard {
   // tripped units dense from step `stepsEnded` on. Returns the new events (the same on every
   // rank). Blocking: one allgatherv on `tag`; throws the transport's errors.
   std::vector<GuardEvent> check(Transport& transport, uint64_t tag, uint64_t stepsEnded);
+  // Pushes to parameter servers: the same decision from this rank's own signals and losses only
+  // (no collective), for this rank's pushes from step `stepsEnded` on; the events name `rank`.
+  // No agreement is needed: the server decodes each push by its own flags (encoded or dense).
+  std::vector<GuardEvent> checkAlone(int rank, uint64_t stepsEnded);
   std::vector<GuardEvent> events() const;
   // For checkpoints, between steps: which units are dense from which step, the windows counted
   // and the last measurements, so that a resumed run decides as the uninterrupted one would.
@@ -150,7 +156,9 @@ class CompressionGuard {
   };
   std::vector<GuardSignals> localSignals(uint64_t sampled) const;
   Window gather(Transport& transport, uint64_t tag, uint64_t sampled);
-  GuardEvent eventFor(const GuardTrip& trip, uint64_t from) const;
+  // `rank`: the rank that decided alone, or -1 (every rank alike).
+  std::vector<GuardEvent> decide(const Window& window, uint64_t stepsEnded, int rank);
+  GuardEvent eventFor(const GuardTrip& trip, uint64_t from, int rank) const;
 
   const int64_t warmup_;
   GuardDetector detector_;  // training thread only

@@ -133,6 +133,7 @@ void writeMetrics(const std::string& path, const TrainOptions& options, int work
                      {"ratio", e.ratio},
                      {"threshold", e.threshold},
                      {"reason", e.reason}});
+    if (e.rank >= 0) guard.back()["rank"] = e.rank;  // a worker's own pushes (servers)
   }
   doc["guard"] = guard;
   if (!result.staleness.empty()) {  // asgd, ssp
@@ -146,6 +147,7 @@ void writeMetrics(const std::string& path, const TrainOptions& options, int work
   doc["summary"]["schedule"] = result.schedule;
   doc["summary"]["fused_update_steps"] = result.fusedUpdateSteps;
   doc["summary"]["compress_warmup_steps"] = result.compressWarmupSteps;
+  if (!result.compressSpec.empty()) doc["summary"]["compress"] = result.compressSpec;
   if (result.dataCache) {  // --data-url: rank 0's cache
     const ShardCacheStats& c = *result.dataCache;
     doc["data_cache"] = {{"memory_hits", c.memoryHits},       {"disk_hits", c.diskHits},

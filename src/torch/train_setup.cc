@@ -129,7 +129,7 @@ void validateDataUrl(const TrainOptions& options) {
 }  // namespace
 
 TrainOptions withResolvedWarmup(TrainOptions options, size_t stepsPerEpoch) {
-  options.compression.warmupSteps = resolveWarmupSteps(options.compression, stepsPerEpoch);
+  options.compression = resolveAutoWarmups(options.compression, stepsPerEpoch);
   return options;
 }
 

@@ -425,6 +425,7 @@ TrainResult Trainer::run() {
   result.scheduleTuning = distributed_.scheduleTuning();
   result.fusedUpdateSteps = optimizer_->fusedSteps();
   result.compressWarmupSteps = options_.compression.warmupSteps;
+  result.compressSpec = options_.compression.spec;
   result.dataCache = data_->cacheStats();
   result.epochs = position.epochs;
   result.steps = position.step;

@@ -141,6 +141,8 @@ struct TrainResult {
   std::vector<RankStaleness> staleness;     // asgd, ssp: every worker's (sync/staleness_report.h)
   int64_t fusedUpdateSteps = 0;             // optimizer steps that took FusedSGD's flat-buffer path
   int64_t compressWarmupSteps = 0;  // the dense steps it began with (--compress-warmup, resolved)
+  std::string
+      compressSpec;  // --compress as run, with what auto resolved (dgc's ramp); "": as given
   std::optional<ShardCacheStats> dataCache;  // --data-url: this rank's cache counters at the end
   std::string schedule;        // the schedule used: --schedule's, or what --schedule auto chose
   std::string scheduleTuning;  // --schedule auto: the candidates' step times and the choice

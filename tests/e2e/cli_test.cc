@@ -408,8 +408,10 @@ TEST_F(CliTrain, CompressedRunReportsItsBytesAndEvaluations) {
 // --compress-warmup defaults to auto: a tenth of the first epoch dense (468 steps of 2 x 64
 // Fashion-MNIST images: 47), none without compression.
 TEST_F(CliTrain, CompressionWarmsUpDenseForATenthOfTheFirstEpochByDefault) {
+  std::string ran;  // summary.compress of the last run
+  int runs = 0;
   auto warmup = [&](const std::string& compress) {
-    fs::path metrics = scratch() / ("warmup-" + compress + ".json");
+    fs::path metrics = scratch() / ("warmup-" + std::to_string(runs++) + ".json");
     Result r = gradsync({"train", "--model", "mlp", "--steps", "2", "--compress", compress,
                          "--quiet", "--metrics", metrics.string()});
     EXPECT_TRUE(r.status.ok()) << r.status.describe() << "\n" << r.err;
@@ -418,10 +420,17 @@ TEST_F(CliTrain, CompressionWarmsUpDenseForATenthOfTheFirstEpochByDefault) {
     // Both steps dense: nothing saved.
     if (compress != "none")
       EXPECT_NEAR(doc["per_step"]["compression_ratio"].get<double>(), 1, 1e-9);
+    ran = doc["summary"]["compress"];
     return doc["summary"]["compress_warmup_steps"].get<int64_t>();
   };
   EXPECT_EQ(warmup("topk:0.01"), 47);
+  EXPECT_EQ(ran, "topk:0.01");
   EXPECT_EQ(warmup("none"), 0);
+  // dgc also ramps its sparsity over half the first epoch (468 steps), unless it names a ramp.
+  EXPECT_EQ(warmup("dgc:0.01"), 47);
+  EXPECT_EQ(ran, "dgc:0.01,warmup=234");
+  EXPECT_EQ(warmup("dgc:0.01,warmup=8"), 47);
+  EXPECT_EQ(ran, "dgc:0.01,warmup=8");
   Result bad = gradsync({"train", "--compress-warmup", "-1"});
   EXPECT_EQ(bad.status.code, 2);
   EXPECT_NE(bad.err.find("--compress-warmup takes auto or a number of steps >= 0, not '-1'"),

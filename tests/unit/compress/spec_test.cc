@@ -111,6 +111,32 @@ TEST(CompressionPolicy, AutoWarmUpIsATenthOfTheFirstEpochWhenCompressing) {
   EXPECT_THROW(resolveWarmupSteps({.spec = "topk:0.01", .warmupSteps = -2}, 468), ConfigError);
 }
 
+// Under auto, dgc without a warm-up of its own ramps its sparsity over the first half epoch;
+// a given warm-up, another method, or an explicit --compress-warmup is left as it is.
+TEST(CompressionPolicy, AutoGivesDgcItsSparsityRampOverHalfTheFirstEpoch) {
+  CompressionConfig c = resolveAutoWarmups({.spec = "dgc:0.01", .warmupSteps = kAutoWarmup}, 468);
+  EXPECT_EQ(c.spec, "dgc:0.01,warmup=234");
+  EXPECT_EQ(c.warmupSteps, 47);
+  EXPECT_EQ(resolveAutoWarmups({.spec = "dgc", .warmupSteps = kAutoWarmup}, 3).spec,
+            "dgc,warmup=2");
+  EXPECT_EQ(resolveAutoWarmups({.spec = "dgc:0.01,warmup=9", .warmupSteps = kAutoWarmup}, 468).spec,
+            "dgc:0.01,warmup=9");
+  EXPECT_EQ(resolveAutoWarmups({.spec = "topk:0.01", .warmupSteps = kAutoWarmup}, 468).spec,
+            "topk:0.01");
+  c = resolveAutoWarmups({.spec = "dgc:0.01", .warmupSteps = 5}, 468);
+  EXPECT_EQ(c.spec, "dgc:0.01");
+  EXPECT_EQ(c.warmupSteps, 5);
+  c = resolveAutoWarmups(
+      {.overrides = {"fc*=dgc:0.01,clip=1", "conv*=topk:0.01"}, .warmupSteps = kAutoWarmup}, 100);
+  EXPECT_EQ(c.overrides,
+            (std::vector<std::string>{"fc*=dgc:0.01,clip=1,warmup=50", "conv*=topk:0.01"}));
+  EXPECT_EQ(c.warmupSteps, 10);
+  // The ramped spec is one dgc accepts.
+  EXPECT_NO_THROW(planCompression(
+      resolveAutoWarmups({.spec = "dgc:0.01", .warmupSteps = kAutoWarmup}, 468), kModel, 0.9));
+  EXPECT_THROW(resolveAutoWarmups({.spec = "dgc:2", .warmupSteps = kAutoWarmup}, 468), ConfigError);
+}
+
 TEST(CompressionPolicy, WarmUpFlagParsesAutoAndCounts) {
   EXPECT_EQ(parseWarmupFlag("auto"), kAutoWarmup);
   EXPECT_EQ(parseWarmupFlag("0"), 0);

@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <limits>
+#include <memory>
 #include <mutex>
 
 #include "common/tags.h"
@@ -117,6 +118,68 @@ TEST(CompressionGuard, EveryRankMakesTheUnitDenseFromTheSameStep) {
     EXPECT_NE(e.reason.find("guard: unit 0 (tensors fc.weight) -> dense at step 35"),
               std::string::npos)
         << e.reason;
+  }
+}
+
+// Pushes to parameter servers: each rank decides from its own signals alone (no collective),
+// so only the rank whose pushes do harm goes dense, and its events name it; a checkpoint
+// between its windows keeps the count.
+TEST(CompressionGuard, CheckAloneDecidesForThisRanksPushesOnly) {
+  constexpr int kRanks = 3;
+  for (int rank = 0; rank < kRanks; ++rank) {
+    auto guard = std::make_unique<CompressionGuard>(kOptions, /*warmupSteps=*/5, twoUnits());
+    std::vector<GuardEvent> events;
+    for (uint64_t step = 0; step < 60; ++step) {
+      if (guard->samples(step)) {
+        guard->record(0, step, 1.0, 2.0, rank == 2 && step >= 15 ? 40.0 : 3.0, 1.5);
+        guard->record(1, step, 2.0, 2.0, 8.0, 3.0);
+      }
+      if (step + 1 == 30) {  // resume from a checkpoint after the first window past 30x
+        StateWriter saved;
+        guard->saveState(saved);
+        const std::vector<uint8_t> bytes = saved.take();
+        guard = std::make_unique<CompressionGuard>(kOptions, 5, twoUnits());
+        StateReader in(bytes, "guard state");
+        guard->loadState(in);
+        in.expectEnd();
+      }
+      if (!guard->checksAt(step + 1)) continue;
+      for (const GuardEvent& e : guard->checkAlone(rank, step + 1)) events.push_back(e);
+    }
+    if (rank != 2) {
+      EXPECT_TRUE(events.empty()) << "rank " << rank;
+      EXPECT_FALSE(guard->dense(0, 59));
+      continue;
+    }
+    ASSERT_EQ(events.size(), 1u);
+    EXPECT_EQ(events[0].step, 35);
+    EXPECT_EQ(events[0].rank, 2);
+    EXPECT_EQ(events[0].signal, "residual");
+    EXPECT_NE(events[0].reason.find("-> dense at step 35 in rank 2's pushes: "), std::string::npos)
+        << events[0].reason;
+    EXPECT_FALSE(guard->dense(0, 34));
+    EXPECT_TRUE(guard->dense(0, 35));
+    EXPECT_FALSE(guard->dense(1, 59));
+  }
+}
+
+// The loss signal over servers: this rank's own losses against its own warm-up's.
+TEST(CompressionGuard, CheckAloneWatchesThisRanksLossAgainstItsWarmup) {
+  CompressionGuard guard(kOptions, /*warmupSteps=*/10, twoUnits());
+  std::vector<GuardEvent> events;
+  for (uint64_t step = 0; step < 60; ++step) {
+    guard.observeLoss(step, step < 10 ? 1.0 : step < 30 ? 1.5 : 2.5);  // 2.5x from step 30
+    if (guard.checksAt(step + 1)) {
+      for (const GuardEvent& e : guard.checkAlone(1, step + 1)) events.push_back(e);
+    }
+  }
+  // Windows [30, 40) and [40, 50) past 2x: both units dense from step 50.
+  ASSERT_EQ(events.size(), 2u);
+  for (const GuardEvent& e : events) {
+    EXPECT_EQ(e.signal, "loss");
+    EXPECT_EQ(e.step, 50);
+    EXPECT_EQ(e.rank, 1);
+    EXPECT_DOUBLE_EQ(e.ratio, 2.5);
   }
 }
 
