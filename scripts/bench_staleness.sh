@@ -2,7 +2,8 @@
 # Staleness compensation on the servers across seeds: one epoch of cnn on Fashion-MNIST with 4
 # workers as threads (`--transport loopback`, the setting in which asgd and ssp:2 diverged: one
 # worker can be descheduled while the others run ahead), the same seed, data and steps for ring
-# ssgd (the reference), and for asgd and ssp:2 without and with `--compensate sc`. Prints a
+# ssgd (the reference), and for asgd and ssp:2 without and with compensation: a configuration
+# SYNC+COMP runs `--sync SYNC --compensate COMP` (asgd+sc, ssp:2+lwp, asgd+sc+lwp). Prints a
 # Markdown table: per configuration, the runs, how many diverged (below 20%), mean / min / max
 # final test accuracy and the mean gap to ring ssgd of the same seed; every run's figures in
 # OUT/runs.tsv. Runs whose JSON exists in OUT are kept (delete to re-run). --transport tcp runs
@@ -29,8 +30,8 @@ for seed in $seeds; do
   for config in $configs; do
     json="$out/${config//[:+]/_}-seed$seed.json"
     [ -s "$json" ] && continue
-    flags=(--sync "${config%+sc}")
-    [ "${config%+sc}" != "$config" ] && flags+=(--compensate sc)
+    flags=(--sync "${config%%+*}")
+    [ "${config%%+*}" != "$config" ] && flags+=(--compensate "${config#*+}")
     echo "+ seed $seed: $config ($(date -u +%H:%M:%S))"
     "$gradsync" train --model cnn --dataset fashion-mnist --transport "$transport" --workers 4 \
       --steps "$steps" --seed "$seed" "${flags[@]}" --quiet --metrics "$json" \

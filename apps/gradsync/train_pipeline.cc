@@ -37,7 +37,7 @@ void addPipelineFlags(CLI::App* train, PipelineOptions& o) {
   train
       ->add_option("--compensate", o.compensate,
                    "pb's delay compensation: none | sc | lwp | sc+lwp; without --pipeline, "
-                   "sc is asgd's and ssp's servers'")
+                   "asgd's and ssp's (sc: the servers', lwp: the workers')")
       ->capture_default_str();
   train->add_flag("--lwp-backward", o.lwpBackward,
                   "lwp: the backward on the predicted weights too");

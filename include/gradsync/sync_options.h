@@ -46,8 +46,9 @@ struct SyncOptions {
   double localMomentum = -1;  // --local-momentum: its momentum (-1: the optimizer's)
   double glu = 0.5;           // --glu: ssdsgd's weight of the global direction
   double cdThreshold = 0.5;   // --cd-threshold: cdsgd's 2-bit quantization threshold
-  // asgd, ssp: none | sc. sc: each push's update is Spike Compensation's SC_D, D the push's
-  // staleness as its server measures it (docs/algorithms.md; --compensate).
+  // asgd, ssp: none | sc | lwp | sc+lwp. sc: each push's update is Spike Compensation's SC_D,
+  // D the push's staleness as its server measures it; lwp: each worker trains on the weights
+  // predicted over its units' staleness (docs/algorithms.md; --compensate).
   std::string compensate = "none";
   // The same on every rank: stochastic compressors draw from it.
   uint64_t seed = 0;

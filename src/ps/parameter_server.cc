@@ -363,7 +363,7 @@ void ParameterServer::releaseStale(Unit& unit) {
     }
     reply(held->worker, std::make_shared<std::vector<float>>(unit.parameters),
           psReplyTag(unit.index));
-    reply(held->worker, std::make_shared<PsStaleness>(PsStaleness{held->staleness}),
+    reply(held->worker, std::make_shared<PsStaleness>(PsStaleness{held->staleness, unit.updates}),
           psReplyTag(unit.index));
     unit.servedAt[held->worker] = unit.updates;
     held = unit.pending.erase(held);

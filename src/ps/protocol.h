@@ -59,6 +59,10 @@ struct PsStaleness {
   // Updates other workers' pushes applied to the unit between the worker's last reply of it
   // (the parameters its gradient was computed on) and this push's own update.
   uint64_t staleness = 0;
+  // Updates applied to the unit in the parameters this reply carries (the server's count since
+  // it started): the difference between two replies to one worker is the number of updates
+  // between them, which a worker's weight prediction divides by (ps/weight_prediction.h).
+  uint64_t updates = 0;
 };
 
 inline uint64_t psReplyTag(size_t unit) {

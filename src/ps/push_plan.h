@@ -21,6 +21,9 @@ struct PsOptions {
   double localMomentum = 0;  // the local step's momentum
   double glu = 0.5;          // ssdsgd: weight of the global direction
   float threshold = 0.5f;    // cdsgd: the 2-bit quantizer's threshold
+  // asgd, ssp (`--compensate lwp`): the worker trains on weights predicted over each unit's
+  // staleness (ps/weight_prediction.h), not on the replies as they are.
+  bool predictWeights = false;
 };
 
 // What a unit's push of one step does: the same for every unit of the step.

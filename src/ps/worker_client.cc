@@ -72,6 +72,15 @@ PsWorkerClient::PsWorkerClient(Transport& transport, WorkerSetup setup, PsOption
   pendingPull_.assign(s_.layout.units.size(), 0);
   freshPull_.assign(s_.layout.units.size(), false);
   expected_.resize(placement.servers);
+  if (options_.predictWeights) {
+    GS_CHECK(options_.delay == PsOptions::Delay::kNone &&
+             options_.server.consistency != ServerOptions::Consistency::kSync);
+    std::vector<size_t> elements;
+    for (const CommUnit& unit : s_.layout.units) elements.push_back(unit.elements);
+    // The direction is averaged over the replies as the momentum averages gradients.
+    predictor_ = std::make_unique<WeightPredictor>(std::move(elements), options_.server.momentum);
+    predicted_.assign(total, 0.0f);
+  }
   bytesReported_ = transport_.bytesSent();
   if (placement.colocated && transport.rank() < placement.servers) {
     server_ = std::make_unique<ParameterServer>(transport, placement, transport.rank(),
@@ -256,7 +265,7 @@ void PsWorkerClient::receive(int server) {
       }
       const CommUnit& u = s_.layout.units[e.unit];
       const int rank = options_.placement.serverRank(server);
-      std::optional<uint64_t> staleness;
+      std::optional<PsStaleness> staleness;
       try {
         transport_
             .recv(rank, psReplyTag(e.unit), replies_.data() + u.offset, u.elements * sizeof(float))
@@ -264,7 +273,7 @@ void PsWorkerClient::receive(int server) {
         if (options_.server.consistency != ServerOptions::Consistency::kSync) {
           PsStaleness answered;
           transport_.recv(rank, psReplyTag(e.unit), &answered, sizeof answered)->wait();
-          staleness = answered.staleness;
+          staleness = answered;
         }
       } catch (const Error& error) {
         rethrowNamingServer(server, error);
@@ -283,11 +292,11 @@ void PsWorkerClient::receive(int server) {
 
 // A reply is in replies_: warm-up and plain strategies take it as their parameters; the delayed
 // ones keep it aside as the next local step's base.
-void PsWorkerClient::arrived(const Expected& e, int server, std::optional<uint64_t> staleness) {
+void PsWorkerClient::arrived(const Expected& e, int server, std::optional<PsStaleness> staleness) {
   const CommUnit& u = s_.layout.units[e.unit];
   auto at = static_cast<std::ptrdiff_t>(u.offset);
   auto n = static_cast<std::ptrdiff_t>(u.elements);
-  if (e.toParameters) copyToParameters(e.unit, replies_);
+  if (e.toParameters) replyToParameters(e.unit, staleness);
   std::copy_n(global_.begin() + at, n, previous_.begin() + at);
   std::copy_n(replies_.begin() + at, n, global_.begin() + at);
   // Steps between the two global models: SSD-SGD pulls every K steps after the warm-up.
@@ -299,12 +308,23 @@ void PsWorkerClient::arrived(const Expected& e, int server, std::optional<uint64
     freshPull_[e.unit] = true;
   }
   cv_.notify_all();
-  if (staleness) events_.pushAnswered(*staleness);
+  if (staleness) events_.pushAnswered(staleness->staleness);
   events_.traceSpan(e.unit, "pull", e.sentAt,
-                    staleness ? fmt::format("server {}, staleness {}", server, *staleness)
+                    staleness ? fmt::format("server {}, staleness {}", server, staleness->staleness)
                               : fmt::format("server {}", server));
   if (e.toParameters) events_.unitDone(e.unit, e.step);
   events_.busy(-1);
+}
+
+// LWP (`--compensate lwp`): the forward and the backward of the unit's next step run on the
+// weights predicted over its staleness; the reply stays in global_ (and the predictor) as the
+// servers' model.
+void PsWorkerClient::replyToParameters(size_t unit, std::optional<PsStaleness> staleness) {
+  if (!predictor_ || !staleness) return copyToParameters(unit, replies_);
+  const CommUnit& u = s_.layout.units[unit];
+  predictor_->predict(unit, {replies_.data() + u.offset, u.elements}, *staleness,
+                      {predicted_.data() + u.offset, u.elements});
+  copyToParameters(unit, predicted_);
 }
 
 }  // namespace gradsync

@@ -7,7 +7,10 @@
 // Strategies (docs/algorithms.md, "Parameter server" and "Delayed SGD"):
 //   ssgd, asgd, ssp:S  the server's consistency mode decides when it applies a push and when it
 //                      answers; the reply goes into the worker's parameters, and the next
-//                      forward waits, layer by layer, for them.
+//                      forward waits, layer by layer, for them. With predictWeights (asgd,
+//                      ssp: `--compensate lwp`), the parameters get the weights predicted over
+//                      the unit's staleness instead (ps/weight_prediction.h); forward and
+//                      backward run on them, and the reply itself is kept aside.
 //   odsgd              OD-SGD: after `warmupSteps` ssgd steps, each unit's reply (the global
 //                      weights W) is kept aside as the base of a local step with the worker's
 //                      own gradient, and the next step starts at once while the global update
@@ -49,6 +52,7 @@
 #include "ps/parameter_server.h"
 #include "ps/protocol.h"
 #include "ps/push_plan.h"
+#include "ps/weight_prediction.h"
 #include "schedule/executor.h"
 #include "schedule/schedule.h"
 
@@ -88,15 +92,18 @@ class PsWorkerClient final : public Executor {
   // arrives (EngineEvents::unitDone).
   OpOutcome run(const PlannedOp& op) override;
   // From the servers; also makes this worker's parameters the servers' (the global model, which
-  // checkpoints save and evaluations test), leaving the delayed strategies' own state alone.
+  // checkpoints save and evaluations test, never a weight prediction), leaving the delayed
+  // strategies' own state alone.
   std::vector<float> velocity() override;
   // Only before the first push: rank 0 sends it to the servers with the parameters.
   void setVelocity(std::span<const float> velocity) override;
   void pullGlobalModel() override { velocity(); }
   // The compressors' residuals, the delayed strategies' local state (the last two pulled
   // models, local velocity, CD-SGD's residual) and, where workers train their own copies (asgd,
-  // ssp, the delayed strategies), this worker's parameters. loadState makes the parameters the
-  // worker's own and keeps the model they held (the checkpoint's: the servers') for the servers.
+  // ssp, the delayed strategies), this worker's parameters (with predictWeights, each unit's last
+  // reply as it came, not the prediction trained on: a resumed run starts predicting afresh).
+  // loadState makes the parameters the worker's own and keeps the model they held (the
+  // checkpoint's: the servers') for the servers.
   void saveState(StateWriter& out) const override;
   void loadState(StateReader& in) override;
 
@@ -119,7 +126,9 @@ class PsWorkerClient final : public Executor {
   void expectReply(const PlannedOp& op, const PushPlan& push, int server, Nanos sentAt);
   void receive(int server);
   // `staleness`: the push's, from an asynchronous server; none from a synchronous one.
-  void arrived(const Expected& expected, int server, std::optional<uint64_t> staleness);
+  void arrived(const Expected& expected, int server, std::optional<PsStaleness> staleness);
+  // The reply in replies_ goes into the parameters: as it is, or as predicted.
+  void replyToParameters(size_t unit, std::optional<PsStaleness> staleness);
   void publishState();
   // Whether this worker's parameters may differ from the servers' between steps.
   bool trainsOwnCopy() const;
@@ -141,11 +150,13 @@ class PsWorkerClient final : public Executor {
   EngineEvents& events_;
   std::vector<std::unique_ptr<PushCodec>> codecs_;  // by unit; null: pushed dense
   std::unique_ptr<ParameterServer> server_;         // co-located
+  std::unique_ptr<WeightPredictor> predictor_;      // with predictWeights
 
   std::vector<float> staged_;         // flat: what a dense push sends
   std::vector<float> global_;         // flat: the last pulled global weights (delayed modes)
   std::vector<float> previous_;       // flat: the pulled weights before those (ssdsgd's GLU)
   std::vector<float> replies_;        // flat: replies land here
+  std::vector<float> predicted_;      // flat, with predictWeights: the weights trained on
   std::vector<float> residual_;       // flat: cdsgd's error feedback
   std::vector<float> localVelocity_;  // flat: the delayed strategies' local momentum
   std::vector<int> span_;             // by unit: steps between previous_ and global_

@@ -142,7 +142,13 @@ void PsWorkerClient::saveState(StateWriter& out) const {
   }
   if (trainsOwnCopy()) {
     std::vector<float> own(s_.layout.totalElements);
-    for (size_t unit = 0; unit < s_.layout.units.size(); ++unit) copyFromParameters(unit, own);
+    for (size_t unit = 0; unit < s_.layout.units.size(); ++unit) {
+      copyFromParameters(unit, own);
+      // A checkpoint holds no prediction: the unit's last reply as it came.
+      std::span<const float> pulled =
+          predictor_ ? predictor_->pulled(unit) : std::span<const float>();
+      std::copy(pulled.begin(), pulled.end(), own.begin() + s_.layout.units[unit].offset);
+    }
     out.write(own);
   }
 }

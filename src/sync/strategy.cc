@@ -48,6 +48,33 @@ void parseShardedOptions(const std::string& options, const std::string& whole,
   }
 }
 
+// --compensate under --sync (the pipeline's own is checked with --pipeline): the asynchronous
+// modes' staleness is what SC (on the servers) and LWP (on the workers) compensate.
+void checkCompensationApplies(const SyncStrategy& strategy, const DelayCompensation& c) {
+  using K = SyncStrategy::Kind;
+  if (!c.any() || strategy.kind == K::kAsgd || strategy.kind == K::kSsp) return;
+  static const char* const kNames[] = {"ssgd",  "sharded", "asgd",  "ssp",
+                                       "odsgd", "ssdsgd",  "cdsgd", "localsgd"};
+  const std::string what = fmt::format("--compensate {} does not apply to --sync {}", c.describe(),
+                                       kNames[static_cast<int>(strategy.kind)]);
+  if (strategy.delayed()) {
+    throw ConfigError(
+        what, {.hint = "odsgd, ssdsgd and cdsgd compute each gradient on their local model, "
+                       "which already predicts the global model the push will meet (LWP by "
+                       "another name; SC would count the delay twice); compensate with asgd or "
+                       "ssp:S"});
+  }
+  if (c.predict && strategy.kind == K::kSsgd) {
+    throw ConfigError(what, {.hint = "ssgd applies every gradient to the parameters it was "
+                                     "computed on: there is no staleness for lwp to predict "
+                                     "over; use it with asgd or ssp:S (or --pipeline S "
+                                     "--pipeline-mode pb)"});
+  }
+  throw ConfigError(what, {.hint = "sc (on the servers) and lwp (on the workers) compensate "
+                                   "staleness under asgd and ssp:S; for pipeline stages, "
+                                   "--pipeline S with --pipeline-mode pb"});
+}
+
 }  // namespace
 
 const char* toString(FcMode mode) {
@@ -120,13 +147,7 @@ std::optional<PsOptions> psOptionsFor(const SyncStrategy& strategy, const Strate
   const bool servers = knobs.ps || knobs.servers > 0;
   if (knobs.servers < 0) throw ConfigError("--servers must be >= 0");
   const DelayCompensation compensation = DelayCompensation::parse(knobs.compensate);
-  if (compensation.any() &&
-      ((strategy.kind != K::kAsgd && strategy.kind != K::kSsp) || compensation.predict)) {
-    throw ConfigError(
-        fmt::format("--compensate {} does not apply to this --sync", compensation.describe()),
-        {.hint = "the servers compensate staleness with sc under asgd and ssp:S; lwp (and sc "
-                 "for pipeline stages) needs --pipeline S with --pipeline-mode pb"});
-  }
+  checkCompensationApplies(strategy, compensation);
   if (!strategy.needsServers() && strategy.kind != K::kSsgd) {
     if (servers) {
       throw ConfigError("--ps and --servers apply to ssgd, asgd, ssp, odsgd, ssdsgd and cdsgd",
@@ -146,6 +167,7 @@ std::optional<PsOptions> psOptionsFor(const SyncStrategy& strategy, const Strate
                        .colocated = knobs.servers == 0};
   options.server.momentum = momentum;
   options.server.spikeCompensation = compensation.spike;
+  options.predictWeights = compensation.predict;
   if (strategy.kind == K::kAsgd) options.server.consistency = ServerOptions::Consistency::kAsync;
   if (strategy.kind == K::kSsp) {
     options.server.consistency = ServerOptions::Consistency::kStale;

@@ -51,7 +51,7 @@ struct StrategyKnobs {
   double localMomentum = -1;  // --local-momentum: their local momentum (-1: --momentum)
   double glu = 0.5;           // --glu: ssdsgd's weight of the global direction
   double threshold = 0.5;     // --cd-threshold: cdsgd's 2-bit quantization threshold
-  std::string compensate = "none";  // --compensate: asgd's and ssp's delay compensation
+  std::string compensate = "none";  // --compensate: asgd's and ssp's sc, lwp or sc+lwp
 };
 
 // The papers' warm-up lengths: OD-SGD 200, SSD-SGD 500, CD-SGD 1000 steps of plain SSGD.
@@ -59,7 +59,7 @@ int64_t paperWarmup(SyncStrategy::Kind kind);
 
 // The parameter-server options for `workers` workers, or none when the strategy runs without
 // servers. Throws ConfigError for a combination that cannot run (servers for localsgd or
-// sharded, a negative knob, a compensation other than sc, or one without asgd or ssp).
+// sharded, a negative knob, a compensation without asgd or ssp).
 // Throws ConfigError when `compression` asks for compression that `strategy` cannot apply:
 // localsgd exchanges whole models, cdsgd its own 2-bit codes (through parameter servers, which
 // methods can push is planPushes's check). `syncText` is the --sync value as given, for the

@@ -101,7 +101,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
     Keyword-only, as SyncOptions (gradsync/sync_options.h): compress_overrides (GLOB=SPEC...),
     compress_min_elements, compress_warmup, guard (the compression guardrail, default
     True), parameter_servers, servers, delay_warmup, local_lr,
-    local_momentum, glu, cd_threshold, compensate (asgd, ssp: "sc"), seed, join.
+    local_momentum, glu, cd_threshold, compensate (asgd, ssp: "sc", "lwp", "sc+lwp"), seed, join.
 
     Collective: every rank builds it with the same parameters and options (gs.ConfigError on
     every rank otherwise, naming the first difference and its rank).

@@ -67,9 +67,12 @@ struct Job {
   ServerOptions server;
   std::string schedule = "wfbp";
   CompressionConfig compression;  // pushes' compression (default: dense)
+  bool predictWeights = false;    // the workers' LWP (asgd, ssp)
 
   PsPlacement placement() const { return {workers, servers, colocated}; }
-  PsOptions options() const { return {.placement = placement(), .server = server}; }
+  PsOptions options() const {
+    return {.placement = placement(), .server = server, .predictWeights = predictWeights};
+  }
   // A worker's engine: pushes to the job's servers as `ps` says, with its schedule and
   // compression.
   EngineOptions engine(const PsOptions& ps, uint64_t seed = 0) const;

@@ -10,9 +10,11 @@
 
 #include <fmt/format.h>
 
+#include "common/state_bytes.h"
 #include "gradsync/collectives.h"
 #include "gradsync/error.h"
 #include "ps_fixture.h"
+#include "schedule/schedule.h"
 
 namespace gradsync::testing {
 namespace {
@@ -154,6 +156,8 @@ constexpr int kStaleSteps = 4;
 struct StaleRun {
   Parameters parameters;
   std::vector<StepStats> totals = std::vector<StepStats>(2);
+  std::vector<Parameters> ownModels = std::vector<Parameters>(2);  // before the pull, by worker
+  std::vector<float> saved;  // worker 1's own model in its engine state (a checkpoint's)
 };
 StaleRun runOneWorkerBehind(const Job& job) {
   StaleRun run;
@@ -171,10 +175,19 @@ StaleRun runOneWorkerBehind(const Job& job) {
     }
     if (t.rank() == 0) aheadDone = true;
     barrier(t);
+    const Parameters own = p;
+    std::vector<uint8_t> state = engine.saveState();
     engine.pullGlobalModel();
     std::lock_guard<std::mutex> lock(mutex);
     run.totals[static_cast<size_t>(t.rank())] = engine.totals();
+    run.ownModels[static_cast<size_t>(t.rank())] = own;
     if (t.rank() == 0) run.parameters = p;
+    if (t.rank() == 1) {
+      StateReader in(state, "worker 1's engine state");
+      in.readU64();  // the format
+      in.readU64();  // the units
+      in.read(run.saved);
+    }
   });
   return run;
 }
@@ -218,37 +231,40 @@ TEST(PsAsync, RepliesSayHowStaleEachPushWas) {
 // lr (1 - m_p) / (W (1 - m)), halved for worker 1's push that is 4 > 2 (W - 1) stale):
 //   v <- m_p v + g;  w <- w - lr_p (m_p^D v + (1 - m_p^D) / (1 - m_p) g).
 // The reference is computed here in doubles; without SC it would differ (checked).
+// The servers' model of runOneWorkerBehind after its first `pushes` pushes of each unit (worker
+// 0's kStaleSteps, then worker 1's), under asgd with momentum kMomentum, computed in doubles.
+Parameters staleRunReference(bool spike, int pushes = 2 * kStaleSteps) {
+  const double workers = 2;
+  const double mp = std::pow(std::max(0.0, kMomentum - (1 - 1 / workers)), 1 / workers);
+  const double lrPush = kLr * (1 - mp) / (workers * (1 - kMomentum));
+  Parameters expected = initialParameters();
+  for (size_t t = 0; t < kTensors.size(); ++t) {
+    for (size_t i = 0; i < kTensors[t].elements; ++i) {
+      double w = expected[t][i], v = 0;
+      for (int push = 0; push < pushes; ++push) {
+        const int worker = push / kStaleSteps, s = push % kStaleSteps;
+        const double delay = worker == 1 && s == 0 ? kStaleSteps : 0;
+        const double trust = delay > 2 * (workers - 1) ? 2 * (workers - 1) / delay : 1;
+        const double g = gradient(worker, t, i, s);
+        const double onVelocity = spike ? std::pow(mp, delay) : 1;
+        const double onGradient = spike ? (1 - std::pow(mp, delay)) / (1 - mp) : 0;
+        v = mp * v + g;
+        w -= lrPush * trust * (onVelocity * v + onGradient * g);
+      }
+      expected[t][i] = static_cast<float>(w);
+    }
+  }
+  return expected;
+}
+
 TEST(PsAsync, SpikeCompensationUsesEachPushsStaleness) {
   Job job{.workers = 2,
           .servers = 1,
           .server = {.consistency = ServerOptions::Consistency::kAsync,
                      .momentum = kMomentum,
                      .spikeCompensation = true}};
-  const double workers = 2;
-  const double mp = std::pow(std::max(0.0, kMomentum - (1 - 1 / workers)), 1 / workers);
-  const double lrPush = kLr * (1 - mp) / (workers * (1 - kMomentum));
-  auto reference = [&](bool spike) {
-    Parameters expected = initialParameters();
-    for (size_t t = 0; t < kTensors.size(); ++t) {
-      for (size_t i = 0; i < kTensors[t].elements; ++i) {
-        double w = expected[t][i], v = 0;
-        for (int push = 0; push < 2 * kStaleSteps; ++push) {  // worker 0's steps, then 1's
-          const int worker = push / kStaleSteps, s = push % kStaleSteps;
-          const double delay = worker == 1 && s == 0 ? kStaleSteps : 0;
-          const double trust = delay > 2 * (workers - 1) ? 2 * (workers - 1) / delay : 1;
-          const double g = gradient(worker, t, i, s);
-          const double onVelocity = spike ? std::pow(mp, delay) : 1;
-          const double onGradient = spike ? (1 - std::pow(mp, delay)) / (1 - mp) : 0;
-          v = mp * v + g;
-          w -= lrPush * trust * (onVelocity * v + onGradient * g);
-        }
-        expected[t][i] = static_cast<float>(w);
-      }
-    }
-    return expected;
-  };
-  const Parameters withSpike = reference(true);
-  const Parameters without = reference(false);
+  const Parameters withSpike = staleRunReference(true);
+  const Parameters without = staleRunReference(false);
   double largestDifference = 0;
   for (size_t t = 0; t < kTensors.size(); ++t) {
     for (size_t i = 0; i < kTensors[t].elements; ++i) {
@@ -258,6 +274,62 @@ TEST(PsAsync, SpikeCompensationUsesEachPushsStaleness) {
   }
   ASSERT_GT(largestDifference, 2e-3);  // 10x the check's tolerance: it tells SC from plain
   expectClose(runOneWorkerBehind(job).parameters, withSpike, "parameters", 1e-4);
+}
+
+// asgd --compensate lwp, and sc+lwp, in the scenario above. The fixture's gradients do not depend
+// on the parameters, so the servers' model is the one without LWP (and evaluations and
+// checkpoints, which pull it, see exactly that), while each worker's own model is the prediction
+// from its replies. Worker 1's replies reported staleness 4, 0, 0, 0, one update apart after the
+// first: horizon 4, 3.5, 3.0625, 2.6796875; its direction averages the displacements w_k - w_{k-1}
+// (w_k: the servers' model after k pushes) with the momentum β: d̄ = (1 - β)(w_6 - w_5) after the
+// second reply, then d̄ <- β d̄ + (1 - β)(w_k - w_{k-1}) for k = 7, 8; its model is
+// w_8 + 2.6796875 d̄. Worker 0's pushes were all fresh: its model is its last reply, w_4.
+TEST(PsAsync, WeightPredictionTrainsOnPredictedWeightsWhileTheServersKeepTheirs) {
+  for (bool spike : {false, true}) {
+    SCOPED_TRACE(spike ? "sc+lwp" : "lwp");
+    Job job{.workers = 2,
+            .servers = 1,
+            .server = {.consistency = ServerOptions::Consistency::kAsync,
+                       .momentum = kMomentum,
+                       .spikeCompensation = spike},
+            .predictWeights = true};
+    const StaleRun run = runOneWorkerBehind(job);
+    const Parameters w = staleRunReference(spike);
+    std::vector<Parameters> after;  // the servers' model after 5 .. 8 pushes
+    for (int pushes = 5; pushes <= 2 * kStaleSteps; ++pushes) {
+      after.push_back(staleRunReference(spike, pushes));
+    }
+    Parameters predicted = w;
+    double largestPrediction = 0;
+    for (size_t t = 0; t < kTensors.size(); ++t) {
+      for (size_t i = 0; i < kTensors[t].elements; ++i) {
+        double direction = 0;
+        for (size_t k = 1; k < after.size(); ++k) {
+          direction =
+              kMomentum * direction + (1 - kMomentum) * (after[k][t][i] - after[k - 1][t][i]);
+        }
+        predicted[t][i] = static_cast<float>(w[t][i] + 2.6796875 * direction);
+        largestPrediction =
+            std::max(largestPrediction, std::abs(static_cast<double>(predicted[t][i] - w[t][i])));
+      }
+    }
+    ASSERT_GT(largestPrediction, 1e-3);  // 10x the check's tolerance: w_hat is not w
+    expectClose(run.parameters, w, "the servers' model (what evaluations see)", 1e-4);
+    expectClose(run.ownModels[1], predicted, "worker 1's model between steps", 1e-4);
+    expectClose(run.ownModels[0], staleRunReference(spike, kStaleSteps), "worker 0's model", 1e-4);
+    std::vector<size_t> elements;
+    for (const TensorShape& tensor : kTensors) elements.push_back(tensor.elements);
+    const GradientLayout layout = planLayout(elements, ScheduleSpec::parse("wfbp"));
+    ASSERT_EQ(run.saved.size(), layout.totalElements);
+    const std::vector<float> saved = layoutToTensors(layout, kTensors, run.saved);  // by tensor
+    std::vector<float> flat;
+    for (const auto& tensor : w) flat.insert(flat.end(), tensor.begin(), tensor.end());
+    ASSERT_EQ(saved.size(), flat.size());
+    for (size_t i = 0; i < flat.size(); ++i) {
+      ASSERT_NEAR(saved[i], flat[i], 1e-4 * (1 + std::fabs(flat[i])))
+          << "the checkpoint's own model holds the last reply, not the prediction: " << i;
+    }
+  }
 }
 
 // ssp:S, with one worker slowed down: whenever a worker starts a step, the slowest has ended
