@@ -418,8 +418,9 @@ TEST_F(CliTrain, CompressionWarmsUpDenseForATenthOfTheFirstEpochByDefault) {
     nlohmann::json doc = nlohmann::json::parse(readFile(metrics));
     EXPECT_EQ(doc["config"]["compress_warmup"], "auto");
     // Both steps dense: nothing saved.
-    if (compress != "none")
+    if (compress != "none") {
       EXPECT_NEAR(doc["per_step"]["compression_ratio"].get<double>(), 1, 1e-9);
+    }
     ran = doc["summary"]["compress"];
     return doc["summary"]["compress_warmup_steps"].get<int64_t>();
   };

@@ -268,7 +268,9 @@ TEST_P(PsGuard, AHealthyMethodNeverTripsAndChangesNoBit) {
   const Trained off = train(job("fp16", false), kSteps);
   for (int r = 0; r < GetParam().workers; ++r) {
     EXPECT_TRUE(on.events[r].empty()) << on.events[r].front().reason;
-    if (synchronous()) EXPECT_EQ(on.parameters[r], off.parameters[r]) << "worker " << r;
+    if (synchronous()) {
+      EXPECT_EQ(on.parameters[r], off.parameters[r]) << "worker " << r;
+    }
   }
 }
 
