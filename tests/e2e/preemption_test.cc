@@ -20,6 +20,7 @@
 
 #include "common/subprocess.h"
 #include "support/read_file.h"
+#include "support/scratch_dir.h"
 
 namespace gradsync {
 namespace {
@@ -29,11 +30,7 @@ using namespace std::chrono_literals;
 using testing::readFile;
 
 fs::path scratch(const std::string& name) {
-  fs::path dir = fs::temp_directory_path() /
-                 ("gradsync-preemption-" + std::to_string(::getpid()) + "-" + name);
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
+  return testing::scratchDir("gradsync-preemption", name);
 }
 
 // mlp on synthetic data, 2 worker processes, `steps` steps (400: 3 epochs and a part).
