@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "gradsync/error.h"
 #include "torch/metrics.h"
@@ -21,6 +22,14 @@ void printSummary(const TrainOptions& options, int ranks, const TrainResult& res
       options.pipeline.mode.c_str(), ranks, ranks == 1 ? "" : "s",
       static_cast<long long>(result.steps), result.seconds, 100 * result.finalTestAccuracy,
       result.samplesPerSecond, p.stepMs, p.computeMs, p.exposedCommMs);
+  if (!result.placement.empty()) {  // pinned: where each rank's thread ended
+    std::string cores;
+    for (const RankPlacement& r : result.placement)
+      cores += fmt::format(" {}:{}", r.rank, fmt::join(r.affinity, ","));
+    std::printf("gradsync train: %d wave%s, %s placement; rank:cpus at the end%s\n",
+                ranks / options.pipeline.stages, ranks == options.pipeline.stages ? "" : "s",
+                options.pipeline.wavePlacement.c_str(), cores.c_str());
+  }
   std::fflush(stdout);
 }
 
@@ -47,6 +56,14 @@ void addPipelineFlags(CLI::App* train, PipelineOptions& o) {
   train->add_option("--reference-batch", o.referenceBatch,
                     "--lr/--momentum are a recipe for this batch, scaled to --batch-size");
   train->add_flag("--pipeline-emulate", o.emulate, "run every stage in this process (one thread)");
+  train
+      ->add_option("--wave-placement", o.wavePlacement,
+                   "--pipeline --waves K: wave w's stage j on device (j + w) mod S (rotated, "
+                   "Wavelet) or on device j (same)")
+      ->capture_default_str();
+  train->add_flag("--pin-devices", o.pinDevices,
+                  "pin each stage rank to its device's core (device d: core d mod n); implied by "
+                  "--waves K >= 2 with --pipeline");
 }
 
 void addPipelineSettings(const PipelineOptions& o, Settings& settings) {
@@ -59,7 +76,9 @@ void addPipelineSettings(const PipelineOptions& o, Settings& settings) {
                                    {"--lwp-backward", text(o.lwpBackward)},
                                    {"--stage-layers", o.stageLayers},
                                    {"--stage-profile", o.stageProfile},
-                                   {"--reference-batch", text(o.referenceBatch)}});
+                                   {"--reference-batch", text(o.referenceBatch)},
+                                   {"--wave-placement", o.wavePlacement},
+                                   {"--pin-devices", text(o.pinDevices)}});
 }
 
 int runPipelineCommand(RankFlags ranks, bool workersGiven, const CommandContext& context,
@@ -73,7 +92,8 @@ int runPipelineCommand(RankFlags ranks, bool workersGiven, const CommandContext&
     printSummary(options, 1, result);
     return 0;
   }
-  if (!workersGiven) ranks.workers = options.pipeline.stages;
+  // Model-parallel Wavelet: the waves are whole pipelines (planPipeline refuses other --workers).
+  if (!workersGiven) ranks.workers = options.pipeline.stages * options.waves;
   const std::string plan = describePipeline(options, ranks.workers);  // ConfigError before launch
   return runRanks(ranks, context.env, context.argv, settings, [&](Transport& t) {
     if (t.rank() == 0 && !options.quiet) {

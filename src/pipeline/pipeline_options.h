@@ -20,6 +20,11 @@ struct PipelineOptions {
   // --batch-size (optim/delay_compensation.h, scaleRecipe).
   size_t referenceBatch = 0;
   bool emulate = false;  // --pipeline-emulate: every stage in this one process, on one thread
+  // Model-parallel Wavelet (`--waves K` with --pipeline: K replicas, the waves, on S devices):
+  // --wave-placement rotated | same (pipeline/wave_placement.h). Pinned runs place replica r as
+  // wave r; --waves K ≥ 2 pins, --pin-devices pins one replica (naive model parallelism).
+  std::string wavePlacement = "rotated";
+  bool pinDevices = false;  // --pin-devices: each rank's training thread on its device's core
 
   bool enabled() const { return stages > 0; }
 };

@@ -123,7 +123,7 @@ void schedule(std::vector<Node>& nodes, std::vector<double>& freeAt,
 }  // namespace
 
 int deviceOf(WavePlacement placement, int devices, int wave, int partition) {
-  return placement == WavePlacement::kRotated ? (partition + wave) % devices : partition;
+  return waveDevice(placement, devices, wave, partition);
 }
 
 ModelParallelWaveResult simulateModelParallelWaves(const ModelParallelWaveOptions& o) {

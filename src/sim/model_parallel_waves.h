@@ -16,11 +16,12 @@
 #include <cstdint>
 #include <vector>
 
+#include "pipeline/wave_placement.h"
 #include "sim/pipeline_sim.h"
 
 namespace gradsync::sim {
 
-enum class WavePlacement { kSame, kRotated };
+using WavePlacement = gradsync::WavePlacement;  // the real pipeline's rule
 
 struct ModelParallelWaveOptions {
   std::vector<PipelineStageCosts> partitions;  // k ≥ 1: one mini-batch's costs per partition
@@ -54,7 +55,7 @@ struct ModelParallelWaveResult {
   std::vector<WaveOperation> operations;  // in the order they were scheduled
 };
 
-// The device of wave `wave`'s partition `partition` among `devices`.
+// The device of wave `wave`'s partition `partition` among `devices` (gradsync::waveDevice).
 int deviceOf(WavePlacement placement, int devices, int wave, int partition);
 
 // Throws ConfigError for no partitions, waves < 1, a negative cost or hop, steps < 1.

@@ -74,7 +74,9 @@ void writeMetrics(const std::string& path, const TrainOptions& options, int work
                           {"stage_layers", p.stageLayers},
                           {"stage_profile", p.stageProfile},
                           {"reference_batch", p.referenceBatch},
-                          {"emulated", p.emulate}};
+                          {"emulated", p.emulate},
+                          {"wave_placement", p.wavePlacement},
+                          {"pinned", !result.placement.empty()}};
   }
   nlohmann::json epochs = nlohmann::json::array();
   for (const EpochRecord& e : result.epochs) {
@@ -143,6 +145,18 @@ void writeMetrics(const std::string& path, const TrainOptions& options, int work
           {{"rank", r.rank}, {"pushes", r.pushes}, {"mean", r.mean}, {"max", r.max}});
     }
     doc["staleness"] = staleness;
+  }
+  if (!result.placement.empty()) {  // a pinned pipeline: where every rank computed
+    nlohmann::json ranks = nlohmann::json::array();
+    for (const RankPlacement& r : result.placement) {
+      ranks.push_back({{"rank", r.rank},
+                       {"wave", r.wave},
+                       {"stage", r.stage},
+                       {"device", r.device},
+                       {"core", r.core},
+                       {"affinity", r.affinity}});
+    }
+    doc["summary"]["placement"] = ranks;
   }
   doc["summary"]["schedule"] = result.schedule;
   doc["summary"]["fused_update_steps"] = result.fusedUpdateSteps;

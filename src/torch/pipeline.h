@@ -17,6 +17,10 @@ namespace gradsync {
 // own. Every rank calls it with the same options; every rank returns the whole model's final
 // parameters and the first pipeline's step losses. A lost rank makes every other fail naming it
 // (the transport's failure), never hang. Throws ConfigError for options it cannot run.
+// Model-parallel Wavelet (--waves K, or --pin-devices): the K = size / S replicas are waves on S
+// devices, and each rank pins its calling thread to its device's core for the run
+// (pipeline/wave_placement.h; the thread's CPUs are restored on return); TrainResult::placement
+// then holds every rank's device, core and the CPUs its thread was on at the end.
 TrainResult runPipelineTraining(Transport& transport, const TrainOptions& options);
 
 // The emulator: every stage in this process, on the calling thread, exactly the same arithmetic

@@ -10,6 +10,7 @@
 #include "gradsync/error.h"
 #include "optim/delay_compensation.h"
 #include "pipeline/balance.h"
+#include "pipeline/device_pinning.h"
 #include "sim/model_profile.h"
 #include "sync/strategy.h"
 #include "torch/sync_setup.h"
@@ -70,6 +71,47 @@ void checkReplicaSync(const TrainOptions& options) {
   }
 }
 
+// Model-parallel Wavelet: --waves K runs K replicas (the waves) of the S stages, pinned to S
+// devices; --pin-devices pins replicas without naming them waves (naive model parallelism: one).
+void checkWaves(const TrainOptions& options, int ranks) {
+  const PipelineOptions& p = options.pipeline;
+  parseWavePlacement(p.wavePlacement);
+  const int k = options.waves;
+  if (k > 1 && options.waveConsistency != "accumulate") {
+    throw ConfigError(
+        fmt::format("--wave-consistency {} is data-parallel Wavelet's: with --pipeline the waves "
+                    "are replicas that average each stage's gradients (accumulate's arithmetic)",
+                    options.waveConsistency),
+        {.operation = "--waves", .hint = "drop --wave-consistency"});
+  }
+  if ((k > 1 || p.pinDevices) && p.emulate) {
+    throw ConfigError(
+        fmt::format("{} does not combine with --pipeline-emulate: the emulator runs one pipeline "
+                    "on one thread, with no devices to place stages on",
+                    k > 1 ? fmt::format("--waves {}", k) : std::string("--pin-devices")),
+        {.hint = "drop --pipeline-emulate to run the stages as ranks"});
+  }
+  if (k > p.stages) {
+    throw ConfigError(
+        fmt::format("--waves {} on {} stages: at most one wave per device (waves <= stages)", k,
+                    p.stages),
+        {.operation = "--waves", .hint = fmt::format("use --waves 2 to {}", p.stages)});
+  }
+  if (k > 1 && ranks > 0 && ranks != p.stages * k) {
+    throw ConfigError(
+        fmt::format("--pipeline {} --waves {} runs {} ranks (stages x waves), not --workers {}",
+                    p.stages, k, p.stages * k, ranks),
+        {.operation = "--waves", .hint = "drop --workers: it is derived from the waves"});
+  }
+  if (p.pinDevices && ranks > p.stages * p.stages) {
+    throw ConfigError(
+        fmt::format("--pin-devices places replica r as wave r on {} devices: {} replicas are more "
+                    "than one per device",
+                    p.stages, ranks / p.stages),
+        {.hint = fmt::format("at most --workers {}", p.stages * p.stages)});
+  }
+}
+
 void checkOptions(const TrainOptions& options, int ranks) {
   const PipelineOptions& p = options.pipeline;
   if (p.stages < 1) throw ConfigError("--pipeline needs at least one stage");
@@ -83,6 +125,7 @@ void checkOptions(const TrainOptions& options, int ranks) {
     throw ConfigError("--micro-batches is fill-drain's: pb updates after every micro-batch",
                       {.hint = "with pb, --batch-size is the micro-batch"});
   }
+  checkWaves(options, ranks);  // before the general rule: --waves derives --workers
   if (ranks > 0 && ranks % p.stages != 0) {
     throw ConfigError(
         fmt::format("{} workers do not make whole pipelines of {} stages", ranks, p.stages),
@@ -95,6 +138,13 @@ void checkOptions(const TrainOptions& options, int ranks) {
   if (p.referenceBatch == 0 && options.momentum >= 1) throw ConfigError("--momentum must be < 1");
 }
 
+// Pinned: every rank's core among the calling thread's CPUs (a launched rank's are its parent's).
+void placeReplicas(const TrainOptions& options, int ranks, PipelinePlan& plan) {
+  plan.wavePlacement = parseWavePlacement(options.pipeline.wavePlacement);
+  if (ranks == 0 || (options.waves == 1 && !options.pipeline.pinDevices)) return;
+  plan.placement = placeRanks(plan.wavePlacement, plan.shape.stages, plan.replicas, threadCpus());
+}
+
 }  // namespace
 
 std::string PipelinePlan::describe() const {
@@ -105,6 +155,11 @@ std::string PipelinePlan::describe() const {
       replicas == 1 ? "" : "s", rule.lr, rule.momentum, rule.compensation.describe(),
       rule.weightStash ? ", weight stash" : "");
   if (rule.compensation.predict && rule.compensation.predictBackward) text += ", lwp-backward";
+  if (!placement.empty()) {
+    text += fmt::format("; {} wave{} {} on {} devices, pinned (rank:core) {}", replicas,
+                        replicas == 1 ? "" : "s", wavePlacementName(wavePlacement), shape.stages,
+                        describeCores(placement));
+  }
   return text;
 }
 
@@ -122,6 +177,7 @@ PipelinePlan planPipeline(const TrainOptions& options, int ranks) {
       .mode = parsePipelineMode(p.mode), .stages = p.stages, .microBatches = p.microBatches};
   plan.replicas = ranks > 0 ? ranks / p.stages : 1;
   if (plan.replicas > 1) checkReplicaSync(options);
+  placeReplicas(options, ranks, plan);
   plan.microBatch = options.batchSize / static_cast<size_t>(p.microBatches);
   std::shared_ptr<Model> model = makePipelineModel(options);
   const std::vector<PipelineLayer> layers = model->pipelineLayers();

@@ -12,6 +12,7 @@
 #include "data/sampler.h"
 #include "pipeline/schedule.h"
 #include "pipeline/stage_optimizer.h"
+#include "pipeline/wave_placement.h"
 #include "torch/data_source.h"
 #include "torch/models.h"
 #include "torch/trainer.h"
@@ -22,15 +23,20 @@ struct PipelinePlan {
   PipelineShape shape;
   std::vector<int> split;  // layers per stage
   std::vector<std::string> layerNames;
-  StageRule rule;                // the stages' SGD (scaled with --reference-batch) and compensation
-  size_t microBatch = 1;         // samples per micro-batch
-  int replicas = 1;              // data-parallel copies of the pipeline
+  StageRule rule;         // the stages' SGD (scaled with --reference-batch) and compensation
+  size_t microBatch = 1;  // samples per micro-batch
+  int replicas = 1;       // data-parallel copies of the pipeline
+  // Pinned runs (--waves K >= 2 or --pin-devices): every rank's device and core, replica r being
+  // wave r (pipeline/wave_placement.h); empty when the ranks are not pinned.
+  WavePlacement wavePlacement = WavePlacement::kRotated;
+  std::vector<RankPlacement> placement;
   std::string balance;           // how the split was chosen, for the log
   std::string describe() const;  // one line: mode, stages, split, rule
 };
 
 // Checks --pipeline's options against the model and a job of `ranks` ranks (0: the emulator,
-// one pipeline in one process) and plans the run. Throws ConfigError naming the option.
+// one pipeline in one process) and plans the run; a pinned run's cores are chosen among the
+// calling thread's CPUs (pipeline/device_pinning.h). Throws ConfigError naming the option.
 PipelinePlan planPipeline(const TrainOptions& options, int ranks);
 
 // The seeded model of --model, as every rank builds it (the trainer's initialisation).

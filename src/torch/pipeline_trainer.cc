@@ -4,11 +4,14 @@
 
 #include <chrono>
 #include <cstring>
+#include <optional>
+#include <span>
 
 #include "common/check.h"
 #include "common/tags.h"
 #include "gradsync/collectives.h"
 #include "gradsync/error.h"
+#include "pipeline/device_pinning.h"
 #include "torch/pipeline.h"
 #include "torch/pipeline_loop.h"
 #include "torch/pipeline_setup.h"
@@ -21,13 +24,15 @@ namespace {
 
 const CollectiveOptions kTrainerTag{.tag = tags::kTrainer};
 
-std::span<const uint8_t> bytesOf(const std::vector<float>& values) {
-  return {reinterpret_cast<const uint8_t*>(values.data()), values.size() * sizeof(float)};
+template <typename T>
+std::span<const uint8_t> bytesOf(const std::vector<T>& values) {
+  return {reinterpret_cast<const uint8_t*>(values.data()), values.size() * sizeof(T)};
 }
 
-std::vector<float> floatsOf(const std::vector<uint8_t>& bytes) {
-  std::vector<float> values(bytes.size() / sizeof(float));
-  std::memcpy(values.data(), bytes.data(), values.size() * sizeof(float));
+template <typename T = float>
+std::vector<T> valuesOf(const std::vector<uint8_t>& bytes) {
+  std::vector<T> values(bytes.size() / sizeof(T));
+  std::memcpy(values.data(), bytes.data(), values.size() * sizeof(T));
   return values;
 }
 
@@ -179,10 +184,15 @@ void PipelineRank::gatherResult(TrainResult& result) {
   const auto losses = allgatherBytes(transport_, bytesOf(result.losses), kTrainerTag);
   result.parameters.clear();
   for (int s = 0; s < plan_.shape.stages; ++s) {
-    std::vector<float> stage = floatsOf(parameters[s]);
+    std::vector<float> stage = valuesOf(parameters[s]);
     result.parameters.insert(result.parameters.end(), stage.begin(), stage.end());
   }
-  result.losses = floatsOf(losses[plan_.shape.stages - 1]);
+  result.losses = valuesOf(losses[plan_.shape.stages - 1]);
+  if (plan_.placement.empty()) return;
+  // The CPUs each rank's training thread is on now, at the end of training: the pin held.
+  const auto cpus = allgatherBytes(transport_, bytesOf(threadCpus()), kTrainerTag);
+  result.placement = plan_.placement;
+  for (RankPlacement& p : result.placement) p.affinity = valuesOf<int>(cpus[p.rank]);
 }
 
 TrainResult PipelineRank::run() {
@@ -206,6 +216,9 @@ TrainResult runPipelineTraining(Transport& transport, const TrainOptions& option
   validateTrainOptions(options);
   PipelinePlan plan = planPipeline(options, transport.size());
   limitComputeThreads(options.threads);
+  // Before the rank's threads (its replica engine's) start: they inherit the pin.
+  std::optional<ThreadPin> pin;
+  if (!plan.placement.empty()) pin.emplace(plan.placement[transport.rank()].core, transport.rank());
   PipelineRank rank(transport, options, std::move(plan));
   yieldToCommunication();
   return rank.run();

@@ -14,6 +14,7 @@
 #include "gradsync/sync_options.h"
 #include "gradsync/transport.h"
 #include "pipeline/pipeline_options.h"
+#include "pipeline/wave_placement.h"
 #include "sim/model_profile.h"
 #include "sync/staleness_report.h"
 #include "sync/straggler.h"
@@ -80,7 +81,9 @@ struct TrainOptions {
   // trains, so that a run can be checked to use every sample once per epoch.
   std::string recordSamples;
   // --waves K: Wavelet's tick-tock waves per worker (torch/wavelet_trainer.h; 1: none), training
-  // one set of weights per worker as --wave-consistency says: "shared" or "accumulate".
+  // one set of weights per worker as --wave-consistency says: "shared" or "accumulate". With
+  // --pipeline S: model-parallel Wavelet, K pipeline replicas placed on S devices
+  // (torch/pipeline.h).
   int waves = 1;
   std::string waveConsistency = "accumulate";
 };
@@ -149,6 +152,7 @@ struct TrainResult {
   bool stopped = false;  // a stop was asked for (stopOnSignal): the run ended early, checkpointed
   std::vector<RoundRecord> rounds;  // elastic runs: every round the job went through, in order
   std::vector<WaveInterval> waveIntervals;  // --waves: every forward and backward, as they ran
+  std::vector<RankPlacement> placement;     // pinned pipelines: every rank's device and core
 };
 
 // `gradsync train`'s exit status after a graceful stop (EX_TEMPFAIL: "try again"), so that a

@@ -314,7 +314,6 @@ std::string unsupportedWithWaves(const TrainOptions& o) {
     return "--schedule " + o.schedule +
            ": the waves need gradient mode (fifo, wfbp, fusion:MB); update-mode schedules apply "
            "the update in the engine and auto tunes one training thread's step time";
-  if (o.pipeline.enabled()) return "--pipeline: the waves are data-parallel";
   if (!o.elastic.empty()) return "--elastic: the waves' workers are fixed";
   if (!o.dataUrl.empty()) return "--data-url: its prefetching sampler serves one training thread";
   if (emulatesCompute(o)) return "--compute " + o.compute + ": the waves compute for real";
@@ -334,11 +333,14 @@ std::string unsupportedWithWaves(const TrainOptions& o) {
 
 void validateWaveOptions(const TrainOptions& options) {
   parseWaveConsistency(options.waveConsistency);
-  if (options.waves < 1 || options.waves > 4) {
+  // With --pipeline the waves are pipeline replicas on the stages' devices: planPipeline checks
+  // them (torch/pipeline.h), up to one per stage.
+  const bool pipelined = options.pipeline.enabled();
+  if (options.waves < 1 || (options.waves > 4 && !pipelined)) {
     throw ConfigError(fmt::format("--waves must be 1 to 4, not {}", options.waves),
                       {.hint = "Wavelet runs 2 (tick and tock)"});
   }
-  if (options.waves == 1) return;
+  if (options.waves == 1 || pipelined) return;
   const std::string reason = unsupportedWithWaves(options);
   if (!reason.empty()) {
     throw ConfigError(fmt::format("--waves {} does not support {}", options.waves, reason),

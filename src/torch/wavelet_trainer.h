@@ -14,9 +14,11 @@
 namespace gradsync {
 
 // Throws ConfigError naming the reason for what --waves does not support (update-mode schedules,
-// other strategies than ring ssgd, parameter servers, --pipeline, --elastic, --data-url, emulated
-// compute, checkpoints, traces, --eval-every, a compressor applying momentum itself, --steps not
-// a multiple of the waves), before any work starts. No-op for --waves 1 beyond the names.
+// other strategies than ring ssgd, parameter servers, --elastic, --data-url, emulated compute,
+// checkpoints, traces, --eval-every, a compressor applying momentum itself, --steps not a
+// multiple of the waves), before any work starts. No-op for --waves 1 beyond the names. With
+// --pipeline only --waves ≥ 1 is checked here: the waves are the pipeline's replicas
+// (model-parallel Wavelet, torch/pipeline.h), which planPipeline checks.
 void validateWaveOptions(const TrainOptions& options);
 
 // Trains with options.waves waves on this worker; every rank of `workers` (the workers only)

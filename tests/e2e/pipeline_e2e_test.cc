@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/subprocess.h"
+#include "pipeline/device_pinning.h"
 #include "support/killed_rank.h"
 #include "support/read_file.h"
 #include "support/scratch_dir.h"
@@ -117,6 +118,92 @@ TEST(PipelineCli, KilledStageIsNamedByEveryOtherStage) {
                 "4", "--batch-size", "1", "--steps", "1000000", "--timeout", "30s"},
        .ready = "pipeline: ",  // rank 0 prints the plan once every rank connected
        .token = "pipeline"},
+      dir);
+  if (!HasFailure()) removeScratch(dir);
+}
+
+// Model-parallel Wavelet as processes: --pipeline 2 --waves 2 starts 4 stage ranks (2 rotated
+// replicas), each pinned to its device's core as its metrics record (the CPUs its thread was on
+// at the end), and trains exactly as 2 unpinned replicas (--workers 4) and as the same placement.
+TEST(PipelineCli, RotatedWavesArePinnedReplicas) {
+  const fs::path dir = scratch("waves");
+  const std::vector<std::string> common = {
+      "train",           "--model",   "cnn-gn",     "--dataset", "synthetic", "--steps",   "6",
+      "--batch-size",    "8",         "--pipeline", "2",         "--quiet",   "--threads", "1",
+      "--pipeline-mode", "fill-drain"};
+  auto run = [&](const std::string& name, std::vector<std::string> extra) {
+    std::vector<std::string> args = common;
+    args.insert(args.end(), extra.begin(), extra.end());
+    args.insert(args.end(), {"--metrics", (dir / name).string()});
+    CliRun r = gradsync(args, dir);
+    EXPECT_TRUE(r.status.ok()) << r.status.describe() << "\n" << r.err;
+    return r;
+  };
+  CliRun rotated = run("rotated.json", {"--waves", "2"});
+  EXPECT_NE(rotated.out.find("4 ranks"), std::string::npos) << rotated.out;
+  EXPECT_NE(rotated.out.find("2 waves, rotated placement"), std::string::npos) << rotated.out;
+  run("same.json", {"--waves", "2", "--wave-placement", "same"});
+  run("replicas.json", {"--workers", "4"});
+  for (const char* name : {"same.json", "replicas.json"}) {
+    EXPECT_EQ(trainLoss(dir / name), trainLoss(dir / "rotated.json")) << name;
+  }
+  const std::vector<int> cpus = threadCpus();  // the ranks inherit this process's CPUs
+  for (const char* name : {"rotated.json", "same.json"}) {
+    const nlohmann::json doc = nlohmann::json::parse(readFile(dir / name));
+    EXPECT_TRUE(doc["config"]["pipeline"]["pinned"].get<bool>());
+    const nlohmann::json& ranks = doc["summary"]["placement"];
+    ASSERT_EQ(ranks.size(), 4u) << name;
+    for (const nlohmann::json& r : ranks) {
+      const int wave = r["wave"], stage = r["stage"];
+      const int device = name == std::string("rotated.json") ? (stage + wave) % 2 : stage;
+      EXPECT_EQ(r["rank"].get<int>(), 2 * wave + stage);
+      EXPECT_EQ(r["device"].get<int>(), device) << name << " " << r;
+      const int core = cpus[static_cast<size_t>(device) % cpus.size()];
+      EXPECT_EQ(r["core"].get<int>(), core) << name << " " << r;
+      EXPECT_EQ(r["affinity"].get<std::vector<int>>(), std::vector<int>{core}) << name << " " << r;
+    }
+  }
+  const nlohmann::json replicas = nlohmann::json::parse(readFile(dir / "replicas.json"));
+  EXPECT_FALSE(replicas["config"]["pipeline"]["pinned"].get<bool>());
+  EXPECT_FALSE(replicas["summary"].contains("placement"));
+  if (!HasFailure()) removeScratch(dir);
+}
+
+// What model-parallel waves cannot run is refused before any rank starts (exit status 2).
+TEST(PipelineCli, WavesItCannotPlaceAreRefused) {
+  const fs::path dir = scratch("waves-refused");
+  const std::vector<std::pair<std::vector<std::string>, std::string>> refused = {
+      {{"--pipeline", "2", "--waves", "3"}, "--waves 3 on 2 stages: at most one wave per device"},
+      {{"--pipeline", "2", "--waves", "2", "--pipeline-emulate"},
+       "--waves 2 does not combine with --pipeline-emulate"},
+      {{"--pipeline", "2", "--waves", "2", "--wave-consistency", "shared"},
+       "--wave-consistency shared is data-parallel Wavelet's"},
+      {{"--pipeline", "2", "--waves", "2", "--workers", "2"},
+       "--pipeline 2 --waves 2 runs 4 ranks (stages x waves), not --workers 2"},
+      {{"--pipeline", "2", "--waves", "2", "--wave-placement", "spiral"},
+       "--wave-placement must be rotated or same"},
+      {{"--pipeline", "2", "--pin-devices", "--pipeline-emulate"},
+       "--pin-devices does not combine with --pipeline-emulate"},
+  };
+  for (const auto& [flags, reason] : refused) {
+    std::vector<std::string> args = {"train", "--model", "mlp", "--steps", "2"};
+    args.insert(args.end(), flags.begin(), flags.end());
+    CliRun r = gradsync(args, dir);
+    EXPECT_EQ(r.status.code, 2) << reason << "\n" << r.err;
+    EXPECT_NE(r.err.find(reason), std::string::npos) << r.err;
+  }
+  if (!HasFailure()) removeScratch(dir);
+}
+
+// A killed rank of the rotated waves (wave 1's stage 0, on the other core than wave 0's): every
+// other rank fails naming it.
+TEST(PipelineCli, KilledWaveRankIsNamedByEveryOtherRank) {
+  const fs::path dir = scratch("killed-wave");
+  testing::expectKilledRankNamedByTheOthers(
+      {.argv = {GRADSYNC_BIN, "train", "--model", "mlp", "--dataset", "synthetic", "--pipeline",
+                "2", "--waves", "2", "--batch-size", "4", "--steps", "1000000", "--timeout", "30s"},
+       .ready = "pipeline: ",
+       .token = "pipeline-waves"},
       dir);
   if (!HasFailure()) removeScratch(dir);
 }

@@ -6,7 +6,10 @@
 
 #include <mutex>
 
+#include <fmt/format.h>
+
 #include "gradsync/error.h"
+#include "pipeline/device_pinning.h"
 #include "train_on_threads.h"
 
 namespace gradsync {
@@ -130,6 +133,98 @@ TEST(Pipeline, ReplicasTrainLikeOnePipelineOfTheirJointBatch) {
   options.batchSize = 16;
   const TrainResult single = emulatePipeline(options);
   EXPECT_LT(maxRelativeDifference(replicated.parameters, single.parameters), 1e-5);
+}
+
+// Model-parallel Wavelet: K waves are K replicas whose stage ranks are pinned to devices, so the
+// placement changes where the stages compute, never what: rotated, same and unpinned replicas
+// give the same bits (S = 2 with K = 2; odd S = 3 with K = 2 and K = 3). Every rank's thread sat
+// on its device's core (read back at the end of training), and the runner's thread is unpinned.
+TEST(Pipeline, WavesComputeAsUnpinnedReplicasWhereverPlaced) {
+  const std::vector<int> cpus = threadCpus();
+  for (auto [stages, waves] : {std::pair{2, 2}, std::pair{3, 2}, std::pair{3, 3}}) {
+    SCOPED_TRACE(fmt::format("{} stages, {} waves", stages, waves));
+    TrainOptions options = pipelineOptions("mlp", stages, "fill-drain");
+    options.steps = 6;
+    const TrainResult unpinned = runPipeline(stages * waves, options);
+    EXPECT_TRUE(unpinned.placement.empty());
+    options.waves = waves;
+    for (const char* placement : {"rotated", "same"}) {
+      options.pipeline.wavePlacement = placement;
+      const TrainResult waved = runPipeline(stages * waves, options);
+      EXPECT_EQ(waved.parameters, unpinned.parameters) << placement;
+      EXPECT_EQ(waved.losses, unpinned.losses) << placement;
+      ASSERT_EQ(waved.placement.size(), static_cast<size_t>(stages * waves));
+      for (const RankPlacement& r : waved.placement) {
+        const int device =
+            placement == std::string("rotated") ? (r.stage + r.wave) % stages : r.stage;
+        EXPECT_EQ(r.wave * stages + r.stage, r.rank);
+        EXPECT_EQ(r.device, device) << placement << " rank " << r.rank;
+        EXPECT_EQ(r.core, cpus[static_cast<size_t>(device) % cpus.size()]);
+        EXPECT_EQ(r.affinity, std::vector<int>{r.core}) << placement << " rank " << r.rank;
+      }
+    }
+  }
+  EXPECT_EQ(threadCpus(), cpus);
+}
+
+// --pin-devices pins one pipeline (naive model parallelism's baseline) stage j on device j.
+TEST(Pipeline, PinDevicesPinsOnePipeline) {
+  const std::vector<int> cpus = threadCpus();
+  TrainOptions options = pipelineOptions("mlp", 3, "fill-drain");
+  options.steps = 4;
+  options.pipeline.pinDevices = true;
+  const TrainResult pinned = runPipeline(3, options);
+  ASSERT_EQ(pinned.placement.size(), 3u);
+  for (const RankPlacement& r : pinned.placement) {
+    EXPECT_EQ(r.device, r.stage);
+    EXPECT_EQ(r.affinity, std::vector<int>{cpus[static_cast<size_t>(r.stage) % cpus.size()]});
+  }
+  options.pipeline.pinDevices = false;
+  EXPECT_EQ(pinned.parameters, emulatePipeline(options).parameters);
+  EXPECT_NE(describePipeline(options, 3).find("1 replica;"), std::string::npos);
+}
+
+TEST(Pipeline, RefusesWavesItCannotPlace) {
+  TrainOptions options = pipelineOptions("mlp", 2, "fill-drain");
+  options.waves = 2;
+  EXPECT_NE(describePipeline(options, 4).find("2 waves rotated on 2 devices, pinned (rank:core)"),
+            std::string::npos)
+      << describePipeline(options, 4);
+  auto refusal = [&](int ranks) {
+    try {
+      describePipeline(options, ranks);
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  EXPECT_NE(
+      refusal(6).find("--pipeline 2 --waves 2 runs 4 ranks (stages x waves), not --workers 6"),
+      std::string::npos);
+  options.waves = 3;  // more waves than devices
+  EXPECT_NE(refusal(6).find("at most one wave per device"), std::string::npos) << refusal(6);
+  options.waves = 2;
+  options.waveConsistency = "shared";
+  EXPECT_NE(refusal(4).find("--wave-consistency shared is data-parallel Wavelet's"),
+            std::string::npos)
+      << refusal(4);
+  options.waveConsistency = "accumulate";  // what the pipeline's waves do: accepted
+  options.pipeline.wavePlacement = "diagonal";
+  EXPECT_NE(refusal(4).find("--wave-placement must be rotated or same"), std::string::npos);
+  options.pipeline.wavePlacement = "same";
+  options.pipeline.emulate = true;
+  EXPECT_NE(refusal(0).find("--waves 2 does not combine with --pipeline-emulate"),
+            std::string::npos)
+      << refusal(0);
+  options.waves = 1;
+  options.pipeline.pinDevices = true;
+  EXPECT_NE(refusal(0).find("--pin-devices does not combine with --pipeline-emulate"),
+            std::string::npos);
+  options.pipeline.emulate = false;
+  EXPECT_NE(refusal(8).find("more than one per device"), std::string::npos) << refusal(8);
+  options = pipelineOptions("mlp", 3, "fill-drain");
+  options.waves = 0;
+  EXPECT_THROW(validateTrainOptions(options), ConfigError);
 }
 
 // The compensations change the arithmetic (so the bitwise cases above compare something).

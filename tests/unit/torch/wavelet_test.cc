@@ -142,7 +142,8 @@ TEST(Wavelet, SharedTrainsAndKeepsTheTickTockGates) {
   for (const TrainResult& rank : ranks) expectTickTock(rank.waveIntervals, 2, 60);
 }
 
-// What --waves cannot run with is refused before any work starts, naming why.
+// What --waves cannot run with is refused before any work starts, naming why. (With --pipeline
+// the waves are model-parallel: pipeline_test.cc, RefusesWavesItCannotPlace.)
 TEST(Wavelet, UnsupportedCombinationsAreRefusedUpFront) {
   const std::vector<std::pair<std::function<void(TrainOptions&)>, std::string>> refused = {
       {[](TrainOptions& o) { o.schedule = "p3"; }, "--schedule p3"},
@@ -151,7 +152,6 @@ TEST(Wavelet, UnsupportedCombinationsAreRefusedUpFront) {
       {[](TrainOptions& o) { o.sync = "asgd"; }, "--sync asgd"},
       {[](TrainOptions& o) { o.sync = "localsgd:4"; }, "--sync localsgd:4"},
       {[](TrainOptions& o) { o.strategy.ps = true; }, "--ps"},
-      {[](TrainOptions& o) { o.pipeline.stages = 2; }, "--pipeline"},
       {[](TrainOptions& o) { o.elastic = "2:4"; }, "--elastic"},
       {[](TrainOptions& o) { o.dataUrl = "http://127.0.0.1:1/x"; }, "--data-url"},
       {[](TrainOptions& o) { o.checkpointDir = "/tmp/x"; }, "--checkpoint-dir"},
