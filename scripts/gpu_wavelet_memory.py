@@ -23,8 +23,10 @@ import sys
 import tempfile
 import threading
 import time
+import traceback
 from contextlib import contextmanager, nullcontext
 from datetime import datetime, timezone
+from itertools import pairwise
 from pathlib import Path
 
 import torch
@@ -63,10 +65,9 @@ class Device:
 
 
 class TickTockGates:
-    """WaveGates (torch/wave_gates.h) for Python threads: a forward and a backward gate, each
-    passed by the waves in turn, wave 0 first; on the device, a pass's stream waits for the end
-    of the gate's previous pass. Thread-safe; every wait ends within WAIT_TIMEOUT_S or at
-    abort(). `passes` records (wave, round, phase, start mark, end mark)."""
+    """WaveGates (torch/wave_gates.h) for threads: a forward and a backward gate, passed by the
+    waves in turn, wave 0 first, and on the device (a pass's stream waits for the previous pass's
+    end). Thread-safe; a wait ends within WAIT_TIMEOUT_S or at abort(). `passes`: every pass."""
 
     def __init__(self, waves: int, dev: Device):
         self.waves, self.dev = waves, dev
@@ -104,9 +105,8 @@ class TickTockGates:
 
 
 class WaveRunner:
-    """K tick-tock waves on one shared model with accumulate consistency (see the docstring).
-    batches[w] is wave w's (images, labels) on the model's device. run() blocks until its
-    rounds are enqueued (sync the device to wait for their end); one run() at a time."""
+    """K tick-tock waves on one model, accumulate consistency; batches[w]: wave w's (images,
+    labels). run() blocks until its rounds are enqueued (a device sync waits for their end)."""
 
     def __init__(self, model, optimizer, batches, dev: Device):
         self.model, self.optimizer, self.batches, self.dev = model, optimizer, batches, dev
@@ -114,8 +114,8 @@ class WaveRunner:
         self.waves = len(batches)
         self.streams = [torch.cuda.Stream(dev.device) if dev.cuda else None for _ in batches]
         self.gates = TickTockGates(self.waves, dev)
-        self.next_round = 0
-        self.updated, self.update_end = -1, None  # the last round whose update is enqueued
+        # the first round of the next run(); the last round whose update is enqueued
+        self.next_round, self.updated, self.update_end = 0, -1, None
         self.handed_in = {}  # round -> [(wave, gradients, ready mark)]
         self.updates = []  # (round, start mark, end mark)
 
@@ -192,8 +192,7 @@ class WaveRunner:
             self.gates.cond.notify_all()
 
     def timeline(self, base, since: int = 0) -> dict:
-        """Seconds since `base` of every gate pass and update of rounds >= since (after a
-        device sync)."""
+        """Seconds since `base` of the passes and updates of rounds >= since (after a sync)."""
         s = lambda m: base.elapsed_time(m) / 1e3 if self.dev.cuda else m - base  # noqa: E731
         return {"passes": [{"wave": w, "round": r, "phase": p, "start": s(a), "end": s(b)}
                            for w, r, p, a, b in self.gates.passes if r >= since],
@@ -211,11 +210,9 @@ def schedule_summary(timeline: dict) -> dict:
         if wave == 1 and phase == "forward" and q:
             tock += p["end"] - p["start"]
             beside += max(0.0, min(p["end"], q["end"]) - max(p["start"], q["start"]))
-    same_gate = []
-    for phase in ("forward", "backward"):
-        gate = sorted((p for p in timeline["passes"] if p["phase"] == phase),
-                      key=lambda p: p["start"])
-        same_gate += [a["end"] - b["start"] for a, b in zip(gate, gate[1:])]
+    by_start = sorted(timeline["passes"], key=lambda p: p["start"])
+    same_gate = [a["end"] - b["start"] for phase in ("forward", "backward")
+                 for a, b in pairwise(p for p in by_start if p["phase"] == phase)]
     return {"tock_forward_beside_tick_backward": beside / tock if tock else 0.0,
             "max_same_gate_overlap_s": max(same_gate, default=0.0)}
 
@@ -288,8 +285,7 @@ def measure_model(name: str, args, dev: Device) -> dict:
     return {"model": name, "parameter_bytes": 4 * params, "configs": rows}
 
 
-def ratio(a, b=GB) -> str:
-    """a / b to 3 decimals (by default: bytes as GB), or n/a where either is unknown."""
+def ratio(a, b=GB) -> str:  # by default bytes as GB; n/a where either is unknown
     return "n/a" if a is None or b is None else f"{a / b:.3f}"
 
 
@@ -330,19 +326,19 @@ def write_predicted(args):
         models[name] = {"command": "gradsync " + " ".join(flags), "device": doc["device"],
                         "one_wave": doc["one_wave"], "waves": doc["waves"],
                         "ratio": doc["waves"]["peak_bytes"] / doc["one_wave"]["peak_bytes"]}
-    Path(args.write_predicted).write_text(json.dumps(
-        {"batch_per_wave": args.batch, "note": "predicted by gradsync simulate (built-in "
-         "profiles), not measured", "models": models}, indent=1) + "\n")
+    out = {"batch_per_wave": args.batch, "note": "gradsync simulate's prediction", "models": models}
+    Path(args.write_predicted).write_text(json.dumps(out, indent=1) + "\n")
     print(f"wrote {args.write_predicted}")
 
 
 def parse_args(argv):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--models", default="resnet50,vgg19", help="comma-separated")
+    parser.add_argument("--models", default="resnet50,vgg19", type=lambda text: text.split(","),
+                        help="comma-separated")
     parser.add_argument("--batch", type=int, default=32, help="B, per wave")
     parser.add_argument("--steps", type=int, default=20, help="timed steps (rounds)")
     parser.add_argument("--warmup", type=int, default=5, help="untimed steps (rounds) first")
-    parser.add_argument("--repeats", type=int, default=3, help="of the three configurations")
+    parser.add_argument("--repeats", type=int, default=3, help="of the 3 configurations, in turn")
     parser.add_argument("--device", default="cuda", help="cuda, cuda:N or cpu")
     parser.add_argument("--image-size", type=int, default=224)
     parser.add_argument("--out", default=".", help="directory for wavelet-memory-<model>.json")
@@ -350,7 +346,6 @@ def parse_args(argv):
     parser.add_argument("--write-predicted", help="write the simulator's figures here, then exit")
     parser.add_argument("--gradsync", default="build/apps/gradsync/gradsync")
     args = parser.parse_args(argv)
-    args.models = args.models.split(",")
     if any(model not in BUILTIN_BATCH for model in args.models):
         parser.error(f"unknown model in {args.models} (valid: {', '.join(BUILTIN_BATCH)})")
     if args.batch < 1 or args.steps < 1 or args.warmup < 0 or args.repeats < 1:
@@ -383,15 +378,21 @@ def main(argv=None) -> int:
               f"median samples/s)")
     print(source)
     Path(args.out).mkdir(parents=True, exist_ok=True)
+    failed = []
     for name in args.models:
-        result = measure_model(name, args, dev)
+        try:
+            result = measure_model(name, args, dev)
+        except Exception:  # the next model still runs: a device run may be the only one
+            traceback.print_exc()
+            failed.append(name)
+            continue
         guess = predicted["models"].get(name) if predicted else None
         result.update(source=source, predicted=guess)
         print(table(result, guess, args.batch), flush=True)
         path = Path(args.out) / f"wavelet-memory-{name}.json"
         path.write_text(json.dumps(result, indent=1) + "\n")
         print(f"wrote {path}")
-    return 0
+    return f"gpu_wavelet_memory: {', '.join(failed)} failed (above)" if failed else 0
 
 
 if __name__ == "__main__":
