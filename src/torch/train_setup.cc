@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstring>
 #include <sstream>
+#include <utility>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -126,6 +127,28 @@ void validateDataUrl(const TrainOptions& options) {
   if (!(options.cacheMemoryMiB >= 0)) throw ConfigError("--cache-memory must be >= 0 MiB");
 }
 
+// Flags that only --pipeline reads are refused without it, rather than silently ignored.
+void validatePipelineOnlyFlags(const TrainOptions& options) {
+  const PipelineOptions& p = options.pipeline;
+  if (p.lwpBackward && (!p.enabled() || p.compensate.find("lwp") == std::string::npos)) {
+    throw ConfigError("--lwp-backward needs --pipeline with --compensate lwp or sc+lwp",
+                      {.hint = "under asgd and ssp:S, lwp already runs the forward and the "
+                               "backward on the predicted weights"});
+  }
+  if (p.enabled()) return;
+  const std::pair<bool, const char*> pipelineOnly[] = {
+      {p.weightStash, "--weight-stash"},
+      {p.microBatches != 1, "--micro-batches"},
+      {!p.stageLayers.empty(), "--stage-layers"},
+      {!p.stageProfile.empty(), "--stage-profile"},
+      {p.emulate, "--pipeline-emulate"},
+      {p.referenceBatch > 0, "--reference-batch"},
+      {p.mode != PipelineOptions{}.mode, "--pipeline-mode"}};
+  for (const auto& [given, flag] : pipelineOnly) {
+    if (given) throw ConfigError(fmt::format("{} applies to --pipeline S only", flag));
+  }
+}
+
 }  // namespace
 
 TrainOptions withResolvedWarmup(TrainOptions options, size_t stepsPerEpoch) {
@@ -148,6 +171,7 @@ void validateTrainOptions(const TrainOptions& options) {
                       {.hint = "choose fashion-mnist or synthetic"});
   }
   validateDataUrl(options);
+  validatePipelineOnlyFlags(options);
   if (options.batchSize == 0) throw ConfigError("--batch-size must be at least 1");
   if (options.epochs < 1 && options.steps <= 0) throw ConfigError("--epochs must be at least 1");
   if (options.threads < 1) throw ConfigError("--threads must be at least 1");

@@ -383,7 +383,9 @@ TEST_F(CliTrain, SspReportsStalenessPerRank) {
     EXPECT_EQ(s["rank"], rank);
     EXPECT_EQ(s["pushes"].get<uint64_t>(), pushes);
     EXPECT_GE(s["max"].get<double>(), s["mean"].get<double>());
-    if (rank < 2) EXPECT_LT(s["mean"].get<double>(), slow["mean"].get<double>()) << rank;
+    if (rank < 2) {
+      EXPECT_LT(s["mean"].get<double>(), slow["mean"].get<double>()) << rank;
+    }
   }
 }
 
@@ -558,6 +560,12 @@ TEST_F(CliTrain, BadFlagsGiveAOneLineErrorWithTheChoices) {
             "already predicts the global model"},
            {{"train", "--sync", "localsgd:4", "--compensate", "lwp"}, "under asgd and ssp:S"},
            {{"train", "--sync", "asgd", "--compensate", "spike"}, "none, sc, lwp"},
+           {{"train", "--sync", "asgd", "--compensate", "lwp", "--lwp-backward"},
+            "--lwp-backward needs --pipeline"},
+           {{"train", "--pipeline", "2", "--compensate", "sc", "--lwp-backward"},
+            "--lwp-backward needs --pipeline with --compensate lwp"},
+           {{"train", "--weight-stash"}, "--weight-stash applies to --pipeline S only"},
+           {{"train", "--micro-batches", "4"}, "--micro-batches applies to --pipeline S only"},
            {{"train", "--sync", "ssdsgd:0"}, "not an integer >= 1"},
            {{"train", "--sync", "localsgd:4", "--servers", "2"}, "without servers"},
            {{"train", "--sync", "cdsgd:4", "--compress", "topk:0.01"}, "cdsgd pushes its own"},

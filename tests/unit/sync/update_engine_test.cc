@@ -334,12 +334,16 @@ TEST(UpdateEngine, ConcurrentShardedGivesTheBitsOfOneAtATime) {
           engine.endBackward();
         }
         engine.drain();
-        if (concurrent == 1) EXPECT_EQ(t.overlaps(), 0) << "rank " << t.rank();
+        if (concurrent == 1) {
+          EXPECT_EQ(t.overlaps(), 0) << "rank " << t.rank();
+        }
         std::lock_guard<std::mutex> lock(mutex);
         overlaps += t.overlaps();
         if (t.rank() == 1) results[concurrent] = model.parameters;
       });
-      if (concurrent > 1) EXPECT_GT(overlaps, 0) << kindName(kind);
+      if (concurrent > 1) {
+        EXPECT_GT(overlaps, 0) << kindName(kind);
+      }
     }
     for (size_t tensor = 0; tensor < kTensors.size(); ++tensor) {
       EXPECT_EQ(results[1][tensor], results[3][tensor])
