@@ -143,7 +143,9 @@ void validatePipelineOnlyFlags(const TrainOptions& options) {
       {!p.stageProfile.empty(), "--stage-profile"},
       {p.emulate, "--pipeline-emulate"},
       {p.referenceBatch > 0, "--reference-batch"},
-      {p.mode != PipelineOptions{}.mode, "--pipeline-mode"}};
+      {p.mode != PipelineOptions{}.mode, "--pipeline-mode"},
+      {p.pinDevices, "--pin-devices"},
+      {p.wavePlacement != PipelineOptions{}.wavePlacement, "--wave-placement"}};
   for (const auto& [given, flag] : pipelineOnly) {
     if (given) throw ConfigError(fmt::format("{} applies to --pipeline S only", flag));
   }
