@@ -265,7 +265,9 @@ void addTrainCommand(CLI::App& app, CommandContext& context) {
   addPipelineFlags(train, o.pipeline);
   train->callback([flags, train, &context] {
     keepFreedMemoryInHeap();  // this process and the ranks it launches (they run this callback)
-    if (flags->options.waves > 1) shareOneHeapAcrossThreads();  // the waves' peaks interleave
+    // Data-parallel waves are threads whose peaks interleave; a pipeline's waves are processes
+    // (and must allocate as the naive pipeline they are compared with does).
+    if (flags->options.waves > 1 && !flags->options.pipeline.enabled()) shareOneHeapAcrossThreads();
     if (flags->options.resume && flags->options.checkpointDir.empty()) {
       throw ConfigError("--resume needs --checkpoint-dir");
     }
