@@ -26,9 +26,11 @@ void printSummary(const TrainOptions& options, int ranks, const TrainResult& res
     std::string cores;
     for (const RankPlacement& r : result.placement)
       cores += fmt::format(" {}:{}", r.rank, fmt::join(r.affinity, ","));
-    std::printf("gradsync train: %d wave%s, %s placement; rank:cpus at the end%s\n",
-                ranks / options.pipeline.stages, ranks == options.pipeline.stages ? "" : "s",
-                options.pipeline.wavePlacement.c_str(), cores.c_str());
+    const int waves = ranks / options.pipeline.stages;
+    const std::string placement =
+        waves == 1 ? std::string("1 wave, stage j on device j")
+                   : fmt::format("{} waves, {} placement", waves, options.pipeline.wavePlacement);
+    std::printf("gradsync train: %s; rank:cpus at the end%s\n", placement.c_str(), cores.c_str());
   }
   std::fflush(stdout);
 }
