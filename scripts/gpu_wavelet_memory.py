@@ -4,9 +4,11 @@ of B) on one CUDA device (issue 23, item 5), for torchvision's resnet50 and vgg1
 1000 classes, B = 32 as the built-in profiles; synthetic input; SGD with momentum), next to
 `gradsync simulate --waves 2`'s prediction. docs/simulator.md, "Checking the memory model on a
 GPU", says what runs; in short: the two waves are the trainer's `--waves 2 --wave-consistency
-accumulate` on ONE model (threads, a CUDA stream each, the gates of torch/wave_gates.h kept on
-the device by events, per-wave torch.autograd.grad, one SGD step per round from the mean);
-peaks are torch.cuda.max_memory_allocated/reserved over --steps after --warmup.
+accumulate` on ONE model (scripts/gpu_waves.py: a CUDA stream each, the gates of
+torch/wave_gates.h kept on the device by events, per-wave torch.autograd.grad, one SGD step per
+round from the mean), launched by one host thread (--launch events) and/or a thread per wave
+(--launch threads); peaks are torch.cuda.max_memory_allocated/reserved over --steps after
+--warmup, each configuration from the weights alone (release() checks it).
 
   scripts/gpu_wavelet_memory.py --out DIR --predicted benchmarks/wavelet/simulator-predicted.json
   scripts/gpu_wavelet_memory.py --write-predicted FILE --gradsync build/apps/gradsync/gradsync
@@ -21,215 +23,50 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import traceback
-from contextlib import contextmanager, nullcontext
 from datetime import datetime, timezone
-from itertools import pairwise
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 import torchvision
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gpu_profile import BUILTIN_BATCH, build_model, set_tf32  # noqa: E402
+from gpu_waves import LAUNCHES, Device, WaveRunner, one_wave, schedule_summary  # noqa: E402
 
 GB = 1e9
-WAIT_TIMEOUT_S = 300.0  # no gate or update wait is unbounded
-CONFIGS = ("one wave at B", "one wave at 2B", "2 waves at B")
+LEFT_OVER_TOLERANCE_BYTES = 4 << 20  # after release(): the weights plus this, else a warning
 
 
-class Device:
-    """A CUDA device's event marks, or on a CPU (all in order on the host) the host clock."""
-
-    def __init__(self, device: torch.device):
-        self.device, self.cuda = device, device.type == "cuda"
-
-    def mark(self, stream=None):
-        """A CUDA event recorded on `stream` (the current one if None), or the host clock."""
-        if not self.cuda:
-            return time.perf_counter()
-        event = torch.cuda.Event(enable_timing=True)
-        event.record(stream)
-        return event
-
-    def wait(self, stream, mark):
-        if self.cuda and mark is not None:
-            stream.wait_event(mark)
-
-    def sync(self):
-        if self.cuda:
-            torch.cuda.synchronize(self.device)
+def configs(launches) -> list:
+    return ["one wave at B", "one wave at 2B", *(f"2 waves at B, {how}" for how in launches)]
 
 
-class TickTockGates:
-    """WaveGates (torch/wave_gates.h) for threads: a forward and a backward gate, passed by the
-    waves in turn, wave 0 first, and on the device (a pass's stream waits for the previous pass's
-    end). Thread-safe; a wait ends within WAIT_TIMEOUT_S or at abort(). `passes`: every pass."""
-
-    def __init__(self, waves: int, dev: Device):
-        self.waves, self.dev = waves, dev
-        self.cond = threading.Condition()
-        self.turn = {"forward": 0, "backward": 0}
-        self.last_end = {"forward": None, "backward": None}
-        self.error, self.passes = None, []
-
-    def wait(self, ready, what: str):
-        """Waits (holding self.cond) until ready() or an abort."""
-        if not self.cond.wait_for(lambda: self.error is not None or ready(), WAIT_TIMEOUT_S):
-            raise TimeoutError(f"gpu_wavelet_memory: {what} waited {WAIT_TIMEOUT_S:.0f} s")
-        if self.error is not None:
-            raise RuntimeError(f"gpu_wavelet_memory: {what}: another wave failed") from self.error
-
-    def abort(self, error: BaseException):
-        with self.cond:
-            self.error = error
-            self.cond.notify_all()
-
-    @contextmanager
-    def passing(self, phase: str, wave: int, rnd: int, stream):
-        with self.cond:
-            self.wait(lambda: self.turn[phase] == wave, f"wave {wave}'s {phase} gate")
-            previous = self.last_end[phase]
-        self.dev.wait(stream, previous)
-        start = self.dev.mark(stream)
-        yield
-        end = self.dev.mark(stream)
-        with self.cond:
-            self.last_end[phase] = end
-            self.turn[phase] = (wave + 1) % self.waves
-            self.passes.append((wave, rnd, phase, start, end))
-            self.cond.notify_all()
-
-
-class WaveRunner:
-    """K tick-tock waves on one model, accumulate consistency; batches[w]: wave w's (images,
-    labels). run() blocks until its rounds are enqueued (a device sync waits for their end)."""
-
-    def __init__(self, model, optimizer, batches, dev: Device):
-        self.model, self.optimizer, self.batches, self.dev = model, optimizer, batches, dev
-        self.params = [p for p in model.parameters() if p.requires_grad]
-        self.waves = len(batches)
-        self.streams = [torch.cuda.Stream(dev.device) if dev.cuda else None for _ in batches]
-        self.gates = TickTockGates(self.waves, dev)
-        # the first round of the next run(); the last round whose update is enqueued
-        self.next_round, self.updated, self.update_end = 0, -1, None
-        self.handed_in = {}  # round -> [(wave, gradients, ready mark)]
-        self.updates = []  # (round, start mark, end mark)
-
-    def run(self, rounds: int):
-        first, self.next_round = self.next_round, self.next_round + rounds
-        errors = []
-
-        def wave_thread(wave):
-            try:
-                self._wave_loop(wave, range(first, first + rounds))
-            except BaseException as error:  # re-raised below
-                errors.append(error)
-                self.gates.abort(error)
-
-        caller = torch.cuda.current_stream(self.dev.device) if self.dev.cuda else None
-        for stream in self.streams if caller else []:  # after the caller's weights and data
-            stream.wait_stream(caller)
-        threads = [threading.Thread(target=wave_thread, args=(w,)) for w in range(self.waves)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        if errors:
-            raise errors[0]
-        for stream in self.streams if caller else []:  # the caller's later work after the waves
-            caller.wait_stream(stream)
-
-    def _wave_loop(self, wave: int, rounds):
-        stream, (images, labels) = self.streams[wave], self.batches[wave]
-        with torch.cuda.stream(stream) if stream is not None else nullcontext():
-            for rnd in rounds:
-                with self.gates.cond:
-                    self.gates.wait(lambda: self.updated >= rnd - 1, f"wave {wave}'s round {rnd}")
-                    update_end = self.update_end
-                self.dev.wait(stream, update_end)
-                with self.gates.passing("forward", wave, rnd, stream):
-                    loss = F.cross_entropy(self.model(images), labels)
-                with self.gates.passing("backward", wave, rnd, stream):
-                    grads = torch.autograd.grad(loss, self.params)
-                del loss
-                self._hand_in(rnd, wave, list(grads), stream)
-                del grads  # not held into the next round's forward
-
-    def _hand_in(self, rnd: int, wave: int, grads, stream):
-        ready = self.dev.mark(stream)
-        with self.gates.cond:
-            entries = self.handed_in.setdefault(rnd, [])
-            entries.append((wave, grads, ready))
-            if len(entries) < self.waves:
-                return
-            del self.handed_in[rnd]
-        self._update(rnd, sorted(entries, key=lambda entry: entry[0]), stream)
-
-    def _update(self, rnd: int, entries, stream):
-        """One SGD step from the mean of the waves' gradients, on this wave's stream."""
-        for _, grads, ready in entries:
-            self.dev.wait(stream, ready)
-            for grad in grads if stream is not None else []:  # used (wave 0's written) here
-                grad.record_stream(stream)
-        start = self.dev.mark(stream)
-        mean = entries[0][1]  # summed into wave 0's gradients, in wave order
-        for _, grads, _ in entries[1:]:
-            for total, grad in zip(mean, grads):
-                total.add_(grad)
-        for param, total in zip(self.params, mean):
-            param.grad = total.mul_(1.0 / self.waves)
-        self.optimizer.step()
-        for param in self.params:
-            param.grad = None
-        end = self.dev.mark(stream)
-        with self.gates.cond:
-            self.updated, self.update_end = rnd, end
-            self.updates.append((rnd, start, end))
-            self.gates.cond.notify_all()
-
-    def timeline(self, base, since: int = 0) -> dict:
-        """Seconds since `base` of the passes and updates of rounds >= since (after a sync)."""
-        s = lambda m: base.elapsed_time(m) / 1e3 if self.dev.cuda else m - base  # noqa: E731
-        return {"passes": [{"wave": w, "round": r, "phase": p, "start": s(a), "end": s(b)}
-                           for w, r, p, a, b in self.gates.passes if r >= since],
-                "updates": [{"round": r, "start": s(a), "end": s(b)}
-                            for r, a, b in self.updates if r >= since]}
-
-
-def schedule_summary(timeline: dict) -> dict:
-    """The share of tock's forward time beside tick's backward of the same round, and the
-    largest overlap of two passes of one gate (<= 0 when the gates hold)."""
-    at = {(p["wave"], p["round"], p["phase"]): p for p in timeline["passes"]}
-    beside = tock = 0.0
-    for (wave, rnd, phase), p in at.items():
-        q = at.get((0, rnd, "backward"))
-        if wave == 1 and phase == "forward" and q:
-            tock += p["end"] - p["start"]
-            beside += max(0.0, min(p["end"], q["end"]) - max(p["start"], q["start"]))
-    by_start = sorted(timeline["passes"], key=lambda p: p["start"])
-    same_gate = [a["end"] - b["start"] for phase in ("forward", "backward")
-                 for a, b in pairwise(p for p in by_start if p["phase"] == phase)]
-    return {"tock_forward_beside_tick_backward": beside / tock if tock else 0.0,
-            "max_same_gate_overlap_s": max(same_gate, default=0.0)}
-
-
-def one_wave(model, optimizer, batch, steps: int):
-    for _ in range(steps):
-        optimizer.zero_grad(set_to_none=True)
-        F.cross_entropy(model(batch[0]), batch[1]).backward()
-        optimizer.step()
-
-
-def release(dev: Device):
-    """Frees what the last configuration cached, so that the next starts from the weights."""
+def release(dev: Device, model=None):
+    """Frees what the last configuration left cached, so that the next starts from the weights,
+    and returns the bytes still allocated beyond `model`'s (None on a CPU). cuBLAS keeps a
+    workspace (32 MiB on Hopper) per (handle, stream) it has run on, allocated from the caching
+    allocator and never freed: on an H100 (torch 2.11) each 2-wave configuration's new streams
+    and threads left 196 MiB, which every later peak carried (the +0.206 GB per repeat); after
+    torch._C._cuda_clearCublasWorkspaces() nothing beyond the weights was left. So each
+    configuration's peak is its own, its workspaces included."""
     dev.sync()
     gc.collect()
-    if dev.cuda:
-        torch.cuda.empty_cache()
+    if not dev.cuda:
+        return None
+    clear_cublas = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
+    if clear_cublas:
+        clear_cublas()
+    torch.cuda.empty_cache()
+    # the caching allocator rounds every block up to 512 bytes
+    weights = 0 if model is None else sum(-(-t.numel() * t.element_size() // 512) * 512
+                                          for t in model.state_dict().values() if t.is_cuda)
+    left_over = torch.cuda.memory_allocated(dev.device) - weights
+    if left_over > LEFT_OVER_TOLERANCE_BYTES:
+        print(f"warning: {left_over / 2**20:.1f} MiB still allocated after release(), beyond "
+              f"the weights' {weights / GB:.3f} GB: the next peaks include it", flush=True)
+    return left_over
 
 
 def measure(config: str, model, initial: dict, args, dev: Device) -> dict:
@@ -237,13 +74,14 @@ def measure(config: str, model, initial: dict, args, dev: Device) -> dict:
     model.load_state_dict(initial)
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
     generator = torch.Generator().manual_seed(1)
-    waves = 2 if config == "2 waves at B" else 1
+    waves = 2 if config.startswith("2 waves") else 1
     per_wave = 2 * args.batch if config == "one wave at 2B" else args.batch
     shape = (per_wave, 3, args.image_size, args.image_size)
     batches = [(torch.randn(shape, generator=generator).to(dev.device),
                 torch.randint(0, 1000, (per_wave,), generator=generator).to(dev.device))
                for _ in range(waves)]
-    runner = WaveRunner(model, optimizer, batches, dev) if waves > 1 else None
+    launch = config.rpartition(", ")[2] if waves > 1 else None
+    runner = WaveRunner(model, optimizer, batches, dev, launch) if waves > 1 else None
     step = runner.run if runner else lambda n: one_wave(model, optimizer, batches[0], n)
     step(args.warmup)
     dev.sync()
@@ -255,8 +93,9 @@ def measure(config: str, model, initial: dict, args, dev: Device) -> dict:
     seconds = time.perf_counter() - start
     allocated, reserved = (None, None) if not dev.cuda else (
         torch.cuda.max_memory_allocated(dev.device), torch.cuda.max_memory_reserved(dev.device))
-    result = {"config": config, "waves": waves, "batch_per_wave": per_wave, "steps": args.steps,
-              "seconds": seconds, "samples_per_s": args.steps * waves * per_wave / seconds,
+    result = {"config": config, "waves": waves, "batch_per_wave": per_wave, "launch": launch,
+              "steps": args.steps, "seconds": seconds,
+              "samples_per_s": args.steps * waves * per_wave / seconds,
               "peak_allocated_bytes": allocated, "peak_reserved_bytes": reserved}
     if runner:
         result["schedule"] = schedule_summary(runner.timeline(base, since=args.warmup))
@@ -268,11 +107,12 @@ def measure_model(name: str, args, dev: Device) -> dict:
     torch.manual_seed(0)
     model = build_model(name).to(dev.device).train()
     initial = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
-    runs = {config: [] for config in CONFIGS}
+    runs = {config: [] for config in configs(args.launch)}
     for _ in range(args.repeats):  # interleaved, so that drift hits every configuration alike
-        for config in CONFIGS:
-            runs[config].append(measure(config, model, initial, args, dev))
-            release(dev)
+        for config in runs:
+            result = measure(config, model, initial, args, dev)
+            result["left_over_bytes_after_release"] = release(dev, model)
+            runs[config].append(result)
     params = sum(p.numel() for p in model.parameters())
     del model, initial
     release(dev)
@@ -292,26 +132,43 @@ def ratio(a, b=GB) -> str:  # by default bytes as GB; n/a where either is unknow
 def table(result: dict, predicted: dict | None, batch: int) -> str:
     rows, model = result["configs"], result["model"]
     base = rows["one wave at B"]["samples_per_s"]
-    simulated = {"one wave at 2B": predicted and predicted["one_wave"]["peak_bytes"],
-                 "2 waves at B": predicted and predicted["waves"]["peak_bytes"]}
+    simulated = lambda config: predicted and (  # noqa: E731
+        predicted["one_wave"] if config == "one wave at 2B" else
+        predicted["waves"] if config.startswith("2 waves") else {}).get("peak_bytes")
     lines = [f"\n{model} (parameters {ratio(result['parameter_bytes'])} GB in fp32)\n",
              "| config | peak allocated GB | peak reserved GB | simulator's peak GB (predicted) "
              "| samples/s | x one wave at B |", "|---|---|---|---|---|---|"]
     for config, row in rows.items():
         label = config.replace("2B", str(2 * batch)).replace("B", str(batch))
         lines.append(f"| {label} | {ratio(row['peak_allocated_bytes'])} | "
-                     f"{ratio(row['peak_reserved_bytes'])} | {ratio(simulated.get(config))} | "
+                     f"{ratio(row['peak_reserved_bytes'])} | {ratio(simulated(config))} | "
                      f"{row['samples_per_s']:.1f} | {row['samples_per_s'] / base:.2f}x |")
-    waves, one = rows["2 waves at B"], rows["one wave at 2B"]
-    lines.append(f"\npeak(2 waves of {batch}) / peak(one wave of {2 * batch}): allocated "
-                 f"{ratio(waves['peak_allocated_bytes'], one['peak_allocated_bytes'])}, reserved "
-                 f"{ratio(waves['peak_reserved_bytes'], one['peak_reserved_bytes'])}; simulator "
-                 f"{ratio(predicted and predicted['ratio'], 1)} (predicted)")
-    schedule = waves["schedule"]
-    lines.append(f"schedule: {100 * schedule['tock_forward_beside_tick_backward']:.1f}% of tock's "
-                 f"forward beside tick's backward; two passes of one gate overlapped by "
-                 f"{max(0.0, schedule['max_same_gate_overlap_s']) * 1e3:.3f} ms at most")
+    one = rows["one wave at 2B"]
+    for waves in (row for row in rows.values() if row["waves"] > 1):
+        lines.append(f"\n{waves['launch']}: peak(2 waves of {batch}) / peak(one wave of "
+                     f"{2 * batch}): allocated "
+                     f"{ratio(waves['peak_allocated_bytes'], one['peak_allocated_bytes'])}, "
+                     f"reserved {ratio(waves['peak_reserved_bytes'], one['peak_reserved_bytes'])}"
+                     f"; simulator {ratio(predicted and predicted['ratio'], 1)} (predicted)")
+        schedule = waves["schedule"]
+        lines.append(f"{waves['launch']}: {100 * schedule['tock_forward_beside_tick_backward']:.1f}"
+                     f"% of tock's forward beside tick's backward; two passes of one gate "
+                     f"overlapped by {max(0.0, schedule['max_same_gate_overlap_s']) * 1e3:.3f} ms "
+                     f"at most")
     return "\n".join(lines)
+
+
+def quiet_accumulate_grad_stream_mismatch():
+    """Both waves' graphs are alive at once (tock's forward beside tick's backward), so they
+    share each parameter's AccumulateGrad node, created on tick's stream; torch >= 2.9 warns
+    when tock's backward feeds it from tock's stream. Harmless here: autograd.grad(inputs=)
+    never runs the node; the engine at most makes tick's stream wait for tock's gradient and
+    record_streams it there, and tick's stream then holds nothing that the gates do not
+    already order after tock's backward (its next work is the next round's forward, after the
+    update, after both backwards). It is inherent to two waves on one set of weights."""
+    graph = torch.autograd.graph
+    if hasattr(graph, "set_warn_on_accumulate_grad_stream_mismatch"):
+        graph.set_warn_on_accumulate_grad_stream_mismatch(False)
 
 
 def write_predicted(args):
@@ -340,6 +197,11 @@ def parse_args(argv):
     parser.add_argument("--warmup", type=int, default=5, help="untimed steps (rounds) first")
     parser.add_argument("--repeats", type=int, default=3, help="of the 3 configurations, in turn")
     parser.add_argument("--device", default="cuda", help="cuda, cuda:N or cpu")
+    parser.add_argument("--launch", default="events", type=lambda text: text.split(","),
+                        help="how the 2 waves are launched, comma-separated (a row each): "
+                        "events (one host thread, CUDA-event gates), threads (a thread a wave)")
+    parser.add_argument("--cudnn-benchmark", default="on", choices=("on", "off"),
+                        help="torch.backends.cudnn.benchmark (its workspaces count in the peaks)")
     parser.add_argument("--image-size", type=int, default=224)
     parser.add_argument("--out", default=".", help="directory for wavelet-memory-<model>.json")
     parser.add_argument("--predicted", help="the simulator's figures (--write-predicted)")
@@ -348,6 +210,8 @@ def parse_args(argv):
     args = parser.parse_args(argv)
     if any(model not in BUILTIN_BATCH for model in args.models):
         parser.error(f"unknown model in {args.models} (valid: {', '.join(BUILTIN_BATCH)})")
+    if not args.launch or any(how not in LAUNCHES for how in args.launch):
+        parser.error(f"bad --launch {args.launch} (valid: {', '.join(LAUNCHES)})")
     if args.batch < 1 or args.steps < 1 or args.warmup < 0 or args.repeats < 1:
         parser.error("--batch, --steps and --repeats must be >= 1, --warmup >= 0")
     return args
@@ -368,13 +232,15 @@ def main(argv=None) -> int:
         predicted = None
     if dev.cuda:
         set_tf32(False)
-    torch.backends.cudnn.benchmark = True
+        quiet_accumulate_grad_stream_mismatch()
+    torch.backends.cudnn.benchmark = args.cudnn_benchmark == "on"
     gpu = torch.cuda.get_device_name(dev.device) if dev.cuda else "none (CPU)"
     source = (f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC: `python3 "
               f"scripts/gpu_wavelet_memory.py {' '.join(argv)}`; torch {torch.__version__} "
               f"(CUDA {torch.version.cuda}), torchvision {torchvision.__version__}, GPU {gpu}; "
-              f"fp32 (TF32 off), image {args.image_size}, {args.warmup} warm-up + {args.steps} "
-              f"timed steps per configuration, {args.repeats} interleaved repeats (max peak, "
+              f"fp32 (TF32 off), cuDNN benchmark {args.cudnn_benchmark}, 2 waves launched by "
+              f"{' and '.join(args.launch)}, image {args.image_size}, {args.warmup} warm-up + "
+              f"{args.steps} timed steps per configuration, {args.repeats} interleaved repeats (max peak, "
               f"median samples/s)")
     print(source)
     Path(args.out).mkdir(parents=True, exist_ok=True)
