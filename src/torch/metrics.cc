@@ -2,6 +2,7 @@
 
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 
@@ -30,13 +31,16 @@ nlohmann::json warmupJson(int64_t warmupSteps) {
 
 void writeMetrics(const std::string& path, const TrainOptions& options, int workers,
                   const TrainResult& result) {
+  // A pipeline's ranks are its stages times its replicas; each replica takes --batch-size.
+  const size_t batchTakers =
+      options.pipeline.enabled() ? std::max(1, workers / options.pipeline.stages) : workers;
   nlohmann::json config = {{"model", options.model},
                            {"compute", options.compute},
                            {"compute_scale", options.computeScale},
                            {"dataset", options.dataset},
                            {"workers", workers},
                            {"batch_size", options.batchSize},
-                           {"global_batch", options.batchSize * static_cast<size_t>(workers)},
+                           {"global_batch", options.batchSize * batchTakers},
                            {"epochs", options.epochs},
                            {"steps", options.steps},
                            {"lr", options.lr},

@@ -165,6 +165,7 @@ TEST(PipelineCli, RotatedWavesArePinnedReplicas) {
   }
   const nlohmann::json replicas = nlohmann::json::parse(readFile(dir / "replicas.json"));
   EXPECT_FALSE(replicas["config"]["pipeline"]["pinned"].get<bool>());
+  EXPECT_EQ(replicas["config"]["global_batch"], 16);  // 2 replicas of 8, not 4 ranks of 8
   EXPECT_FALSE(replicas["summary"].contains("placement"));
   if (!HasFailure()) removeScratch(dir);
 }
