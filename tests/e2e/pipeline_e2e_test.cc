@@ -45,6 +45,17 @@ double trainLoss(const fs::path& metrics) {
   return nlohmann::json::parse(readFile(metrics))["epochs"].back()["train_loss"].get<double>();
 }
 
+// `gradsync` with `common` then `extra`, its metrics to dir/name; expects it to succeed.
+CliRun trainWithMetrics(const fs::path& dir, const std::vector<std::string>& common,
+                        const std::vector<std::string>& extra, const std::string& name) {
+  std::vector<std::string> args = common;
+  args.insert(args.end(), extra.begin(), extra.end());
+  args.insert(args.end(), {"--metrics", (dir / name).string()});
+  CliRun r = gradsync(args, dir);
+  EXPECT_TRUE(r.status.ok()) << r.status.describe() << "\n" << r.err;
+  return r;
+}
+
 // Three stage processes over TCP and the emulator: the same plan, the same arithmetic (the
 // losses' bits), the pipeline's settings in the metrics.
 TEST(PipelineCli, StageProcessesTrainAsTheEmulatorBitwise) {
@@ -91,12 +102,8 @@ TEST(PipelineCli, FillDrainIsOrdinarySgd) {
   const fs::path dir = scratch("fill-drain");
   const std::vector<std::string> common = {"train", "--model",      "mlp", "--steps", "50", "--lr",
                                            "0.05",  "--batch-size", "32",  "--quiet"};
-  auto run = [&](const std::string& name, std::vector<std::string> extra) {
-    std::vector<std::string> args = common;
-    args.insert(args.end(), extra.begin(), extra.end());
-    args.insert(args.end(), {"--metrics", (dir / name).string()});
-    CliRun r = gradsync(args, dir);
-    EXPECT_TRUE(r.status.ok()) << r.status.describe() << "\n" << r.err;
+  auto run = [&](const std::string& name, const std::vector<std::string>& extra) {
+    return trainWithMetrics(dir, common, extra, name);
   };
   run("sgd.json", {"--workers", "1"});
   run("one.json", {"--pipeline", "1", "--pipeline-mode", "fill-drain", "--micro-batches", "4"});
@@ -131,13 +138,8 @@ TEST(PipelineCli, RotatedWavesArePinnedReplicas) {
       "train",           "--model",   "cnn-gn",     "--dataset", "synthetic", "--steps",   "6",
       "--batch-size",    "8",         "--pipeline", "2",         "--quiet",   "--threads", "1",
       "--pipeline-mode", "fill-drain"};
-  auto run = [&](const std::string& name, std::vector<std::string> extra) {
-    std::vector<std::string> args = common;
-    args.insert(args.end(), extra.begin(), extra.end());
-    args.insert(args.end(), {"--metrics", (dir / name).string()});
-    CliRun r = gradsync(args, dir);
-    EXPECT_TRUE(r.status.ok()) << r.status.describe() << "\n" << r.err;
-    return r;
+  auto run = [&](const std::string& name, const std::vector<std::string>& extra) {
+    return trainWithMetrics(dir, common, extra, name);
   };
   CliRun rotated = run("rotated.json", {"--waves", "2"});
   EXPECT_NE(rotated.out.find("4 ranks"), std::string::npos) << rotated.out;
