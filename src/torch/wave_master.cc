@@ -26,6 +26,14 @@ WaveMaster::WaveMaster(std::shared_ptr<Model> net, std::unique_ptr<FusedSGD> opt
       timeout_(timeout),
       rank_(rank) {
   GS_CHECK(!replicas_.empty());
+  for (int wave = 0; wave < waves(); ++wave) copyMasterTo(wave);  // round 0's weights
+}
+
+void WaveMaster::copyMasterTo(int wave) {
+  torch::NoGradGuard noGrad;
+  const std::vector<torch::Tensor> from = net_->parameters();
+  std::vector<torch::Tensor> to = replicas_[wave]->parameters();
+  for (size_t i = 0; i < from.size(); ++i) to[i].copy_(from[i]);
 }
 
 void WaveMaster::waitUntil(std::unique_lock<std::mutex>& lock, int wave, int64_t updates) {
@@ -41,19 +49,17 @@ void WaveMaster::waitUntil(std::unique_lock<std::mutex>& lock, int wave, int64_t
 }
 
 void WaveMaster::load(int wave, int64_t round) {
+  // kShared: the replica already holds its weights, taken when the wave's own previous update
+  // was applied (apply), or the initial ones in round 0.
+  if (consistency_ == WaveConsistency::kShared) return;
   std::unique_lock<std::mutex> lock(mutex_);
-  if (consistency_ == WaveConsistency::kAccumulate) {
-    waitUntil(lock, wave, round);  // the updates of every earlier round
-  } else {
-    // Every update before this one in the waves' order, but the other waves' latest (in flight
-    // beside this forward): at most K - 1 updates stale.
-    const int64_t sequence = round * waves() + wave;
-    waitUntil(lock, wave, sequence - (waves() - 1));
-  }
-  torch::NoGradGuard noGrad;
-  const std::vector<torch::Tensor> from = net_->parameters();
-  std::vector<torch::Tensor> to = replicas_[wave]->parameters();
-  for (size_t i = 0; i < from.size(); ++i) to[i].copy_(from[i]);
+  waitUntil(lock, wave, round);  // the updates of every earlier round
+  copyMasterTo(wave);
+}
+
+void WaveMaster::loadLatest(int wave) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  copyMasterTo(wave);
 }
 
 // The master's .grad = the mean of the waves' .grad (in the order given).
@@ -87,6 +93,10 @@ void WaveMaster::apply(int wave, int64_t round) {
     waitUntil(lock, wave, round * waves() + wave);
     copyGradients({wave});
     step();
+    // The wave's next forward runs on the master as of this update, whichever of the other
+    // waves' later updates are applied by then: exactly K - 1 updates stale, whatever the
+    // timing, so a run repeats bitwise. (The replica is free: its gradients were just used.)
+    copyMasterTo(wave);
   } else {
     // A wave's next forward waits for this round's update, so every wave's .grad still holds
     // this round's average when the last one hands in.

@@ -4,9 +4,10 @@
 // master) and hands its averaged gradients here:
 //  - kShared (option 1 of the reference): each wave's averaged gradient is applied when its
 //    allreduce is done, in the waves' order (tick 0, tock 0, tick 1, ...: momentum makes the order
-//    matter, and every worker must apply the same updates), and a wave copies the master right
-//    before its forward, once every earlier update but the other waves' latest is applied: a
-//    forward sees every update finished by then, at most K - 1 (one for tick-tock) stale.
+//    matter, and every worker must apply the same updates); right after its own update a wave's
+//    replica takes the master's weights for its next forward, which therefore sees every update
+//    up to its own and none of the other waves' since: exactly K - 1 (one for tick-tock)
+//    updates stale, whatever the timing, so a run repeats bitwise.
 //  - kAccumulate (option 2): the waves' gradients of a round (tick, tock, ...) are averaged and
 //    make one update; every wave's forward of round r sees exactly the updates of rounds < r:
 //    SSGD at batch waves x B, the overlap shrinking to tick's backward beside tock's forward.
@@ -34,14 +35,17 @@ WaveConsistency parseWaveConsistency(const std::string& name);
 class WaveMaster {
  public:
   // `replicas`: every wave's model (same architecture as `net`), indexed by wave; kept by
-  // reference (they must outlive this).
+  // reference (they must outlive this); each starts with `net`'s parameters.
   WaveMaster(std::shared_ptr<Model> net, std::unique_ptr<FusedSGD> optimizer,
              std::vector<Model*> replicas, WaveConsistency consistency,
              std::chrono::milliseconds timeout, int rank);
 
-  // Before wave `wave`'s forward of round `round`: copies the master's parameters into its
-  // replica (kAccumulate: once the updates of every earlier round are made).
+  // Before wave `wave`'s forward of round `round`: kAccumulate copies the master's parameters
+  // into its replica once the updates of every earlier round are made; kShared has nothing to
+  // do (apply and the constructor load the replica).
   void load(int wave, int64_t round);
+  // Copies the master's parameters as they are now into `wave`'s replica (for evaluation).
+  void loadLatest(int wave);
   // After the wave's averaged gradients are in its replica's .grad: kShared steps the master
   // with them; kAccumulate steps once every wave of the round has handed in (their mean, summed
   // in wave order, so the result does not depend on which wave finished first).
@@ -58,6 +62,7 @@ class WaveMaster {
   // Waits (the lock held by `lock`) until `updates` updates are applied.
   void waitUntil(std::unique_lock<std::mutex>& lock, int wave, int64_t updates);
   void copyGradients(const std::vector<int>& waves);
+  void copyMasterTo(int wave);  // the master's parameters into the wave's replica
   void step();
 
   std::shared_ptr<Model> net_;

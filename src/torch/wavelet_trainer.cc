@@ -201,7 +201,7 @@ double WaveletTrainer::globalMean(double localSum, double localCount) {
 // (each replica's running statistics saw only its own wave's batches), averaged across workers.
 double WaveletTrainer::evaluate() {
   Model& eval = *wave_[0].net;
-  master_->load(0, 0);
+  master_->loadLatest(0);
   {
     torch::NoGradGuard noGrad;
     std::vector<torch::Tensor> buffers = eval.buffers();
