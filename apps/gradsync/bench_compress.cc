@@ -11,11 +11,11 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "common/random.h"
 #include "common/units.h"
 #include "compress/registry.h"
 #include "compress/select.h"
 #include "compress/spec.h"
-#include "data/random.h"
 #include "gradsync/error.h"
 #include "gradsync/loopback.h"
 
@@ -38,8 +38,8 @@ std::vector<float> gradientLike(size_t n) {
   std::vector<float> x(n);
   std::mt19937_64 engine(12345);
   for (size_t i = 0; i < n; i += 2) {
-    double u1 = std::max(1e-12, static_cast<double>(data::unitFloat(engine())));
-    double u2 = data::unitFloat(engine());
+    double u1 = std::max(1e-12, static_cast<double>(rng::unitFloat(engine())));
+    double u2 = rng::unitFloat(engine());
     double radius = std::sqrt(-2 * std::log(u1));
     x[i] = static_cast<float>(radius * std::cos(2 * M_PI * u2));
     if (i + 1 < n) x[i + 1] = static_cast<float>(radius * std::sin(2 * M_PI * u2));

@@ -6,8 +6,8 @@
 
 #include <fmt/format.h>
 
+#include "common/random.h"
 #include "common/units.h"
-#include "data/random.h"
 #include "gradsync/error.h"
 
 namespace gradsync {
@@ -64,7 +64,7 @@ namespace {
 class FailureProcess {
  public:
   FailureProcess(const FailureSpec& spec, int shards)
-      : spec_(spec), shards_(shards), state_(data::mixSeed(spec.seed, 0xfa11)) {}
+      : spec_(spec), shards_(shards), state_(rng::mixSeed(spec.seed, 0xfa11)) {}
   std::optional<FailureEvent> next() {
     if (shards_ < 1 || (spec_.maxFailures >= 0 && drawn_ >= spec_.maxFailures)) return {};
     ++drawn_;
@@ -75,7 +75,7 @@ class FailureProcess {
 
  private:
   double uniform() {  // in (0, 1)
-    state_ = data::splitMix64(state_);
+    state_ = rng::splitMix64(state_);
     return (static_cast<double>(state_ >> 11) + 0.5) * 0x1.0p-53;
   }
   FailureSpec spec_;

@@ -5,7 +5,7 @@
 #include <numeric>
 
 #include "common/check.h"
-#include "data/random.h"
+#include "common/random.h"
 
 namespace gradsync {
 
@@ -36,7 +36,7 @@ RowSubSample::RowSubSample(double rate, uint64_t seed) : rate_(rate), seed_(seed
 
 bool RowSubSample::wouldSample(uint64_t row, uint32_t accesses, uint64_t round) const {
   if (accesses == 0) return false;
-  const uint64_t bits = data::mixSeed(data::mixSeed(seed_, round), row);
+  const uint64_t bits = rng::mixSeed(rng::mixSeed(seed_, round), row);
   const double u = static_cast<double>(bits >> 11) * 0x1.0p-53;
   // P(at least one of `accesses` draws at rate p) = 1 − (1 − p)^accesses.
   return u < -std::expm1(static_cast<double>(accesses) * std::log1p(-rate_)) || rate_ == 1;

@@ -43,7 +43,7 @@ inline constexpr uint64_t kEmbReply = kReservedTagBase + 13;
 inline constexpr uint64_t kEmbReplyPayload = kReservedTagBase + 14;
 // The recommendation trainer's per-step agreement (which servers failed, whether to stop).
 inline constexpr uint64_t kRecStatus = kReservedTagBase + 15;
-// Pipeline stages (torch/pipeline_wire.h): activations forward, their gradients backward, and
+// Pipeline stages (torch/pipeline/wire.h): activations forward, their gradients backward, and
 // the activations of evaluation batches, each a header then the tensor's floats.
 inline constexpr uint64_t kPipelineActivations = kReservedTagBase + 20;
 inline constexpr uint64_t kPipelineGradients = kReservedTagBase + 21;
@@ -60,11 +60,11 @@ inline constexpr uint64_t kFcExchange = kReservedTagBase + (uint64_t{3} << 32);
 inline constexpr uint64_t kAverager = kAveragerTag;
 static_assert(kAverager == kReservedTagBase + 16);
 
-// The compression guard's per-window agreement (sync/guard.h), on the training thread.
+// The compression guard's per-window agreement (compress/guard.h), on the training thread.
 inline constexpr uint64_t kGuard = kReservedTagBase + 17;
 
-// Wavelet's waves (torch/wavelet_trainer.h): wave w's streams are every stream above shifted by
-// (w + 1) * kWaveShift (transport/tag_shift_transport.h), above all per-unit ranges, so that two
+// Wavelet's waves (torch/waves/wavelet_trainer.h): wave w's streams are every stream above shifted
+// by (w + 1) * kWaveShift (transport/tag_shift_transport.h), above all per-unit ranges, so that two
 // waves' engines on one transport never meet each other or the unshifted streams.
 inline constexpr uint64_t kWaveShift = uint64_t{1} << 40;
 static_assert(kFcExchange + (uint64_t{1} << 32) <= kReservedTagBase + kWaveShift);

@@ -29,9 +29,9 @@
 #include <fmt/format.h>
 
 #include "common/check.h"
+#include "common/random.h"
 #include "compress/bit_pack.h"
 #include "compress/compressor.h"
-#include "data/random.h"
 #include "gradsync/error.h"
 
 namespace gradsync {
@@ -94,9 +94,9 @@ double laneSum(std::span<const float> x, F f) {
   return sum;
 }
 
-// Uniform floats in [0, 1) for stochastic rounding. SplitMix64 (data::splitMix64, which
+// Uniform floats in [0, 1) for stochastic rounding. SplitMix64 (rng::splitMix64, which
 // passes BigCrush) run as a counter-based generator: draw k is splitMix64(seed + k * gamma),
-// and each 64-bit draw gives two 24-bit values (data::unitFloat of its high and middle bits).
+// and each 64-bit draw gives two 24-bit values (rng::unitFloat of its high and middle bits).
 // About 5x faster than std::mt19937_64, whose generation dominated the stochastic encoders.
 class UniformStream {
  public:
@@ -108,9 +108,9 @@ class UniformStream {
   void fill(float* u, size_t n) {
     constexpr uint64_t kGamma = 0x9E3779B97F4A7C15ull;  // SplitMix64's increment
     for (size_t i = 0; i < n; i += 2) {
-      const uint64_t bits = data::splitMix64(seed_ + (draws_ + i / 2) * kGamma);
-      u[i] = data::unitFloat(bits);
-      u[i + 1] = data::unitFloat(bits << 24);
+      const uint64_t bits = rng::splitMix64(seed_ + (draws_ + i / 2) * kGamma);
+      u[i] = rng::unitFloat(bits);
+      u[i + 1] = rng::unitFloat(bits << 24);
     }
     draws_ += (n + 1) / 2;
   }

@@ -5,8 +5,8 @@
 
 #include "collectives/reduce.h"
 #include "common/half.h"
+#include "common/random.h"
 #include "common/units.h"
-#include "data/random.h"
 
 namespace gradsync {
 namespace {}  // namespace
@@ -40,7 +40,7 @@ void CodecCompressor::exchange(ExchangeContext& context, std::span<float> grad,
   Nanos start = context.clock->now();
   std::vector<uint8_t>& mine = encoding_;
   encode(grad, mine,
-         data::mixSeed(data::mixSeed(context.seed, context.step), static_cast<uint64_t>(rank)));
+         rng::mixSeed(rng::mixSeed(context.seed, context.step), static_cast<uint64_t>(rank)));
   stats.encodeSeconds += secondsSince(*context.clock, start);
   auto all = allgatherBytes(context.transport, mine, context.collective);
   start = context.clock->now();
@@ -64,7 +64,7 @@ size_t LinearCompressor::encodedBytes(size_t elements) const {
 
 void LinearCompressor::exchange(ExchangeContext& context, std::span<float> grad,
                                 std::span<float> sent, ExchangeStats& stats) {
-  const uint64_t seed = data::mixSeed(context.seed, context.step);
+  const uint64_t seed = rng::mixSeed(context.seed, context.step);
   const float ranks = static_cast<float>(context.transport.size());
   Nanos start = context.clock->now();
   std::vector<float>& code = code_;

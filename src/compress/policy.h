@@ -20,7 +20,7 @@ struct CompressionConfig {
   // --compress-warmup: dense steps before compressing; kAutoWarmup = a tenth of the first epoch,
   // which only a trainer knows (resolveWarmupSteps).
   int64_t warmupSteps = 0;
-  // --guard on|off: the compression guardrail (sync/guard.h) makes a compressed unit dense when
+  // --guard on|off: the compression guardrail (compress/guard.h) makes a compressed unit dense when
   // its error-feedback residual or its sent bursts grow past documented thresholds.
   bool guard = true;
 };

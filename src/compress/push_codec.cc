@@ -7,8 +7,8 @@
 #include <fmt/format.h>
 
 #include "common/half.h"
+#include "common/random.h"
 #include "compress/registry.h"
-#include "data/random.h"
 #include "gradsync/error.h"
 
 namespace gradsync {
@@ -64,8 +64,8 @@ PushCodec::PushCodec(const CompressSpec& spec, std::span<const TensorShape> unit
 PushCodec::~PushCodec() = default;
 
 uint64_t PushCodec::seedFor(uint64_t runSeed, uint64_t step, int rank) const {
-  const uint64_t shared = data::mixSeed(runSeed, step);
-  return codec_ != nullptr ? data::mixSeed(shared, static_cast<uint64_t>(rank)) : shared;
+  const uint64_t shared = rng::mixSeed(runSeed, step);
+  return codec_ != nullptr ? rng::mixSeed(shared, static_cast<uint64_t>(rank)) : shared;
 }
 
 size_t PushCodec::maxBytes() const {

@@ -45,7 +45,7 @@ class PushCodec {
   // Server: out += the decoding of a worker's push. `in` comes from the network: a malformed
   // encoding throws ProtocolError. Not thread-safe (linear methods cache per seed).
   void decodeAdd(std::span<const uint8_t> in, std::span<float> out, uint64_t seed) const;
-  // Worker, for the compression guard (sync/guard.h): what the server decodes from `encoding`,
+  // Worker, for the compression guard (compress/guard.h): what the server decodes from `encoding`,
   // the last encode()'s output with its seed. With error feedback encode() decoded it already;
   // else it is decoded now. Valid until the next encode() or sent().
   std::span<const float> sent(std::span<const uint8_t> encoding, uint64_t seed);

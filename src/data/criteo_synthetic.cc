@@ -7,7 +7,7 @@
 #include <fmt/format.h>
 
 #include "common/check.h"
-#include "data/random.h"
+#include "common/random.h"
 #include "gradsync/error.h"
 
 namespace gradsync {
@@ -33,7 +33,7 @@ class Stream {
  public:
   explicit Stream(uint64_t seed) : state_(seed) {}
   uint64_t bits() {
-    const uint64_t r = data::splitMix64(state_);
+    const uint64_t r = rng::splitMix64(state_);
     state_ += kGolden;
     return r;
   }
@@ -73,7 +73,7 @@ CriteoLikeLog::CriteoLikeLog(const CriteoLikeOptions& options, Split split)
     throw ConfigError(fmt::format("click rate {} is not in (0, 1)", options.clickRate));
   }
   schema_.tableRows = options.tableRows;
-  Stream layout(data::mixSeed(options.seed, 0x7a6c));
+  Stream layout(rng::mixSeed(options.seed, 0x7a6c));
   for (size_t t = 0; t < options.tableRows.size(); ++t) {
     const uint64_t rows = options.tableRows[t];
     if (rows == 0) throw ConfigError(fmt::format("table {} has 0 rows", t));
@@ -90,9 +90,9 @@ CriteoLikeLog::CriteoLikeLog(const CriteoLikeOptions& options, Split split)
 }
 
 void CriteoLikeLog::plantTeacher() {
-  const uint64_t teacher = data::mixSeed(options_.seed, 0x7eac4e5);
+  const uint64_t teacher = rng::mixSeed(options_.seed, 0x7eac4e5);
   for (int j = 0; j < kCriteoDenseFeatures; ++j) {
-    denseWeights_.push_back(kDenseWeight * normalOf(data::mixSeed(teacher, j)));
+    denseWeights_.push_back(kDenseWeight * normalOf(rng::mixSeed(teacher, j)));
   }
   if (schema_.totalRows() > kMaxPlantedRows) return;
   // teacherRow computes while teacher_ is empty, and reads it once it is filled.
@@ -111,11 +111,11 @@ void CriteoLikeLog::teacherRow(size_t table, uint64_t row, float* out) const {
     std::copy_n(teacher_[table].data() + row * kTeacherWidth, kTeacherWidth, out);
     return;
   }
-  const uint64_t teacher = data::mixSeed(options_.seed, 0x7eac4e5);
-  const uint64_t key = data::mixSeed(data::mixSeed(teacher, 1000 + table), row);
+  const uint64_t teacher = rng::mixSeed(options_.seed, 0x7eac4e5);
+  const uint64_t key = rng::mixSeed(rng::mixSeed(teacher, 1000 + table), row);
   out[0] = static_cast<float>(kRowBias * normalOf(key));
   for (int c = 1; c <= kTeacherDim; ++c) {
-    out[c] = static_cast<float>(kRowVector * normalOf(data::mixSeed(key, c)));
+    out[c] = static_cast<float>(kRowVector * normalOf(rng::mixSeed(key, c)));
   }
 }
 
@@ -128,7 +128,7 @@ uint64_t CriteoLikeLog::rowOfRank(int table, uint64_t rank) const {
 }
 
 ClickRecord CriteoLikeLog::draw(uint64_t stream) const {
-  Stream rng(data::mixSeed(options_.seed, stream));
+  Stream rng(rng::mixSeed(options_.seed, stream));
   ClickRecord record;
   record.counts.resize(kCriteoDenseFeatures);
   for (int j = 0; j < kCriteoDenseFeatures; ++j) {
@@ -197,7 +197,7 @@ ClickRecord CriteoLikeLog::record(size_t index) const {
   GS_CHECK_LT(index, size_);
   const uint64_t stream = (split_ == Split::kTest ? kTestStream : 0) + index;
   ClickRecord record = draw(stream);
-  Stream coin(data::mixSeed(options_.seed ^ 0x1abe1, stream));
+  Stream coin(rng::mixSeed(options_.seed ^ 0x1abe1, stream));
   record.label = coin.uniform() < sigmoid(teacherLogit(record)) ? 1 : 0;
   return record;
 }

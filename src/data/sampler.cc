@@ -7,7 +7,7 @@
 #include <utility>
 
 #include "common/check.h"
-#include "data/random.h"
+#include "common/random.h"
 #include "gradsync/error.h"
 
 namespace gradsync {
@@ -15,10 +15,10 @@ namespace gradsync {
 std::vector<size_t> epochPermutation(size_t size, uint64_t seed, int64_t epoch) {
   std::vector<size_t> perm(size);
   std::iota(perm.begin(), perm.end(), size_t{0});
-  std::mt19937_64 engine(data::mixSeed(seed, static_cast<uint64_t>(epoch)));
+  std::mt19937_64 engine(rng::mixSeed(seed, static_cast<uint64_t>(epoch)));
   // Fisher-Yates from the back: position i takes a uniform pick among positions [0, i].
   for (size_t i = size; i > 1; --i) {
-    const size_t j = static_cast<size_t>(data::uniformBelow(engine, i));
+    const size_t j = static_cast<size_t>(rng::uniformBelow(engine, i));
     std::swap(perm[i - 1], perm[j]);
   }
   return perm;

@@ -8,16 +8,16 @@
 #include <span>
 
 #include "common/check.h"
-#include "data/random.h"
+#include "common/random.h"
 #include "gradsync/error.h"
 
 namespace gradsync {
 namespace {
 
-// Fisher-Yates with the portable bounded draw (data/random.h), as epochPermutation does.
+// Fisher-Yates with the portable bounded draw (common/random.h), as epochPermutation does.
 void shuffle(std::span<size_t> items, std::mt19937_64& engine) {
   for (size_t i = items.size(); i > 1; --i) {
-    std::swap(items[i - 1], items[static_cast<size_t>(data::uniformBelow(engine, i))]);
+    std::swap(items[i - 1], items[static_cast<size_t>(rng::uniformBelow(engine, i))]);
   }
 }
 
@@ -89,16 +89,16 @@ ShardSampler::~ShardSampler() = default;
 std::vector<size_t> ShardSampler::shardOrder(int64_t epoch) const {
   std::vector<size_t> order(partition_.shards.size());
   std::iota(order.begin(), order.end(), size_t{0});
-  std::mt19937_64 engine(data::mixSeed(data::mixSeed(seed_, static_cast<uint64_t>(rank_)),
-                                       static_cast<uint64_t>(epoch)));
+  std::mt19937_64 engine(rng::mixSeed(rng::mixSeed(seed_, static_cast<uint64_t>(rank_)),
+                                      static_cast<uint64_t>(epoch)));
   shuffle(order, engine);
   return order;
 }
 
 std::vector<size_t> ShardSampler::epochOrder(int64_t epoch) const {
   const std::vector<size_t> shards = shardOrder(epoch);
-  std::mt19937_64 engine(data::mixSeed(data::mixSeed(seed_ ^ 0x5A4D, static_cast<uint64_t>(rank_)),
-                                       static_cast<uint64_t>(epoch)));
+  std::mt19937_64 engine(rng::mixSeed(rng::mixSeed(seed_ ^ 0x5A4D, static_cast<uint64_t>(rank_)),
+                                      static_cast<uint64_t>(epoch)));
   std::vector<size_t> order;
   order.reserve(static_cast<size_t>(partition_.samples));
   for (size_t w = 0; w < shards.size(); w += windowShards_) {

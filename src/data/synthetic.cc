@@ -3,7 +3,7 @@
 #include <fmt/format.h>
 
 #include "common/check.h"
-#include "data/random.h"
+#include "common/random.h"
 #include "gradsync/error.h"
 
 namespace gradsync {
@@ -18,7 +18,7 @@ constexpr uint64_t kMaxSampleElements = uint64_t{1} << 30;
 class SplitMixStream {
  public:
   explicit SplitMixStream(uint64_t state) : state_(state) {}
-  uint64_t next() { return data::splitMix64(state_++); }
+  uint64_t next() { return rng::splitMix64(state_++); }
 
  private:
   uint64_t state_;
@@ -46,18 +46,18 @@ SyntheticDataset::SyntheticDataset(SyntheticShape shape, uint64_t seed)
 
 void SyntheticDataset::sample(uint64_t index, std::span<float> out) const {
   GS_CHECK_EQ(out.size(), elements_);
-  SplitMixStream stream(data::mixSeed(data::mixSeed(seed_, kInputStream), index));
+  SplitMixStream stream(rng::mixSeed(rng::mixSeed(seed_, kInputStream), index));
   size_t i = 0;
   for (; i + 1 < out.size(); i += 2) {  // two 24-bit floats per 64-bit draw
     const uint64_t bits = stream.next();
-    out[i] = data::unitFloat(bits) * 2.0f - 1.0f;
-    out[i + 1] = data::unitFloat(bits << 32) * 2.0f - 1.0f;
+    out[i] = rng::unitFloat(bits) * 2.0f - 1.0f;
+    out[i + 1] = rng::unitFloat(bits << 32) * 2.0f - 1.0f;
   }
-  if (i < out.size()) out[i] = data::unitFloat(stream.next()) * 2.0f - 1.0f;
+  if (i < out.size()) out[i] = rng::unitFloat(stream.next()) * 2.0f - 1.0f;
 }
 
 int64_t SyntheticDataset::label(uint64_t index) const {
-  const uint64_t bits = data::mixSeed(data::mixSeed(seed_, kLabelStream), index);
+  const uint64_t bits = rng::mixSeed(rng::mixSeed(seed_, kLabelStream), index);
   // Multiply-shift maps 64 bits onto [0, classes) with negligible bias for small class counts.
   return static_cast<int64_t>(
       static_cast<uint64_t>((static_cast<__uint128_t>(bits) * uint64_t(shape_.classes)) >> 64));
@@ -88,7 +88,7 @@ ImageSet SyntheticDataset::toImageSet(int64_t count) const {
   set.pixels.resize(static_cast<size_t>(count) * elements_);
   set.labels.resize(static_cast<size_t>(count));
   for (int64_t n = 0; n < count; ++n) {
-    SplitMixStream stream(data::mixSeed(data::mixSeed(seed_, kInputStream), uint64_t(n)));
+    SplitMixStream stream(rng::mixSeed(rng::mixSeed(seed_, kInputStream), uint64_t(n)));
     uint8_t* dst = set.pixels.data() + static_cast<size_t>(n) * elements_;
     for (size_t p = 0; p < elements_; p += 8) {  // eight pixels per 64-bit draw
       const uint64_t bits = stream.next();

@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/check.h"
-#include "data/random.h"
+#include "common/random.h"
 #include "gradsync/error.h"
 
 namespace gradsync {
@@ -63,10 +63,10 @@ void validateEmbeddingSpec(const EmbeddingSpec& spec) {
 
 void initialRow(const EmbeddingSpec& spec, int table, uint64_t row, std::span<float> out) {
   const double bound = std::sqrt(1.0 / static_cast<double>(spec.tableRows[table]));
-  uint64_t state = data::mixSeed(data::mixSeed(spec.seed, 0xe3b + table), row);
+  uint64_t state = rng::mixSeed(rng::mixSeed(spec.seed, 0xe3b + table), row);
   for (float& value : out) {
-    state = data::splitMix64(state);
-    value = static_cast<float>((2 * data::unitFloat(state) - 1) * bound);
+    state = rng::splitMix64(state);
+    value = static_cast<float>((2 * rng::unitFloat(state) - 1) * bound);
   }
 }
 
@@ -130,7 +130,7 @@ void EmbeddingShard::apply(std::span<const uint64_t> locals, std::span<const flo
 }
 
 void EmbeddingShard::enableSubSample(double rate, uint64_t seed) {
-  sample_.emplace(rate, data::mixSeed(seed, static_cast<uint64_t>(shard_)));
+  sample_.emplace(rate, rng::mixSeed(seed, static_cast<uint64_t>(shard_)));
 }
 
 std::vector<uint64_t> EmbeddingShard::takeSubSample() {

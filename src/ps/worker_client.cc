@@ -8,9 +8,9 @@
 #include "common/check.h"
 #include "common/logging.h"
 #include "common/tags.h"
+#include "compress/guard.h"
 #include "compress/two_bit.h"
 #include "ps/served_units.h"
-#include "sync/guard.h"
 
 namespace gradsync {
 namespace {

@@ -69,7 +69,7 @@ struct WorkerSetup {
   double lr = 0;                             // what the servers apply
   uint64_t seed = 0;                         // compressors draw from it (the same on every worker)
   const Clock* clock = &SteadyClock::instance();
-  // The compression guard (sync/guard.h), owned by the engine; null: none. This worker measures
+  // The compression guard (compress/guard.h), owned by the engine; null: none. This worker measures
   // its encoded pushes on the guard's sampled steps, and pushes a unit the guard made dense
   // without its encoding (no kEncoded) and without its error-feedback residual.
   CompressionGuard* guard = nullptr;

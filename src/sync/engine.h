@@ -42,6 +42,7 @@
 #include <vector>
 
 #include "common/tensor_shape.h"
+#include "compress/guard.h"
 #include "compress/policy.h"
 #include "gradsync/clock.h"
 #include "gradsync/trace.h"
@@ -52,7 +53,6 @@
 #include "schedule/schedule.h"
 #include "schedule/step_planner.h"
 #include "sync/fc_exchange.h"
-#include "sync/guard.h"
 
 namespace gradsync {
 
@@ -159,12 +159,12 @@ class Engine final : private EngineEvents {
   const CompressionPlan& compression() const { return plan_; }
   // Whether parameter t's compressor applies momentum itself (its optimizer must not).
   bool absorbsMomentum(size_t t) const { return plan_.absorbsMomentum(t); }
-  // The compression guard's decisions so far (sync/guard.h): over the ring the same on every
+  // The compression guard's decisions so far (compress/guard.h): over the ring the same on every
   // rank; through servers this worker's own, for its pushes (GuardEvent::rank). Empty without
   // compression or with CompressionConfig::guard off.
   std::vector<GuardEvent> guardEvents() const;
   // This rank's training loss of the step whose backward comes next, for the guard's loss
-  // signal (sync/loss_trend.h); nothing without a guard. Training thread, between the forward
+  // signal (compress/loss_trend.h); nothing without a guard. Training thread, between the forward
   // and the end of that backward.
   void reportLoss(double loss);
   // The global step the next step is (compression warm-up, seeds, delays); set it when resuming,

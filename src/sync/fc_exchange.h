@@ -13,7 +13,7 @@
 // (P-1)/P * out * in: far fewer when the batch is small against the layer (VGG's 25088 x 4096
 // classifier: 4 MB instead of 308 MB at P = 4, rows = 32). fcUsesExchange is the rule.
 //
-// Torch-free: the torch layer (torch/fc_exchange_layer.h) does the matrix products.
+// Torch-free: the torch layer (torch/models/fc_exchange_layer.h) does the matrix products.
 #pragma once
 
 #include <chrono>

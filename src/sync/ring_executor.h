@@ -20,13 +20,13 @@
 
 #include "common/tensor_shape.h"
 #include "compress/compressor.h"
+#include "compress/guard.h"
 #include "compress/policy.h"
 #include "gradsync/clock.h"
 #include "gradsync/transport.h"
 #include "optim/update_rule.h"
 #include "schedule/executor.h"
 #include "schedule/schedule.h"
-#include "sync/guard.h"
 #include "sync/shard_ownership.h"
 #include "sync/slice_budgets.h"
 
@@ -48,7 +48,7 @@ struct RingSetup {
   UpdateRule rule;
   uint64_t seed = 0;  // stochastic compressors draw from it
   const Clock* clock = &SteadyClock::instance();
-  // The compression guard (sync/guard.h), owned by the engine; null: none. Units it made dense
+  // The compression guard (compress/guard.h), owned by the engine; null: none. Units it made dense
   // exchange densely; its measured steps' compressed exchanges report their norms to it.
   CompressionGuard* guard = nullptr;
 };

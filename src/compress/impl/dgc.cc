@@ -20,9 +20,9 @@
 #include <fmt/format.h>
 
 #include "common/check.h"
+#include "common/random.h"
 #include "compress/impl/methods.h"
 #include "compress/sparse.h"
-#include "data/random.h"
 #include "gradsync/error.h"
 
 namespace gradsync::methods {
@@ -151,7 +151,7 @@ uint32_t Dgc::sampledThreshold(double density, uint64_t seed) {
     for (size_t i = 0; i < n; ++i) sample_[i] = keyOf(velocity_[i]);
   } else {
     std::mt19937_64 engine(seed);
-    for (uint32_t& key : sample_) key = keyOf(velocity_[data::uniformBelow(engine, n)]);
+    for (uint32_t& key : sample_) key = keyOf(velocity_[rng::uniformBelow(engine, n)]);
   }
   const size_t top = std::clamp<size_t>(std::llround(density * samples), 1, samples);
   std::nth_element(sample_.begin(), sample_.begin() + static_cast<ptrdiff_t>(top - 1),

@@ -22,9 +22,9 @@
 
 #include "collectives/reduce.h"
 #include "common/check.h"
+#include "common/random.h"
 #include "compress/impl/methods.h"
 #include "compress/matrix.h"
-#include "data/random.h"
 #include "gradsync/error.h"
 
 namespace gradsync::methods {
@@ -126,11 +126,11 @@ void PowerSgd::drawQ(uint64_t seed, Predicate redraw) {
   for (size_t t = 0; t < slots_.size(); ++t) {
     const Slot& s = slots_[t];
     if (!s.compressed) continue;
-    std::mt19937_64 engine(data::mixSeed(seed, t));
+    std::mt19937_64 engine(rng::mixSeed(seed, t));
     linalg::MatrixView q = qT(s);
     for (size_t k = 0; k < rank_; ++k) {
       if (!redraw(s, k)) continue;
-      for (size_t j = 0; j < s.cols; ++j) q(k, j) = 2.0f * data::unitFloat(engine()) - 1.0f;
+      for (size_t j = 0; j < s.cols; ++j) q(k, j) = 2.0f * rng::unitFloat(engine()) - 1.0f;
     }
   }
 }
@@ -176,7 +176,7 @@ void PowerSgd::exchange(ExchangeContext& context, std::span<float> grad, std::sp
       for (size_t i = 0; i < n; ++i) out[i] = sum[i] * inverse;
     }
   }
-  drawQ(data::mixSeed(context.seed, context.step), [this](const Slot& s, size_t k) {
+  drawQ(rng::mixSeed(context.seed, context.step), [this](const Slot& s, size_t k) {
     const float* row = q_.data() + s.q + k * s.cols;
     return std::all_of(row, row + s.cols, [](float v) { return v == 0.0f; });
   });

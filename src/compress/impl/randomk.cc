@@ -7,7 +7,7 @@
 //
 // The seed is the exchange's (run seed, step) mixed with a hash of the unit's tensor names and
 // sizes, so units of equal size do not select the same positions at the same step. Indices come
-// from Floyd's algorithm (k draws, each a portable data::uniformBelow) into a bitmap of n bits,
+// from Floyd's algorithm (k draws, each a portable rng::uniformBelow) into a bitmap of n bits,
 // read back in ascending order; they are cached per seed, since an exchange encodes and decodes
 // twice with the same one.
 #include <algorithm>
@@ -15,10 +15,10 @@
 #include <random>
 
 #include "common/check.h"
+#include "common/random.h"
 #include "compress/impl/methods.h"
 #include "compress/select.h"
 #include "compress/sparse_selection.h"
-#include "data/random.h"
 
 namespace gradsync::methods {
 namespace {
@@ -72,11 +72,11 @@ const std::vector<uint32_t>& RandomK::indicesFor(size_t elements, uint64_t seed)
   GS_CHECK_LE(elements, size_t{UINT32_MAX});
   const size_t k = codeLength(elements);
   bitmap_.assign((elements + 63) / 64, 0);
-  std::mt19937_64 engine(data::mixSeed(seed, salt_));
+  std::mt19937_64 engine(rng::mixSeed(seed, salt_));
   // Floyd: for j = n-k .. n-1 draw t in [0, j] and take t, or j if t is taken already. Every
   // k-subset comes out with the same probability, in exactly k draws.
   for (uint64_t j = elements - k; j < elements; ++j) {
-    uint64_t t = data::uniformBelow(engine, j + 1);
+    uint64_t t = rng::uniformBelow(engine, j + 1);
     if (bitmap_[t >> 6] >> (t & 63) & 1) t = j;
     bitmap_[t >> 6] |= uint64_t{1} << (t & 63);
   }

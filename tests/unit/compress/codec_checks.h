@@ -8,8 +8,8 @@
 
 #include <gtest/gtest.h>
 
+#include "common/random.h"
 #include "compress/compressor.h"
-#include "data/random.h"
 #include "exchange_harness.h"
 
 namespace gradsync::testing {
@@ -34,7 +34,7 @@ inline std::vector<float> decodeOnce(Compressor& compressor, const std::vector<u
 
 // The seed CodecCompressor::exchange gives rank `rank`'s encode at `step`.
 inline uint64_t exchangeSeed(uint64_t seed, uint64_t step, int rank) {
-  return data::mixSeed(data::mixSeed(seed, step), static_cast<uint64_t>(rank));
+  return rng::mixSeed(rng::mixSeed(seed, step), static_cast<uint64_t>(rank));
 }
 
 // Every rank ends with bitwise the same result, and it is the average of what the ranks sent,

@@ -8,10 +8,10 @@
 
 #include <gtest/gtest.h>
 
+#include "common/random.h"
 #include "compress/error_feedback.h"
 #include "compress/impl/methods.h"
 #include "compress/matrix.h"
-#include "data/random.h"
 #include "exchange_harness.h"
 #include "gradsync/error.h"
 #include "support/transports.h"
@@ -42,9 +42,9 @@ std::unique_ptr<Compressor> makeGradiVeQ(const Config& c, size_t elements) {
 // Uniform in [-scale, scale), hashed per element: cheap for megabyte inputs.
 std::vector<float> uniform(size_t n, uint64_t seed, float scale = 1.0f) {
   std::vector<float> out(n);
-  const uint64_t base = data::mixSeed(seed, 23);
+  const uint64_t base = rng::mixSeed(seed, 23);
   for (size_t i = 0; i < n; ++i) {
-    out[i] = scale * (2.0f * data::unitFloat(data::splitMix64(base + i)) - 1.0f);
+    out[i] = scale * (2.0f * rng::unitFloat(rng::splitMix64(base + i)) - 1.0f);
   }
   return out;
 }

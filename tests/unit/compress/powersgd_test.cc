@@ -8,9 +8,9 @@
 
 #include <gtest/gtest.h>
 
+#include "common/random.h"
 #include "compress/error_feedback.h"
 #include "compress/impl/methods.h"
-#include "data/random.h"
 #include "exchange_harness.h"
 #include "gradsync/error.h"
 #include "support/transports.h"
@@ -49,9 +49,9 @@ class NaivePowerSgd {
   // mt19937_64 seeded with mixSeed(seed, index of the tensor in the unit).
   NaivePowerSgd(size_t rows, size_t cols, size_t rank, size_t tensorIndex)
       : n_(rows), m_(cols), r_(rank), q_(cols * rank) {
-    std::mt19937_64 engine(data::mixSeed(kSeed, tensorIndex));
+    std::mt19937_64 engine(rng::mixSeed(kSeed, tensorIndex));
     for (size_t k = 0; k < r_; ++k) {
-      for (size_t j = 0; j < m_; ++j) q_[j * r_ + k] = 2.0 * data::unitFloat(engine()) - 1.0;
+      for (size_t j = 0; j < m_; ++j) q_[j * r_ + k] = 2.0 * rng::unitFloat(engine()) - 1.0;
     }
   }
 
@@ -110,8 +110,8 @@ double maxAbs(const std::vector<float>& v) {
 // (a hash per element, so that megabyte inputs stay cheap to build).
 std::vector<float> input(size_t n, uint64_t step, int rank) {
   std::vector<float> out(n);
-  const uint64_t seed = data::mixSeed(1000 * step + rank, 17);
-  for (size_t i = 0; i < n; ++i) out[i] = 0.2f * data::unitFloat(data::splitMix64(seed + i)) - 0.1f;
+  const uint64_t seed = rng::mixSeed(1000 * step + rank, 17);
+  for (size_t i = 0; i < n; ++i) out[i] = 0.2f * rng::unitFloat(rng::splitMix64(seed + i)) - 0.1f;
   return out;
 }
 

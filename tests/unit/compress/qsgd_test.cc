@@ -126,7 +126,7 @@ TEST(Qsgd, MeanOfManyDecodesIsTheInput) {
   auto q = methods::makeQsgd(qsgdArgs(levels), {});
   std::vector<double> sum(n, 0.0);
   for (int t = 0; t < trials; ++t) {
-    std::vector<float> decoded = decodeOnce(*q, encodeOnce(*q, x, data::mixSeed(123, t)), n);
+    std::vector<float> decoded = decodeOnce(*q, encodeOnce(*q, x, rng::mixSeed(123, t)), n);
     for (size_t i = 0; i < n; ++i) sum[i] += decoded[i];
   }
   // Per element within 5 standard errors; and the errors towards larger magnitude, summed
@@ -163,7 +163,7 @@ TEST(Qsgd, VarianceIsTheBernoulliVarianceWithinThePaperBound) {
       std::vector<RefBucket> buckets = refBuckets(x, bucket);
       std::vector<double> error(buckets.size(), 0.0);
       for (int t = 0; t < trials; ++t) {
-        std::vector<float> decoded = decodeOnce(*q, encodeOnce(*q, x, data::mixSeed(9, t)), n);
+        std::vector<float> decoded = decodeOnce(*q, encodeOnce(*q, x, rng::mixSeed(9, t)), n);
         for (size_t k = 0; k < buckets.size(); ++k) {
           for (size_t i = buckets[k].begin; i < buckets[k].begin + buckets[k].size; ++i) {
             error[k] += (double{decoded[i]} - x[i]) * (double{decoded[i]} - x[i]) / trials;

@@ -90,7 +90,7 @@ TEST(TernGrad, MeanOfManyDecodesIsTheClippedGradient) {
   auto t = methods::makeTernGrad({}, {});
   std::vector<double> sum(n, 0.0);
   for (int k = 0; k < trials; ++k) {
-    std::vector<float> decoded = decodeOnce(*t, encodeOnce(*t, g, data::mixSeed(5, k)), n);
+    std::vector<float> decoded = decodeOnce(*t, encodeOnce(*t, g, rng::mixSeed(5, k)), n);
     for (size_t i = 0; i < n; ++i) sum[i] += decoded[i];
   }
   // Per element within 5 standard errors, and the signed errors summed in units of their

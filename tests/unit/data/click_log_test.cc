@@ -13,10 +13,10 @@
 
 #include <fmt/format.h>
 
+#include "common/random.h"
 #include "data/click_metrics.h"
 #include "data/criteo_synthetic.h"
 #include "data/criteo_tsv.h"
-#include "data/random.h"
 #include "data/zipf.h"
 #include "gradsync/error.h"
 

@@ -13,7 +13,7 @@
 #include <random>
 #include <thread>
 
-#include "data/random.h"
+#include "common/random.h"
 #include "gradsync/loopback.h"
 #include "gradsync/store.h"
 #include "ps/embedding_host.h"
@@ -54,7 +54,7 @@ std::vector<int64_t> batchRows(const EmbeddingSpec& spec, uint64_t step, int ran
   std::vector<int64_t> rows;
   for (size_t i = 0; i < kBatch; ++i) {
     for (int t = 0; t < spec.tables(); ++t) {
-      uint64_t h = data::mixSeed(data::mixSeed(step * 10 + rank, i), t);
+      uint64_t h = rng::mixSeed(rng::mixSeed(step * 10 + rank, i), t);
       rows.push_back(static_cast<int64_t>((h % 3 == 0 ? h : h % 4) % spec.tableRows[t]));
     }
   }
@@ -63,8 +63,8 @@ std::vector<int64_t> batchRows(const EmbeddingSpec& spec, uint64_t step, int ran
 
 // A gradient that depends on the pulled value (so a replay from another state differs).
 float gradientOf(float value, uint64_t step, int rank, uint64_t key, int d, uint32_t uses) {
-  const uint64_t h = data::mixSeed(data::mixSeed(step, rank), key * 8 + d);
-  return 0.3f * value + static_cast<float>(uses) * (data::unitFloat(h) - 0.5f);
+  const uint64_t h = rng::mixSeed(rng::mixSeed(step, rank), key * 8 + d);
+  return 0.3f * value + static_cast<float>(uses) * (rng::unitFloat(h) - 0.5f);
 }
 
 // The naive reference: every row of every table in one map, rounds applied as the servers must.

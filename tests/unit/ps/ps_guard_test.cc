@@ -1,4 +1,4 @@
-// The compression guardrail on pushes to parameter servers (sync/guard.h, ps/worker_client.h)
+// The compression guardrail on pushes to parameter servers (compress/guard.h, ps/worker_client.h)
 // against a naive reference. Each worker decides alone, from its own pushes: the reference
 // replays every worker's encodings (the method's own codec, error feedback as the contract says),
 // measures the three signals on the first step of each window of 10, counts the windows past a
@@ -16,10 +16,10 @@
 
 #include <fmt/format.h>
 
-#include "data/random.h"
+#include "common/random.h"
+#include "compress/guard.h"
 #include "ps_fixture.h"
 #include "push_reference.h"
-#include "sync/guard.h"
 
 namespace gradsync::testing {
 namespace {
@@ -31,8 +31,8 @@ const GuardOptions kGuard{};         // the engine's thresholds
 
 // Uniform in [-0.5, 0.5), independent across ranks, tensors, elements and steps.
 float noise(int rank, size_t tensor, size_t i, int step) {
-  uint64_t h = data::mixSeed(data::mixSeed(static_cast<uint64_t>(rank) + 1, tensor), i);
-  h = data::mixSeed(h, static_cast<uint64_t>(step));
+  uint64_t h = rng::mixSeed(rng::mixSeed(static_cast<uint64_t>(rank) + 1, tensor), i);
+  h = rng::mixSeed(h, static_cast<uint64_t>(step));
   return static_cast<float>(h >> 40) / static_cast<float>(uint64_t{1} << 24) - 0.5f;
 }
 

@@ -7,9 +7,9 @@
 #include <vector>
 
 #include "common/half.h"
+#include "common/random.h"
 #include "compress/compressor.h"
 #include "compress/registry.h"
-#include "data/random.h"
 
 namespace gradsync::testing {
 
@@ -21,10 +21,10 @@ inline constexpr uint64_t kPushSeed = 11;
 inline std::vector<float> decodedPush(Compressor& method, std::span<const float> x,
                                       uint64_t runSeed, uint64_t step, int rank) {
   std::vector<float> out(x.size(), 0.0f);
-  const uint64_t shared = data::mixSeed(runSeed, step);
+  const uint64_t shared = rng::mixSeed(runSeed, step);
   if (auto* codec = dynamic_cast<CodecCompressor*>(&method)) {
     std::vector<uint8_t> bytes;
-    codec->encode(x, bytes, data::mixSeed(shared, static_cast<uint64_t>(rank)));
+    codec->encode(x, bytes, rng::mixSeed(shared, static_cast<uint64_t>(rank)));
     codec->decodeAdd(bytes, out);
     return out;
   }

@@ -2,7 +2,7 @@
 // confirmation, and the decision over real rank threads (odd world size): losses that rise past
 // the threshold on the ranks' mean make every compressed unit dense from the same step on every
 // rank, while one rank's high loss that the mean does not carry past it, or no warm-up, does not.
-#include "sync/loss_trend.h"
+#include "compress/loss_trend.h"
 
 #include <gtest/gtest.h>
 
@@ -11,8 +11,8 @@
 #include <mutex>
 
 #include "common/tags.h"
+#include "compress/guard.h"
 #include "support/transports.h"
-#include "sync/guard.h"
 
 namespace gradsync::testing {
 namespace {

@@ -2,7 +2,7 @@
 // agreement over real rank threads (odd world size), and inside the engine: a unit it made dense
 // exchanges exactly the dense average from the decided step on every rank, and a guard that
 // does not act leaves every bit of the exchanges as they are without it.
-#include "sync/guard.h"
+#include "compress/guard.h"
 
 #include <gtest/gtest.h>
 

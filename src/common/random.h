@@ -1,13 +1,17 @@
-// Portable pseudo-random helpers for the data pipeline. The standard library's distributions
-// (std::uniform_int_distribution, std::shuffle) are implementation-defined, so a permutation or
-// a synthetic batch built with them could differ between libstdc++ and libc++; everything here
-// is fully specified so that the same seed gives the same data on every platform and compiler.
+// Portable pseudo-random helpers, for every module that draws numbers from a seed: the data
+// pipeline's permutations and synthetic data, the compressors' random choices (randomk, dgc's
+// sampling, PowerSGD's initial Q, stochastic rounding), the servers' embedding rows, CPR's
+// failure model. The standard library's distributions (std::uniform_int_distribution,
+// std::shuffle) are implementation-defined, so a permutation or a random choice built with them
+// could differ between libstdc++ and libc++; everything here is fully specified so that the same
+// seed gives the same numbers on every platform and compiler. Here, below every module, so that
+// none of them depends on another for its randomness.
 #pragma once
 
 #include <cstdint>
 #include <random>
 
-namespace gradsync::data {
+namespace gradsync::rng {
 
 // SplitMix64 finaliser (Steele, Lea, Flood 2014): a bijective 64-bit mix, used to turn
 // (seed, epoch) or (seed, sample) pairs into well-spread generator seeds.
@@ -37,4 +41,4 @@ inline float unitFloat(uint64_t bits) {
   return static_cast<float>(bits >> 40) * (1.0f / 16777216.0f);
 }
 
-}  // namespace gradsync::data
+}  // namespace gradsync::rng

@@ -1,4 +1,4 @@
-#include "sync/loss_trend.h"
+#include "compress/loss_trend.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-#include "sync/guard.h"
+#include "compress/guard.h"
 
 #include <algorithm>
 #include <cmath>

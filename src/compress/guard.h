@@ -1,6 +1,6 @@
 // The compression guardrail (docs/algorithms.md, "The compression guardrail"): while training,
 // watch three cheap signals of harm per compressed communication unit, and the training loss
-// against the dense warm-up's (sync/loss_trend.h), and past a threshold in consecutive windows
+// against the dense warm-up's (compress/loss_trend.h), and past a threshold in consecutive windows
 // exchange that unit (for the loss: every compressed unit) densely from then on.
 //   alignment cos(what the unit sent, its gradient). Random-k sends sums of ~100 old gradients at
 //             random positions: cos ~ 0, where top-k, PowerSGD and QSGD stay above 0.2. The
@@ -31,9 +31,9 @@
 
 #include "common/state_bytes.h"
 #include "compress/compressor.h"
+#include "compress/loss_trend.h"
 #include "gradsync/guard_event.h"
 #include "gradsync/transport.h"
-#include "sync/loss_trend.h"
 
 namespace gradsync {
 
