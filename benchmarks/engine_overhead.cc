@@ -20,7 +20,7 @@
 #include "gradsync/collectives.h"
 #include "gradsync/loopback.h"
 #include "sync/engine.h"
-#include "torch/trainer.h"
+#include "torch/train/trainer.h"
 
 namespace gradsync {
 namespace {

@@ -16,7 +16,7 @@
 #include <CLI/CLI.hpp>
 
 #include "gradsync/torch/fused_sgd.h"
-#include "torch/models.h"
+#include "torch/models/models.h"
 
 namespace {
 

@@ -12,8 +12,8 @@
 
 #include "common/allocator.h"
 #include "data/sampler.h"
-#include "torch/data_source.h"
-#include "torch/models.h"
+#include "torch/loop/data_source.h"
+#include "torch/models/models.h"
 
 int main(int argc, char** argv) {
   std::string modelName = "cnn";

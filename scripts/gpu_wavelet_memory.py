@@ -5,7 +5,7 @@ of B) on one CUDA device (issue 23, item 5), for torchvision's resnet50 and vgg1
 `gradsync simulate --waves 2`'s prediction. docs/simulator.md, "Checking the memory model on a
 GPU", says what runs; in short: the two waves are the trainer's `--waves 2 --wave-consistency
 accumulate` on ONE model (scripts/gpu_waves.py: a CUDA stream each, the gates of
-torch/wave_gates.h kept on the device by events, per-wave torch.autograd.grad, one SGD step per
+torch/waves/gates.h kept on the device by events, per-wave torch.autograd.grad, one SGD step per
 round from the mean), launched by one host thread (--launch events) and/or a thread per wave
 (--launch threads); peaks are torch.cuda.max_memory_allocated/reserved over --steps after
 --warmup, each configuration from the weights alone (release() checks it).

@@ -1,5 +1,5 @@
 """Two (or K) tick-tock Wavelet waves on ONE model and one device, as the trainer's `--waves K
---wave-consistency accumulate` (docs/algorithms.md, "Wavelet"; the gates of torch/wave_gates.h),
+--wave-consistency accumulate` (docs/algorithms.md, "Wavelet"; the gates of torch/waves/gates.h),
 for scripts/gpu_wavelet_memory.py and its tests. Two ways to launch the same GPU-side work:
 
 - `events` (default): ONE host thread enqueues every pass in the tick-tock order, each wave on
@@ -54,7 +54,7 @@ class Device:
 
 
 class TickTockGates:
-    """WaveGates (torch/wave_gates.h): a forward and a backward gate, passed by the waves in
+    """WaveGates (torch/waves/gates.h): a forward and a backward gate, passed by the waves in
     turn, wave 0 first, and on the device (a pass's stream waits for the previous pass's end).
     Thread-safe; a wait ends within WAIT_TIMEOUT_S or at abort(). With one launching thread
     that passes them in order, no wait blocks. `passes`: every pass."""

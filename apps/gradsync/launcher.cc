@@ -27,7 +27,7 @@ pid_t gChildren[kMaxChildren];
 std::atomic<int> gChildCount{0};
 std::atomic<int> gSignal{0};  // the signal the launcher was sent (elastic: no restarts after one)
 
-// gradsync train's exit code after a graceful stop (kStoppedExitCode in torch/trainer.h): the
+// gradsync train's exit code after a graceful stop (kStoppedExitCode in torch/train/trainer.h): the
 // process was asked to stop, not failed, so it is not restarted.
 constexpr int kAskedToStop = 75;
 

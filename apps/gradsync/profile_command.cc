@@ -5,7 +5,7 @@
 #include "commands.h"
 #include "common/allocator.h"
 #include "gradsync/error.h"
-#include "torch/model_profiler.h"
+#include "torch/train/model_profiler.h"
 
 namespace gradsync {
 namespace {

@@ -8,8 +8,8 @@
 #include "common/allocator.h"
 #include "compress/registry.h"
 #include "gradsync/error.h"
-#include "torch/elastic_trainer.h"
-#include "torch/trainer.h"
+#include "torch/elastic/trainer.h"
+#include "torch/train/trainer.h"
 #include "train_pipeline.h"
 #include "train_recommendation.h"
 
@@ -139,7 +139,7 @@ Settings trainSettings(const TrainOptions& o, const std::string& transport) {
           {"--wave-consistency", o.waveConsistency}};
 }
 
-// --elastic: every worker of the job (elastic_trainer.h); rank 0 of the last round reports.
+// --elastic: every worker of the job (torch/elastic/trainer.h); rank 0 of the last round reports.
 void runElastic(TrainFlags& flags, CommandContext& context) {
   validateElasticOptions(flags.options);
   Settings settings = trainSettings(flags.options, flags.ranks.transport);
@@ -302,7 +302,7 @@ void addTrainCommand(CLI::App& app, CommandContext& context) {
     if (!flags->options.recordSamples.empty()) {
       throw ConfigError("--record-samples records elastic runs", {.hint = "add --elastic MIN:MAX"});
     }
-    if (flags->options.pipeline.enabled()) {  // its own trainer (torch/pipeline.h)
+    if (flags->options.pipeline.enabled()) {  // its own trainer (torch/pipeline/pipeline.h)
       if (flags->options.compute != "real") {
         throw ConfigError("--pipeline trains with real compute: --compute must be real");
       }

@@ -6,8 +6,8 @@
 #include <fmt/ranges.h>
 
 #include "gradsync/error.h"
-#include "torch/metrics.h"
-#include "torch/pipeline.h"
+#include "torch/loop/metrics.h"
+#include "torch/pipeline/pipeline.h"
 
 namespace gradsync {
 namespace {

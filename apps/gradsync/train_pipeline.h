@@ -6,7 +6,7 @@
 
 #include "commands.h"
 #include "job/agreement.h"
-#include "torch/trainer.h"
+#include "torch/train/trainer.h"
 
 namespace gradsync {
 

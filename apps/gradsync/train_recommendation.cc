@@ -18,7 +18,6 @@
 #include "gradsync/context.h"
 #include "gradsync/tcp.h"
 #include "launcher.h"
-#include "ps/embedding_host.h"
 #include "rendezvous/tcp_store.h"
 
 namespace gradsync {
@@ -106,9 +105,11 @@ int workerLife(const RecommendationOptions& options, int workers, Store& store,
   if (config.rank == 0) store.setString(kSettingsKey, encodeSettings(settings));
   std::unique_ptr<Transport> ring = connectTcpTransport(store, config.rank, workers, tcp);
   checkSameSettings(*ring, settings);
-  EmbeddingLinks links(store, tcp, workers, config.rank);
+  std::unique_ptr<EmbeddingConnector> links =
+      connectEmbeddingServers(store, tcp, workers, config.rank);
   const bool servers = options.train.strategy.servers > 0;
-  RecommendationResult result = trainRecommendation(*ring, servers ? &links : nullptr, options);
+  RecommendationResult result =
+      trainRecommendation(*ring, servers ? links.get() : nullptr, options);
   if (config.rank == 0) printSummary(options, workers, result);
   barrier(*ring);  // rank 0 serves the store: it leaves last
   return result.stopped ? kStoppedExitCode : 0;
@@ -119,20 +120,14 @@ int workerLife(const RecommendationOptions& options, int workers, Store& store,
 int serverLife(const RecommendationOptions& options, int workers, Store& store,
                const BootstrapConfig& config, const TransportOptions& link,
                const Settings& settings) {
-  const int shard = config.rank - workers;
   // A stop (SIGTERM, SIGINT, which launchers send every process) is the workers' to agree on:
   // they checkpoint, with this server's save, and tell it to stop. Dying here would only make
   // the launcher respawn it in the middle of their stop.
   std::signal(SIGTERM, SIG_IGN);
   std::signal(SIGINT, SIG_IGN);
-  EmbeddingLinks links(store, tcpOptions(config, link), workers, config.rank);
   const Settings rank0 = decodeSettings(store.getString(kSettingsKey, config.timeout));
-  const std::string difference = describeDifference(rank0, settings, config.rank);
-  if (!difference.empty()) {
-    links.refuse(shard, difference);
-    throw ConfigError(fmt::format("startup check: {}", difference), {.rank = config.rank});
-  }
-  serveEmbeddingProcess(links, embeddingHostOptions(options, shard, workers));
+  serveEmbeddingShard(store, tcpOptions(config, link), options, workers, config.rank,
+                      describeDifference(rank0, settings, config.rank));
   return 0;
 }
 

@@ -8,7 +8,7 @@
 #include <CLI/CLI.hpp>
 
 #include "commands.h"
-#include "torch/recommendation.h"
+#include "torch/recommendation/recommendation.h"
 
 namespace gradsync {
 

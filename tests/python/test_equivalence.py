@@ -2,7 +2,7 @@
 updates (p3) and its sharded updates, with SGD (momentum 0.9) and Adam, and schedule "auto"
 switching between p3's slices (or fusion's buckets) every few steps, against one process
 running the same steps; within 1e-5 relative, the bound of the C++ tests
-(tests/unit/torch/distributed_optimizer_test.cc), which one missing update exceeds by far."""
+(tests/unit/torch/api/distributed_optimizer_test.cc), which one missing update exceeds by far."""
 
 from conftest import max_relative_difference
 

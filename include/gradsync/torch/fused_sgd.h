@@ -5,11 +5,11 @@
 //
 // FusedSGD is a torch::optim::SGD (same options, same state layout, same save/load), so code
 // that accepts an SGD accepts it; `gradsync train` steps through it
-// (src/torch/training_optimizer.h). Its constructor moves each group's parameters into one flat
-// buffer (each parameter becomes a view of it, the same tensor for its module: its data pointer
-// changes, its values do not; so construct it before anything keeps pointers to parameter data) and
-// keeps the momentum buffers as views of a second flat buffer; every step then copies the gradients
-// into a third flat buffer (one call) and updates with a few calls over the whole group:
+// (src/torch/loop/training_optimizer.h). Its constructor moves each group's parameters into one
+// flat buffer (each parameter becomes a view of it, the same tensor for its module: its data
+// pointer changes, its values do not; so construct it before anything keeps pointers to parameter
+// data) and keeps the momentum buffers as views of a second flat buffer; every step then copies the
+// gradients into a third flat buffer (one call) and updates with a few calls over the whole group:
 //   SGD with momentum: m = μ·m + g (m = g on the first step); p −= lr·m   (bitwise torch's SGD)
 //   LARS (`lars` > 0, You et al. 2017): g ← g · lars·‖p_t‖/‖g_t‖ per tensor t (1 where either
 //   norm is 0), then as above; one pass per tensor over the flat buffers (tensors in parallel)

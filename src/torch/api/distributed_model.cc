@@ -1,4 +1,4 @@
-#include "torch/distributed_model.h"
+#include "torch/api/distributed_model.h"
 
 #include <algorithm>
 #include <cstring>

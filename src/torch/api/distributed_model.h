@@ -24,7 +24,7 @@
 
 #include "gradsync/transport.h"
 #include "sync/engine.h"
-#include "torch/models.h"
+#include "torch/models/models.h"
 
 namespace gradsync {
 

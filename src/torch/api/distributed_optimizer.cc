@@ -13,10 +13,10 @@
 #include "gradsync/error.h"
 #include "job/agreement.h"
 #include "sync/strategy.h"
-#include "torch/archive_bytes.h"
-#include "torch/distributed_model.h"
-#include "torch/schedule_tuning.h"
-#include "torch/sync_setup.h"
+#include "torch/api/archive_bytes.h"
+#include "torch/api/distributed_model.h"
+#include "torch/api/schedule_tuning.h"
+#include "torch/api/sync_setup.h"
 #include "transport/prefix_transport.h"
 
 namespace gradsync {
@@ -129,7 +129,7 @@ std::vector<TensorShape> shapesOf(const torch::nn::Module& module) {
   return shapes;
 }
 
-// --schedule auto (torch/schedule_tuning.h); not with localsgd, which averages models instead.
+// --schedule auto (torch/api/schedule_tuning.h); not with localsgd, which averages models instead.
 std::unique_ptr<ScheduleTuning> tuningFor(const SyncOptions& options,
                                           const Parameters& synchronized, Transport& workers) {
   if (SyncStrategy::parse(options.sync).kind == SyncStrategy::Kind::kLocalSgd)

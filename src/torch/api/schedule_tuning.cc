@@ -1,4 +1,4 @@
-#include "torch/schedule_tuning.h"
+#include "torch/api/schedule_tuning.h"
 
 #include <fmt/format.h>
 
@@ -6,7 +6,7 @@
 #include "common/tags.h"
 #include "gradsync/collectives.h"
 #include "gradsync/error.h"
-#include "torch/distributed_model.h"
+#include "torch/api/distributed_model.h"
 
 namespace gradsync {
 

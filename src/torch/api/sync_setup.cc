@@ -1,4 +1,4 @@
-#include "torch/sync_setup.h"
+#include "torch/api/sync_setup.h"
 
 #include <fmt/format.h>
 
@@ -11,7 +11,7 @@
 #include "ps/served_units.h"
 #include "schedule/schedule_tuner.h"
 #include "sync/strategy.h"
-#include "torch/schedule_tuning.h"
+#include "torch/api/schedule_tuning.h"
 
 namespace gradsync {
 namespace {

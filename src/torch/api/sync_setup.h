@@ -11,7 +11,7 @@
 #include "common/tensor_shape.h"
 #include "gradsync/sync_options.h"
 #include "gradsync/transport.h"
-#include "torch/distributed_model.h"
+#include "torch/api/distributed_model.h"
 
 namespace gradsync {
 

@@ -1,4 +1,4 @@
-#include "torch/elastic_round.h"
+#include "torch/elastic/round.h"
 
 #include <algorithm>
 #include <array>
@@ -11,7 +11,7 @@
 #include "common/stop_request.h"
 #include "common/tags.h"
 #include "gradsync/collectives.h"
-#include "torch/evaluation.h"
+#include "torch/loop/evaluation.h"
 
 namespace gradsync {
 namespace {

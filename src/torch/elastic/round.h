@@ -1,10 +1,10 @@
-// One round of an elastic run (torch/elastic_trainer.h): its members train data-parallel through
+// One round of an elastic run (torch/elastic/trainer.h): its members train data-parallel through
 // a DistributedOptimizer over the round's own transport, from the state they share
-// (elastic_state.h), until the training is over, a worker waits to come in, or a stop is asked
-// for. A lost member makes run() throw what the transport throws (PeerLostError, TimeoutError);
-// the caller aborts the transport and re-forms the job from the state as it stood after the last
-// step this member completed (gradient mode: a step's update is applied whole, after every
-// average arrived, or not at all).
+// (torch/elastic/state.h), until the training is over, a worker waits to come in, or a stop is
+// asked for. A lost member makes run() throw what the transport throws (PeerLostError,
+// TimeoutError); the caller aborts the transport and re-forms the job from the state as it stood
+// after the last step this member completed (gradient mode: a step's update is applied whole, after
+// every average arrived, or not at all).
 #pragma once
 
 #include <torch/torch.h>
@@ -17,9 +17,9 @@
 #include "data/sample_log.h"
 #include "gradsync/torch/distributed_optimizer.h"
 #include "job/elastic_rendezvous.h"
-#include "torch/data_source.h"
-#include "torch/elastic_state.h"
-#include "torch/progress.h"
+#include "torch/elastic/state.h"
+#include "torch/loop/data_source.h"
+#include "torch/loop/progress.h"
 
 namespace gradsync {
 

@@ -1,4 +1,4 @@
-#include "torch/elastic_state.h"
+#include "torch/elastic/state.h"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -7,7 +7,7 @@
 #include "common/tags.h"
 #include "gradsync/collectives.h"
 #include "gradsync/error.h"
-#include "torch/archive_bytes.h"
+#include "torch/api/archive_bytes.h"
 
 namespace gradsync {
 

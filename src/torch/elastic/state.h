@@ -1,4 +1,4 @@
-// What the members of an elastic round share (torch/elastic_trainer.h): the model, the
+// What the members of an elastic round share (torch/elastic/trainer.h): the model, the
 // optimizer's state and where the run stands. Rank 0 of a round holds the most advanced state
 // (the rendezvous ranks by it) and gives it to every other member at the round's start: a joiner
 // gets everything it needs, and survivors that lost a step to a failure catch up.
@@ -11,8 +11,8 @@
 
 #include "data/elastic_sampler.h"
 #include "gradsync/transport.h"
-#include "torch/models.h"
-#include "torch/trainer.h"
+#include "torch/loop/options.h"
+#include "torch/models/models.h"
 
 namespace gradsync {
 

@@ -1,4 +1,4 @@
-#include "torch/elastic_trainer.h"
+#include "torch/elastic/trainer.h"
 
 #include <unistd.h>
 
@@ -17,8 +17,8 @@
 #include "rendezvous/tcp_store.h"
 #include "schedule/schedule.h"
 #include "sync/strategy.h"
-#include "torch/elastic_round.h"
-#include "torch/metrics.h"
+#include "torch/elastic/round.h"
+#include "torch/loop/metrics.h"
 
 namespace gradsync {
 namespace {

@@ -3,7 +3,7 @@
 //
 // The job runs in rounds (job/elastic_rendezvous.h). In each, the members connect a mesh of
 // their own, rank 0 gives every member its state (model, optimizer, progress:
-// torch/elastic_state.h), and they train (torch/elastic_round.h). When a worker is lost, the
+// torch/elastic/state.h), and they train (torch/elastic/round.h). When a worker is lost, the
 // others' transports fail within the step; each aborts its transport (which tells the rest at
 // once), keeps its model as it stood after its last complete step, and enters the next round.
 // The survivors there take the most advanced state among them, renumber, rebuild the ring, and
@@ -20,7 +20,7 @@
 #include "gradsync/bootstrap.h"
 #include "gradsync/transport.h"
 #include "job/agreement.h"
-#include "torch/trainer.h"
+#include "torch/train/trainer.h"
 
 namespace gradsync {
 

@@ -1,10 +1,10 @@
-#include "torch/checkpointing.h"
+#include "torch/loop/checkpointing.h"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "gradsync/error.h"
-#include "torch/archive_bytes.h"
+#include "torch/api/archive_bytes.h"
 
 namespace gradsync {
 namespace {

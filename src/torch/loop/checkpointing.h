@@ -12,7 +12,7 @@
 #include <string>
 
 #include "ckpt/checkpoint_dir.h"
-#include "torch/trainer.h"
+#include "torch/loop/options.h"
 
 namespace gradsync {
 

@@ -1,4 +1,4 @@
-#include "torch/data_source.h"
+#include "torch/loop/data_source.h"
 
 #include <fmt/format.h>
 
@@ -6,8 +6,8 @@
 #include "data/image_set.h"
 #include "data/synthetic.h"
 #include "gradsync/error.h"
-#include "torch/remote_data_source.h"
-#include "torch/trainer.h"
+#include "torch/loop/options.h"
+#include "torch/loop/remote_data_source.h"
 
 namespace gradsync {
 namespace {

@@ -41,7 +41,7 @@ std::unique_ptr<DataSource> openDataSource(const std::string& name, const std::s
 
 struct TrainOptions;
 // The training run's data: the remote store through the cache with --data-url
-// (torch/remote_data_source.h), otherwise openDataSource's.
+// (torch/loop/remote_data_source.h), otherwise openDataSource's.
 std::unique_ptr<DataSource> openTrainingData(const TrainOptions& options);
 
 }  // namespace gradsync

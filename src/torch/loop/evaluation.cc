@@ -1,4 +1,4 @@
-#include "torch/evaluation.h"
+#include "torch/loop/evaluation.h"
 
 #include <algorithm>
 #include <array>

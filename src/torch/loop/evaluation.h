@@ -5,8 +5,8 @@
 #include <cstdint>
 
 #include "gradsync/transport.h"
-#include "torch/data_source.h"
-#include "torch/models.h"
+#include "torch/loop/data_source.h"
+#include "torch/models/models.h"
 
 namespace gradsync {
 

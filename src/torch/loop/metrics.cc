@@ -1,4 +1,4 @@
-#include "torch/metrics.h"
+#include "torch/loop/metrics.h"
 
 #include <sys/resource.h>
 

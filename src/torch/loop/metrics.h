@@ -3,7 +3,7 @@
 
 #include <string>
 
-#include "torch/trainer.h"
+#include "torch/loop/options.h"
 
 namespace gradsync {
 

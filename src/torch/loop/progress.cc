@@ -1,4 +1,4 @@
-#include "torch/progress.h"
+#include "torch/loop/progress.h"
 
 #include <unistd.h>
 

@@ -1,4 +1,4 @@
-#include "torch/remote_data_source.h"
+#include "torch/loop/remote_data_source.h"
 
 #include <atomic>
 #include <map>

@@ -15,7 +15,7 @@
 #include <memory>
 
 #include "data/shard_cache.h"
-#include "torch/data_source.h"
+#include "torch/loop/data_source.h"
 
 namespace gradsync {
 

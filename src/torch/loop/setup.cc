@@ -1,5 +1,5 @@
-// The process-level setup of `gradsync train` (trainer.h): its options checked and turned into
-// the public SyncOptions, and the compute threads' budget and priority.
+// The process-level setup every trainer shares (torch/loop/options.h): the options turned into
+// the public SyncOptions, emulated compute, and the compute threads' budget and priority.
 #include <dlfcn.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
@@ -17,10 +17,9 @@
 #include "common/check.h"
 #include "common/logging.h"
 #include "gradsync/error.h"
-#include "torch/models.h"
-#include "torch/sync_setup.h"
-#include "torch/trainer.h"
-#include "torch/wavelet_trainer.h"
+#include "torch/api/sync_setup.h"
+#include "torch/loop/options.h"
+#include "torch/models/models.h"
 
 namespace gradsync {
 
@@ -41,7 +40,7 @@ SyncOptions syncOptionsOf(const TrainOptions& options) {
           .localMomentum = options.strategy.localMomentum,
           .glu = options.strategy.glu,
           .cdThreshold = options.strategy.threshold,
-          // --compensate is the pipeline stages' own under --pipeline (pipeline_setup.h), the
+          // --compensate is the pipeline stages' own under --pipeline (torch/pipeline/setup.h), the
           // servers' otherwise.
           .compensate = options.pipeline.stages > 0 ? "none" : options.pipeline.compensate,
           .seed = options.seed,
@@ -106,91 +105,9 @@ double injectedSlowdownMs(const std::string& spec, int rank) {
   return slowRank == rank ? ms : 0;
 }
 
-namespace {
-
-// --data-url and its companions (torch/remote_data_source.h).
-void validateDataUrl(const TrainOptions& options) {
-  if (options.dataUrl.empty()) return;
-  if (!options.dataUrl.starts_with("http://") && !options.dataUrl.starts_with("https://")) {
-    throw ConfigError(
-        fmt::format("--data-url '{}' is not an http:// or https:// URL", options.dataUrl));
-  }
-  if (options.dataset != "fashion-mnist") {
-    throw ConfigError(
-        fmt::format("--data-url serves image shards: it replaces --dataset fashion-mnist, not {}",
-                    options.dataset));
-  }
-  if (options.pipeline.stages > 1 || !options.elastic.empty()) {
-    throw ConfigError("--data-url is not supported with --pipeline or --elastic",
-                      {.hint = "they read the dataset from --data-dir"});
-  }
-  if (!(options.cacheMemoryMiB >= 0)) throw ConfigError("--cache-memory must be >= 0 MiB");
-}
-
-// Flags that only --pipeline reads are refused without it, rather than silently ignored.
-void validatePipelineOnlyFlags(const TrainOptions& options) {
-  const PipelineOptions& p = options.pipeline;
-  if (p.lwpBackward && (!p.enabled() || p.compensate.find("lwp") == std::string::npos)) {
-    throw ConfigError("--lwp-backward needs --pipeline with --compensate lwp or sc+lwp",
-                      {.hint = "under asgd and ssp:S, lwp already runs the forward and the "
-                               "backward on the predicted weights"});
-  }
-  if (p.enabled()) return;
-  const std::pair<bool, const char*> pipelineOnly[] = {
-      {p.weightStash, "--weight-stash"},
-      {p.microBatches != 1, "--micro-batches"},
-      {!p.stageLayers.empty(), "--stage-layers"},
-      {!p.stageProfile.empty(), "--stage-profile"},
-      {p.emulate, "--pipeline-emulate"},
-      {p.referenceBatch > 0, "--reference-batch"},
-      {p.mode != PipelineOptions{}.mode, "--pipeline-mode"},
-      {p.pinDevices, "--pin-devices"},
-      {p.wavePlacement != PipelineOptions{}.wavePlacement, "--wave-placement"}};
-  for (const auto& [given, flag] : pipelineOnly) {
-    if (given) throw ConfigError(fmt::format("{} applies to --pipeline S only", flag));
-  }
-}
-
-}  // namespace
-
 TrainOptions withResolvedWarmup(TrainOptions options, size_t stepsPerEpoch) {
   options.compression = resolveAutoWarmups(options.compression, stepsPerEpoch);
   return options;
-}
-
-void validateTrainOptions(const TrainOptions& options) {
-  if (!emulatesCompute(options)) {
-    makeModel(options.model);  // throws with the valid names
-  } else if (!(options.computeScale > 0)) {
-    throw ConfigError(
-        fmt::format("--compute-scale must be positive, not {}", options.computeScale));
-  }
-  injectedSlowdownMs(options.injectSlowRank, -1);
-  resolveWarmupSteps(options.compression, 0);  // throws for a negative count
-  validateSync(syncOptionsOf(options), describeTrainingModel(options));
-  if (options.dataset != "fashion-mnist" && options.dataset != "synthetic") {
-    throw ConfigError(fmt::format("unknown dataset '{}'", options.dataset),
-                      {.hint = "choose fashion-mnist or synthetic"});
-  }
-  validateDataUrl(options);
-  validatePipelineOnlyFlags(options);
-  if (options.batchSize == 0) throw ConfigError("--batch-size must be at least 1");
-  if (options.epochs < 1 && options.steps <= 0) throw ConfigError("--epochs must be at least 1");
-  if (options.threads < 1) throw ConfigError("--threads must be at least 1");
-  if (options.evalEvery < 0) throw ConfigError("--eval-every must be >= 0");
-  if (options.lr <= 0) throw ConfigError("--lr must be positive");
-  if (options.momentum < 0 || options.momentum >= 1)
-    throw ConfigError("--momentum must be in [0, 1)");
-  if (options.lars < 0) throw ConfigError("--lars must be >= 0");
-  if (options.lars > 0 && updatesInEngine(syncOptionsOf(options))) {
-    throw ConfigError(
-        fmt::format("--lars does not apply with --schedule {} --sync {}{}", options.schedule,
-                    options.sync, options.strategy.ps ? " --ps" : ""),
-        {.hint = "there the engine or the servers apply plain SGD; LARS needs the "
-                 "optimizer to step: --schedule fifo|wfbp|fusion with ring ssgd "
-                 "or localsgd"});
-  }
-  validateWaveOptions(options);
 }
 
 // --threads bounds every compute pool of the rank. torch::set_num_threads sets ATen's OpenMP

@@ -1,4 +1,4 @@
-#include "torch/training_optimizer.h"
+#include "torch/loop/training_optimizer.h"
 
 #include <vector>
 

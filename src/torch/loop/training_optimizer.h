@@ -8,8 +8,8 @@
 #include <memory>
 
 #include "gradsync/torch/fused_sgd.h"
-#include "torch/models.h"
-#include "torch/trainer.h"
+#include "torch/loop/options.h"
+#include "torch/models/models.h"
 
 namespace gradsync {
 

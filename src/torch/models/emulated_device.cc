@@ -1,4 +1,4 @@
-#include "torch/emulated_device.h"
+#include "torch/models/emulated_device.h"
 
 #include <sys/prctl.h>
 #include <time.h>

@@ -1,4 +1,4 @@
-#include "torch/emulated_model.h"
+#include "torch/models/emulated_model.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <fmt/format.h>
@@ -8,7 +8,7 @@
 #include <cstdint>
 
 #include "gradsync/error.h"
-#include "torch/emulated_device.h"
+#include "torch/models/emulated_device.h"
 
 namespace gradsync {
 namespace {
@@ -243,15 +243,6 @@ void EmulatedModel::optimizerStep(torch::optim::Optimizer& /*optimizer*/) {
 
 std::shared_ptr<Model> makeEmulatedModel(const ModelProfile& profile, int rank, uint64_t seed) {
   return std::make_shared<EmulatedModel>(profile, rank, seed);
-}
-
-std::shared_ptr<Model> makeTrainingModel(const TrainOptions& options, int rank) {
-  if (emulatesCompute(options)) {
-    return makeEmulatedModel(emulatedProfile(options), rank, options.seed);
-  }
-  std::shared_ptr<Model> model = makeModel(options.model);
-  initializeParameters(*model, options.seed);
-  return model;
 }
 
 }  // namespace gradsync

@@ -28,8 +28,7 @@
 #include <string>
 
 #include "sim/model_profile.h"
-#include "torch/models.h"
-#include "torch/trainer.h"
+#include "torch/models/models.h"
 
 namespace gradsync {
 
@@ -37,9 +36,5 @@ namespace gradsync {
 // parameters start at zero (broadcast from rank 0 like any model's). Throws ConfigError for a
 // profile whose tensor names cannot form a module tree.
 std::shared_ptr<Model> makeEmulatedModel(const ModelProfile& profile, int rank, uint64_t seed);
-
-// The model `gradsync train` trains on `rank`: --model's, initialised from --seed, or with
-// --compute emulate:PROFILE the profile's emulated model.
-std::shared_ptr<Model> makeTrainingModel(const TrainOptions& options, int rank);
 
 }  // namespace gradsync

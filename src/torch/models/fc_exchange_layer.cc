@@ -1,4 +1,4 @@
-#include "torch/fc_exchange_layer.h"
+#include "torch/models/fc_exchange_layer.h"
 
 #include "common/check.h"
 #include "sync/engine.h"

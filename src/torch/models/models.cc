@@ -1,4 +1,4 @@
-#include "torch/models.h"
+#include "torch/models/models.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <fmt/format.h>
@@ -7,8 +7,8 @@
 #include <cmath>
 
 #include "gradsync/error.h"
-#include "torch/models_gn.h"
-#include "torch/trainer.h"
+#include "torch/models/catalog.h"
+#include "torch/models/models_gn.h"
 
 namespace gradsync {
 

@@ -11,7 +11,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "torch/fc_exchange_layer.h"
+#include "torch/models/fc_exchange_layer.h"
 
 namespace gradsync {
 

@@ -2,7 +2,7 @@
 // pipelined backprop trains them one sample at a time, where BatchNorm cannot work.
 #include <fmt/format.h>
 
-#include "torch/models_gn.h"
+#include "torch/models/models_gn.h"
 
 namespace gradsync {
 namespace {

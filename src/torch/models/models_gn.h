@@ -7,7 +7,7 @@
 #include <memory>
 #include <vector>
 
-#include "torch/models.h"
+#include "torch/models/models.h"
 
 namespace gradsync {
 

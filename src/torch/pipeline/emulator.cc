@@ -1,11 +1,11 @@
-// The single-process pipeline emulator (torch/pipeline.h).
+// The single-process pipeline emulator (torch/pipeline/pipeline.h).
 #include <map>
 
 #include "common/check.h"
-#include "torch/pipeline.h"
-#include "torch/pipeline_loop.h"
-#include "torch/pipeline_setup.h"
-#include "torch/pipeline_stage.h"
+#include "torch/pipeline/loop.h"
+#include "torch/pipeline/pipeline.h"
+#include "torch/pipeline/setup.h"
+#include "torch/pipeline/stage.h"
 
 namespace gradsync {
 namespace {

@@ -1,4 +1,4 @@
-#include "torch/pipeline_loop.h"
+#include "torch/pipeline/loop.h"
 
 #include <fmt/format.h>
 
@@ -6,7 +6,7 @@
 #include <chrono>
 
 #include "common/elapsed.h"
-#include "torch/progress.h"
+#include "torch/loop/progress.h"
 
 namespace gradsync {
 

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <functional>
 
-#include "torch/trainer.h"
+#include "torch/loop/options.h"
 
 namespace gradsync {
 

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "gradsync/transport.h"
-#include "torch/trainer.h"
+#include "torch/train/trainer.h"
 
 namespace gradsync {
 

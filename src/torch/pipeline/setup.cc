@@ -1,4 +1,4 @@
-#include "torch/pipeline_setup.h"
+#include "torch/pipeline/setup.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -13,7 +13,7 @@
 #include "pipeline/device_pinning.h"
 #include "sim/model_profile.h"
 #include "sync/strategy.h"
-#include "torch/sync_setup.h"
+#include "torch/api/sync_setup.h"
 
 namespace gradsync {
 namespace {

@@ -13,9 +13,9 @@
 #include "pipeline/schedule.h"
 #include "pipeline/stage_optimizer.h"
 #include "pipeline/wave_placement.h"
-#include "torch/data_source.h"
-#include "torch/models.h"
-#include "torch/trainer.h"
+#include "torch/loop/data_source.h"
+#include "torch/loop/options.h"
+#include "torch/models/models.h"
 
 namespace gradsync {
 

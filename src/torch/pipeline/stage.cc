@@ -1,4 +1,4 @@
-#include "torch/pipeline_stage.h"
+#include "torch/pipeline/stage.h"
 
 #include "common/check.h"
 #include "gradsync/torch/distributed_optimizer.h"

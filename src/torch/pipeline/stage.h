@@ -15,7 +15,7 @@
 #include "gradsync/sync_options.h"
 #include "gradsync/transport.h"
 #include "pipeline/stage_optimizer.h"
-#include "torch/models.h"
+#include "torch/models/models.h"
 
 namespace gradsync {
 

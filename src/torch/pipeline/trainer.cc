@@ -1,5 +1,5 @@
-// The multi-rank pipeline (torch/pipeline.h): each rank runs one stage's operations
-// (pipeline/schedule.h) and exchanges tensors with its neighbours (torch/pipeline_wire.h).
+// The multi-rank pipeline (torch/pipeline/pipeline.h): each rank runs one stage's operations
+// (pipeline/schedule.h) and exchanges tensors with its neighbours (torch/pipeline/wire.h).
 #include <fmt/format.h>
 
 #include <chrono>
@@ -12,11 +12,11 @@
 #include "gradsync/collectives.h"
 #include "gradsync/error.h"
 #include "pipeline/device_pinning.h"
-#include "torch/pipeline.h"
-#include "torch/pipeline_loop.h"
-#include "torch/pipeline_setup.h"
-#include "torch/pipeline_stage.h"
-#include "torch/pipeline_wire.h"
+#include "torch/pipeline/loop.h"
+#include "torch/pipeline/pipeline.h"
+#include "torch/pipeline/setup.h"
+#include "torch/pipeline/stage.h"
+#include "torch/pipeline/wire.h"
 #include "transport/subset_transport.h"
 
 namespace gradsync {

@@ -1,4 +1,4 @@
-#include "torch/pipeline_wire.h"
+#include "torch/pipeline/wire.h"
 
 #include <fmt/format.h>
 

@@ -12,8 +12,8 @@
 #include <string>
 
 #include "ckpt/checkpoint_dir.h"
-#include "torch/dlrm.h"
-#include "torch/recommendation.h"
+#include "torch/recommendation/dlrm.h"
+#include "torch/recommendation/recommendation.h"
 
 namespace gradsync {
 

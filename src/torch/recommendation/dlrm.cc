@@ -1,9 +1,9 @@
-#include "torch/dlrm.h"
+#include "torch/recommendation/dlrm.h"
 
 #include <fmt/format.h>
 
 #include "gradsync/error.h"
-#include "torch/models.h"
+#include "torch/models/models.h"
 
 namespace gradsync {
 namespace {

@@ -1,5 +1,5 @@
 // The recommendation trainer's evaluation (test AUC and log-loss) and its result; the entry
-// point trainRecommendation (torch/recommendation.h).
+// point trainRecommendation (torch/recommendation/recommendation.h).
 #include <chrono>
 #include <cstring>
 
@@ -7,7 +7,7 @@
 #include "common/tags.h"
 #include "data/click_metrics.h"
 #include "gradsync/collectives.h"
-#include "torch/recommendation_trainer.h"
+#include "torch/recommendation/trainer.h"
 
 namespace gradsync {
 namespace {

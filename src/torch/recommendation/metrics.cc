@@ -7,8 +7,8 @@
 #include <nlohmann/json.hpp>
 
 #include "gradsync/error.h"
-#include "torch/metrics.h"
-#include "torch/recommendation.h"
+#include "torch/loop/metrics.h"
+#include "torch/recommendation/recommendation.h"
 
 namespace gradsync {
 namespace {

@@ -12,10 +12,12 @@
 #include "ckpt/cpr_failures.h"
 #include "ckpt/cpr_planner.h"
 #include "data/click_log.h"
+#include "gradsync/store.h"
+#include "gradsync/tcp.h"
 #include "gradsync/transport.h"
 #include "ps/embedding_client.h"
 #include "ps/embedding_host.h"
-#include "torch/trainer.h"
+#include "torch/loop/options.h"
 
 namespace gradsync {
 
@@ -98,6 +100,20 @@ EmbeddingHostOptions embeddingHostOptions(const RecommendationOptions& options, 
 // Rank 0 shows progress and writes the metrics file. Throws on any failure.
 RecommendationResult trainRecommendation(Transport& ring, EmbeddingConnector* servers,
                                          const RecommendationOptions& options);
+
+// A job of processes (`gradsync train --model dlrm` launched): how worker `rank` of `workers`
+// reaches the embedding servers through `store` (what trainRecommendation takes as `servers`).
+// `tcp`: job id, token, TLS, the address to advertise and the timeout.
+std::unique_ptr<EmbeddingConnector> connectEmbeddingServers(Store& store, TcpTransportOptions tcp,
+                                                            int workers, int rank);
+// The life of the embedding server of rank `rank` (shard rank - workers) as a process of its
+// own: serves until every worker stopped; at an injected failure it kills itself (the launcher
+// respawns it). A non-empty `refusal` (the server's settings differ from the workers') is told
+// to the workers through the store, so that they fail naming it, and thrown as ConfigError.
+// Blocking.
+void serveEmbeddingShard(Store& store, TcpTransportOptions tcp,
+                         const RecommendationOptions& options, int workers, int rank,
+                         const std::string& refusal);
 
 // The whole job on threads of this process: `workers` workers over loopback and
 // options.train.strategy.servers embedding servers, each replaced on the same thread after an

@@ -1,4 +1,4 @@
-// The recommendation trainer's checkpoints and recoveries (torch/recommendation_trainer.h):
+// The recommendation trainer's checkpoints and recoveries (torch/recommendation/trainer.h):
 // when to save, the plan, and what saves and failures cost on the run's clock.
 #include <algorithm>
 #include <chrono>
@@ -13,8 +13,8 @@
 #include "common/tags.h"
 #include "gradsync/collectives.h"
 #include "gradsync/error.h"
-#include "torch/recommendation_checkpoint.h"
-#include "torch/recommendation_trainer.h"
+#include "torch/recommendation/checkpoint.h"
+#include "torch/recommendation/trainer.h"
 
 namespace gradsync {
 

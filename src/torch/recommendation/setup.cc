@@ -1,5 +1,5 @@
-// The options of a recommendation run (torch/recommendation.h): parsing, checks, and what they
-// amount to for the data, the embedding tables and the servers. Torch-free.
+// The options of a recommendation run (torch/recommendation/recommendation.h): parsing, checks, and
+// what they amount to for the data, the embedding tables and the servers. Torch-free.
 #include <fmt/format.h>
 
 #include <functional>
@@ -9,7 +9,8 @@
 #include "data/criteo_synthetic.h"
 #include "data/criteo_tsv.h"
 #include "gradsync/error.h"
-#include "torch/recommendation.h"
+#include "ps/embedding_links.h"
+#include "torch/recommendation/recommendation.h"
 
 namespace gradsync {
 namespace {
@@ -131,6 +132,23 @@ EmbeddingHostOptions embeddingHostOptions(const RecommendationOptions& options, 
   host.shards = server.spec.shards;
   if (!options.injectFailures.empty()) host.failures = parseFailureSpec(options.injectFailures);
   return host;
+}
+
+std::unique_ptr<EmbeddingConnector> connectEmbeddingServers(Store& store, TcpTransportOptions tcp,
+                                                            int workers, int rank) {
+  return std::make_unique<EmbeddingLinks>(store, std::move(tcp), workers, rank);
+}
+
+void serveEmbeddingShard(Store& store, TcpTransportOptions tcp,
+                         const RecommendationOptions& options, int workers, int rank,
+                         const std::string& refusal) {
+  const int shard = rank - workers;
+  EmbeddingLinks links(store, std::move(tcp), workers, rank);
+  if (!refusal.empty()) {
+    links.refuse(shard, refusal);
+    throw ConfigError(fmt::format("startup check: {}", refusal), {.rank = rank});
+  }
+  serveEmbeddingProcess(links, embeddingHostOptions(options, shard, workers));
 }
 
 void validateRecommendationOptions(const RecommendationOptions& options) {

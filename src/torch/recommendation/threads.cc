@@ -6,7 +6,7 @@
 #include "gradsync/loopback.h"
 #include "gradsync/store.h"
 #include "ps/embedding_host.h"
-#include "torch/recommendation.h"
+#include "torch/recommendation/recommendation.h"
 
 namespace gradsync {
 

@@ -1,4 +1,4 @@
-#include "torch/recommendation_trainer.h"
+#include "torch/recommendation/trainer.h"
 
 #include <algorithm>
 #include <chrono>
@@ -9,7 +9,7 @@
 #include "common/elapsed.h"
 #include "common/stop_request.h"
 #include "gradsync/error.h"
-#include "torch/recommendation_checkpoint.h"
+#include "torch/recommendation/checkpoint.h"
 
 namespace gradsync {
 

@@ -1,6 +1,6 @@
-// The worker's loop of a recommendation run (torch/recommendation.h): each step pulls the rows
-// its batch touches from the embedding servers, agrees with the other workers on failed servers
-// (ps/embedding_session.h), trains DLRM, averages the MLPs' gradients over the ring
+// The worker's loop of a recommendation run (torch/recommendation/recommendation.h): each step
+// pulls the rows its batch touches from the embedding servers, agrees with the other workers on
+// failed servers (ps/embedding_session.h), trains DLRM, averages the MLPs' gradients over the ring
 // (DistributedOptimizer) and pushes the rows' gradients; checkpoints follow the recovery plan,
 // and every checkpoint and failure is charged to the run's clock (real or simulated).
 #pragma once
@@ -12,9 +12,9 @@
 
 #include "gradsync/torch/distributed_optimizer.h"
 #include "ps/embedding_session.h"
-#include "torch/dlrm.h"
-#include "torch/progress.h"
-#include "torch/recommendation.h"
+#include "torch/loop/progress.h"
+#include "torch/recommendation/dlrm.h"
+#include "torch/recommendation/recommendation.h"
 
 namespace gradsync {
 

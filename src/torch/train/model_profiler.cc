@@ -1,5 +1,5 @@
 // Timing a model layer by layer; model_profiler.h says what each time means and why.
-#include "torch/model_profiler.h"
+#include "torch/train/model_profiler.h"
 
 #include <torch/torch.h>
 
@@ -17,8 +17,8 @@
 #include "common/check.h"
 #include "gradsync/collectives.h"
 #include "gradsync/error.h"
-#include "torch/data_source.h"
-#include "torch/models.h"
+#include "torch/loop/data_source.h"
+#include "torch/models/models.h"
 
 namespace gradsync {
 namespace {

@@ -32,7 +32,7 @@
 
 #include "gradsync/transport.h"
 #include "sim/model_profile.h"
-#include "torch/trainer.h"
+#include "torch/train/trainer.h"
 
 namespace gradsync {
 

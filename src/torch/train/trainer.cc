@@ -1,6 +1,6 @@
 // The training loop: data-parallel SGD with momentum through the public API, the same
 // DistributedOptimizer a user's own program builds (include/gradsync/torch/).
-#include "torch/trainer.h"
+#include "torch/train/trainer.h"
 
 #include <algorithm>
 #include <array>
@@ -21,15 +21,15 @@
 #include "gradsync/torch/collectives.h"
 #include "gradsync/torch/distributed_optimizer.h"
 #include "gradsync/trace.h"
-#include "torch/checkpointing.h"
-#include "torch/data_source.h"
-#include "torch/emulated_model.h"
-#include "torch/evaluation.h"
-#include "torch/metrics.h"
-#include "torch/models.h"
-#include "torch/progress.h"
-#include "torch/training_optimizer.h"
-#include "torch/wavelet_trainer.h"
+#include "torch/loop/checkpointing.h"
+#include "torch/loop/data_source.h"
+#include "torch/loop/evaluation.h"
+#include "torch/loop/metrics.h"
+#include "torch/loop/progress.h"
+#include "torch/loop/training_model.h"
+#include "torch/loop/training_optimizer.h"
+#include "torch/models/models.h"
+#include "torch/waves/wavelet_trainer.h"
 #include "trace/trace_merge.h"
 #include "transport/prefix_transport.h"
 
@@ -478,7 +478,7 @@ TrainResult runTraining(Transport& transport, const TrainOptions& given) {
   PrefixTransport workerRanks(transport, workers);
   TrainResult result;
   if (options.waves > 1) {
-    result = runWaveletTraining(workerRanks, options);  // torch/wavelet_trainer.h
+    result = runWaveletTraining(workerRanks, options);  // torch/waves/wavelet_trainer.h
   } else {
     Trainer trainer(workerRanks, transport, options);
     if (!emulatesCompute(options)) yieldToCommunication();  // an emulated device computes nothing

@@ -1,4 +1,4 @@
-#include "torch/wave_gates.h"
+#include "torch/waves/gates.h"
 
 #include <fmt/format.h>
 

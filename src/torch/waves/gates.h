@@ -17,17 +17,9 @@
 #include <mutex>
 #include <vector>
 
+#include "torch/loop/options.h"
+
 namespace gradsync {
-
-enum class WavePhase { kForward, kBackward };
-
-// One pass of a wave through a gate: seconds since the gates were made (tests check the order).
-struct WaveInterval {
-  int wave = 0;
-  int64_t step = 0;  // the wave's own step (0, 1, ...)
-  WavePhase phase = WavePhase::kForward;
-  double start = 0, end = 0;
-};
 
 class WaveGates {
  public:

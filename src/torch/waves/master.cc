@@ -1,4 +1,4 @@
-#include "torch/wave_master.h"
+#include "torch/waves/master.h"
 
 #include <fmt/format.h>
 

@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "gradsync/torch/fused_sgd.h"
-#include "torch/models.h"
+#include "torch/models/models.h"
 
 namespace gradsync {
 

@@ -1,6 +1,6 @@
 // Wavelet's data-parallel waves: the threads, their data and their accounting. The gates are
-// torch/wave_gates.h's, the weights torch/wave_master.h's.
-#include "torch/wavelet_trainer.h"
+// torch/waves/gates.h's, the weights torch/waves/master.h's.
+#include "torch/waves/wavelet_trainer.h"
 
 #include <algorithm>
 #include <chrono>
@@ -16,14 +16,15 @@
 #include "gradsync/error.h"
 #include "gradsync/torch/collectives.h"
 #include "gradsync/torch/distributed_optimizer.h"
-#include "torch/data_source.h"
-#include "torch/emulated_model.h"
-#include "torch/evaluation.h"
-#include "torch/models.h"
-#include "torch/progress.h"
-#include "torch/sync_setup.h"
-#include "torch/training_optimizer.h"
-#include "torch/wave_master.h"
+#include "torch/api/sync_setup.h"
+#include "torch/loop/data_source.h"
+#include "torch/loop/evaluation.h"
+#include "torch/loop/progress.h"
+#include "torch/loop/training_model.h"
+#include "torch/loop/training_optimizer.h"
+#include "torch/models/models.h"
+#include "torch/waves/gates.h"
+#include "torch/waves/master.h"
 #include "transport/tag_shift_transport.h"
 
 namespace gradsync {
@@ -334,7 +335,7 @@ std::string unsupportedWithWaves(const TrainOptions& o) {
 void validateWaveOptions(const TrainOptions& options) {
   parseWaveConsistency(options.waveConsistency);
   // With --pipeline the waves are pipeline replicas on the stages' devices: planPipeline checks
-  // them (torch/pipeline.h), up to one per stage.
+  // them (torch/pipeline/pipeline.h), up to one per stage.
   const bool pipelined = options.pipeline.enabled();
   if (options.waves < 1 || (options.waves > 4 && !pipelined)) {
     throw ConfigError(fmt::format("--waves must be 1 to 4, not {}", options.waves),

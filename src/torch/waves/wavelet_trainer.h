@@ -2,14 +2,14 @@
 // (Wang et al., MLSys 2021; docs/algorithms.md "Wavelet"). Every worker runs K waves, each a
 // thread with its own model replica and its own DistributedOptimizer (the run's schedule and
 // compressor) whose streams are kept apart on the one transport (tags shifted per wave,
-// tags::kWaveShift). The waves pass tick-tock gates (torch/wave_gates.h), so one wave's forward
+// tags::kWaveShift). The waves pass tick-tock gates (torch/waves/gates.h), so one wave's forward
 // and communication run beside another's backward; they take turns through the rank's sampler
 // sequence (wave w: batches w, w + K, ...), and train one set of weights per worker
-// (torch/wave_master.h: --wave-consistency shared | accumulate). Torch-free header.
+// (torch/waves/master.h: --wave-consistency shared | accumulate). Torch-free header.
 #pragma once
 
 #include "gradsync/transport.h"
-#include "torch/trainer.h"
+#include "torch/loop/options.h"
 
 namespace gradsync {
 
@@ -18,7 +18,7 @@ namespace gradsync {
 // checkpoints, traces, --eval-every, a compressor applying momentum itself, --steps not a
 // multiple of the waves), before any work starts. No-op for --waves 1 beyond the names. With
 // --pipeline only --waves ≥ 1 is checked here: the waves are the pipeline's replicas
-// (model-parallel Wavelet, torch/pipeline.h), which planPipeline checks.
+// (model-parallel Wavelet, torch/pipeline/pipeline.h), which planPipeline checks.
 void validateWaveOptions(const TrainOptions& options);
 
 // Trains with options.waves waves on this worker; every rank of `workers` (the workers only)

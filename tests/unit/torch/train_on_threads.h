@@ -6,7 +6,7 @@
 
 #include "sim/model_profile.h"
 #include "support/transports.h"
-#include "torch/trainer.h"
+#include "torch/train/trainer.h"
 
 namespace gradsync::testing {
 

@@ -1,8 +1,8 @@
-// What the members of an elastic round share (torch/elastic_state.h): rank 0's model (its
+// What the members of an elastic round share (torch/elastic/state.h): rank 0's model (its
 // parameters kept in their storage), optimizer state and progress reach every member, whatever
 // each held before (a joiner holds no momentum yet); and a member whose round fails during the
 // transfer keeps its own state whole.
-#include "torch/elastic_state.h"
+#include "torch/elastic/state.h"
 
 #include <gtest/gtest.h>
 

@@ -1,6 +1,6 @@
-// Emulated accelerator compute (src/torch/emulated_model.h) at the model's level: its parameters
-// are the profile's, its forward and backward take the profile's times on the device, and its
-// gradients reach autograd's hooks layer by layer at the times backward would produce them.
+// Emulated accelerator compute (src/torch/models/emulated_model.h) at the model's level: its
+// parameters are the profile's, its forward and backward take the profile's times on the device,
+// and its gradients reach autograd's hooks layer by layer at the times backward would produce them.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "sim/model_profile.h"
-#include "torch/emulated_model.h"
+#include "torch/models/emulated_model.h"
 
 namespace gradsync {
 namespace {

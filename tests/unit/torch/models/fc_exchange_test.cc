@@ -15,7 +15,7 @@
 #include "support/transports.h"
 #include "sync/fc_exchange.h"
 #include "sync/strategy.h"
-#include "torch/models.h"
+#include "torch/models/models.h"
 
 namespace gradsync::testing {
 namespace {

@@ -8,7 +8,7 @@
 #include "gradsync/error.h"
 #include "sim/model_profile.h"
 #include "support/profile_expect.h"
-#include "torch/model_profiler.h"
+#include "torch/train/model_profiler.h"
 #include "train_on_threads.h"
 
 namespace gradsync::testing {

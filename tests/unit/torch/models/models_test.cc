@@ -4,7 +4,7 @@
 #include <numeric>
 
 #include "gradsync/error.h"
-#include "torch/trainer.h"
+#include "torch/train/trainer.h"
 
 namespace gradsync {
 namespace {

@@ -3,8 +3,8 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "torch/models.h"
-#include "torch/pipeline_setup.h"
+#include "torch/models/models.h"
+#include "torch/pipeline/setup.h"
 
 namespace gradsync {
 namespace {

@@ -1,6 +1,6 @@
-// Pipeline training (torch/pipeline.h): the emulator against ordinary SGD and against itself at
-// other splits, and the real multi-rank pipeline against the emulator, bitwise.
-#include "torch/pipeline.h"
+// Pipeline training (torch/pipeline/pipeline.h): the emulator against ordinary SGD and against
+// itself at other splits, and the real multi-rank pipeline against the emulator, bitwise.
+#include "torch/pipeline/pipeline.h"
 
 #include <gtest/gtest.h>
 

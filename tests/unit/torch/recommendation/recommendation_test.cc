@@ -12,8 +12,8 @@
 
 #include "ckpt/cpr_planner.h"
 #include "data/criteo_tsv.h"
-#include "torch/dlrm.h"
-#include "torch/recommendation.h"
+#include "torch/recommendation/dlrm.h"
+#include "torch/recommendation/recommendation.h"
 #include "train_on_threads.h"
 
 namespace gradsync {

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <string>
 
-#include "torch/trainer.h"
+#include "torch/train/trainer.h"
 
 namespace gradsync::testing {
 

@@ -1,5 +1,5 @@
-// --schedule auto in the trainer (DistributedOptimizer and torch/schedule_tuning.h): every switch
-// between candidates carries the engine's velocity and step over, so with two workers (whose
+// --schedule auto in the trainer (DistributedOptimizer and torch/api/schedule_tuning.h): every
+// switch between candidates carries the engine's velocity and step over, so with two workers (whose
 // sums do not depend on the order) the run gives wfbp's parameters bit for bit, however many
 // schedules it went through; runs that cannot switch are refused before training.
 #include <gtest/gtest.h>

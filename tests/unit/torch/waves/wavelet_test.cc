@@ -1,5 +1,5 @@
-// `gradsync train --waves`: Wavelet's tick-tock waves (torch/wavelet_trainer.h) on rank threads
-// over loopback and TCP.
+// `gradsync train --waves`: Wavelet's tick-tock waves (torch/waves/wavelet_trainer.h) on rank
+// threads over loopback and TCP.
 #include <gtest/gtest.h>
 
 #include <algorithm>
