@@ -1,5 +1,5 @@
 // `gradsync train --pipeline S` and its companions (docs/cli.md): one Options struct, parsed by
-// the CLI, checked and turned into a plan by the trainer (torch/pipeline.h). Torch-free.
+// the CLI, checked and turned into a plan by the trainer (torch/pipeline/pipeline.h). Torch-free.
 #pragma once
 
 #include <cstddef>
