@@ -9,22 +9,38 @@ JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 CTEST_FLAGS ?= --output-on-failure
 
-.PHONY: all deps build python test demo bench bench-peers bench-emulated sim-validate sim-papers sim-wavelet test-long test-sanitize test-kernels fuzz fuzz-seeds format format-check clean
+.PHONY: all deps deps-demo configure build python test demo bench bench-peers bench-emulated sim-validate sim-papers sim-wavelet test-long test-sanitize test-kernels fuzz fuzz-seeds format format-check clean
 
 all: build
 
 deps:
 	@scripts/setup.sh
 
-$(BUILD)/build.ninja:
-	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release -DGRADSYNC_WITH_TORCH=ON $(CMAKE_FLAGS)
+# Only the packages the demo needs (scripts/setup.sh says which).
+deps-demo:
+	@scripts/setup.sh --demo
 
-build: deps $(BUILD)/build.ninja
+CONFIGURE = cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release -DGRADSYNC_WITH_TORCH=ON
+# Everything: the tests, the benchmarks, the Python package, the MPI transport.
+FULL_FLAGS = -DGRADSYNC_BUILD_TESTS=ON -DGRADSYNC_BUILD_BENCHMARKS=ON -DGRADSYNC_WITH_PYTHON=ON \
+             -DGRADSYNC_WITH_MPI=ON
+# The demo's: the CLI and the libraries it links, so that a first run takes minutes
+# (docs/testing.md, "A first run"). make build turns the rest on in the same folder.
+DEMO_FLAGS = -DGRADSYNC_BUILD_TESTS=OFF -DGRADSYNC_BUILD_BENCHMARKS=OFF -DGRADSYNC_WITH_PYTHON=OFF \
+             -DGRADSYNC_WITH_MPI=OFF
+
+# Configures $(BUILD) with everything, unless it already is (a folder the demo configured is
+# reconfigured; CMAKE_FLAGS come last, so they win).
+configure: deps
+	@grep -qs '^GRADSYNC_BUILD_TESTS:BOOL=ON' $(BUILD)/CMakeCache.txt || \
+	  $(CONFIGURE) $(FULL_FLAGS) $(CMAKE_FLAGS)
+
+build: configure
 	cmake --build $(BUILD) -j $(JOBS)
 
 # The Python package gradsync.torch into $(BUILD)/python (PYTHONPATH=$(BUILD)/python; docs/python.md),
 # and the CLI beside it: `gradsync launch` starts Python ranks.
-python: deps $(BUILD)/build.ninja
+python: configure
 	cmake --build $(BUILD) -j $(JOBS) --target gradsync_python gradsync
 
 # Every stage timed, then one summary of every suite (scripts/ci_test.sh, docs/testing.md).
@@ -33,7 +49,10 @@ test: build
 	@$(CI_TEST) format release fuzz asan tsan
 
 # The embedded default: 2 local workers over TCP, cnn on Fashion-MNIST, dense SSGD, 2 epochs.
-demo: build
+# Builds the CLI alone (in a folder configured by make build too: then it reuses that).
+demo: deps-demo
+	@[ -f $(BUILD)/CMakeCache.txt ] || $(CONFIGURE) $(DEMO_FLAGS) $(CMAKE_FLAGS)
+	cmake --build $(BUILD) -j $(JOBS) --target gradsync
 	$(BUILD)/apps/gradsync/gradsync train
 
 bench: build
