@@ -1,1 +1,2 @@
-// The source that gradsync_torch_pch compiles its precompiled header with (src/torch/CMakeLists.txt).
+// The source that gradsync_torch_pch compiles its precompiled header with
+// (src/torch/CMakeLists.txt).
