@@ -50,7 +50,10 @@ run_stage() {
 ctest_in() {  # ctest_in DIR JUNIT [ctest args...]
   local dir=$1 junit=$2
   shift 2
-  (cd "$dir" && ctest --output-on-failure --output-junit "$junit" "$@")
+  # A failed suite's whole output (ctest keeps 300 kB by default, the start of it; a failing
+  # assertion in a chatty suite came after that), for the summary's digest of why it failed.
+  (cd "$dir" && ctest --output-on-failure --test-output-size-failed 20000000 \
+    --output-junit "$junit" "$@")
 }
 
 # build_sanitized KIND DIR LABELS: configures DIR with the sanitizer and builds the test binaries

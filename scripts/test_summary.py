@@ -20,6 +20,12 @@ GTEST_NONE_PASSED = re.compile(r"^\[  PASSED  \] 0 tests\.")
 # fixture failed) is a failure: ctest itself counts it as one.
 CTEST_SKIPS = ("SKIP_RETURN_CODE", "SKIP_REGULAR_EXPRESSION")
 NO_REASON = "no reason given"
+GTEST_FAILURE_AT = re.compile(r"^.*:\d+: Failure$")
+GTEST_FAILED = re.compile(r"^\[  FAILED  \] [A-Za-z_][\w/.]* \(\d+ ms\)")
+# A failure's lines kept for the digest: CI shows only the end of a long log, so the summary
+# repeats why each failed suite failed (its failing cases and their first assertion lines, or
+# the end of its output when it died before GoogleTest could report).
+DIGEST_LINES, TAIL_LINES = 6, 15
 
 
 def gtest_skips(output):
@@ -42,6 +48,23 @@ def gtest_skips(output):
     return skips
 
 
+def failure_digest(output):
+    """Why a suite failed, in a few lines: each GoogleTest assertion that failed with the lines
+    after it and the failed cases' names, or the end of the output when there are none (a crash,
+    an abort, a timeout)."""
+    lines = [line for line in output.splitlines() if "WARN pid" not in line]
+    digest = []
+    for i, line in enumerate(lines):
+        if GTEST_FAILURE_AT.match(line):
+            for after in lines[i:i + DIGEST_LINES]:
+                if after.startswith("[") and after is not line:
+                    break  # the case's end, or the next case
+                digest.append(after)
+        elif GTEST_FAILED.match(line) and line not in digest:
+            digest.append(line)
+    return digest or lines[-TAIL_LINES:]
+
+
 def skip_reason(case):
     """A skipped ctest entry's reason: what follows 'skipped:' in its output (the convention of
     the suites that exit 77), or else the CTest message."""
@@ -55,15 +78,17 @@ def skip_reason(case):
 
 
 def ctest_rows(junit):
-    """(suite, status, seconds, note, skips) per ctest entry; skips lists (what, reason) for the
-    suite itself or for each GoogleTest case it skipped."""
+    """(suite, status, seconds, note, skips, digest) per ctest entry; skips lists (what, reason)
+    for the suite itself or for each GoogleTest case it skipped; digest is failure_digest's
+    lines for a failed suite."""
     rows = []
     for case in ElementTree.parse(junit).getroot().iter("testcase"):
         name, status, output = case.get("name"), case.get("status"), case.findtext("system-out")
         output = output or ""
-        note, skips = "", []
+        note, skips, digest = "", [], []
         if status in ("run", "fail"):
             status = "passed" if status == "run" else "FAILED"
+            digest = failure_digest(output) if status == "FAILED" else []
             cases = gtest_skips(output)
             skips = [(f"{name} {test}", reason) for test, reason in cases]
             if cases:
@@ -85,7 +110,7 @@ def ctest_rows(junit):
         elif status == "disabled":
             status, note = "skipped", "disabled (the test's DISABLED property)"
             skips = [(name, note)]
-        rows.append((name, status, float(case.get("time", 0)), note, skips))
+        rows.append((name, status, float(case.get("time", 0)), note, skips, digest))
     return rows
 
 
@@ -94,7 +119,7 @@ def main():
         sys.exit(__doc__)
     results = sys.argv[1]
     counts = {"passed": 0, "FAILED": 0, "skipped": 0}
-    skipped = []
+    skipped, failures = [], []
     print("\n== make test: summary ==")
     print(f"{'stage / suite':<40} {'result':<8} {'time':>8}")
     total = 0
@@ -105,9 +130,11 @@ def main():
             status = "passed" if code == "0" else "FAILED"
             print(f"{name:<40} {status:<8} {int(seconds):>7}s")
             if junit and os.path.exists(junit):
-                for suite, suite_status, suite_seconds, note, skips in ctest_rows(junit):
+                for suite, suite_status, suite_seconds, note, skips, digest in ctest_rows(junit):
                     counts[suite_status] = counts.get(suite_status, 0) + 1
                     skipped += skips
+                    if digest:
+                        failures.append((f"{name}: {suite}", digest))
                     print(f"  {suite:<38} {suite_status:<8} {suite_seconds:>7.1f}s"
                           + (f"  ({note})" if note else ""))
             elif junit:
@@ -121,6 +148,10 @@ def main():
         print(f"skipped ({len(skipped)}):")
         for name, reason in skipped:
             print(f"  {name}: {reason}")
+    for where, digest in failures:
+        print(f"why {where} failed:")
+        for line in digest:
+            print(f"  {line}")
     print(f"summary: {counts['passed']} passed, {counts['FAILED']} failed, "
           f"{counts['skipped']} skipped")
 
