@@ -11,6 +11,8 @@ demo_packages=(
   # LibTorch without OpenBLAS falls back to the reference BLAS, ~25x slower.
   libtorch-dev libopenblas0-pthread
   dataset-fashion-mnist
+  # The language model's default corpus (--model gpt --dataset text): plain English text.
+  fortunes
 )
 # The rest: tests, sanitizers and fuzzing, the MPI transport and the peers' baselines, the
 # Python package, network emulation.

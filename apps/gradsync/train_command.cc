@@ -48,10 +48,14 @@ void printSummary(const TrainOptions& options, int workers, const TrainResult& r
   const std::string schedule = result.scheduleTuning.empty()
                                    ? options.schedule
                                    : options.schedule + " -> " + result.schedule;
-  const std::string accuracy =
-      emulatesCompute(options)
-          ? ""
-          : fmt::format("test accuracy {:.2f}%, ", 100 * result.finalTestAccuracy);
+  std::string accuracy = emulatesCompute(options) ? ""
+                                                  : fmt::format("test accuracy {:.2f}%, ",
+                                                                100 * result.finalTestAccuracy);
+  if (result.tokensPerSecond > 0) {  // a language model
+    accuracy = fmt::format("held-out loss {:.4f} nats/token ({:.3f} bits/byte), {:.0f} tokens/s, ",
+                           result.finalHeldOutLoss, bitsPerByte(result.finalHeldOutLoss),
+                           result.tokensPerSecond);
+  }
   std::printf(
       "gradsync train: %s, %d workers, %s%s, %lld steps in %.1f s: "
       "%s%.0f samples/s, step %.1f ms (compute %.1f, exposed "
@@ -113,6 +117,11 @@ Settings trainSettings(const TrainOptions& o, const std::string& transport) {
           {"--batch-size", text(o.batchSize)},
           {"--lr", text(o.lr)},
           {"--momentum", text(o.momentum)},
+          {"--optimizer", o.optimizer},
+          {"--weight-decay", text(o.weightDecay)},
+          {"--warmup-steps", text(o.warmupSteps)},
+          {"--lr-schedule", o.lrSchedule},
+          {"--clip-grad-norm", text(o.clipGradNorm)},
           {"--fused-update", text(o.fusedUpdate)},
           {"--lars", text(o.lars)},
           {"--seed", text(o.seed)},
@@ -162,9 +171,15 @@ void addTrainCommand(CLI::App& app, CommandContext& context) {
   TrainOptions& o = flags->options;
   CLI::App* train = app.add_subcommand("train", "data-parallel training of a model");
   addRankFlags(train, flags->ranks, 2);
-  train->add_option("--model", o.model, "mlp | cnn | resnet20 | vgg11 | cnn-gn | vgg11-gn | dlrm")
+  train
+      ->add_option("--model", o.model,
+                   "mlp | cnn | resnet20 | vgg11 | cnn-gn | vgg11-gn | dlrm | "
+                   "gpt[:layers=L,width=D,heads=A,context=T] (default 2, 128, 4, 64)")
       ->capture_default_str();
-  train->add_option("--dataset", o.dataset, "fashion-mnist | synthetic | criteo (dlrm)")
+  train
+      ->add_option("--dataset", o.dataset,
+                   "fashion-mnist | synthetic | criteo (dlrm) | text[:PATH] (gpt: Debian's "
+                   "fortunes, or a UTF-8 file or folder)")
       ->capture_default_str();
   train
       ->add_option("--compute", o.compute,
@@ -189,6 +204,17 @@ void addTrainCommand(CLI::App& app, CommandContext& context) {
   train->add_option("--batch-size", o.batchSize, "per worker")->capture_default_str();
   train->add_option("--lr", o.lr, "learning rate")->capture_default_str();
   train->add_option("--momentum", o.momentum, "SGD momentum")->capture_default_str();
+  train->add_option("--optimizer", o.optimizer, "sgd | adamw")->capture_default_str();
+  train->add_option("--weight-decay", o.weightDecay, "adamw's decoupled weight decay")
+      ->capture_default_str();
+  train->add_option("--warmup-steps", o.warmupSteps, "the learning rate rises over these steps")
+      ->capture_default_str();
+  train
+      ->add_option("--lr-schedule", o.lrSchedule,
+                   "constant | cosine (after the warm-up, down to a tenth of --lr at the end)")
+      ->capture_default_str();
+  train->add_option("--clip-grad-norm", o.clipGradNorm, "clip the gradients' L2 norm (0: off)")
+      ->capture_default_str();
   train
       ->add_option("--fused-update", o.fusedUpdate,
                    "on | off: the optimizer steps each group through flat buffers (gradient mode)")
@@ -287,6 +313,8 @@ void addTrainCommand(CLI::App& app, CommandContext& context) {
                                            *flags->topMlp);
       return;
     }
+    flags->options = withModelDefaults(
+        flags->options, [train](const std::string& flag) { return train->count(flag) > 0; });
     validateTrainOptions(flags->options);
     if (flags->options.pipeline.enabled() && !flags->options.elastic.empty()) {
       throw ConfigError("--elastic does not combine with --pipeline",

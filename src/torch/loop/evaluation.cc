@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <vector>
 
 #include "common/tags.h"
 #include "gradsync/collectives.h"
+#include "torch/loop/batch_loss.h"
 
 namespace gradsync {
 
@@ -36,6 +38,37 @@ double testAccuracy(Model& net, const DataSource& data, Transport& transport, si
   std::array<float, 2> sums = {static_cast<float>(correct), static_cast<float>(seen)};
   allreduce(transport, sums, ReduceOp::kSum, {.tag = tags::kTrainer});
   return sums[1] > 0 ? sums[0] / sums[1] : 0.0;
+}
+
+double heldOutLoss(Model& net, const DataSource& data, Transport& transport, size_t samples) {
+  const size_t windows = std::min(samples, data.testSize());
+  const auto rank = static_cast<size_t>(transport.rank());
+  const auto size = static_cast<size_t>(transport.size());
+  torch::NoGradGuard noGrad;
+  net.eval();
+  constexpr size_t kBatch = 64;
+  std::vector<size_t> indices;
+  std::vector<int64_t> tokens(kBatch * data.labelsPerSample());
+  double lossSum = 0;  // over this rank's windows, each weighted by its count of tokens
+  size_t seen = 0;
+  for (size_t i = rank; i < windows; i += size) {
+    indices.push_back(i);
+    if (indices.size() < kBatch && i + size < windows) continue;
+    data.batch(false, indices, {},
+               std::span(tokens).first(indices.size() * data.labelsPerSample()));
+    const auto n = static_cast<int64_t>(indices.size());
+    lossSum += batchLoss(net, data, {}, tokens, n).item<double>() * static_cast<double>(n);
+    seen += indices.size();
+    indices.clear();
+  }
+  std::array<float, 2> sums = {static_cast<float>(lossSum), static_cast<float>(seen)};
+  allreduce(transport, sums, ReduceOp::kSum, {.tag = tags::kTrainer});
+  return sums[1] > 0 ? sums[0] / sums[1] : std::nan("");
+}
+
+Quality evaluateModel(Model& net, const DataSource& data, Transport& transport, size_t samples) {
+  if (data.windowTokens() > 0) return {std::nan(""), heldOutLoss(net, data, transport, samples)};
+  return {testAccuracy(net, data, transport, samples), std::nan("")};
 }
 
 }  // namespace gradsync

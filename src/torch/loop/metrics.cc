@@ -65,6 +65,11 @@ void writeMetrics(const std::string& path, const TrainOptions& options, int work
                            {"compress_warmup", warmupJson(options.compression.warmupSteps)},
                            {"guard", options.compression.guard ? "on" : "off"},
                            {"schedule", options.schedule},
+                           {"optimizer", options.optimizer},
+                           {"weight_decay", options.weightDecay},
+                           {"warmup_steps", options.warmupSteps},
+                           {"lr_schedule", options.lrSchedule},
+                           {"clip_grad_norm", options.clipGradNorm},
                            {"waves", options.waves},
                            {"wave_consistency", options.waveConsistency}};
   if (options.pipeline.enabled()) {
@@ -87,14 +92,17 @@ void writeMetrics(const std::string& path, const TrainOptions& options, int work
     epochs.push_back({{"epoch", e.epoch},
                       {"train_loss", e.trainLoss},
                       {"test_accuracy", e.testAccuracy},
+                      {"held_out_loss", e.heldOutLoss},
                       {"seconds", e.seconds},
                       {"samples_per_s", e.samplesPerSecond},
                       {"data_seconds", e.dataSeconds}});
   }
   nlohmann::json evaluations = nlohmann::json::array();
   for (const Evaluation& e : result.evaluations) {
-    evaluations.push_back(
-        {{"step", e.step}, {"seconds", e.seconds}, {"test_accuracy", e.testAccuracy}});
+    evaluations.push_back({{"step", e.step},
+                           {"seconds", e.seconds},
+                           {"test_accuracy", e.testAccuracy},
+                           {"held_out_loss", e.heldOutLoss}});
   }
   const StepProfile& p = result.perStep;
   nlohmann::json doc = {{"config", config},
@@ -105,6 +113,10 @@ void writeMetrics(const std::string& path, const TrainOptions& options, int work
                           {"seconds", result.seconds},
                           {"samples_per_s", result.samplesPerSecond},
                           {"final_test_accuracy", result.finalTestAccuracy},
+                          // A language model's, nats per token and bits per byte (else null).
+                          {"final_held_out_loss", result.finalHeldOutLoss},
+                          {"final_bits_per_byte", bitsPerByte(result.finalHeldOutLoss)},
+                          {"tokens_per_s", result.tokensPerSecond},
                           {"peak_rss_mib", peakRssMiB()},
                           {"stopped", result.stopped}}},
                         {"per_step",

@@ -6,6 +6,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <numbers>
 #include <optional>
 #include <string>
 #include <vector>
@@ -27,12 +29,15 @@
 namespace gradsync {
 
 struct TrainOptions {
-  std::string model = "cnn";  // mlp | cnn | resnet20 | vgg11
+  // mlp | cnn | resnet20 | vgg11 | cnn-gn | vgg11-gn, or the language model
+  // gpt[:layers=L,width=D,heads=A,context=T] (torch/models/gpt_config.h)
+  std::string model = "cnn";
   // "real": the model computes on this host; "emulate:PROFILE": emulated accelerator compute
   // with a profile's shapes and times (a built-in name or a JSON file; emulated_model.h).
   std::string compute = "real";
   double computeScale = 1;  // emulated compute: the profile's times multiplied by this
-  std::string dataset = "fashion-mnist";  // fashion-mnist | synthetic
+  // fashion-mnist | synthetic | text[:PATH] (gpt's: Debian's fortunes, or PATH's UTF-8 text)
+  std::string dataset = "fashion-mnist";
   std::string dataDir = "/usr/share/datasets/fashion-mnist";
   // --data-url: the data comes from shards on this HTTP store (`gradsync shard` writes them),
   // cached on local disk (--cache-dir; "" = defaultCacheDirectory(dataUrl)) and in memory
@@ -44,7 +49,16 @@ struct TrainOptions {
   int64_t steps = 0;      // > 0: stop after this many steps (overrides epochs)
   size_t batchSize = 64;  // per worker; the global batch is workers x this
   double lr = 0.05;
-  double momentum = 0.9;
+  double momentum = 0.9;  // sgd's
+  // --optimizer sgd | adamw (torch/loop/training_optimizer.h); --weight-decay: adamw's
+  // decoupled weight decay.
+  std::string optimizer = "sgd";
+  double weightDecay = 0.01;
+  // --warmup-steps W: the learning rate rises linearly over the first W steps; --lr-schedule
+  // constant | cosine: then stays at --lr, or falls along a cosine to a tenth of it at the end.
+  int64_t warmupSteps = 0;
+  std::string lrSchedule = "constant";
+  double clipGradNorm = 0;  // --clip-grad-norm: > 0 clips the gradients' global L2 norm to it
   uint64_t seed = 0;
   int threads = 1;                  // torch intra-op threads per rank
   std::string schedule = "wfbp";    // fifo | wfbp | fusion:MB | p3[:slice=N,window=W]
@@ -106,10 +120,11 @@ struct WaveInterval {
 struct EpochRecord {
   int epoch = 0;
   double trainLoss = 0;     // mean over the epoch's steps and ranks
-  double testAccuracy = 0;  // on the whole test set
+  double testAccuracy = 0;  // on the whole test set (NaN for a language model)
   double seconds = 0;       // training time of the epoch (evaluation excluded)
   double samplesPerSecond = 0;
   double dataSeconds = 0;  // of it, this rank's training thread getting its batches
+  double heldOutLoss = 0;  // a language model's, in nats per token (NaN for a classifier)
 };
 
 // Means per step over the whole run.
@@ -132,7 +147,8 @@ struct StepProfile {
 struct Evaluation {
   int64_t step = 0;         // steps completed
   double seconds = 0;       // training time so far (evaluations excluded)
-  double testAccuracy = 0;  // on the whole test set
+  double testAccuracy = 0;  // on the whole test set (NaN for a language model)
+  double heldOutLoss = 0;   // a language model's, nats per token (NaN for a classifier)
 };
 
 // A round of an elastic run: its members trained from this step on.
@@ -152,7 +168,9 @@ struct TrainResult {
   int64_t steps = 0;
   double seconds = 0;           // training time (evaluation excluded)
   double samplesPerSecond = 0;  // global
+  double tokensPerSecond = 0;   // global, a language model's (samples x context); 0 otherwise
   double finalTestAccuracy = 0;
+  double finalHeldOutLoss = 0;  // a language model's, nats per token (NaN for a classifier)
   StepProfile perStep;
   std::vector<StragglerReport> stragglers;  // ranks named persistently slower (sync/straggler.h)
   std::vector<GuardEvent> guard;  // units the compression guard made dense (compress/guard.h)
@@ -169,6 +187,11 @@ struct TrainResult {
   std::vector<WaveInterval> waveIntervals;  // --waves: every forward and backward, as they ran
   std::vector<RankPlacement> placement;     // pinned pipelines: every rank's device and core
 };
+
+// A language model's loss in nats per byte token, in bits per byte.
+inline double bitsPerByte(double natsPerToken) {
+  return natsPerToken / std::numbers::ln2;
+}
 
 // `gradsync train`'s exit status after a graceful stop (EX_TEMPFAIL: "try again"), so that a
 // scheduler can requeue the job and resume it with --resume.
@@ -187,6 +210,18 @@ ModelProfile emulatedProfile(const TrainOptions& options);
 TrainOptions resolveCompute(TrainOptions options, int workers);
 // The parameters of the model a run trains: --model's, or the emulated profile's.
 std::vector<TensorShape> describeTrainingModel(const TrainOptions& options);
+
+// The learning rate of step `step` (0-based) of a run of `total` steps: --lr, rising linearly
+// from lr/W to lr over the first W = --warmup-steps steps; then constant, or (--lr-schedule
+// cosine) falling along half a cosine to a tenth of --lr at the last step. Implemented in
+// training_optimizer.cc, which applies it.
+double scheduledLearningRate(const TrainOptions& options, int64_t step, int64_t total);
+
+// A language model's defaults (--model gpt) for the flags a command line did not give (`given`
+// says whether one was): --dataset text, --optimizer adamw, --lr 0.003, --warmup-steps 50,
+// --lr-schedule cosine, --clip-grad-norm 1 (docs/cli.md). Other models' options unchanged.
+TrainOptions withModelDefaults(TrainOptions options,
+                               const std::function<bool(const std::string& flag)>& given);
 
 // The options with --compress-warmup auto (kAutoWarmup) replaced by its steps for an epoch of
 // `stepsPerEpoch` steps (compress/policy.h); other options unchanged.

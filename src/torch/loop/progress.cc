@@ -61,4 +61,17 @@ void Progress::line(const std::string& text) {
   std::fflush(stdout);
 }
 
+std::string describeEpoch(const EpochRecord& record, int epochs, size_t windowTokens) {
+  if (windowTokens == 0) {
+    return fmt::format("epoch {}/{}: train loss {:.4f}, test accuracy {:.2f}%, {:.0f} samples/s",
+                       record.epoch, epochs, record.trainLoss, 100 * record.testAccuracy,
+                       record.samplesPerSecond);
+  }
+  return fmt::format(
+      "epoch {}/{}: train loss {:.4f}, held-out loss {:.4f} nats/token ({:.3f} bits/byte), {:.0f} "
+      "tokens/s",
+      record.epoch, epochs, record.trainLoss, record.heldOutLoss, bitsPerByte(record.heldOutLoss),
+      record.samplesPerSecond * static_cast<double>(windowTokens - 1));
+}
+
 }  // namespace gradsync

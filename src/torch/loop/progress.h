@@ -6,7 +6,14 @@
 #include <cstdint>
 #include <string>
 
+#include "torch/loop/options.h"
+
 namespace gradsync {
+
+// The line an epoch ends with: "epoch 1/2: train loss 0.6103, test accuracy 85.10%, 9000
+// samples/s", or for a language model (`windowTokens` > 0, a sample being a window of that many
+// byte tokens) its held-out loss in nats per token and bits per byte, and tokens/s.
+std::string describeEpoch(const EpochRecord& record, int epochs, size_t windowTokens);
 
 class Progress {
  public:

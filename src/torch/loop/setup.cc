@@ -19,6 +19,7 @@
 #include "gradsync/error.h"
 #include "torch/api/sync_setup.h"
 #include "torch/loop/options.h"
+#include "torch/models/gpt_config.h"
 #include "torch/models/models.h"
 
 namespace gradsync {
@@ -103,6 +104,18 @@ double injectedSlowdownMs(const std::string& spec, int rank) {
                       {.hint = "e.g. 2:30 adds 30 ms to rank 2's compute every step"});
   }
   return slowRank == rank ? ms : 0;
+}
+
+TrainOptions withModelDefaults(TrainOptions options,
+                               const std::function<bool(const std::string& flag)>& given) {
+  if (gptContextOf(options.model) == 0) return options;
+  if (!given("--dataset")) options.dataset = "text";
+  if (!given("--optimizer")) options.optimizer = "adamw";
+  if (!given("--lr")) options.lr = 0.003;
+  if (!given("--warmup-steps")) options.warmupSteps = 50;
+  if (!given("--lr-schedule")) options.lrSchedule = "cosine";
+  if (!given("--clip-grad-norm")) options.clipGradNorm = 1;
+  return options;
 }
 
 TrainOptions withResolvedWarmup(TrainOptions options, size_t stepsPerEpoch) {

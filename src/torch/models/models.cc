@@ -5,9 +5,11 @@
 
 #include <fmt/ranges.h>
 #include <cmath>
+#include <optional>
 
 #include "gradsync/error.h"
 #include "torch/models/catalog.h"
+#include "torch/models/gpt.h"
 #include "torch/models/models_gn.h"
 
 namespace gradsync {
@@ -260,6 +262,9 @@ void initializeParameters(torch::nn::Module& model, uint64_t seed) {
     } else if (auto* conv = module->as<nn::Conv2d>()) {
       weight = conv->weight;
       bias = conv->bias;
+    } else if (auto* embedding = module->as<nn::Embedding>()) {
+      embedding->weight.normal_(0, 1, generator);  // torch's default for an embedding
+      continue;
     } else {
       continue;
     }
@@ -271,8 +276,8 @@ void initializeParameters(torch::nn::Module& model, uint64_t seed) {
 }
 
 const std::vector<std::string>& modelNames() {
-  static const std::vector<std::string> kNames = {"mlp",   "cnn",    "resnet20",
-                                                  "vgg11", "cnn-gn", "vgg11-gn"};
+  static const std::vector<std::string> kNames = {"mlp",    "cnn",      "resnet20", "vgg11",
+                                                  "cnn-gn", "vgg11-gn", "gpt"};
   return kNames;
 }
 
@@ -283,6 +288,7 @@ std::shared_ptr<Model> makeModel(const std::string& name) {
   if (name == "vgg11") return std::make_shared<Vgg11>();
   if (name == "cnn-gn") return makeCnnGn();
   if (name == "vgg11-gn") return makeVgg11Gn();
+  if (std::optional<GptConfig> gpt = parseGptModel(name)) return makeGpt(*gpt);
   throw ConfigError(fmt::format("unknown model '{}'", name),
                     {.hint = fmt::format("choose one of {}", fmt::join(modelNames(), ", "))});
 }
@@ -299,6 +305,11 @@ std::vector<int64_t> modelOutputShape(const std::string& model, int64_t batch) {
   torch::NoGradGuard noGrad;
   auto instance = makeModel(model);
   instance->eval();
+  if (const size_t context = gptContextOf(model); context > 0) {
+    return instance->forward(torch::zeros({batch, static_cast<int64_t>(context)}, torch::kLong))
+        .sizes()
+        .vec();
+  }
   return instance->forward(torch::zeros({batch, 1, 28, 28})).sizes().vec();
 }
 

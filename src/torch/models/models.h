@@ -1,6 +1,6 @@
 // The models of `gradsync train --model`, defined exactly as docs/models.md (and
 // benchmarks/peers/ddp_models.py, for side-by-side runs with PyTorch DDP). Input 1x28x28,
-// 10 classes.
+// 10 classes; gpt (gpt.h) takes token ids.
 #pragma once
 
 #include <torch/torch.h>
@@ -99,19 +99,21 @@ class Model : public torch::nn::Module {
   std::unordered_map<const torch::nn::Module*, std::shared_ptr<FcExchangeLayer>> exchanges_;
 };
 
-// Re-draws every Linear and Conv2d weight and bias from U(-1/sqrt(fan_in), 1/sqrt(fan_in)), the
-// distribution of PyTorch's default initialisation, from a private generator seeded with
+// Re-draws every Linear and Conv2d weight and bias from U(-1/sqrt(fan_in), 1/sqrt(fan_in)) and
+// every Embedding from N(0, 1), the distributions of PyTorch's default initialisation (LayerNorm
+// and BatchNorm keep their ones and zeros), from a private generator seeded with
 // `seed`: the result depends on the seed alone, never on other threads using torch's global
-// generator (ranks run as threads in tests and the simulator). BatchNorm keeps ones and zeros.
+// generator (ranks run as threads in tests and the simulator).
 void initializeParameters(torch::nn::Module& model, uint64_t seed);
 
 // Every layer in training mode; with `freezeBatchNorm`, BatchNorm layers stay in evaluation
 // mode: they normalise with their running statistics and do not update them.
 void enterTrainingMode(torch::nn::Module& model, bool freezeBatchNorm);
 
-// mlp, cnn, resnet20, vgg11, and the GroupNorm variants cnn-gn and vgg11-gn (models_gn.cc), which
-// train without batch statistics (a batch of one, pipelined backprop). Throws ConfigError listing
-// the valid names.
+// mlp, cnn, resnet20, vgg11, the GroupNorm variants cnn-gn and vgg11-gn (models_gn.cc), which
+// train without batch statistics (a batch of one, pipelined backprop), and the language model
+// gpt[:layers=L,width=D,heads=A,context=T] (torch/models/gpt.h). Throws ConfigError listing the
+// valid names.
 std::shared_ptr<Model> makeModel(const std::string& name);
 const std::vector<std::string>& modelNames();
 

@@ -1,5 +1,6 @@
-// The training loop: data-parallel SGD with momentum through the public API, the same
-// DistributedOptimizer a user's own program builds (include/gradsync/torch/).
+// The training loop: data-parallel training (SGD with momentum, or AdamW for language models)
+// through the public API, the same DistributedOptimizer a user's own program builds
+// (include/gradsync/torch/).
 #include "torch/train/trainer.h"
 
 #include <algorithm>
@@ -21,6 +22,7 @@
 #include "gradsync/torch/collectives.h"
 #include "gradsync/torch/distributed_optimizer.h"
 #include "gradsync/trace.h"
+#include "torch/loop/batch_loss.h"
 #include "torch/loop/checkpointing.h"
 #include "torch/loop/data_source.h"
 #include "torch/loop/evaluation.h"
@@ -28,6 +30,7 @@
 #include "torch/loop/progress.h"
 #include "torch/loop/training_model.h"
 #include "torch/loop/training_optimizer.h"
+#include "torch/models/gpt_config.h"
 #include "torch/models/models.h"
 #include "torch/waves/wavelet_trainer.h"
 #include "trace/trace_merge.h"
@@ -55,7 +58,7 @@ class Trainer {
         optimizer_(makeTrainingOptimizer(*net_, options)),
         distributed_(*optimizer_, net_, all, syncOptionsOf(options_)),
         inputs_(options.batchSize * data_->sampleElements()),
-        labels_(options.batchSize),
+        labels_(options.batchSize * data_->labelsPerSample()),
         stragglers_(transport, StragglerOptions{}, tags::kTrainer),
         slowdownMs_(injectedSlowdownMs(options.injectSlowRank, transport.rank())) {
     broadcastParameters(*net_, transport_);
@@ -89,8 +92,9 @@ class Trainer {
   // at the same steps; not with the servers' asynchronous and delayed strategies, whose workers
   // do not wait for each other and would, at each exchange).
   void watchStragglers(int64_t step);
-  // Accuracy on the first `samples` test samples (all of them by default).
-  double evaluate(size_t samples = SIZE_MAX);
+  // Accuracy (or a language model's held-out loss) on the first `samples` test samples (all of
+  // them by default).
+  Quality evaluate(size_t samples = SIZE_MAX);
   double globalMean(double localSum, double localCount);
   RunIdentity identity() const;
   RunPosition startingPosition();
@@ -105,7 +109,8 @@ class Trainer {
   std::unique_ptr<BatchSampler> sampler_;  // the data source's (each rank's partition, remote)
   const TrainOptions options_;             // --compress-warmup auto resolved for this epoch
   std::shared_ptr<Model> net_;             // the model; distributed_ synchronizes it
-  std::unique_ptr<FusedSGD> optimizer_;    // torch's SGD, stepped fused (training_optimizer.h)
+  // FusedSGD or AdamW (torch/loop/training_optimizer.h)
+  std::unique_ptr<torch::optim::Optimizer> optimizer_;
   DistributedOptimizer distributed_;
   double waitsSeen_ = 0;       // distributed_.stats().waitSeconds at the last takeWaitSeconds()
   int64_t nextStopCheck_ = 0;  // the step after which the ranks next agree on a stop
@@ -131,6 +136,7 @@ double Trainer::updateParameters(int64_t globalStep, TraceRecorder* trace,
     return 0;
   }
   if (strategy_.kind == SyncStrategy::Kind::kLocalSgd) {
+    prepareOptimizerStep(*optimizer_, options_, globalStep, totalSteps());
     net_->optimizerStep(*optimizer_);  // on this worker's gradient alone
     if ((globalStep + 1) % strategy_.parameter != 0) return 0;
     auto start = Clock::now();
@@ -147,6 +153,7 @@ double Trainer::updateParameters(int64_t globalStep, TraceRecorder* trace,
   auto synchronized = Clock::now();
   {
     ScopedEvent event(trace, kMainLane, "compute", "optimizer");
+    prepareOptimizerStep(*optimizer_, options_, globalStep, totalSteps());
     net_->optimizerStep(*optimizer_);
   }
   optimizerSeconds = secondsSince(synchronized);
@@ -208,9 +215,6 @@ float Trainer::trainStep(int64_t epoch, size_t step, int64_t globalStep) {
     data_->batch(true, indices, inputs_, labels_);
   }
   dataSeconds_ += secondsSince(start);
-  auto batch = static_cast<int64_t>(indices.size());
-  torch::Tensor x = torch::from_blob(inputs_.data(), {batch, 1, 28, 28});
-  torch::Tensor y = torch::from_blob(labels_.data(), {batch}, torch::kLong);
   enterTrainingMode(*net_, options_.freezeBatchNorm);
   optimizer_->zero_grad();
   torch::Tensor loss;
@@ -218,7 +222,7 @@ float Trainer::trainStep(int64_t epoch, size_t step, int64_t globalStep) {
     // With p3 and sharded, the previous step's communication may still run: each layer's
     // pre-forward hook waits for that layer's parameters only.
     ScopedEvent event(trace, kMainLane, "compute", "forward");
-    loss = torch::nn::functional::cross_entropy(net_->forward(x), y);
+    loss = batchLoss(*net_, *data_, inputs_, labels_, static_cast<int64_t>(indices.size()));
     distributed_.waitForParameters();
   }
   const float lossValue = loss.item<float>();
@@ -266,13 +270,13 @@ double Trainer::globalMean(double localSum, double localCount) {
 }
 
 // Each rank evaluates every size()-th test sample; the counts are summed across ranks.
-double Trainer::evaluate(size_t samples) {
-  if (!net_->predicts()) return std::nan("");  // emulated compute: nothing to evaluate
+Quality Trainer::evaluate(size_t samples) {
+  if (!net_->predicts()) return {std::nan(""), std::nan("")};  // emulated compute: nothing
   distributed_.averageBuffers();
-  double accuracy = 0;
+  Quality quality{};
   distributed_.withGlobalModel(
-      [&] { accuracy = testAccuracy(*net_, *data_, transport_, samples); });
-  return accuracy;
+      [&] { quality = evaluateModel(*net_, *data_, transport_, samples); });
+  return quality;
 }
 
 RunIdentity Trainer::identity() const {
@@ -336,7 +340,8 @@ void Trainer::maybeCheckpoint(const RunPosition& position, bool last) {
 double Trainer::evaluateBetweenSteps(int64_t step, double trainingSeconds, TrainResult& result) {
   auto start = Clock::now();
   size_t samples = options_.evalSamples > 0 ? options_.evalSamples : SIZE_MAX;
-  result.evaluations.push_back({step, trainingSeconds, evaluate(samples)});
+  const Quality quality = evaluate(samples);
+  result.evaluations.push_back({step, trainingSeconds, quality.testAccuracy, quality.heldOutLoss});
   return secondsSince(start);
 }
 
@@ -346,7 +351,9 @@ EpochRecord Trainer::finishEpoch(int epoch, double lossSum, int64_t steps, doubl
   record.seconds = seconds;
   record.samplesPerSecond = static_cast<double>(sampler_->globalBatch() * steps) / seconds;
   record.trainLoss = globalMean(lossSum, static_cast<double>(steps));
-  record.testAccuracy = evaluate();
+  const Quality quality = evaluate();
+  record.testAccuracy = quality.testAccuracy;
+  record.heldOutLoss = quality.heldOutLoss;
   return record;
 }
 
@@ -402,11 +409,10 @@ TrainResult Trainer::run() {
     record.samplesPerSecond =
         static_cast<double>(sampler_->globalBatch() * (position.step - epochFirst)) / seconds;
     record.dataSeconds = dataSeconds_ - dataBefore;
-    progress.line(fmt::format(
-        "epoch {}/{}: train loss {:.4f}, test accuracy {:.2f}%, {:.0f} samples/s", record.epoch,
-        epochs, record.trainLoss, 100 * record.testAccuracy, record.samplesPerSecond));
+    progress.line(describeEpoch(record, epochs, data_->windowTokens()));
     position.epochs.push_back(record);
-    result.evaluations.push_back({position.step, result.seconds, record.testAccuracy});
+    result.evaluations.push_back(
+        {position.step, result.seconds, record.testAccuracy, record.heldOutLoss});
     position.epochLossSum = 0;
     if (position.step % perEpoch == 0) {
       maybeCheckpoint(position, position.step == total || result.stopped);
@@ -423,7 +429,8 @@ TrainResult Trainer::run() {
   result.guard = distributed_.guardEvents();
   result.schedule = distributed_.schedule();
   result.scheduleTuning = distributed_.scheduleTuning();
-  result.fusedUpdateSteps = optimizer_->fusedSteps();
+  if (auto* fused = dynamic_cast<FusedSGD*>(optimizer_.get()))
+    result.fusedUpdateSteps = fused->fusedSteps();
   result.compressWarmupSteps = options_.compression.warmupSteps;
   result.compressSpec = options_.compression.spec;
   result.dataCache = data_->cacheStats();
@@ -433,7 +440,10 @@ TrainResult Trainer::run() {
   result.samplesPerSecond =
       result.seconds > 0 ? static_cast<double>(sampler_->globalBatch()) * stepsHere / result.seconds
                          : 0;
+  result.tokensPerSecond =
+      result.samplesPerSecond * static_cast<double>(gptContextOf(options_.model));
   result.finalTestAccuracy = result.epochs.empty() ? 0 : result.epochs.back().testAccuracy;
+  result.finalHeldOutLoss = result.epochs.empty() ? 0 : result.epochs.back().heldOutLoss;
   for (const torch::Tensor& p : net_->parameters()) {
     const float* data = p.data_ptr<float>();
     result.parameters.insert(result.parameters.end(), data, data + p.numel());

@@ -7,6 +7,8 @@
 
 #include "gradsync/error.h"
 #include "torch/api/sync_setup.h"
+#include "torch/loop/data_source.h"
+#include "torch/models/gpt_config.h"
 #include "torch/models/models.h"
 #include "torch/train/trainer.h"
 #include "torch/waves/wavelet_trainer.h"
@@ -58,6 +60,69 @@ void validatePipelineOnlyFlags(const TrainOptions& options) {
   }
 }
 
+// The data-parallel trainer alone trains gpt and steps AdamW, a schedule or clipping: the
+// pipeline, Wavelet's waves and the elastic trainer step FusedSGD at a fixed rate, and the
+// parameter servers apply SGD.
+const char* otherTrainer(const TrainOptions& options) {
+  if (options.pipeline.enabled()) return "--pipeline";
+  if (options.waves > 1) return "--waves";
+  if (!options.elastic.empty()) return "--elastic";
+  return nullptr;
+}
+
+// --model gpt with --dataset text, and the optimizer's flags.
+void validateLanguageModel(const TrainOptions& options) {
+  const bool gpt = parseGptModel(options.model).has_value();
+  if (gpt != isTextDataset(options.dataset)) {
+    throw ConfigError(
+        gpt ? fmt::format("--model gpt trains on text, not --dataset {}", options.dataset)
+            : fmt::format("--dataset {} is text, for --model gpt, not {}", options.dataset,
+                          options.model),
+        {.hint = "--model gpt --dataset text (Debian's fortunes) or text:PATH"});
+  }
+  if (gpt && (emulatesCompute(options) || !options.dataUrl.empty())) {
+    throw ConfigError("--model gpt computes on this host from local text",
+                      {.hint = "drop --compute emulate:... and --data-url"});
+  }
+  if (options.optimizer != "sgd" && options.optimizer != "adamw") {
+    throw ConfigError(fmt::format("unknown --optimizer '{}'", options.optimizer),
+                      {.hint = "choose sgd or adamw"});
+  }
+  if (options.lrSchedule != "constant" && options.lrSchedule != "cosine") {
+    throw ConfigError(fmt::format("unknown --lr-schedule '{}'", options.lrSchedule),
+                      {.hint = "choose constant or cosine"});
+  }
+  if (options.warmupSteps < 0) throw ConfigError("--warmup-steps must be >= 0");
+  if (!(options.clipGradNorm >= 0)) throw ConfigError("--clip-grad-norm must be >= 0");
+  if (!(options.weightDecay >= 0)) throw ConfigError("--weight-decay must be >= 0");
+  const bool adamw = options.optimizer == "adamw";
+  const bool stepsItself =
+      options.warmupSteps > 0 || options.lrSchedule != "constant" || options.clipGradNorm > 0;
+  if (!gpt && !adamw && !stepsItself) return;
+  const char* what = gpt     ? "--model gpt"
+                     : adamw ? "--optimizer adamw"
+                             : "a learning-rate "
+                               "schedule or clipping";
+  if (const char* other = otherTrainer(options)) {
+    throw ConfigError(fmt::format("{} is not supported with {}", what, other),
+                      {.hint = "the data-parallel trainer runs it"});
+  }
+  const SyncStrategy strategy = SyncStrategy::parse(options.sync);
+  if (adamw && (strategy.needsServers() || options.strategy.ps)) {
+    throw ConfigError(fmt::format("--optimizer adamw with --sync {}{}: the parameter servers "
+                                  "apply SGD",
+                                  options.sync, options.strategy.ps ? " --ps" : ""),
+                      {.hint = "use the ring (ssgd, sharded, localsgd)"});
+  }
+  if (stepsItself && updatesInEngine(syncOptionsOf(options))) {
+    throw ConfigError(
+        fmt::format("--warmup-steps, --lr-schedule and --clip-grad-norm need the optimizer to "
+                    "step, and with --schedule {} --sync {} the engine applies the update",
+                    options.schedule, options.sync),
+        {.hint = "--schedule fifo|wfbp|fusion with ssgd or localsgd"});
+  }
+}
+
 }  // namespace
 
 void validateTrainOptions(const TrainOptions& options) {
@@ -70,10 +135,12 @@ void validateTrainOptions(const TrainOptions& options) {
   injectedSlowdownMs(options.injectSlowRank, -1);
   resolveWarmupSteps(options.compression, 0);  // throws for a negative count
   validateSync(syncOptionsOf(options), describeTrainingModel(options));
-  if (options.dataset != "fashion-mnist" && options.dataset != "synthetic") {
+  if (options.dataset != "fashion-mnist" && options.dataset != "synthetic" &&
+      !isTextDataset(options.dataset)) {
     throw ConfigError(fmt::format("unknown dataset '{}'", options.dataset),
-                      {.hint = "choose fashion-mnist or synthetic"});
+                      {.hint = "choose fashion-mnist, synthetic, text or text:PATH"});
   }
+  validateLanguageModel(options);
   validateDataUrl(options);
   validatePipelineOnlyFlags(options);
   if (options.batchSize == 0) throw ConfigError("--batch-size must be at least 1");
@@ -84,6 +151,8 @@ void validateTrainOptions(const TrainOptions& options) {
   if (options.momentum < 0 || options.momentum >= 1)
     throw ConfigError("--momentum must be in [0, 1)");
   if (options.lars < 0) throw ConfigError("--lars must be >= 0");
+  if (options.lars > 0 && options.optimizer != "sgd")
+    throw ConfigError("--lars scales SGD's step: it needs --optimizer sgd");
   if (options.lars > 0 && updatesInEngine(syncOptionsOf(options))) {
     throw ConfigError(
         fmt::format("--lars does not apply with --schedule {} --sync {}{}", options.schedule,

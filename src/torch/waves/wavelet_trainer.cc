@@ -96,7 +96,7 @@ WaveletTrainer::WaveletTrainer(Transport& transport, const TrainOptions& options
   const TrainOptions resolved = withResolvedWarmup(options, static_cast<size_t>(roundsPerEpoch_));
   warmupSteps_ = resolved.compression.warmupSteps;
   std::shared_ptr<Model> net = makeTrainingModel(options, transport.rank());
-  std::unique_ptr<FusedSGD> optimizer = makeTrainingOptimizer(*net, options);
+  std::unique_ptr<FusedSGD> optimizer = makeFusedSgd(*net, options);
   broadcastParameters(*net, transport);
   std::vector<Model*> replicas;
   wave_.resize(static_cast<size_t>(waves_));
