@@ -9,7 +9,7 @@ JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 CTEST_FLAGS ?= --output-on-failure
 
-.PHONY: all deps deps-demo configure build python test demo bench bench-peers bench-emulated sim-validate sim-papers sim-wavelet test-long test-sanitize test-kernels fuzz fuzz-seeds format format-check clean
+.PHONY: all deps deps-demo configure build python test demo bench bench-peers bench-emulated bench-lm sim-validate sim-papers sim-wavelet test-long test-sanitize test-kernels fuzz fuzz-seeds format format-check clean
 
 all: build
 
@@ -69,6 +69,11 @@ bench-peers: build
 # (about 90 minutes; docs/performance.md, "Emulated accelerator compute").
 bench-emulated: build
 	scripts/bench_emulated.sh --build $(BUILD)
+
+# The language model under ssgd, localsgd and DiLoCo (about 20 minutes; docs/performance.md,
+# "Language model: DiLoCo against data-parallel training").
+bench-lm: build
+	scripts/bench_lm.py --build $(BUILD)
 
 # The simulator: predicted vs measured step time here (about 10 minutes), and the seed papers'
 # headline setups (seconds). docs/simulator.md has the results.

@@ -31,7 +31,9 @@ struct SyncOptions {
   bool guard = true;
   // ssgd (averaged gradients) | sharded[:fc=reduce|exchange|auto] (Lee et al.: reduce-scatter,
   // update 1/P, allgather; fc=: their exchange of fully-connected layers' activations and errors,
-  // for gradsync's own models) | localsgd:H (local steps, models averaged every H) | asgd | ssp:S
+  // for gradsync's own models) | localsgd:H (local steps, models averaged every H) |
+  // diloco:H[,outer_lr=X,outer_momentum=M,nesterov=on|off] (H local steps of any optimizer, then
+  // an outer Nesterov step on the averaged pseudo-gradient; docs/algorithms.md) | asgd | ssp:S
   // | odsgd | ssdsgd:K | cdsgd:K (through parameter servers; docs/algorithms.md) (--sync).
   std::string sync = "ssgd";
   // ssgd through parameter servers co-located with the workers (server s is a thread of rank s)

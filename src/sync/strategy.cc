@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <charconv>
+#include <vector>
 
 #include <fmt/format.h>
 
+#include "common/units.h"
 #include "gradsync/error.h"
 #include "optim/delay_compensation.h"
 
@@ -13,7 +15,7 @@ namespace {
 
 constexpr const char* kForms =
     "choose ssgd, sharded[:fc=reduce|exchange|auto,concurrent=N], asgd, ssp:S, odsgd, "
-    "ssdsgd:K, cdsgd:K or localsgd:H";
+    "ssdsgd:K, cdsgd:K, localsgd:H or diloco:H[,outer_lr=X,outer_momentum=M,nesterov=on|off]";
 
 int parseCount(const std::string& text, const std::string& whole, int minimum) {
   int value = 0;
@@ -75,6 +77,47 @@ void checkCompensationApplies(const SyncStrategy& strategy, const DelayCompensat
                                    "--pipeline S with --pipeline-mode pb"});
 }
 
+// "diloco:H[,outer_lr=X,outer_momentum=M,nesterov=on|off]": the paper's outer Nesterov SGD (lr
+// 0.7, momentum 0.9) unless an option says otherwise.
+SyncStrategy parseDiloco(const std::string& text) {
+  SyncStrategy strategy{SyncStrategy::Kind::kLocalSgd, 0};
+  strategy.diloco = true;
+  strategy.outer = {.lr = 0.7, .momentum = 0.9, .nesterov = true};
+  const size_t colon = text.find(':');
+  if (colon == std::string::npos) {
+    throw ConfigError(fmt::format("--sync {} needs a parameter (diloco:H)", text),
+                      {.hint = kForms});
+  }
+  std::vector<std::string> parts;
+  for (size_t start = colon + 1; start <= text.size();) {
+    const size_t end = std::min(text.find(',', start), text.size());
+    parts.push_back(text.substr(start, end - start));
+    start = end + 1;
+  }
+  strategy.parameter = parseCount(parts[0], text, 1);
+  for (size_t i = 1; i < parts.size(); ++i) {
+    const std::string& option = parts[i];
+    const size_t equals = option.find('=');
+    const std::string key = option.substr(0, equals);
+    const std::string value = equals == std::string::npos ? "" : option.substr(equals + 1);
+    if (key == "outer_lr") {
+      strategy.outer.lr = parseNumber(value, "diloco's outer_lr");
+    } else if (key == "outer_momentum") {
+      strategy.outer.momentum = parseNumber(value, "diloco's outer_momentum");
+    } else if (key == "nesterov" && (value == "on" || value == "off")) {
+      strategy.outer.nesterov = value == "on";
+    } else {
+      throw ConfigError(fmt::format("--sync {}: unknown option '{}'", text, option),
+                        {.hint = "diloco takes outer_lr=X, outer_momentum=M, nesterov=on|off"});
+    }
+  }
+  if (!(strategy.outer.lr > 0) || !(strategy.outer.momentum >= 0 && strategy.outer.momentum < 1)) {
+    throw ConfigError(
+        fmt::format("--sync {}: outer_lr must be > 0 and outer_momentum in [0, 1)", text));
+  }
+  return strategy;
+}
+
 }  // namespace
 
 const char* toString(FcMode mode) {
@@ -103,6 +146,7 @@ SyncStrategy SyncStrategy::parse(const std::string& text) {
                                 {"cdsgd", K::kCdsgd, 5, 1},  {"localsgd", K::kLocalSgd, 0, 1}};
   const size_t colon = text.find(':');
   const std::string name = text.substr(0, colon);
+  if (name == "diloco") return parseDiloco(text);
   for (const Form& form : kTable) {
     if (name != form.name) continue;
     SyncStrategy strategy{form.kind, std::max(form.defaultParameter, 0)};
@@ -193,8 +237,9 @@ void checkCompressionApplies(const SyncStrategy& strategy, const CompressionConf
   if (!compressed) return;
   if (strategy.kind == SyncStrategy::Kind::kLocalSgd) {
     throw ConfigError(fmt::format("--compress does not apply to --sync {}", syncText),
-                      {.hint = "localsgd averages whole models every H steps; compress with ssgd "
-                               "(ring or parameter servers) or the delayed strategies"});
+                      {.hint = "localsgd and diloco average whole models (or pseudo-gradients) "
+                               "every H steps, uncompressed for now; compress with ssgd (ring or "
+                               "parameter servers) or the delayed strategies"});
   }
   if (strategy.kind == SyncStrategy::Kind::kCdsgd) {
     throw ConfigError(fmt::format("--compress does not combine with --sync {}", syncText),

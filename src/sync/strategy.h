@@ -11,6 +11,10 @@
 //   odsgd       OD-SGD; ssdsgd:K  SSD-SGD (pull every K steps); cdsgd:K  CD-SGD (2-bit pushes,
 //               full precision every K-th step) — all through parameter servers
 //   localsgd:H  local SGD, averaging the models every H steps (no servers)
+//   diloco:H[,outer_lr=X,outer_momentum=M,nesterov=on|off]  DiLoCo (Douillard et al. 2023):
+//               H local steps of any optimizer, then an outer step on the averaged
+//               pseudo-gradient (global - local) with Nesterov SGD, lr 0.7, momentum 0.9 by
+//               default; localsgd:H is its case outer_lr=1, outer_momentum=0
 #pragma once
 
 #include <cstdint>
@@ -28,12 +32,25 @@ namespace gradsync {
 enum class FcMode { kReduce, kExchange, kAuto };
 const char* toString(FcMode mode);
 
+// The outer step of localsgd and diloco, every H local steps (torch/api/outer_optimizer.h).
+struct OuterOptions {
+  double lr = 1;
+  double momentum = 0;
+  bool nesterov = false;
+  // lr 1 without momentum: the outer step sets the global model to the workers' average.
+  bool averagesModels() const { return lr == 1 && momentum == 0; }
+};
+
 struct SyncStrategy {
   enum class Kind { kSsgd, kSharded, kAsgd, kSsp, kOdsgd, kSsdsgd, kCdsgd, kLocalSgd };
   Kind kind = Kind::kSsgd;
-  int parameter = 0;            // ssp's S, ssdsgd's and cdsgd's K, localsgd's H
+  int parameter = 0;            // ssp's S, ssdsgd's and cdsgd's K, localsgd's and diloco's H
   FcMode fc = FcMode::kReduce;  // sharded:fc=reduce|exchange|auto
   int concurrent = 1;           // sharded:concurrent=N: operations in flight at once (4)
+  // kLocalSgd (local steps, then an outer step every `parameter` steps): localsgd's average of
+  // the models, or diloco's outer optimizer.
+  OuterOptions outer;
+  bool diloco = false;  // --sync diloco:H (its messages say diloco)
 
   // Throws ConfigError listing the valid forms.
   static SyncStrategy parse(const std::string& text);

@@ -35,6 +35,7 @@
 namespace gradsync {
 
 class DistributedModel;
+class OuterOptimizer;
 class ScheduleTuning;
 
 // What synchronizing has cost on this rank so far, summed over every step.
@@ -211,8 +212,9 @@ class DistributedOptimizer {
   Transport& transport_;                   // the workers'
   const bool joinable_;
   double engineLr_ = 0;  // update mode: the learning rate the engine applies
-  int localPeriod_ = 0;  // localsgd: H (steps between model averages); else 0
+  int localPeriod_ = 0;  // localsgd, diloco: H (local steps between outer steps); else 0
   int64_t localSteps_ = 0;
+  std::unique_ptr<OuterOptimizer> outer_;  // localsgd, diloco
   std::unique_ptr<DistributedModel> model_;
   std::string schedule_;                    // what the engine was built with
   std::unique_ptr<ScheduleTuning> tuning_;  // with schedule "auto", until the run ends

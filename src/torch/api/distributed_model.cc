@@ -284,13 +284,9 @@ void DistributedModel::averageBuffers() {
   }
 }
 
-void DistributedModel::averageParameters() {
-  torch::NoGradGuard noGrad;
+void DistributedModel::outerStep(OuterOptimizer& outer) {
   const Nanos start = clock_->now();
-  uint64_t before = transport_.bytesSent();
-  for (auto& parameter : module_->parameters())
-    allreduce(transport_, floats(parameter), ReduceOp::kAverage, kStateTag);
-  averaging_.bytesSent += transport_.bytesSent() - before;
+  averaging_.bytesSent += outer.step(parameters_, transport_);
   averaging_.commSeconds += secondsSince(*clock_, start);
 }
 

@@ -12,7 +12,7 @@
 //    must wait for the parameters it reads: a Model's pre-forward hook waits layer by layer, only
 //    for that layer's parameters; for other modules the caller waits with waitForModule(layer)
 //    in its forward, or for everything with waitForParameters().
-// With localsgd nothing is communicated per step: averageParameters() every H steps.
+// With localsgd and diloco nothing is communicated per step: outerStep() every H steps.
 #pragma once
 
 #include <torch/torch.h>
@@ -24,6 +24,7 @@
 
 #include "gradsync/transport.h"
 #include "sync/engine.h"
+#include "torch/api/outer_optimizer.h"
 #include "torch/models/models.h"
 
 namespace gradsync {
@@ -90,8 +91,9 @@ class DistributedModel {
   // model (each rank normalises with its own batch statistics while training, as DDP does
   // without SyncBatchNorm).
   void averageBuffers();
-  // Averages the parameters across ranks (localsgd's periodic model averaging).
-  void averageParameters();
+  // localsgd's and diloco's outer step every H steps (torch/api/outer_optimizer.h): the
+  // parameters become the new global model. Collective.
+  void outerStep(OuterOptimizer& outer);
   // With parameter servers each worker trains its own copy (asgd, ssp and the delayed
   // strategies let them differ): pullGlobalModel() makes the parameters the servers', and
   // keepLocalModel(fn) puts this worker's own back after fn, so that evaluating or saving the
@@ -161,7 +163,7 @@ class DistributedModel {
   StepStats retired_;  // the totals of engines replaced by reschedule
   bool updates_ = false;
   bool servers_ = false;         // through parameter servers
-  StepStats averaging_;          // localsgd: what averageParameters() cost
+  StepStats averaging_;          // localsgd, diloco: what outerStep() cost
   std::vector<unsigned> hooks_;  // by parameter, when engine_ is set
   int passes_ = 1;               // backward passes per step
   std::vector<int> passesSeen_;  // by parameter: this step's passes that reached it so far

@@ -165,7 +165,11 @@ DistributedOptimizer::DistributedOptimizer(torch::optim::Optimizer& optimizer,
   SyncSetup setup = setupFor(optimizer, options, transport_.size(), absorbs);
   setup.psTransport = &transport;
   engineLr_ = setup.engine.update.lr;
-  if (setup.local) localPeriod_ = SyncStrategy::parse(options.sync).parameter;
+  if (setup.local) {
+    const SyncStrategy strategy = SyncStrategy::parse(options.sync);
+    localPeriod_ = strategy.parameter;
+    outer_ = std::make_unique<OuterOptimizer>(strategy.outer);
+  }
   model_ = std::make_unique<DistributedModel>(std::move(module), transport_, std::move(setup));
   if (tuning_) ScheduleTuning::checkRunCanSwitch(model_->whyNotReschedulable());
   checkMomentumAppliedOnce(optimizer, absorbs, options.compress);
@@ -182,14 +186,16 @@ std::string DistributedOptimizer::scheduleTuning() const {
 DistributedOptimizer::~DistributedOptimizer() = default;
 
 void DistributedOptimizer::zeroGrad() {
+  if (outer_) outer_->begin(model_->parameters());
   model_->waitForParameters();
   optimizer_.zero_grad();
 }
 
 void DistributedOptimizer::step() {
-  if (localPeriod_ > 0) {  // localsgd: a local step; every H-th, the models' average
+  if (localPeriod_ > 0) {  // localsgd, diloco: a local step; every H-th, the outer step
+    outer_->begin(model_->parameters());
     optimizer_.step();
-    if (++localSteps_ % localPeriod_ == 0) model_->averageParameters();
+    if (++localSteps_ % localPeriod_ == 0) model_->outerStep(*outer_);
     return;
   }
   if (!model_->updatesParameters()) {
@@ -243,7 +249,8 @@ void DistributedOptimizer::synchronize() {
 
 void DistributedOptimizer::synchronizeModel() {
   if (localPeriod_ > 0) {
-    model_->averageParameters();
+    outer_->begin(model_->parameters());
+    model_->outerStep(*outer_);
   } else {
     model_->pullGlobalModel();
   }
@@ -297,6 +304,7 @@ void DistributedOptimizer::setTrace(TraceRecorder* trace) {
 void DistributedOptimizer::setStep(int64_t step) {
   model_->setStep(static_cast<uint64_t>(step));
   localSteps_ = step;
+  if (outer_) outer_->begin(model_->parameters());
 }
 
 // Adam's moments in update mode travel in syncState() (by rank: sharded keeps 1/P per rank).
@@ -326,6 +334,7 @@ std::vector<uint8_t> DistributedOptimizer::syncState() {
       out.write(std::span<const float>(p.data_ptr<float>(), static_cast<size_t>(p.numel())));
     }
     out.write(archiveBytes([&](auto& archive) { optimizer_.save(archive); }));
+    out.write(outer_->saveState());
   }
   return out.take();
 }
@@ -342,6 +351,8 @@ void DistributedOptimizer::loadSyncState(std::span<const uint8_t> state) {
     in.read(bytes);
     loadArchiveBytes(bytes, "the optimizer state in the synchronization state",
                      [&](auto& archive) { optimizer_.load(archive); });
+    in.read(bytes);
+    outer_->loadState(bytes, model_->parameters());
   }
   in.expectEnd();
 }

@@ -466,6 +466,19 @@ TrainResult Trainer::run() {
   return result;
 }
 
+// A worker that lost a separate parameter server may notice it first in any collective (the
+// transport watches every peer): the error then names the server by its role, as the servers'
+// own client does.
+[[noreturn]] void rethrowNamingServer(const PeerLostError& lost, const TrainOptions& options,
+                                      int worldSize) {
+  const int peer = lost.context().peer;
+  if (peer < 0 || !isServerRank(options, peer, worldSize)) throw lost;
+  const int server = peer - (worldSize - options.strategy.servers);
+  ErrorContext context = lost.context();
+  throw PeerLostError(
+      fmt::format("lost parameter server {} (rank {}): {}", server, peer, lost.detail()), context);
+}
+
 }  // namespace
 
 TrainResult runTraining(Transport& transport, const TrainOptions& given) {
@@ -487,12 +500,16 @@ TrainResult runTraining(Transport& transport, const TrainOptions& given) {
   limitComputeThreads(options.threads);
   PrefixTransport workerRanks(transport, workers);
   TrainResult result;
-  if (options.waves > 1) {
-    result = runWaveletTraining(workerRanks, options);  // torch/waves/wavelet_trainer.h
-  } else {
-    Trainer trainer(workerRanks, transport, options);
-    if (!emulatesCompute(options)) yieldToCommunication();  // an emulated device computes nothing
-    result = trainer.run();
+  try {
+    if (options.waves > 1) {
+      result = runWaveletTraining(workerRanks, options);  // torch/waves/wavelet_trainer.h
+    } else {
+      Trainer trainer(workerRanks, transport, options);
+      if (!emulatesCompute(options)) yieldToCommunication();  // an emulated device computes none
+      result = trainer.run();
+    }
+  } catch (const PeerLostError& lost) {
+    rethrowNamingServer(lost, options, transport.size());
   }
   if (transport.rank() == 0 && !options.metricsPath.empty()) {
     writeMetrics(options.metricsPath, options, workers, result);

@@ -63,6 +63,9 @@ inline std::unique_ptr<torch::optim::Optimizer> makeOptimizer(const std::string&
   if (kind == "sgd-plain") {  // no momentum
     return std::make_unique<torch::optim::SGD>(model->parameters(), torch::optim::SGDOptions(0.1));
   }
+  if (kind == "sgd-plain-half") {  // no momentum, half sgd-plain's rate
+    return std::make_unique<torch::optim::SGD>(model->parameters(), torch::optim::SGDOptions(0.05));
+  }
   return std::make_unique<torch::optim::SGD>(model->parameters(),
                                              torch::optim::SGDOptions(0.1).momentum(0.9));
 }

@@ -65,7 +65,9 @@ TEST(DistributedState, CheckpointsResumeBitwiseInEveryMode) {
         std::pair{"sgd", SyncOptions{.schedule = "wfbp", .parameterServers = true}},
         std::pair{"sgd", SyncOptions{}}, std::pair{"adamw", SyncOptions{.schedule = "p3:slice=50"}},
         std::pair{"adamw", SyncOptions{.sync = "sharded"}},
-        std::pair{"sgd", SyncOptions{.compress = "topk:0.1", .compressMinElements = 1}}}) {
+        std::pair{"sgd", SyncOptions{.compress = "topk:0.1", .compressMinElements = 1}},
+        // Stopped mid-round: the local models, the optimizer and the outer state travel.
+        std::pair{"sgd", SyncOptions{.sync = "diloco:2"}}}) {
     std::vector<SequenceClassifier> uninterrupted = trained(kWorkers, kind, sync, kTotal, 0);
     std::vector<SequenceClassifier> resumed;
     for (int r = 0; r < kWorkers; ++r) resumed.push_back(freshModel());

@@ -8,6 +8,7 @@
 
 #include "api_fixture.h"
 #include "gradsync/collectives.h"
+#include "sync/strategy.h"
 
 namespace gradsync::testing {
 namespace {
@@ -42,6 +43,89 @@ TEST(DistributedStrategies, LocalSgdAveragingEveryStepIsSgd) {
   // Averaging every second step is not: the models drift apart in between.
   std::vector<SequenceClassifier> two = trained(3, "sgd-plain", {.sync = "localsgd:2"}, 3);
   EXPECT_GT(maxRelativeDifference(two[0], two[1]), 1e-3);
+}
+
+// DiLoCo with one local step and outer SGD without momentum is SGD at the product of the two
+// rates: the averaged pseudo-gradient is the inner rate times the averaged gradient.
+TEST(DistributedStrategies, DilocoWithOneLocalStepIsSgdAtTheProductOfTheRates) {
+  std::vector<SequenceClassifier> one = trained(1, "sgd-plain-half", {});
+  std::vector<SequenceClassifier> many =
+      trained(3, "sgd-plain", {.sync = "diloco:1,outer_lr=0.5,outer_momentum=0"});
+  for (size_t r = 0; r < many.size(); ++r) {
+    EXPECT_LT(maxRelativeDifference(one[0], many[r]), 1e-5) << "rank " << r;
+  }
+  // Outer lr 1 without momentum is localsgd's average, computed as that: the same bits.
+  std::vector<SequenceClassifier> local = trained(3, "sgd", {.sync = "localsgd:2"}, 4);
+  std::vector<SequenceClassifier> diloco =
+      trained(3, "sgd", {.sync = "diloco:2,outer_lr=1,outer_momentum=0"}, 4);
+  for (size_t r = 0; r < local.size(); ++r) {
+    EXPECT_EQ(maxRelativeDifference(local[r], diloco[r]), 0.0) << "rank " << r;
+  }
+}
+
+// DiLoCo's outer step (Nesterov, lr 0.7, momentum 0.9) against a naive reference: each worker's
+// local steps in plain torch from the global model, the pseudo-gradients averaged by hand and
+// the paper's update; and every rank ends each round with the same bits.
+TEST(DistributedStrategies, DilocoOuterNesterovStepMatchesANaiveReference) {
+  constexpr int kWorkers = 3, kPeriod = 2, kRounds = 3;
+  std::vector<SequenceClassifier> many =
+      trained(kWorkers, "sgd-plain", {.sync = "diloco:2"}, kPeriod * kRounds, 0);
+  torch::NoGradGuard noGrad;
+  SequenceClassifier reference = freshModel();
+  std::vector<torch::Tensor> global, momentum;
+  for (const torch::Tensor& p : reference->parameters()) {
+    global.push_back(p.detach().clone());
+    momentum.push_back(torch::zeros_like(p));
+  }
+  const int64_t share = kGlobalBatch / kWorkers;
+  for (int round = 0; round < kRounds; ++round) {
+    std::vector<torch::Tensor> delta;
+    for (const torch::Tensor& g : global) delta.push_back(torch::zeros_like(g));
+    for (int r = 0; r < kWorkers; ++r) {
+      SequenceClassifier worker = freshModel();
+      auto parameters = worker->parameters();
+      for (size_t i = 0; i < parameters.size(); ++i) parameters[i].copy_(global[i]);
+      torch::optim::SGD sgd(worker->parameters(), torch::optim::SGDOptions(0.1));
+      for (int64_t step = round * kPeriod; step < (round + 1) * kPeriod; ++step) {
+        torch::AutoGradMode enable(true);
+        auto [tokens, labels] = example::taskBatch(3, step, kGlobalBatch);
+        sgd.zero_grad();
+        torch::Tensor logits = worker->forward(tokens.narrow(0, r * share, share), step % 2 == 0);
+        torch::nn::functional::cross_entropy(logits, labels.narrow(0, r * share, share)).backward();
+        sgd.step();
+      }
+      for (size_t i = 0; i < parameters.size(); ++i) delta[i] += (global[i] - parameters[i]);
+    }
+    for (size_t i = 0; i < global.size(); ++i) {
+      delta[i] /= kWorkers;
+      momentum[i] = 0.9 * momentum[i] + delta[i];
+      global[i] -= 0.7 * (delta[i] + 0.9 * momentum[i]);
+    }
+  }
+  auto parameters = reference->parameters();
+  for (size_t i = 0; i < parameters.size(); ++i) parameters[i].copy_(global[i]);
+  for (size_t r = 0; r < many.size(); ++r) {
+    EXPECT_LT(maxRelativeDifference(reference, many[r]), 1e-5) << "rank " << r;
+    EXPECT_EQ(maxRelativeDifference(many[0], many[r]), 0.0) << "rank " << r;
+  }
+}
+
+TEST(DistributedStrategies, DilocoSpecsAreParsedOrRefusedSayingWhy) {
+  const SyncStrategy paper = SyncStrategy::parse("diloco:50");
+  EXPECT_EQ(paper.kind, SyncStrategy::Kind::kLocalSgd);
+  EXPECT_EQ(paper.parameter, 50);
+  EXPECT_EQ(paper.outer.lr, 0.7);
+  EXPECT_EQ(paper.outer.momentum, 0.9);
+  EXPECT_TRUE(paper.outer.nesterov);
+  const SyncStrategy plain = SyncStrategy::parse("diloco:5,outer_lr=1,outer_momentum=0");
+  EXPECT_TRUE(plain.outer.averagesModels());
+  EXPECT_TRUE(SyncStrategy::parse("localsgd:5").outer.averagesModels());
+  EXPECT_FALSE(SyncStrategy::parse("diloco:5,nesterov=off").outer.nesterov);
+  for (const char* bad : {"diloco", "diloco:0", "diloco:5,outer_lr=0", "diloco:5,outer_momentum=1",
+                          "diloco:5,beta=2", "diloco:5,nesterov=yes"}) {
+    EXPECT_THROW(SyncStrategy::parse(bad), ConfigError) << bad;
+  }
+  expectRefused("sgd", {.compress = "topk:0.1", .sync = "diloco:2"}, "diloco");
 }
 
 // OD-SGD with compressed pushes: after the warm-up each worker steps on its own gradient while
