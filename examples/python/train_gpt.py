@@ -139,7 +139,7 @@ def main():
     optimizer = gs.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(),
                                         compression=args.compression, sync=args.sync)
     generator = torch.Generator().manual_seed(1000 + gs.rank())  # each rank its own windows
-    local = args.sync.startswith("localsgd")
+    local = args.sync.startswith(("localsgd", "diloco"))  # each rank steps on its own gradients
     for step in range(args.steps):
         batch = train[torch.randint(len(train), (args.batch_size,), generator=generator)]
         optimizer.zero_grad()

@@ -10,6 +10,7 @@ CONFIGS = repr([
     {"schedule": "p3", "optimizer": "sgd"},
     {"sync": "sharded", "optimizer": "adamw"},
     {"sync": "localsgd:2", "optimizer": "adam"},
+    {"sync": "diloco:2", "optimizer": "adamw"},
     {"schedule": "wfbp", "compression": "powersgd:2", "compress_min_elements": 64,
      "optimizer": "adam"},
 ])

@@ -65,11 +65,15 @@ def _tunes_p3(schedule: str) -> bool:
     return (schedule == "auto" or schedule.startswith("auto:")) and "tune=fusion" not in schedule
 
 
+# Local steps, then an outer step every H: each rank's optimizer state stays its own.
+_LOCAL_STRATEGIES = ("localsgd", "diloco")
+
+
 def _update_mode(schedule: str, sync: str, options: dict) -> bool:
     """Whether the engine applies the optimizer's rule on a job of several (docs/api.md's table):
     p3, sharded and every strategy through parameter servers; checked on any world size, so that
     a program refused at scale is refused alone too."""
-    ring = sync == "ssgd" or sync.startswith("localsgd")
+    ring = sync == "ssgd" or sync.startswith(_LOCAL_STRATEGIES)
     return (_tunes_p3(str(schedule)) or str(schedule).startswith("p3") or sync == "sharded"
             or not ring
             or bool(options.get("parameter_servers")) or int(options.get("servers", 0)) > 0)
@@ -96,7 +100,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
       schedule           fifo | wfbp | fusion[:MB] | p3[:slice=N,window=W]
       compression        none | fp16 | topk:D | mstopk:D | gtopk:D | randomk:D | dgc:D | qsgd:L |
                          terngrad | twobit:T | onebit | signsgd | powersgd:R | gradiveq:R
-      sync               ssgd | sharded | localsgd:H | asgd | ssp:S | odsgd | ssdsgd:K | cdsgd:K
+      sync               ssgd | sharded | localsgd:H | diloco:H[,outer_lr=X,outer_momentum=M,
+                         nesterov=on|off] | asgd | ssp:S | odsgd | ssdsgd:K | cdsgd:K
       backward_passes_per_step  backward passes summed locally before communicating
     Keyword-only, as SyncOptions (gradsync/sync_options.h): compress_overrides (GLOB=SPEC...),
     compress_min_elements, compress_warmup, guard (the compression guardrail, default
@@ -134,7 +139,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
             _job.job(), optimizer, self._kind, groups, self._named,
             _sync_options(schedule, compression, sync, backward_passes_per_step, options))
         self._updates = self._impl.updates_parameters()  # False alone: there is no engine
-        self._local = str(sync).startswith("localsgd")
+        self._local = str(sync).startswith(_LOCAL_STRATEGIES)
         self._steps = 0
         self._synchronized = False
         self._skip = False
@@ -250,7 +255,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
 
     def synchronize_model(self) -> None:
         """Makes every rank's parameters the one global model where ranks may differ (the
-        servers' with asgd, ssp and the delayed strategies; the average with localsgd).
+        servers' with asgd, ssp and the delayed strategies; the average with localsgd, an outer
+        step with diloco).
         Collective; e.g. before evaluating or saving."""
         self._impl.synchronize_model()
 

@@ -18,6 +18,7 @@
 #include "gradsync/collectives.h"
 #include "gradsync/error.h"
 #include "torch/loop/data_source.h"
+#include "torch/models/gpt_config.h"
 #include "torch/models/models.h"
 
 namespace gradsync {
@@ -308,6 +309,10 @@ ModelProfile medianAcrossRanks(Transport& transport, const ModelProfile& mine) {
 
 void validateProfileOptions(const ProfileOptions& options) {
   makeModel(options.model);  // throws with the valid names
+  if (gptContextOf(options.model) > 0) {
+    throw ConfigError("gradsync profile times the image models; gpt is not profiled yet",
+                      {.hint = "profile mlp, cnn, resnet20, vgg11, cnn-gn or vgg11-gn"});
+  }
   if (options.batchSize == 0) throw ConfigError("--batch-size must be at least 1");
   if (options.threads < 1) throw ConfigError("--threads must be at least 1");
   if (options.workers < 1) throw ConfigError("--workers must be at least 1");

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "torch/models/gpt_config.h"
 #include "torch/models/models.h"
 #include "torch/pipeline/setup.h"
 
@@ -13,6 +14,7 @@ TEST(PipelineLayers, ComposeToTheModelsForwardBitwise) {
   torch::manual_seed(3);
   const torch::Tensor x = torch::randn({3, 1, 28, 28});
   for (const std::string& name : modelNames()) {
+    if (gptContextOf(name) > 0) continue;  // tokens in, and not split into stages (models.md)
     std::shared_ptr<Model> model = makeModel(name);
     initializeParameters(*model, 1);
     model->eval();  // BatchNorm's running statistics: the same in both paths
