@@ -15,6 +15,7 @@
 #include "common/tensor_shape.h"
 #include "compress/policy.h"
 #include "data/shard_cache.h"
+#include "gradsync/error.h"
 #include "gradsync/guard_event.h"
 #include "gradsync/sync_options.h"
 #include "gradsync/transport.h"
@@ -240,5 +241,11 @@ void yieldToCommunication();
 inline bool isServerRank(const TrainOptions& options, int rank, int worldSize) {
   return options.strategy.servers > 0 && rank >= worldSize - options.strategy.servers;
 }
+
+// Rethrows `lost`, naming the peer by its role when it is a separate parameter server: a worker
+// may notice a lost server first in any collective (the transport watches every peer), and the
+// error then says "lost parameter server S (rank R)", as the servers' own client does.
+[[noreturn]] void rethrowNamingServer(const PeerLostError& lost, const TrainOptions& options,
+                                      int worldSize);
 
 }  // namespace gradsync

@@ -106,6 +106,15 @@ double injectedSlowdownMs(const std::string& spec, int rank) {
   return slowRank == rank ? ms : 0;
 }
 
+void rethrowNamingServer(const PeerLostError& lost, const TrainOptions& options, int worldSize) {
+  const int peer = lost.context().peer;
+  if (peer < 0 || !isServerRank(options, peer, worldSize)) throw lost;
+  const int server = peer - (worldSize - options.strategy.servers);
+  throw PeerLostError(
+      fmt::format("lost parameter server {} (rank {}): {}", server, peer, lost.detail()),
+      lost.context());
+}
+
 TrainOptions withModelDefaults(TrainOptions options,
                                const std::function<bool(const std::string& flag)>& given) {
   if (gptContextOf(options.model) == 0) return options;

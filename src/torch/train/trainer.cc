@@ -28,12 +28,12 @@
 #include "torch/loop/evaluation.h"
 #include "torch/loop/metrics.h"
 #include "torch/loop/progress.h"
+#include "torch/loop/run_trace.h"
 #include "torch/loop/training_model.h"
 #include "torch/loop/training_optimizer.h"
 #include "torch/models/gpt_config.h"
 #include "torch/models/models.h"
 #include "torch/waves/wavelet_trainer.h"
-#include "trace/trace_merge.h"
 #include "transport/prefix_transport.h"
 
 namespace gradsync {
@@ -99,7 +99,6 @@ class Trainer {
   RunIdentity identity() const;
   RunPosition startingPosition();
   void maybeCheckpoint(const RunPosition& position, bool last);
-  void writeTrace();
   EpochRecord finishEpoch(int epoch, double lossSum, int64_t steps, double seconds);
   double evaluateBetweenSteps(int64_t step, double trainingSeconds, TrainResult& result);
 
@@ -244,23 +243,6 @@ float Trainer::trainStep(int64_t epoch, size_t step, int64_t globalStep) {
   sums_.optimizerMs += optimizerSeconds * 1e3;
   sums_.stepMs += secondsSince(start) * 1e3;
   return lossValue;
-}
-
-// Every rank's events, gathered to rank 0 and merged into one Chrome trace.
-void Trainer::writeTrace() {
-  if (!trace_) return;
-  trace_->endStep();
-  std::string mine = trace_->serialize();
-  auto all = allgatherBytes(
-      transport_, {reinterpret_cast<const uint8_t*>(mine.data()), mine.size()}, kTrainerTag);
-  if (transport_.rank() != 0) return;
-  std::vector<std::string> perRank;
-  for (const auto& bytes : all) perRank.emplace_back(bytes.begin(), bytes.end());
-  std::string metadata = fmt::format(
-      R"({{"model":"{}","schedule":"{}","sync":"{}","compress":"{}","workers":{},"steps":"{}"}})",
-      options_.model, options_.schedule, options_.sync, options_.compression.spec,
-      transport_.size(), trace_->window().describe());
-  writeTraceFile(options_.tracePath, mergeTraces(perRank, metadata));
 }
 
 double Trainer::globalMean(double localSum, double localCount) {
@@ -424,7 +406,7 @@ TrainResult Trainer::run() {
         checkpoints_ ? fmt::format("; checkpoint {}", checkpoints_->pathForStep(position.step))
                      : ""));
   }
-  writeTrace();
+  if (trace_) writeRunTrace(*trace_, transport_, options_);
   result.stragglers = stragglers_.reports();
   result.guard = distributed_.guardEvents();
   result.schedule = distributed_.schedule();
@@ -464,19 +446,6 @@ TrainResult Trainer::run() {
                     sums_.denseBytes / stepsHere,    sums_.encodeMs / stepsHere,
                     sums_.decodeMs / stepsHere,      net_->deviceSeconds() * 1e3 / stepsHere};
   return result;
-}
-
-// A worker that lost a separate parameter server may notice it first in any collective (the
-// transport watches every peer): the error then names the server by its role, as the servers'
-// own client does.
-[[noreturn]] void rethrowNamingServer(const PeerLostError& lost, const TrainOptions& options,
-                                      int worldSize) {
-  const int peer = lost.context().peer;
-  if (peer < 0 || !isServerRank(options, peer, worldSize)) throw lost;
-  const int server = peer - (worldSize - options.strategy.servers);
-  ErrorContext context = lost.context();
-  throw PeerLostError(
-      fmt::format("lost parameter server {} (rank {}): {}", server, peer, lost.detail()), context);
 }
 
 }  // namespace
