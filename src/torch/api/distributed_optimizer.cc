@@ -22,6 +22,13 @@
 namespace gradsync {
 namespace {
 
+// localsgd and diloco: the global model is taken before the first local step, the first of
+// setStep(), zeroGrad() or step() (after the initial broadcast), once. Cheap once started: no
+// copy of the parameter list on the step's path.
+void beginOuter(OuterOptimizer* outer, DistributedModel& model) {
+  if (outer != nullptr && !outer->started()) outer->begin(model.parameters());
+}
+
 [[noreturn]] void refuse(const std::string& message, const std::string& hint) {
   throw ConfigError(message, {.operation = "distributed optimizer", .hint = hint});
 }
@@ -186,14 +193,14 @@ std::string DistributedOptimizer::scheduleTuning() const {
 DistributedOptimizer::~DistributedOptimizer() = default;
 
 void DistributedOptimizer::zeroGrad() {
-  if (outer_) outer_->begin(model_->parameters());
+  beginOuter(outer_.get(), *model_);
   model_->waitForParameters();
   optimizer_.zero_grad();
 }
 
 void DistributedOptimizer::step() {
   if (localPeriod_ > 0) {  // localsgd, diloco: a local step; every H-th, the outer step
-    outer_->begin(model_->parameters());
+    beginOuter(outer_.get(), *model_);
     optimizer_.step();
     if (++localSteps_ % localPeriod_ == 0) model_->outerStep(*outer_);
     return;
@@ -249,7 +256,7 @@ void DistributedOptimizer::synchronize() {
 
 void DistributedOptimizer::synchronizeModel() {
   if (localPeriod_ > 0) {
-    outer_->begin(model_->parameters());
+    beginOuter(outer_.get(), *model_);
     model_->outerStep(*outer_);
   } else {
     model_->pullGlobalModel();
@@ -304,7 +311,7 @@ void DistributedOptimizer::setTrace(TraceRecorder* trace) {
 void DistributedOptimizer::setStep(int64_t step) {
   model_->setStep(static_cast<uint64_t>(step));
   localSteps_ = step;
-  if (outer_) outer_->begin(model_->parameters());
+  beginOuter(outer_.get(), *model_);
 }
 
 // Adam's moments in update mode travel in syncState() (by rank: sharded keeps 1/P per rank).

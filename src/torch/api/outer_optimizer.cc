@@ -18,7 +18,7 @@ std::span<float> floatsOf(torch::Tensor& tensor) {
 }  // namespace
 
 void OuterOptimizer::begin(const std::vector<torch::Tensor>& parameters) {
-  if (options_.averagesModels() || !global_.empty()) return;
+  if (started()) return;
   torch::NoGradGuard noGrad;
   for (const torch::Tensor& p : parameters) global_.push_back(p.detach().clone());
   if (options_.momentum > 0) {

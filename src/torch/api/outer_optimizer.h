@@ -27,6 +27,9 @@ class OuterOptimizer {
   // Before the first local step (the parameters are still the round's start, the same on every
   // rank): keeps θ_global = `parameters`. A restored state (loadState) keeps its own.
   void begin(const std::vector<torch::Tensor>& parameters);
+  // Whether begin() has nothing left to do (it was called, a state was loaded, or localsgd's
+  // average needs no global copy).
+  bool started() const { return options_.averagesModels() || !global_.empty(); }
   // Collective: the outer step; every rank's `parameters` become the new θ_global, the same bits
   // on every rank. Returns the bytes this rank sent.
   uint64_t step(std::vector<torch::Tensor>& parameters, Transport& transport);

@@ -1,6 +1,8 @@
 #include "torch/models/gpt.h"
 
 #include <cmath>
+#include <limits>
+#include <vector>
 
 namespace gradsync {
 namespace {
