@@ -119,7 +119,8 @@ void validateLanguageModel(const TrainOptions& options) {
         fmt::format("--warmup-steps, --lr-schedule and --clip-grad-norm need the optimizer to "
                     "step, and with --schedule {} --sync {} the engine applies the update",
                     options.schedule, options.sync),
-        {.hint = "--schedule fifo|wfbp|fusion with ssgd or localsgd"});
+        {.hint = "--schedule fifo|wfbp|fusion with ssgd, localsgd or diloco, or --warmup-steps 0 "
+                 "--lr-schedule constant --clip-grad-norm 0 (--model gpt sets them by default)"});
   }
 }
 
