@@ -48,4 +48,11 @@ void appendPass(std::vector<Step>& steps, const std::vector<Span>& blocks, int r
 void run(Transport& transport, uint8_t* data, const std::vector<Step>& steps,
          const CollectiveOptions& options, const Reduction& reduction = {});
 
+// What a dense ring allreduce of `elements` floats makes one of `ranks` ranks send: its share of
+// the reduce-scatter and of the allgather, (P-1)/P of the buffer each (frame headers aside).
+inline uint64_t allreduceBytesSent(size_t elements, int ranks) {
+  return 2 * (static_cast<uint64_t>(ranks) - 1) * elements * sizeof(float) /
+         static_cast<uint64_t>(ranks);
+}
+
 }  // namespace gradsync::ring

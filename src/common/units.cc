@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cstdlib>
 #include <string>
@@ -112,6 +113,22 @@ std::string formatBytes(uint64_t bytes) {
     ++u;
   }
   return u == 0 ? fmt::format("{}", bytes) : fmt::format("{:g}{}", v, kUnits[u]);
+}
+
+std::vector<OptionItem> splitOptions(std::string_view text) {
+  std::vector<OptionItem> items;
+  if (text.empty()) return items;
+  for (size_t start = 0; start <= text.size();) {
+    const size_t end = std::min(text.find(',', start), text.size());
+    OptionItem item{.text = std::string(text.substr(start, end - start))};
+    const size_t equals = item.text.find('=');
+    item.hasValue = equals != std::string::npos;
+    item.key = item.text.substr(0, equals);
+    if (item.hasValue) item.value = item.text.substr(equals + 1);
+    items.push_back(std::move(item));
+    start = end + 1;
+  }
+  return items;
 }
 
 }  // namespace gradsync

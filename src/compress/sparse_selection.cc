@@ -2,6 +2,7 @@
 #include "compress/sparse_selection.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include <fmt/format.h>
 
@@ -17,6 +18,16 @@ double checkedDensity(const MethodArgs& args, const char* method) {
     throw ConfigError(fmt::format("{}:R needs 0 < R <= 1, got {}", method, args.value));
   }
   return args.value;
+}
+
+int checkedIterations(const MethodArgs& args, const char* method) {
+  constexpr int kMaxIterations = 30;
+  const double iterations = args.number("iters", 20);
+  if (!(iterations >= 1 && iterations <= kMaxIterations && iterations == std::floor(iterations))) {
+    throw ConfigError(fmt::format("{} iters needs an integer 1 <= iters <= {}, got {}", method,
+                                  kMaxIterations, iterations));
+  }
+  return static_cast<int>(iterations);
 }
 
 size_t SparseSelectionCodec::encodedBytes(size_t elements) const {

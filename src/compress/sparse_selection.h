@@ -18,6 +18,10 @@ namespace gradsync {
 // The density ":R" of a sparse method; throws ConfigError "<method>:R needs 0 < R <= 1" unless
 // it is in range.
 double checkedDensity(const MethodArgs& args, const char* method);
+// The ThresholdSelector's "iters" option of a method (default 20); throws ConfigError "<method>
+// iters needs an integer 1 <= iters <= 30" unless it is one (the grid keys have iters + 1 bits
+// and the selector takes at most 31).
+int checkedIterations(const MethodArgs& args, const char* method);
 
 class SparseSelectionCodec : public CodecCompressor, public SparseBudget {
  public:

@@ -4,21 +4,12 @@
 // several threads (concurrent slices) each committed slice runs on one of them.
 #include <fmt/format.h>
 
+#include "collectives/ring.h"
 #include "common/tags.h"
 #include "gradsync/error.h"
 #include "sync/engine.h"
 
 namespace gradsync {
-namespace {
-
-// What a dense ring allreduce of `elements` floats makes one rank send: its share of the
-// reduce-scatter and of the allgather, (P-1)/P of the buffer each.
-uint64_t denseRingBytes(size_t elements, int ranks) {
-  return 2 * (static_cast<uint64_t>(ranks) - 1) * elements * sizeof(float) /
-         static_cast<uint64_t>(ranks);
-}
-
-}  // namespace
 
 void Engine::communicate() {
   std::unique_lock<std::mutex> lock(mutex_);
@@ -111,7 +102,7 @@ void Engine::finishOp(const PlannedOp& op, const OpOutcome& outcome) {
   totals_.bytesSent += outcome.bytesSent;
   // Sharded's reduce-scatter and allgather together move what one allreduce does.
   if (op.kind != PlannedOp::Kind::kAllgather) {
-    totals_.denseBytes += denseRingBytes(layout_.units[op.unit].elements, workers_);
+    totals_.denseBytes += ring::allreduceBytesSent(layout_.units[op.unit].elements, workers_);
   }
   totals_.encodeSeconds += outcome.encodeSeconds;
   totals_.decodeSeconds += outcome.decodeSeconds;
@@ -144,7 +135,7 @@ void Engine::traceOp(const PlannedOp& op, Nanos readyAt, Nanos start, const OpOu
       .add("priority", static_cast<int64_t>(unit.priority))
       .add("step", static_cast<int64_t>(op.step))
       .add("bytes_sent", static_cast<int64_t>(outcome.bytesSent))
-      .add("dense_bytes", static_cast<int64_t>(denseRingBytes(unit.elements, workers_)));
+      .add("dense_bytes", static_cast<int64_t>(ring::allreduceBytesSent(unit.elements, workers_)));
   if (options_.schedule.prioritized()) args.add("overtook", static_cast<int64_t>(op.overtook));
   if (outcome.server >= 0) args.add("server", static_cast<int64_t>(outcome.server));
   std::string category = toString(op.kind);

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "collectives/ring.h"
 #include "common/state_bytes.h"
 #include "common/tensor_shape.h"
 #include "compress/compressor.h"
@@ -26,12 +27,6 @@ std::vector<TensorShape> shapesOf(const std::vector<GradientShape>& tensors) {
   shapes.reserve(tensors.size());
   for (const GradientShape& t : tensors) shapes.push_back(tensorShape(t.name, t.dims));
   return shapes;
-}
-
-// What a dense ring allreduce of `elements` floats makes one rank send (as the engine counts).
-uint64_t denseRingBytes(size_t elements, int ranks) {
-  return 2 * (static_cast<uint64_t>(ranks) - 1) * elements * sizeof(float) /
-         static_cast<uint64_t>(ranks);
 }
 
 }  // namespace
@@ -142,7 +137,7 @@ void GradientAverager::average(std::span<const int> indices, std::span<float> bu
                         step);
   }
   s.stats.bytesSent += s.transport.bytesSent() - before;
-  s.stats.denseBytes += denseRingBytes(bucket.size(), s.transport.size());
+  s.stats.denseBytes += ring::allreduceBytesSent(bucket.size(), s.transport.size());
   s.stats.commSeconds += secondsSince(SteadyClock::instance(), start);
 }
 

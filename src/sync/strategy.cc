@@ -30,17 +30,17 @@ int parseCount(const std::string& text, const std::string& whole, int minimum) {
 // sharded's options, "fc=reduce|exchange|auto" and "concurrent=N", joined by commas.
 void parseShardedOptions(const std::string& options, const std::string& whole,
                          SyncStrategy& strategy) {
-  size_t start = 0;
-  while (start <= options.size()) {
-    const size_t end = std::min(options.find(',', start), options.size());
-    const std::string option = options.substr(start, end - start);
-    start = end + 1;
+  if (options.empty()) {
+    throw ConfigError(fmt::format("--sync {}: no option after ':'", whole),
+                      {.hint = "sharded takes fc=reduce|exchange|auto and concurrent=N"});
+  }
+  for (const auto& [option, key, value, hasValue] : splitOptions(options)) {
     bool known = false;
     for (FcMode mode : {FcMode::kReduce, FcMode::kExchange, FcMode::kAuto}) {
-      if (option == std::string("fc=") + toString(mode)) strategy.fc = mode, known = true;
+      if (key == "fc" && value == toString(mode)) strategy.fc = mode, known = true;
     }
-    if (option.starts_with("concurrent=")) {
-      strategy.concurrent = parseCount(option.substr(11), whole, 1);
+    if (key == "concurrent" && hasValue) {
+      strategy.concurrent = parseCount(value, whole, 1);
       known = true;
     }
     if (!known) {
@@ -88,18 +88,10 @@ SyncStrategy parseDiloco(const std::string& text) {
     throw ConfigError(fmt::format("--sync {} needs a parameter (diloco:H)", text),
                       {.hint = kForms});
   }
-  std::vector<std::string> parts;
-  for (size_t start = colon + 1; start <= text.size();) {
-    const size_t end = std::min(text.find(',', start), text.size());
-    parts.push_back(text.substr(start, end - start));
-    start = end + 1;
-  }
-  strategy.parameter = parseCount(parts[0], text, 1);
+  const std::vector<OptionItem> parts = splitOptions(text.substr(colon + 1));
+  strategy.parameter = parseCount(parts.empty() ? "" : parts[0].text, text, 1);
   for (size_t i = 1; i < parts.size(); ++i) {
-    const std::string& option = parts[i];
-    const size_t equals = option.find('=');
-    const std::string key = option.substr(0, equals);
-    const std::string value = equals == std::string::npos ? "" : option.substr(equals + 1);
+    const auto& [option, key, value, hasValue] = parts[i];
     if (key == "outer_lr") {
       strategy.outer.lr = parseNumber(value, "diloco's outer_lr");
     } else if (key == "outer_momentum") {

@@ -16,6 +16,7 @@
 #include "common/subprocess.h"
 #include "data/shard_cache.h"
 #include "gradsync/error.h"
+#include "support/free_port.h"
 #include "support/read_file.h"
 
 namespace gradsync {
@@ -23,20 +24,8 @@ namespace {
 
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
+using testing::freePort;
 using testing::readFile;
-
-// A port the kernel just handed out, so parallel test runs do not collide.
-int freePort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-  socklen_t len = sizeof addr;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
 
 ExitStatus run(std::vector<std::string> argv, const fs::path& out, const fs::path& err,
                std::chrono::seconds timeout = 120s) {

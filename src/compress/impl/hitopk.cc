@@ -20,8 +20,6 @@
 namespace gradsync::methods {
 namespace {
 
-constexpr int kMaxIterations = 30;
-
 // The ranks of this rank's host and of its cross group (every rank its own host when the
 // topology is unknown or irregular).
 struct Groups {
@@ -164,19 +162,15 @@ void addShardList(std::span<const uint8_t> list, size_t k, bool half, std::span<
 
 std::unique_ptr<Compressor> makeHiTopK(const MethodArgs& args, std::span<const TensorShape>) {
   const double density = checkedDensity(args, "hitopk");
-  const double iterations = args.number("iters", 20);
-  if (!(iterations >= 1 && iterations <= kMaxIterations && iterations == std::floor(iterations))) {
-    throw ConfigError(fmt::format("hitopk iters needs an integer 1 <= iters <= {}, got {}",
-                                  kMaxIterations, iterations));
-  }
+  const int iterations = checkedIterations(args, "hitopk");
   const double half = args.number("fp16", 1);
   if (half != 0 && half != 1) throw ConfigError("hitopk fp16 must be 1 (values as half) or 0");
   const double bypass = args.number("bypass", 16384);
   if (!(bypass >= 0 && bypass == std::floor(bypass))) {
     throw ConfigError(fmt::format("hitopk bypass needs a number of elements >= 0, got {}", bypass));
   }
-  return std::make_unique<HiTopK>(density, static_cast<int>(iterations), args.errorFeedback,
-                                  half == 1, static_cast<size_t>(bypass));
+  return std::make_unique<HiTopK>(density, iterations, args.errorFeedback, half == 1,
+                                  static_cast<size_t>(bypass));
 }
 
 }  // namespace gradsync::methods

@@ -4,20 +4,12 @@
 // is not public), then filling up to k from the last bracket. Same wire format and exchange as
 // topk (4 + 8k bytes per rank, all-gathered), error feedback by default. threshold_select.h
 // says how the N counting passes collapse into two and what happens in the corner cases.
-#include <cmath>
-
-#include <fmt/format.h>
-
 #include "compress/impl/methods.h"
 #include "compress/sparse_selection.h"
 #include "compress/threshold_select.h"
-#include "gradsync/error.h"
 
 namespace gradsync::methods {
 namespace {
-
-// The grid keys have N + 1 bits and the selector takes at most 31.
-constexpr int kMaxIterations = 30;
 
 class MsTopK final : public SparseSelectionCodec {
  public:
@@ -36,12 +28,8 @@ class MsTopK final : public SparseSelectionCodec {
 
 std::unique_ptr<Compressor> makeMsTopK(const MethodArgs& args, std::span<const TensorShape>) {
   const double density = checkedDensity(args, "mstopk");
-  const double iterations = args.number("iters", 20);
-  if (!(iterations >= 1 && iterations <= kMaxIterations && iterations == std::floor(iterations))) {
-    throw ConfigError(fmt::format("mstopk iters needs an integer 1 <= iters <= {}, got {}",
-                                  kMaxIterations, iterations));
-  }
-  return std::make_unique<MsTopK>(density, static_cast<int>(iterations));
+  const int iterations = checkedIterations(args, "mstopk");
+  return std::make_unique<MsTopK>(density, iterations);
 }
 
 }  // namespace gradsync::methods

@@ -10,16 +10,13 @@
 #include "common/tags.h"
 #include "gradsync/collectives.h"
 #include "gradsync/error.h"
+#include "torch/models/float_span.h"
 
 namespace gradsync {
 namespace {
 
 // Collectives on the training thread use their own tag, apart from the engine's gradient stream.
 const CollectiveOptions kStateTag{.tag = tags::kModelState};
-
-std::span<float> floats(torch::Tensor& tensor) {
-  return {tensor.data_ptr<float>(), static_cast<size_t>(tensor.numel())};
-}
 
 }  // namespace
 
@@ -33,7 +30,7 @@ DistributedModel::DistributedModel(std::shared_ptr<torch::nn::Module> module, Tr
     checkParameter(item.key(), item.value());
     parameters_.push_back(item.value());
     tensors.push_back(tensorShape(item.key(), item.value().sizes().vec()));
-    storage.push_back(floats(item.value()));
+    storage.push_back(floatSpan(item.value()));
   }
   EngineOptions& options = setup.engine;
   if (setup.local) return;
@@ -225,9 +222,10 @@ void DistributedModel::waitForModule(const torch::nn::Module& layer) {
 void DistributedModel::broadcastState() {
   torch::NoGradGuard noGrad;
   for (auto& parameter : module_->parameters())
-    broadcast(transport_, floats(parameter), 0, kStateTag);
+    broadcast(transport_, floatSpan(parameter), 0, kStateTag);
   for (auto& buffer : module_->buffers()) {
-    if (buffer.scalar_type() == torch::kFloat) broadcast(transport_, floats(buffer), 0, kStateTag);
+    if (buffer.scalar_type() == torch::kFloat)
+      broadcast(transport_, floatSpan(buffer), 0, kStateTag);
   }
 }
 
@@ -280,7 +278,7 @@ void DistributedModel::averageBuffers() {
   for (auto& buffer : module_->buffers()) {
     // running_mean/var are floats; num_batches_tracked (int64) is the same on every rank.
     if (buffer.scalar_type() == torch::kFloat)
-      allreduce(transport_, floats(buffer), ReduceOp::kAverage, kStateTag);
+      allreduce(transport_, floatSpan(buffer), ReduceOp::kAverage, kStateTag);
   }
 }
 
@@ -372,7 +370,7 @@ void DistributedModel::reschedule(const ScheduleSpec& schedule) {
   engine_.reset();  // its threads end before the next engine's start on the same tags
   std::vector<std::span<float>> storage;
   if (updates_)
-    for (torch::Tensor& p : parameters_) storage.push_back(floats(p));
+    for (torch::Tensor& p : parameters_) storage.push_back(floatSpan(p));
   engine_ = std::make_unique<Engine>(transport_, tensors_, options, storage);
   engineOptions_ = std::move(options);
   engine_->setStep(step);

@@ -17,6 +17,7 @@
 #include "torch/api/distributed_model.h"
 #include "torch/api/schedule_tuning.h"
 #include "torch/api/sync_setup.h"
+#include "torch/models/float_span.h"
 #include "transport/prefix_transport.h"
 
 namespace gradsync {
@@ -27,10 +28,6 @@ namespace {
 // copy of the parameter list on the step's path.
 void beginOuter(OuterOptimizer* outer, DistributedModel& model) {
   if (outer != nullptr && !outer->started()) outer->begin(model.parameters());
-}
-
-[[noreturn]] void refuse(const std::string& message, const std::string& hint) {
-  throw ConfigError(message, {.operation = "distributed optimizer", .hint = hint});
 }
 
 // Every rank must synchronize the same parameters with the same options: checked before any
@@ -66,10 +63,11 @@ void checkOptimizerCoversModule(
   for (const auto& group : optimizer.param_groups()) {
     for (const auto& p : group.params()) {
       if (known.count(p.unsafeGetTensorImpl()) == 0) {
-        refuse(fmt::format("the optimizer updates a tensor of shape {} that is not a parameter "
-                           "of the module requiring a gradient",
-                           p.sizes().vec()),
-               "build the optimizer from module->parameters()");
+        refuseSyncSetup(
+            fmt::format("the optimizer updates a tensor of shape {} that is not a parameter "
+                        "of the module requiring a gradient",
+                        p.sizes().vec()),
+            "build the optimizer from module->parameters()");
       }
     }
   }
@@ -102,11 +100,12 @@ void checkMomentumAppliedOnce(const torch::optim::Optimizer& optimizer,
     if (static_cast<const torch::optim::SGDOptions&>(group.options()).momentum() == 0) continue;
     for (const auto& p : group.params()) {
       if (!absorbs(p)) continue;
-      refuse(fmt::format("'{}' applies momentum itself (momentum correction) and the optimizer "
-                         "applies it again",
-                         compress),
-             "put the parameters it compresses (DistributedOptimizer::absorbsMomentum) in an SGD "
-             "group with momentum 0, or compress with another method");
+      refuseSyncSetup(
+          fmt::format("'{}' applies momentum itself (momentum correction) and the optimizer "
+                      "applies it again",
+                      compress),
+          "put the parameters it compresses (DistributedOptimizer::absorbsMomentum) in an SGD "
+          "group with momentum 0, or compress with another method");
     }
   }
 }
@@ -114,14 +113,14 @@ void checkMomentumAppliedOnce(const torch::optim::Optimizer& optimizer,
 Transport* workerViewOf(Transport& transport, const SyncOptions& options) {
   if (options.servers <= 0) return nullptr;
   if (options.servers >= transport.size()) {
-    refuse(fmt::format("{} ranks cannot hold {} parameter servers and a worker", transport.size(),
-                       options.servers),
-           "start more ranks, or fewer servers");
+    refuseSyncSetup(fmt::format("{} ranks cannot hold {} parameter servers and a worker",
+                                transport.size(), options.servers),
+                    "start more ranks, or fewer servers");
   }
   if (DistributedOptimizer::isServer(transport.rank(), transport.size(), options)) {
-    refuse(fmt::format("rank {} is a parameter server (the last {} of {} ranks)", transport.rank(),
-                       options.servers, transport.size()),
-           "call DistributedOptimizer::serve on the server ranks");
+    refuseSyncSetup(fmt::format("rank {} is a parameter server (the last {} of {} ranks)",
+                                transport.rank(), options.servers, transport.size()),
+                    "call DistributedOptimizer::serve on the server ranks");
   }
   return new PrefixTransport(transport, transport.size() - options.servers);
 }
@@ -212,10 +211,10 @@ void DistributedOptimizer::step() {
   }
   const double lr = optimizer_.param_groups().front().options().get_lr();
   if (lr != engineLr_) {
-    refuse(fmt::format("the learning rate changed from {} to {}, and with p3, sharded and "
-                       "parameter servers the engine applies the rule it was given",
-                       engineLr_, lr),
-           "learning-rate schedules need schedule fifo, wfbp or fusion for now");
+    refuseSyncSetup(fmt::format("the learning rate changed from {} to {}, and with p3, sharded and "
+                                "parameter servers the engine applies the rule it was given",
+                                engineLr_, lr),
+                    "learning-rate schedules need schedule fifo, wfbp or fusion for now");
   }
   model_->endBackward();
   if (tuning_) tuning_->afterStep(*model_);
@@ -229,8 +228,8 @@ int DistributedOptimizer::ranksWithData(bool mine) {
 
 void DistributedOptimizer::join() {
   if (!joinable_) {
-    refuse("join() needs SyncOptions::join on every rank",
-           "set .join = true when building the DistributedOptimizer");
+    refuseSyncSetup("join() needs SyncOptions::join on every rank",
+                    "set .join = true when building the DistributedOptimizer");
   }
   // Each step of the others: zero gradients in, their average out, and the same optimizer
   // step, so that this rank's model stays theirs.
@@ -241,10 +240,11 @@ void DistributedOptimizer::join() {
 }
 
 void DistributedOptimizer::synchronize() {
-  if (localPeriod_ > 0) refuse("synchronize() is for gradient mode, not localsgd", "call step()");
+  if (localPeriod_ > 0)
+    refuseSyncSetup("synchronize() is for gradient mode, not localsgd", "call step()");
   if (model_->updatesParameters()) {
-    refuse("synchronize() is for gradient mode: with p3 and sharded the engine updates",
-           "call step() after backward");
+    refuseSyncSetup("synchronize() is for gradient mode: with p3 and sharded the engine updates",
+                    "call step() after backward");
   }
   // With join, the average is over the ranks that had data (the others sent zeros).
   const float scale =
@@ -338,7 +338,7 @@ std::vector<uint8_t> DistributedOptimizer::syncState() {
   out.write(model_->engineState());
   if (localPeriod_ > 0) {  // between averages, every rank's model and optimizer are its own
     for (const torch::Tensor& p : model_->parameters()) {
-      out.write(std::span<const float>(p.data_ptr<float>(), static_cast<size_t>(p.numel())));
+      out.write(std::span<const float>(floatSpan(p)));
     }
     out.write(archiveBytes([&](auto& archive) { optimizer_.save(archive); }));
     out.write(outer_->saveState());
@@ -353,7 +353,7 @@ void DistributedOptimizer::loadSyncState(std::span<const uint8_t> state) {
   model_->loadEngineState(bytes);
   if (localPeriod_ > 0) {
     for (const torch::Tensor& p : model_->parameters()) {
-      in.readExact(std::span<float>(p.data_ptr<float>(), static_cast<size_t>(p.numel())));
+      in.readExact(floatSpan(p));
     }
     in.read(bytes);
     loadArchiveBytes(bytes, "the optimizer state in the synchronization state",
@@ -388,9 +388,10 @@ void DistributedOptimizer::serve(const torch::optim::Optimizer& optimizer,
                                  const torch::nn::Module& module, Transport& transport,
                                  const SyncOptions& options) {
   if (!isServer(transport.rank(), transport.size(), options)) {
-    refuse(fmt::format("rank {} of {} is not one of the last {} ranks, the parameter servers",
-                       transport.rank(), transport.size(), options.servers),
-           "set SyncOptions::servers, and build a DistributedOptimizer on the other ranks");
+    refuseSyncSetup(
+        fmt::format("rank {} of {} is not one of the last {} ranks, the parameter servers",
+                    transport.rank(), transport.size(), options.servers),
+        "set SyncOptions::servers, and build a DistributedOptimizer on the other ranks");
   }
   serveParameters(transport, shapesOf(module), options, optimizer);
 }

@@ -5,15 +5,12 @@
 #include "common/tags.h"
 #include "gradsync/collectives.h"
 #include "gradsync/error.h"
+#include "torch/models/float_span.h"
 
 namespace gradsync {
 namespace {
 
 const CollectiveOptions kOuterTag{.tag = tags::kModelState};
-
-std::span<float> floatsOf(torch::Tensor& tensor) {
-  return {tensor.data_ptr<float>(), static_cast<size_t>(tensor.numel())};
-}
 
 }  // namespace
 
@@ -31,13 +28,13 @@ uint64_t OuterOptimizer::step(std::vector<torch::Tensor>& parameters, Transport&
   const uint64_t before = transport.bytesSent();
   if (options_.averagesModels()) {
     for (torch::Tensor& p : parameters)
-      allreduce(transport, floatsOf(p), ReduceOp::kAverage, kOuterTag);
+      allreduce(transport, floatSpan(p), ReduceOp::kAverage, kOuterTag);
     return transport.bytesSent() - before;
   }
   GS_CHECK(global_.size() == parameters.size());
   for (size_t i = 0; i < parameters.size(); ++i) {
     torch::Tensor delta = global_[i] - parameters[i];  // the pseudo-gradient
-    allreduce(transport, floatsOf(delta), ReduceOp::kAverage, kOuterTag);
+    allreduce(transport, floatSpan(delta), ReduceOp::kAverage, kOuterTag);
     torch::Tensor update = delta;
     if (options_.momentum > 0) {
       momentum_[i].mul_(options_.momentum).add_(delta);
@@ -54,7 +51,7 @@ std::vector<uint8_t> OuterOptimizer::saveState() const {
   for (const auto* tensors : {&global_, &momentum_}) {
     out.write(static_cast<uint64_t>(tensors->size()));
     for (const torch::Tensor& t : *tensors) {
-      out.write(std::span<const float>(t.data_ptr<float>(), static_cast<size_t>(t.numel())));
+      out.write(std::span<const float>(floatSpan(t)));
     }
   }
   return out.take();
@@ -72,7 +69,7 @@ void OuterOptimizer::loadState(std::span<const uint8_t> bytes,
     tensors->clear();
     for (uint64_t i = 0; i < count; ++i) {
       tensors->push_back(torch::empty_like(parameters[i]));
-      in.readExact(floatsOf(tensors->back()));
+      in.readExact(floatSpan(tensors->back()));
     }
   }
   in.expectEnd();

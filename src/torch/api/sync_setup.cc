@@ -14,11 +14,12 @@
 #include "torch/api/schedule_tuning.h"
 
 namespace gradsync {
-namespace {
 
-[[noreturn]] void refuse(const std::string& message, const std::string& hint) {
+void refuseSyncSetup(const std::string& message, const std::string& hint) {
   throw ConfigError(message, {.operation = "distributed optimizer", .hint = hint});
 }
+
+namespace {
 
 // The optimizer's rule as the engine applies it per slice (p3, sharded): SGD, Adam or AdamW,
 // with every option torch has but amsgrad. The engine applies one rule to every parameter, so
@@ -38,8 +39,9 @@ UpdateRule ruleOfGroup(const torch::optim::Optimizer& optimizer,
   }
   auto adamLike = [](UpdateRule::Kind kind, const auto& o) {
     if (o.amsgrad()) {
-      refuse("p3 and sharded apply the update in the engine, which has no amsgrad",
-             "drop amsgrad, or schedule fifo, wfbp or fusion (the optimizer then runs as given)");
+      refuseSyncSetup(
+          "p3 and sharded apply the update in the engine, which has no amsgrad",
+          "drop amsgrad, or schedule fifo, wfbp or fusion (the optimizer then runs as given)");
     }
     return UpdateRule{.kind = kind,
                       .lr = o.lr(),
@@ -56,8 +58,9 @@ UpdateRule ruleOfGroup(const torch::optim::Optimizer& optimizer,
     return adamLike(UpdateRule::Kind::kAdam,
                     static_cast<const torch::optim::AdamOptions&>(options));
   }
-  refuse("p3 and sharded apply the update in the engine, which implements SGD, Adam and AdamW",
-         "use one of those, or schedule fifo, wfbp or fusion (any optimizer)");
+  refuseSyncSetup(
+      "p3 and sharded apply the update in the engine, which implements SGD, Adam and AdamW",
+      "use one of those, or schedule fifo, wfbp or fusion (any optimizer)");
 }
 
 bool sameRule(const UpdateRule& a, const UpdateRule& b) {
@@ -92,7 +95,7 @@ UpdateRule engineRule(const torch::optim::Optimizer& optimizer, const Absorbs& a
     UpdateRule other = ruleOfGroup(optimizer, group);
     if (absorbing(group, absorbs) && other.momentum == 0) other.momentum = rule.momentum;
     if (!sameRule(other, rule)) {
-      refuse(
+      refuseSyncSetup(
           "p3, sharded and parameter servers apply one rule to every parameter: the optimizer's "
           "parameter groups differ in their options",
           "use one group (dgc's parameters may have a group of their own with momentum 0), or "
@@ -115,9 +118,10 @@ UpdateRule serverRule(const torch::optim::Optimizer& optimizer, const Absorbs& a
   const UpdateRule rule = engineRule(optimizer, absorbs);
   if (rule.kind != UpdateRule::Kind::kSgd || rule.nesterov || rule.dampening != 0 ||
       rule.weightDecay != 0) {
-    refuse("parameter servers apply SGD with momentum: not " + rule.describe(),
-           "give torch::optim::SGD without Nesterov, dampening or weight decay, or use ring "
-           "ssgd (any optimizer) or p3/sharded (SGD, Adam, AdamW)");
+    refuseSyncSetup(
+        "parameter servers apply SGD with momentum: not " + rule.describe(),
+        "give torch::optim::SGD without Nesterov, dampening or weight decay, or use ring "
+        "ssgd (any optimizer) or p3/sharded (SGD, Adam, AdamW)");
   }
   return rule;
 }
@@ -178,7 +182,8 @@ SyncSetup setupFor(const torch::optim::Optimizer& optimizer, const SyncOptions& 
   const bool local = strategy.kind == SyncStrategy::Kind::kLocalSgd;
   const bool servers = psOptionsFor(strategy, knobs, workers, 0.1, 0).has_value();
   if (sync.join && (servers || local)) {
-    refuse("join works with ring ssgd only", "drop join, or use sync ssgd without servers");
+    refuseSyncSetup("join works with ring ssgd only",
+                    "drop join, or use sync ssgd without servers");
   }
   SyncSetup setup;
   if (servers) {
@@ -187,7 +192,7 @@ SyncSetup setupFor(const torch::optim::Optimizer& optimizer, const SyncOptions& 
         psOptionsFor(strategy, knobs, workers, engine.update.lr, engine.update.momentum);
   } else if (Engine::updatesParameters(engine) && !local) {
     if (sync.join) {
-      refuse(
+      refuseSyncSetup(
           "join works in gradient mode only: with p3 and sharded the engine updates by the "
           "average over every rank",
           "use schedule fifo, wfbp or fusion with join");
@@ -197,9 +202,9 @@ SyncSetup setupFor(const torch::optim::Optimizer& optimizer, const SyncOptions& 
     engine.update.momentum = compressorMomentum(optimizer, absorbs);
   }
   if (sync.backwardPassesPerStep < 1) {
-    refuse(fmt::format("backward passes per step must be at least 1, not {}",
-                       sync.backwardPassesPerStep),
-           "1 communicates every backward pass's gradients; N sums N passes first");
+    refuseSyncSetup(fmt::format("backward passes per step must be at least 1, not {}",
+                                sync.backwardPassesPerStep),
+                    "1 communicates every backward pass's gradients; N sums N passes first");
   }
   setup = {.engine = std::move(engine),
            .local = local,

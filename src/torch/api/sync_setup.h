@@ -6,6 +6,7 @@
 #include <torch/torch.h>
 
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "common/tensor_shape.h"
@@ -14,6 +15,10 @@
 #include "torch/api/distributed_model.h"
 
 namespace gradsync {
+
+// Throws the ConfigError of a distributed optimizer that cannot run: `message` says why, `hint`
+// what to do instead.
+[[noreturn]] void refuseSyncSetup(const std::string& message, const std::string& hint);
 
 // The setup of DistributedModel for `sync` on `workers` training ranks: through servers, by
 // local SGD, or over the ring (gradient mode, or p3/sharded applying the optimizer's rule).

@@ -10,6 +10,7 @@
 
 #include "common/tags.h"
 #include "gradsync/error.h"
+#include "torch/models/float_span.h"
 
 namespace gradsync {
 namespace {
@@ -25,7 +26,7 @@ std::span<float> floatsOf(const torch::Tensor& tensor, const char* what) {
                     tensor.device().str(), tensor.is_contiguous() ? "" : ", not contiguous"),
         {.operation = what, .hint = "pass a contiguous float32 tensor on the CPU"});
   }
-  return {tensor.data_ptr<float>(), static_cast<size_t>(tensor.numel())};
+  return floatSpan(tensor);
 }
 
 }  // namespace

@@ -3,16 +3,13 @@
 #include "common/check.h"
 #include "sync/engine.h"
 #include "sync/fc_exchange.h"
+#include "torch/models/float_span.h"
 
 namespace gradsync {
 namespace {
 
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
-
-std::span<const float> floatsOf(const torch::Tensor& t) {
-  return {t.data_ptr<float>(), static_cast<size_t>(t.numel())};
-}
 
 class ExchangedLinear final : public FcExchangeLayer {
  public:
@@ -87,7 +84,7 @@ torch::Tensor ExchangedLinear::computeForward(const torch::Tensor& x) {
   GS_CHECK(x.dim() == 2 && x.size(1) == weight_.size(1));
   const torch::Tensor input = x.contiguous();
   rows_ = input.size(0);
-  exchange_.startActivations(floatsOf(input), static_cast<size_t>(rows_));
+  exchange_.startActivations(floatSpan(input), static_cast<size_t>(rows_));
   const torch::Tensor w = weight_.detach();
   return bias_.defined() ? torch::addmm(bias_.detach(), input, w.t()) : input.mm(w.t());
 }
@@ -103,7 +100,7 @@ torch::Tensor ExchangedLinear::computeBackward(const torch::Tensor& delta, bool 
 void ExchangedLinear::handOver(const torch::Tensor& delta, const torch::Tensor& biasGradient) {
   const int64_t out = weight_.size(0);
   const auto own = static_cast<int64_t>(exchange_.ownColumns().size());
-  std::span<const float> errors = exchange_.gatherErrors(floatsOf(delta));
+  std::span<const float> errors = exchange_.gatherErrors(floatSpan(delta));
   std::span<const float> activations = exchange_.ownActivations();
   const int64_t rows = static_cast<int64_t>(errors.size()) / out;
   torch::NoGradGuard noGrad;

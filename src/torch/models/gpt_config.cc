@@ -30,11 +30,8 @@ std::string GptConfig::spec() const {
 std::optional<GptConfig> parseGptModel(const std::string& model) {
   if (model != "gpt" && model.rfind("gpt:", 0) != 0) return std::nullopt;
   GptConfig config;
-  std::istringstream options(model.size() > 4 ? model.substr(4) : "");
-  for (std::string option; std::getline(options, option, ',');) {
-    const size_t equals = option.find('=');
-    const std::string key = option.substr(0, equals);
-    const std::string value = equals == std::string::npos ? "" : option.substr(equals + 1);
+  for (const auto& [option, key, value, hasValue] :
+       splitOptions(model.size() > 4 ? model.substr(4) : "")) {
     if (key == "layers") {
       config.layers = positiveOption(key, value);
     } else if (key == "width") {

@@ -14,6 +14,7 @@
 #include "sim/model_profile.h"
 #include "sync/strategy.h"
 #include "torch/api/sync_setup.h"
+#include "torch/models/float_span.h"
 
 namespace gradsync {
 namespace {
@@ -272,8 +273,7 @@ std::pair<torch::Tensor, torch::Tensor> gatherSamples(const DataSource& data, bo
   const auto n = static_cast<int64_t>(indices.size());
   torch::Tensor x = torch::empty({n, 1, 28, 28});
   torch::Tensor y = torch::empty({n}, torch::kLong);
-  data.batch(train, indices, {x.data_ptr<float>(), static_cast<size_t>(x.numel())},
-             {y.data_ptr<int64_t>(), indices.size()});
+  data.batch(train, indices, floatSpan(x), {y.data_ptr<int64_t>(), indices.size()});
   return {x, y};
 }
 

@@ -2,6 +2,7 @@
 
 #include "common/check.h"
 #include "gradsync/torch/distributed_optimizer.h"
+#include "torch/models/float_span.h"
 
 namespace gradsync {
 namespace {
@@ -9,8 +10,7 @@ namespace {
 std::vector<std::span<float>> spansOf(const std::vector<torch::Tensor>& tensors) {
   std::vector<std::span<float>> spans;
   for (const torch::Tensor& t : tensors) {
-    GS_CHECK(t.is_contiguous() && t.scalar_type() == torch::kFloat);
-    spans.emplace_back(t.data_ptr<float>(), static_cast<size_t>(t.numel()));
+    spans.push_back(floatSpan(t));
   }
   return spans;
 }
@@ -124,7 +124,7 @@ void PipelineStage::update(int64_t micro) {
   if (replicas_) replicas_->average(gradients);
   std::vector<std::span<const float>> spans;
   for (const torch::Tensor& g : gradients) {
-    spans.emplace_back(g.data_ptr<float>(), static_cast<size_t>(g.numel()));
+    spans.push_back(floatSpan(g));
   }
   optimizer_->update(spans, micro);
   for (torch::Tensor& p : parameters_) p.mutable_grad().zero_();

@@ -18,19 +18,12 @@ namespace {
 // Calls fn(key, value) for each comma-separated key=value of `text`.
 void forEachSetting(std::string_view text, std::string_view what, std::string_view form,
                     const std::function<void(std::string_view, std::string_view)>& fn) {
-  size_t start = 0;
-  while (start < text.size()) {
-    size_t comma = text.find(',', start);
-    std::string_view item =
-        text.substr(start, comma == std::string_view::npos ? text.npos : comma - start);
-    size_t eq = item.find('=');
-    if (eq == std::string_view::npos) {
-      throw ConfigError(fmt::format("{}: '{}' is not key=value", what, item),
+  for (const OptionItem& item : splitOptions(text)) {
+    if (!item.hasValue) {
+      throw ConfigError(fmt::format("{}: '{}' is not key=value", what, item.text),
                         {.hint = std::string(form)});
     }
-    fn(item.substr(0, eq), item.substr(eq + 1));
-    if (comma == std::string_view::npos) break;
-    start = comma + 1;
+    fn(item.key, item.value);
   }
 }
 

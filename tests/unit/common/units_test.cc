@@ -49,4 +49,21 @@ TEST(Units, FormatBytes) {
   EXPECT_EQ(formatBytes(64u << 20), "64M");
 }
 
+TEST(Units, SplitOptions) {
+  EXPECT_TRUE(splitOptions("").empty());
+  const std::vector<OptionItem> items = splitOptions("layers=2,on,,x=,a=b=c");
+  ASSERT_EQ(items.size(), 5u);
+  EXPECT_EQ(items[0].key, "layers");
+  EXPECT_EQ(items[0].value, "2");
+  EXPECT_TRUE(items[0].hasValue);
+  EXPECT_EQ(items[1].key, "on");  // a bare key
+  EXPECT_FALSE(items[1].hasValue);
+  EXPECT_EQ(items[2].text, "");  // kept, for the caller to refuse
+  EXPECT_TRUE(items[3].hasValue);
+  EXPECT_EQ(items[3].value, "");
+  EXPECT_EQ(items[4].key, "a");  // the first '=' splits
+  EXPECT_EQ(items[4].value, "b=c");
+  EXPECT_EQ(splitOptions("a,").size(), 2u);  // a trailing comma leaves an empty item
+}
+
 }  // namespace gradsync

@@ -6,12 +6,14 @@
 #include "common/env.h"
 #include "gradsync/error.h"
 #include "rendezvous/tcp_store.h"
+#include "support/free_port.h"
 #include "support/rank_threads.h"
 
 namespace gradsync {
 namespace {
 
 using namespace std::chrono_literals;
+using testing::freePort;
 
 // Expects a ConfigError whose message contains `needle` (the flag or variable at fault).
 void expectConfigError(const BootstrapFlags& flags, const Env& env, const std::string& needle) {
@@ -225,11 +227,6 @@ TEST(Bootstrap, JobIdAndTimeoutErrors) {
   timeout.timeout = "soon";
   expectConfigError(timeout, Env::fromMap({}), "--timeout");
   expectConfigError({}, Env::fromMap({{"GRADSYNC_TIMEOUT", "0"}}), "GRADSYNC_TIMEOUT");
-}
-
-int freePort() {
-  Fd fd = listenTcp("127.0.0.1", 0);
-  return boundPort(fd.get());
 }
 
 BootstrapConfig localJob(int rank, int size, int port) {
