@@ -22,9 +22,9 @@
 namespace gradsync {
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using MonotonicClock = std::chrono::steady_clock;
 
-struct Row {
+struct CodecRow {
   std::string method;
   size_t elements = 0;
   double encodeGBps = 0;  // of float32 input
@@ -64,16 +64,16 @@ double bestSeconds(int iters, const std::function<void()>& body) {
   body();
   double best = 1e30;
   for (int i = 0; i < iters; ++i) {
-    auto start = Clock::now();
+    auto start = MonotonicClock::now();
     body();
-    best = std::min(best, std::chrono::duration<double>(Clock::now() - start).count());
+    best = std::min(best, std::chrono::duration<double>(MonotonicClock::now() - start).count());
   }
   return best;
 }
 
 // One method through its real exchange on a world of one: all of the compression work, none of
 // the network. Each exchange is fed a fresh copy of the input (error feedback adds its residual).
-Row benchMethod(const std::string& text, const std::vector<float>& input, int iters) {
+CodecRow benchMethod(const std::string& text, const std::vector<float>& input, int iters) {
   CompressSpec spec = CompressSpec::parse(text, "bench compress");
   size_t n = input.size();
   TensorShape shape = benchShape(n);
@@ -97,12 +97,12 @@ Row benchMethod(const std::string& text, const std::vector<float>& input, int it
 }
 
 // The naive references and the selection kernels alone (encode column = the kernel's speed).
-std::vector<Row> benchKernels(const std::vector<float>& input, int iters) {
+std::vector<CodecRow> benchKernels(const std::vector<float>& input, int iters) {
   size_t n = input.size();
   size_t k = std::max<size_t>(1, n / 100);
   std::vector<float> copy(n);
   std::vector<uint32_t> indices;
-  std::vector<Row> rows;
+  std::vector<CodecRow> rows;
   auto add = [&](const char* name, const std::function<void()>& body) {
     rows.push_back({name, n, gbps(n, bestSeconds(iters, body)), 0, 0});
   };
@@ -113,15 +113,15 @@ std::vector<Row> benchKernels(const std::vector<float>& input, int iters) {
   return rows;
 }
 
-void printRow(const Row& row) {
+void printRow(const CodecRow& row) {
   std::printf("%-34s %12zu %12.3f %12.3f %10.1f\n", row.method.c_str(), row.elements,
               row.encodeGBps, row.decodeGBps, row.ratio);
   std::fflush(stdout);
 }
 
-void writeJson(const std::string& path, const std::vector<Row>& rows) {
+void writeJson(const std::string& path, const std::vector<CodecRow>& rows) {
   nlohmann::json out = nlohmann::json::array();
-  for (const Row& r : rows) {
+  for (const CodecRow& r : rows) {
     out.push_back({{"method", r.method},
                    {"elements", r.elements},
                    {"encode_gbps", r.encodeGBps},
@@ -149,10 +149,10 @@ int runCompressBench(const CompressBenchOptions& options) {
               options.iters);
   std::printf("%-34s %12s %12s %12s %10s\n", "method", "elements", "encode GB/s", "decode GB/s",
               "ratio");
-  std::vector<Row> rows;
+  std::vector<CodecRow> rows;
   for (size_t n : options.sizes) {
     std::vector<float> input = gradientLike(n);
-    for (Row& row : benchKernels(input, options.iters)) {
+    for (CodecRow& row : benchKernels(input, options.iters)) {
       printRow(row);
       rows.push_back(row);
     }

@@ -11,7 +11,7 @@
 namespace gradsync {
 namespace {
 
-constexpr const char* kOperation = "fetch from the data server";
+constexpr const char* kFetchOperation = "fetch from the data server";
 
 size_t append(char* data, size_t size, size_t count, void* user) {
   auto* out = static_cast<std::vector<uint8_t>*>(user);
@@ -31,8 +31,8 @@ std::string serverOf(const std::string& url) {
   return url.substr(0, url.find('/', hostStart));
 }
 
-[[noreturn]] void fail(const std::string& url, const std::string& problem) {
-  throw DataError(fmt::format("GET {}: {}", url, problem), {.operation = kOperation});
+[[noreturn]] void failGet(const std::string& url, const std::string& problem) {
+  throw DataError(fmt::format("GET {}: {}", url, problem), {.operation = kFetchOperation});
 }
 
 }  // namespace
@@ -40,7 +40,7 @@ std::string serverOf(const std::string& url) {
 std::vector<uint8_t> httpGet(const std::string& url, const HttpGetOptions& options) {
   initCurlOnce();
   std::unique_ptr<CURL, decltype(&curl_easy_cleanup)> curl(curl_easy_init(), curl_easy_cleanup);
-  if (!curl) fail(url, "cannot create a libcurl handle");
+  if (!curl) failGet(url, "cannot create a libcurl handle");
   std::vector<uint8_t> body;
   char error[CURL_ERROR_SIZE] = {};
   CURL* h = curl.get();
@@ -60,14 +60,14 @@ std::vector<uint8_t> httpGet(const std::string& url, const HttpGetOptions& optio
     if (rc == CURLE_COULDNT_CONNECT || rc == CURLE_COULDNT_RESOLVE_HOST ||
         rc == CURLE_OPERATION_TIMEDOUT || rc == CURLE_RECV_ERROR || rc == CURLE_GOT_NOTHING ||
         rc == CURLE_PARTIAL_FILE) {
-      fail(url, fmt::format("cannot reach the data server at {} ({}); is it running?",
-                            serverOf(url), detail));
+      failGet(url, fmt::format("cannot reach the data server at {} ({}); is it running?",
+                               serverOf(url), detail));
     }
-    fail(url, detail);
+    failGet(url, detail);
   }
   long status = 0;
   curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
-  if (status != 200) fail(url, fmt::format("HTTP {} from {}", status, serverOf(url)));
+  if (status != 200) failGet(url, fmt::format("HTTP {} from {}", status, serverOf(url)));
   return body;
 }
 

@@ -16,12 +16,12 @@
 namespace gradsync {
 namespace {
 
-constexpr const char* kOperation = "read dataset";
+constexpr const char* kIdxOperation = "read dataset";
 constexpr uint8_t kTypeUnsignedByte = 0x08;
 constexpr size_t kInitialChunk = size_t{1} << 20;
 
-[[noreturn]] void fail(const std::string& path, const std::string& what) {
-  throw DataError(fmt::format("{}: {}", path, what), {.operation = kOperation});
+[[noreturn]] void failIdx(const std::string& path, const std::string& what) {
+  throw DataError(fmt::format("{}: {}", path, what), {.operation = kIdxOperation});
 }
 
 const char* typeName(uint8_t type) {
@@ -63,7 +63,7 @@ class GzReader {
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
       const int err = errno;
-      ErrorContext context{.operation = kOperation};
+      ErrorContext context{.operation = kIdxOperation};
       if (err == ENOENT || err == ENOTDIR) context.hint = kFashionMnistInstallHint;
       throw DataError(fmt::format("cannot open {}: {}", path, std::strerror(err)), context);
     }
@@ -71,14 +71,14 @@ class GzReader {
     if (::fstat(fd, &st) == 0) {
       if (S_ISDIR(st.st_mode)) {
         ::close(fd);
-        fail(path, "is a directory, not a gzip-compressed IDX file");
+        failIdx(path, "is a directory, not a gzip-compressed IDX file");
       }
       compressedSize_ = static_cast<uint64_t>(st.st_size);
     }
     file_ = gzdopen(fd, "rb");
     if (file_ == nullptr) {
       ::close(fd);
-      fail(path, "cannot start reading the gzip stream (out of memory)");
+      failIdx(path, "cannot start reading the gzip stream (out of memory)");
     }
     gzbuffer(file_, 256 * 1024);  // fewer, larger reads than the default 8 KiB
   }
@@ -96,13 +96,13 @@ class GzReader {
       const unsigned want = static_cast<unsigned>(std::min<size_t>(n - done, INT_MAX / 2));
       const int got = gzread(file_, static_cast<uint8_t*>(dst) + done, want);
       if (gzdirect(file_) == 1)
-        fail(path_, "not a gzip file (expected a gzip-compressed IDX file)");
+        failIdx(path_, "not a gzip file (expected a gzip-compressed IDX file)");
       int err = Z_OK;
       const char* message = gzerror(file_, &err);
       if (got < 0 || (err != Z_OK && err != Z_BUF_ERROR)) {
-        fail(path_, fmt::format("corrupt gzip stream: {}", zlibMessage(message)));
+        failIdx(path_, fmt::format("corrupt gzip stream: {}", zlibMessage(message)));
       }
-      if (err == Z_BUF_ERROR) fail(path_, "the gzip stream ends early (the file is truncated)");
+      if (err == Z_BUF_ERROR) failIdx(path_, "the gzip stream ends early (the file is truncated)");
       if (got == 0) break;
       done += static_cast<size_t>(got);
     }
@@ -122,16 +122,16 @@ void checkMagic(const std::string& path, const uint8_t magic[4], int expectedDim
   const uint32_t expected = (uint32_t{kTypeUnsignedByte} << 8) | uint32_t(expectedDims);
   if (value == expected) return;
   if (magic[0] != 0 || magic[1] != 0) {
-    fail(path, fmt::format("bad magic number 0x{:08X}, expected 0x{:08X}: not an IDX file", value,
-                           expected));
+    failIdx(path, fmt::format("bad magic number 0x{:08X}, expected 0x{:08X}: not an IDX file",
+                              value, expected));
   }
   if (magic[2] != kTypeUnsignedByte) {
-    fail(path, fmt::format("element type 0x{:02X} ({}) is not supported, expected 0x08 "
-                           "(unsigned byte); magic 0x{:08X}",
-                           magic[2], typeName(magic[2]), value));
+    failIdx(path, fmt::format("element type 0x{:02X} ({}) is not supported, expected 0x08 "
+                              "(unsigned byte); magic 0x{:08X}",
+                              magic[2], typeName(magic[2]), value));
   }
-  fail(path, fmt::format("has {} dimensions, expected {} (magic 0x{:08X}, expected 0x{:08X})",
-                         magic[3], expectedDims, value, expected));
+  failIdx(path, fmt::format("has {} dimensions, expected {} (magic 0x{:08X}, expected 0x{:08X})",
+                            magic[3], expectedDims, value, expected));
 }
 
 // Reads the big-endian dimensions and returns their product, refusing products above
@@ -141,8 +141,8 @@ uint64_t readDims(GzReader& reader, const std::string& path, int count,
   std::vector<uint8_t> raw(static_cast<size_t>(count) * 4);
   const size_t got = reader.read(raw.data(), raw.size());
   if (got < raw.size()) {
-    fail(path, fmt::format("file ends inside the IDX header ({} of {} dimension bytes)", got,
-                           raw.size()));
+    failIdx(path, fmt::format("file ends inside the IDX header ({} of {} dimension bytes)", got,
+                              raw.size()));
   }
   uint64_t product = 1;
   for (int d = 0; d < count; ++d) {
@@ -153,9 +153,9 @@ uint64_t readDims(GzReader& reader, const std::string& path, int count,
     // Each factor is < 2^32 and the running product <= 2^30, so this cannot overflow.
     product *= dim;
     if (product > kMaxIdxPayloadBytes) {
-      fail(path, fmt::format("header dimensions {} describe more than the {} bytes this reader "
-                             "accepts: corrupt header?",
-                             fmt::join(dims, " x "), kMaxIdxPayloadBytes));
+      failIdx(path, fmt::format("header dimensions {} describe more than the {} bytes this reader "
+                                "accepts: corrupt header?",
+                                fmt::join(dims, " x "), kMaxIdxPayloadBytes));
     }
   }
   return product;
@@ -175,9 +175,9 @@ std::vector<uint8_t> readPayload(GzReader& reader, const std::string& path, uint
     const size_t got = reader.read(data.data() + filled, target - filled);
     filled += got;
     if (filled < target) {
-      fail(path, fmt::format("payload is truncated: dimensions {} need {} bytes, the file "
-                             "holds {}",
-                             fmt::join(dims, " x "), expected, filled));
+      failIdx(path, fmt::format("payload is truncated: dimensions {} need {} bytes, the file "
+                                "holds {}",
+                                fmt::join(dims, " x "), expected, filled));
     }
     step = std::max(step, filled);
   }
@@ -185,8 +185,8 @@ std::vector<uint8_t> readPayload(GzReader& reader, const std::string& path, uint
   uint8_t scratch[64 * 1024];
   for (size_t got; (got = reader.read(scratch, sizeof scratch)) > 0;) trailing += got;
   if (trailing > 0) {
-    fail(path, fmt::format("{} trailing bytes after the {}-byte payload of dimensions {}", trailing,
-                           expected, fmt::join(dims, " x ")));
+    failIdx(path, fmt::format("{} trailing bytes after the {}-byte payload of dimensions {}",
+                              trailing, expected, fmt::join(dims, " x ")));
   }
   return data;
 }
@@ -198,7 +198,7 @@ IdxArray readIdxGz(const std::string& path, int expectedDims) {
   uint8_t magic[4];
   const size_t got = reader.read(magic, sizeof magic);
   if (got < sizeof magic) {
-    fail(path, fmt::format("file ends inside the IDX header ({} of 4 magic bytes)", got));
+    failIdx(path, fmt::format("file ends inside the IDX header ({} of 4 magic bytes)", got));
   }
   checkMagic(path, magic, expectedDims);
   IdxArray array;
@@ -210,21 +210,21 @@ IdxArray readIdxGz(const std::string& path, int expectedDims) {
 ImageSet readImageSet(const std::string& imagesGz, const std::string& labelsGz, int numClasses) {
   if (numClasses < 1 || numClasses > 256) {
     throw ConfigError(fmt::format("number of classes must be in [1, 256], got {}", numClasses),
-                      {.operation = kOperation});
+                      {.operation = kIdxOperation});
   }
   IdxArray images = readIdxGz(imagesGz, 3);
   if (images.dims[1] < 1 || images.dims[2] < 1) {
-    fail(imagesGz, fmt::format("image size {} x {} is empty", images.dims[1], images.dims[2]));
+    failIdx(imagesGz, fmt::format("image size {} x {} is empty", images.dims[1], images.dims[2]));
   }
   IdxArray labels = readIdxGz(labelsGz, 1);
   if (labels.dims[0] != images.dims[0]) {
-    fail(labelsGz, fmt::format("holds {} labels but {} holds {} images", labels.dims[0], imagesGz,
-                               images.dims[0]));
+    failIdx(labelsGz, fmt::format("holds {} labels but {} holds {} images", labels.dims[0],
+                                  imagesGz, images.dims[0]));
   }
   for (size_t i = 0; i < labels.data.size(); ++i) {
     if (labels.data[i] >= numClasses) {
-      fail(labelsGz, fmt::format("label {} at index {} is out of range [0, {})", labels.data[i], i,
-                                 numClasses));
+      failIdx(labelsGz, fmt::format("label {} at index {} is out of range [0, {})", labels.data[i],
+                                    i, numClasses));
     }
   }
   ImageSet set;

@@ -24,7 +24,7 @@ namespace gradsync {
 namespace {
 
 namespace fs = std::filesystem;
-using Clock = std::chrono::steady_clock;
+using MonotonicClock = std::chrono::steady_clock;
 
 std::optional<std::vector<uint8_t>> readFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -104,7 +104,7 @@ void ShardCache::State::loadManifest() {
 }
 
 std::optional<ImageSet> ShardCache::State::fromDisk(const ShardInfo& shard) {
-  const auto start = Clock::now();
+  const auto start = MonotonicClock::now();
   std::optional<std::vector<uint8_t>> bytes = readFile(diskPath(shard.name));
   std::optional<ImageSet> set;
   if (bytes && matchesShard(*bytes, shard)) {
@@ -129,7 +129,7 @@ std::optional<ImageSet> ShardCache::State::fromDisk(const ShardInfo& shard) {
 ImageSet ShardCache::State::fromServer(const ShardInfo& shard) {
   const std::string url = urlOf(shard.name);
   for (int attempt = 1;; ++attempt) {
-    const auto start = Clock::now();
+    const auto start = MonotonicClock::now();
     std::vector<uint8_t> bytes;
     try {
       bytes = httpGet(url, options.http);
@@ -146,7 +146,7 @@ ImageSet ShardCache::State::fromServer(const ShardInfo& shard) {
     if (matchesShard(bytes, shard) || attempt == 2) {
       // A second corrupt copy fails here, naming the shard and the server.
       ImageSet set = decodeShard(bytes, shard, manifest, fmt::format("dataset shard {}", url));
-      const auto written = Clock::now();
+      const auto written = MonotonicClock::now();
       writeFileAtomically(diskPath(shard.name), bytes);
       std::lock_guard lock(mutex);
       stats.diskSeconds += secondsSince(written);

@@ -17,7 +17,7 @@ constexpr char kMagic[8] = {'G', 'S', 'S', 'H', 'A', 'R', 'D', '1'};
 constexpr size_t kHeaderBytes = sizeof(kMagic) + 4 + 2 + 2;
 constexpr const char* kManifestHeader = "gradsync-shards 1";
 
-[[noreturn]] void fail(const std::string& what, const std::string& problem) {
+[[noreturn]] void failShard(const std::string& what, const std::string& problem) {
   throw DataError(fmt::format("{}: {}", what, problem), {.operation = "read dataset shard"});
 }
 
@@ -86,30 +86,32 @@ bool matchesShard(std::span<const uint8_t> bytes, const ShardInfo& info) {
 ImageSet decodeShard(std::span<const uint8_t> bytes, const ShardInfo& info,
                      const ShardManifest& manifest, const std::string& what) {
   if (bytes.size() != info.bytes) {
-    fail(what, fmt::format("{} bytes, the manifest says {}", bytes.size(), info.bytes));
+    failShard(what, fmt::format("{} bytes, the manifest says {}", bytes.size(), info.bytes));
   }
   if (uint32_t crc = crc32Of(bytes); crc != info.crc32) {
-    fail(what, fmt::format("checksum {:08x}, the manifest says {:08x} (corrupt)", crc, info.crc32));
+    failShard(what,
+              fmt::format("checksum {:08x}, the manifest says {:08x} (corrupt)", crc, info.crc32));
   }
   if (bytes.size() < kHeaderBytes || std::memcmp(bytes.data(), kMagic, sizeof(kMagic)) != 0) {
-    fail(what, "not a gradsync shard (bad magic)");
+    failShard(what, "not a gradsync shard (bad magic)");
   }
   ImageSet set;
   set.count = static_cast<int64_t>(getLe(bytes, 8, 4));
   set.rows = static_cast<int>(getLe(bytes, 12, 2));
   set.cols = static_cast<int>(getLe(bytes, 14, 2));
   if (set.count != info.samples || set.rows != manifest.rows || set.cols != manifest.cols) {
-    fail(what, fmt::format("holds {} images of {}x{}, the manifest says {} of {}x{}", set.count,
-                           set.rows, set.cols, info.samples, manifest.rows, manifest.cols));
+    failShard(what,
+              fmt::format("holds {} images of {}x{}, the manifest says {} of {}x{}", set.count,
+                          set.rows, set.cols, info.samples, manifest.rows, manifest.cols));
   }
   const size_t count = static_cast<size_t>(set.count);
   if (bytes.size() != kHeaderBytes + count * (1 + set.imageSize())) {
-    fail(what, "size does not match its header");
+    failShard(what, "size does not match its header");
   }
   auto labels = bytes.subspan(kHeaderBytes, count);
   set.labels.assign(labels.begin(), labels.end());
   for (uint8_t label : set.labels) {
-    if (label >= manifest.classes) fail(what, fmt::format("label {} out of range", label));
+    if (label >= manifest.classes) failShard(what, fmt::format("label {} out of range", label));
   }
   auto pixels = bytes.subspan(kHeaderBytes + count);
   set.pixels.assign(pixels.begin(), pixels.end());
@@ -133,8 +135,8 @@ ShardManifest parseManifest(const std::string& text, const std::string& what) {
   std::istringstream in(text);
   std::string line;
   if (!std::getline(in, line) || line != kManifestHeader) {
-    fail(what, fmt::format("not a gradsync shard manifest (first line '{}', expected '{}')",
-                           line.substr(0, 80), kManifestHeader));
+    failShard(what, fmt::format("not a gradsync shard manifest (first line '{}', expected '{}')",
+                                line.substr(0, 80), kManifestHeader));
   }
   ShardManifest manifest;
   int lineNo = 1;
@@ -155,10 +157,11 @@ ShardManifest parseManifest(const std::string& text, const std::string& what) {
            s.samples > 0 && s.name.find('/') == std::string::npos && s.name != "..";
       (kind == "train" ? manifest.train : manifest.test).push_back(s);
     }
-    if (!ok) fail(what, fmt::format("line {} is malformed: '{}'", lineNo, line.substr(0, 120)));
+    if (!ok)
+      failShard(what, fmt::format("line {} is malformed: '{}'", lineNo, line.substr(0, 120)));
   }
-  if (manifest.rows == 0) fail(what, "no 'images' line");
-  if (manifest.train.empty()) fail(what, "no training shard");
+  if (manifest.rows == 0) failShard(what, "no 'images' line");
+  if (manifest.train.empty()) failShard(what, "no training shard");
   return manifest;
 }
 

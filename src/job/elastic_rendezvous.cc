@@ -17,7 +17,7 @@
 namespace gradsync {
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using MonotonicClock = std::chrono::steady_clock;
 
 constexpr int kMostWorkers = 1024;
 const std::string kNextRound = "elastic/next";  // the round a newcomer enters
@@ -137,7 +137,7 @@ std::string describeMember(const ElasticWorker& worker, int rank) {
 struct ElasticRendezvous::Arrivals {
   std::vector<ElasticWorker> workers;  // by arrival
   std::vector<bool> fits;              // by arrival: launched with the job's settings
-  Clock::time_point last;              // when the latest came
+  MonotonicClock::time_point last;     // when the latest came
   int64_t fitting() const { return std::count(fits.begin(), fits.end(), true); }
 };
 
@@ -173,7 +173,7 @@ ElasticMembership ElasticRendezvous::join(int64_t round, const ElasticWorker& me
 
 void ElasticRendezvous::close(int64_t round, const ElasticWorker& closer) {
   const ElasticRange& range = options_.range;
-  const auto start = Clock::now();
+  const auto start = MonotonicClock::now();
   // Those who must come: the previous round's members (all of them when it ended to take a
   // worker in), or for round 0 the workers launched.
   const int64_t expected =
@@ -181,16 +181,16 @@ void ElasticRendezvous::close(int64_t round, const ElasticWorker& closer) {
   Arrivals arrivals{.last = start};
   auto beat = start;
   for (;;) {
-    if (Clock::now() - beat >= std::chrono::milliseconds(100)) {
+    if (MonotonicClock::now() - beat >= std::chrono::milliseconds(100)) {
       heartbeat();  // the others wait for the verdict as long as a closer is at work
-      beat = Clock::now();
+      beat = MonotonicClock::now();
     }
     const int64_t arrived = peek(store_, roundKey(round, "arrived"));
     while (static_cast<int64_t>(arrivals.workers.size()) < arrived) {
       arrivals.workers.push_back(record(round, static_cast<int64_t>(arrivals.workers.size()) + 1));
       // Round 0 has no job to compare with: its startup check names a difference to everyone.
       arrivals.fits.push_back(round == 0 || arrivals.workers.back().settings == closer.settings);
-      arrivals.last = Clock::now();
+      arrivals.last = MonotonicClock::now();
     }
     const int64_t fitting = arrivals.fitting();
     int64_t fromPrevious = 0;
@@ -199,10 +199,10 @@ void ElasticRendezvous::close(int64_t round, const ElasticWorker& closer) {
       if (arrivals.fits[i] && arrivals.workers[i].lastRound == round - 1) ++fromPrevious;
       slowestStep = std::max(slowestStep, arrivals.workers[i].stepSeconds);
     }
-    const auto settle = std::max<Clock::duration>(
-        options_.minSettle, std::chrono::duration_cast<Clock::duration>(
+    const auto settle = std::max<MonotonicClock::duration>(
+        options_.minSettle, std::chrono::duration_cast<MonotonicClock::duration>(
                                 std::chrono::duration<double>(3 * slowestStep)));
-    const auto now = Clock::now();
+    const auto now = MonotonicClock::now();
     const bool enough = fitting >= range.min;
     // Newcomers never complete a round early: the previous round's members, who hold the job's
     // state, all get their place first.
@@ -279,7 +279,7 @@ void ElasticRendezvous::fail(int64_t round, const Arrivals& arrivals) {
 }
 
 int64_t ElasticRendezvous::awaitVerdict(int64_t round) {
-  auto lastSign = Clock::now();
+  auto lastSign = MonotonicClock::now();
   int64_t beats = peek(store_, kHeartbeat);
   for (;;) {
     const int64_t size = peek(store_, roundKey(round, "size"));
@@ -298,9 +298,9 @@ int64_t ElasticRendezvous::awaitVerdict(int64_t round) {
     const int64_t now = peek(store_, kHeartbeat);
     if (now != beats) {
       beats = now;
-      lastSign = Clock::now();
+      lastSign = MonotonicClock::now();
     }
-    if (Clock::now() - lastSign > options_.timeout) {
+    if (MonotonicClock::now() - lastSign > options_.timeout) {
       throw TimeoutError(
           fmt::format("elastic round {} did not form, and for {} ms no round trained and no "
                       "worker formed one",

@@ -15,7 +15,7 @@ namespace gradsync {
 
 namespace {
 
-using SteadyClock = std::chrono::steady_clock;
+using MonotonicClock = std::chrono::steady_clock;
 
 // Waits for a request from a worker that may be busy elsewhere for a while (evaluating, saving
 // its part of a checkpoint): up to this many transport timeouts before giving up on it.
@@ -333,7 +333,7 @@ void EmbeddingServer::save(uint32_t flags) {
                                     options_.shard),
                         {.rank = star_.rank()});
   }
-  const auto start = SteadyClock::now();
+  const auto start = MonotonicClock::now();
   const auto step = static_cast<int64_t>(applied_);
   SaveReport report{flags, applied_, 0, 0};
   try {

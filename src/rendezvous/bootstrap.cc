@@ -29,7 +29,7 @@ Sourced<T> pick(const std::optional<T>& flag, const char* flagName, const std::o
   return {std::nullopt, ""};
 }
 
-[[noreturn]] void fail(const std::string& message, const std::string& hint) {
+[[noreturn]] void refuseBootstrap(const std::string& message, const std::string& hint) {
   throw ConfigError(message, {.operation = "bootstrap", .hint = hint});
 }
 
@@ -40,21 +40,23 @@ void resolveRankAndSize(const BootstrapFlags& flags, const Env& env, BootstrapCo
                    mpi ? "OMPI_COMM_WORLD_SIZE" : "WORLD_SIZE");
   if (!rank.value && !size.value) return;  // a single process: rank 0 of 1, source "defaults"
   if (!rank.value) {
-    fail(fmt::format("the world size is set ({}={}) but the rank is not", size.from, *size.value),
-         "pass --rank or set RANK (or launch with gradsync launch / torchrun / mpirun)");
+    refuseBootstrap(
+        fmt::format("the world size is set ({}={}) but the rank is not", size.from, *size.value),
+        "pass --rank or set RANK (or launch with gradsync launch / torchrun / mpirun)");
   }
   if (!size.value) {
-    fail(fmt::format("the rank is set ({}={}) but the world size is not", rank.from, *rank.value),
-         "pass --world-size or set WORLD_SIZE");
+    refuseBootstrap(
+        fmt::format("the rank is set ({}={}) but the world size is not", rank.from, *rank.value),
+        "pass --world-size or set WORLD_SIZE");
   }
   if (*size.value < 1) {
-    fail(fmt::format("{}={} is not a valid world size", size.from, *size.value),
-         "the world size is the number of processes, at least 1");
+    refuseBootstrap(fmt::format("{}={} is not a valid world size", size.from, *size.value),
+                    "the world size is the number of processes, at least 1");
   }
   if (*rank.value < 0 || *rank.value >= *size.value) {
-    fail(fmt::format("{}={} is outside [0, {}) (world size from {})", rank.from, *rank.value,
-                     *size.value, size.from),
-         "ranks are numbered 0 .. world size - 1");
+    refuseBootstrap(fmt::format("{}={} is outside [0, {}) (world size from {})", rank.from,
+                                *rank.value, *size.value, size.from),
+                    "ranks are numbered 0 .. world size - 1");
   }
   config.rank = *rank.value;
   config.size = *size.value;
@@ -69,13 +71,15 @@ void resolveLocal(const Env& env, BootstrapConfig& config) {
   int localSize = env.localSize.value_or(1);
   int localRank = env.localRank.value_or(0);
   if (localSize < 1 || localSize > config.size) {
-    fail(fmt::format("{}={} is outside [1, {}] (the world size)", sizeFrom, localSize, config.size),
-         "the local size is the number of this job's processes on this host");
+    refuseBootstrap(
+        fmt::format("{}={} is outside [1, {}] (the world size)", sizeFrom, localSize, config.size),
+        "the local size is the number of this job's processes on this host");
   }
   if (localRank < 0 || localRank >= localSize) {
-    fail(fmt::format("{}={} is outside [0, {}) (the local size)", rankFrom, localRank, localSize),
-         env.localSize ? "local ranks are numbered 0 .. local size - 1"
-                       : fmt::format("set {} too", sizeFrom));
+    refuseBootstrap(
+        fmt::format("{}={} is outside [0, {}) (the local size)", rankFrom, localRank, localSize),
+        env.localSize ? "local ranks are numbered 0 .. local size - 1"
+                      : fmt::format("set {} too", sizeFrom));
   }
   config.localRank = localRank;
   config.localSize = localSize;
@@ -84,7 +88,7 @@ void resolveLocal(const Env& env, BootstrapConfig& config) {
 void resolveMaster(const BootstrapFlags& flags, const Env& env, BootstrapConfig& config) {
   if (flags.masterAddr) {
     if (flags.masterAddr->empty())
-      fail("--master-addr is empty", "give the host name or IP of rank 0");
+      refuseBootstrap("--master-addr is empty", "give the host name or IP of rank 0");
     config.master.host = *flags.masterAddr;
   } else if (!env.masterAddr.empty()) {
     config.master.host = env.masterAddr;
@@ -92,8 +96,8 @@ void resolveMaster(const BootstrapFlags& flags, const Env& env, BootstrapConfig&
   auto port = pick(flags.masterPort, "--master-port", env.masterPort, env.masterPortFrom);
   if (port.value) {
     if (*port.value < 1 || *port.value > 65535) {
-      fail(fmt::format("{}={} is not a valid port", port.from, *port.value),
-           "ports are 1..65535; pick a free one (default 29500)");
+      refuseBootstrap(fmt::format("{}={} is not a valid port", port.from, *port.value),
+                      "ports are 1..65535; pick a free one (default 29500)");
     }
     config.master.port = *port.value;
   }
@@ -107,20 +111,23 @@ void resolveJob(const BootstrapFlags& flags, const Env& env, BootstrapConfig& co
     config.jobId = env.jobId;
   }
   const char* idFrom = flags.jobId ? "--job-id" : "GRADSYNC_JOB_ID";
-  if (config.jobId.empty()) fail(fmt::format("{} is empty", idFrom), "give the job a name");
+  if (config.jobId.empty())
+    refuseBootstrap(fmt::format("{} is empty", idFrom), "give the job a name");
   if (config.jobId.size() > kMax) {
-    fail(fmt::format("{} is {} bytes long", idFrom, config.jobId.size()), "at most 256 bytes");
+    refuseBootstrap(fmt::format("{} is {} bytes long", idFrom, config.jobId.size()),
+                    "at most 256 bytes");
   }
   config.jobToken = flags.jobToken ? *flags.jobToken : env.jobToken;
   const char* tokenFrom = flags.jobToken ? "--job-token" : "GRADSYNC_JOB_TOKEN";
   if (config.jobToken.size() > kMax) {
-    fail(fmt::format("{} is {} bytes long", tokenFrom, config.jobToken.size()),
-         "at most 256 bytes; 32 random hex digits are plenty");
+    refuseBootstrap(fmt::format("{} is {} bytes long", tokenFrom, config.jobToken.size()),
+                    "at most 256 bytes; 32 random hex digits are plenty");
   }
   if (config.jobToken.empty() && config.size > 1 && !flags.insecureNoToken) {
-    fail(fmt::format("no job token for a job of {} processes", config.size),
-         "set the same secret in every process with --job-token or GRADSYNC_JOB_TOKEN (e.g. "
-         "`openssl rand -hex 16`), or pass --insecure-no-token on a trusted network");
+    refuseBootstrap(
+        fmt::format("no job token for a job of {} processes", config.size),
+        "set the same secret in every process with --job-token or GRADSYNC_JOB_TOKEN (e.g. "
+        "`openssl rand -hex 16`), or pass --insecure-no-token on a trusted network");
   }
 }
 
@@ -133,8 +140,8 @@ void resolveTimeout(const BootstrapFlags& flags, const Env& env, BootstrapConfig
   }
   if (!seconds) return;
   if (!(*seconds > 0) || *seconds > 7 * 24 * 3600.0) {
-    fail(fmt::format("{}={}s is not a usable timeout", from, *seconds),
-         "give a positive duration up to a week, e.g. 60s or 5m");
+    refuseBootstrap(fmt::format("{}={}s is not a usable timeout", from, *seconds),
+                    "give a positive duration up to a week, e.g. 60s or 5m");
   }
   config.timeout = std::chrono::milliseconds(static_cast<int64_t>(std::ceil(*seconds * 1000)));
 }
@@ -152,10 +159,10 @@ BootstrapConfig resolveBootstrap(const BootstrapFlags& flags, const Env& env) {
   config.sharedMemory = flags.sharedMemory.value_or(env.sharedMemory);
   const std::optional<int> perHost = flags.ranksPerHost ? flags.ranksPerHost : env.ranksPerHost;
   if (perHost && (*perHost < 1 || *perHost > config.size)) {
-    fail(fmt::format("{}={} is outside [1, {}] (the world size)",
-                     flags.ranksPerHost ? "--ranks-per-host" : "GRADSYNC_RANKS_PER_HOST", *perHost,
-                     config.size),
-         "give the number of ranks each host runs");
+    refuseBootstrap(fmt::format("{}={} is outside [1, {}] (the world size)",
+                                flags.ranksPerHost ? "--ranks-per-host" : "GRADSYNC_RANKS_PER_HOST",
+                                *perHost, config.size),
+                    "give the number of ranks each host runs");
   }
   config.ranksPerHost = perHost.value_or(0);
   config.externalStore = env.externalStore;

@@ -23,7 +23,7 @@
 namespace gradsync {
 namespace {
 
-[[noreturn]] void refuse(const std::string& what, const std::string& why) {
+[[noreturn]] void refuseElastic(const std::string& what, const std::string& why) {
   throw ConfigError(fmt::format("--elastic does not support {}: {}", what, why),
                     {.operation = "elastic training"});
 }
@@ -231,35 +231,40 @@ void validateElasticOptions(const TrainOptions& options) {
   if (!range.enabled()) throw ConfigError("--elastic is not set");
   const StrategyKnobs& k = options.strategy;
   if (options.sync == "sharded") {
-    refuse("--sync sharded",
-           "each worker keeps the optimizer state of its shard only, which a lost worker takes "
-           "with it, and a step's update is applied shard by shard. Use ring ssgd");
+    refuseElastic(
+        "--sync sharded",
+        "each worker keeps the optimizer state of its shard only, which a lost worker takes "
+        "with it, and a step's update is applied shard by shard. Use ring ssgd");
   }
   if (options.sync != "ssgd" || k.ps || k.servers > 0) {
-    refuse(
+    refuseElastic(
         fmt::format("--sync {}{}", options.sync, k.ps || k.servers > 0 ? " through servers" : ""),
         "parameter servers hold the model apart from the workers, and asgd, ssp, the delayed "
         "strategies and localsgd let each worker train its own copy: a lost worker's part "
         "would need a recovery of its own. Use ring ssgd");
   }
   if (ScheduleSpec::parse(options.schedule).prioritized()) {
-    refuse("--schedule " + options.schedule,
-           "p3 applies a step's update slice by slice as the averages arrive, so a worker lost "
-           "mid-step leaves every survivor with a partly updated model. Use fifo, wfbp or fusion");
+    refuseElastic(
+        "--schedule " + options.schedule,
+        "p3 applies a step's update slice by slice as the averages arrive, so a worker lost "
+        "mid-step leaves every survivor with a partly updated model. Use fifo, wfbp or fusion");
   }
   if (options.compression.spec != "none" || !options.compression.overrides.empty()) {
-    refuse("--compress " + options.compression.spec,
-           "compressors keep state per worker (error feedback's residuals, PowerSGD's Q) that a "
-           "lost worker takes with it and a new one does not have");
+    refuseElastic(
+        "--compress " + options.compression.spec,
+        "compressors keep state per worker (error feedback's residuals, PowerSGD's Q) that a "
+        "lost worker takes with it and a new one does not have");
   }
   if (!options.checkpointDir.empty() || options.resume) {
-    refuse("--checkpoint-dir",
-           "an elastic run keeps its state in the workers' memory; "
-           "checkpoints record a fixed world size");
+    refuseElastic("--checkpoint-dir",
+                  "an elastic run keeps its state in the workers' memory; "
+                  "checkpoints record a fixed world size");
   }
-  if (!options.tracePath.empty()) refuse("--trace", "a trace gathers the ranks of one fixed run");
-  if (options.evalEvery > 0) refuse("--eval-every", "it evaluates at each epoch's end");
-  if (options.freezeBatchNorm) refuse("frozen BatchNorm", "only the equivalence tests use it");
+  if (!options.tracePath.empty())
+    refuseElastic("--trace", "a trace gathers the ranks of one fixed run");
+  if (options.evalEvery > 0) refuseElastic("--eval-every", "it evaluates at each epoch's end");
+  if (options.freezeBatchNorm)
+    refuseElastic("frozen BatchNorm", "only the equivalence tests use it");
 }
 
 ElasticOutcome runElasticTraining(const ElasticJob& job, const TrainOptions& options) {

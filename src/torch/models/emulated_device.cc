@@ -9,10 +9,10 @@
 namespace gradsync {
 namespace {
 
-using Clock = EmulatedDevice::Clock;
+using DeviceClock = EmulatedDevice::Clock;
 
-Clock::duration toDuration(double seconds) {
-  return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+DeviceClock::duration toDuration(double seconds) {
+  return std::chrono::duration_cast<DeviceClock::duration>(std::chrono::duration<double>(seconds));
 }
 
 // Linux wakes a sleeping thread up to 50 us late by default (timer slack), which would make every
@@ -26,7 +26,7 @@ void tightenTimerSlack() {
 
 // Sleeps until `end` on the monotonic clock steady_clock reads (absolute, so an interrupted
 // sleep resumes towards the same deadline).
-void sleepUntil(Clock::time_point end) {
+void sleepUntil(DeviceClock::time_point end) {
   const auto since = std::chrono::duration_cast<std::chrono::nanoseconds>(end.time_since_epoch());
   timespec at{};
   at.tv_sec = static_cast<time_t>(since.count() / 1'000'000'000);
@@ -39,10 +39,10 @@ void sleepUntil(Clock::time_point end) {
 
 void EmulatedDevice::beginStep() {
   tightenTimerSlack();
-  free_ = std::max(free_, Clock::now());
+  free_ = std::max(free_, DeviceClock::now());
 }
 
-void EmulatedDevice::forward(double seconds, Clock::duration waited) {
+void EmulatedDevice::forward(double seconds, DeviceClock::duration waited) {
   busy_ += seconds;
   runUntil(free_ + waited + toDuration(seconds));
 }
@@ -53,7 +53,7 @@ void EmulatedDevice::forward(double seconds, Clock::duration waited) {
 // wait is then short by at most that much).
 void EmulatedDevice::beginBackward() {
   constexpr auto kHostSlack = std::chrono::microseconds(500);
-  free_ = std::max(free_, Clock::now() - kHostSlack);
+  free_ = std::max(free_, DeviceClock::now() - kHostSlack);
 }
 
 void EmulatedDevice::backward(double seconds) {
@@ -63,11 +63,11 @@ void EmulatedDevice::backward(double seconds) {
 
 void EmulatedDevice::update(double seconds) {
   busy_ += seconds;
-  runUntil(std::max(free_, Clock::now()) + toDuration(seconds));
+  runUntil(std::max(free_, DeviceClock::now()) + toDuration(seconds));
 }
 
-void EmulatedDevice::runUntil(Clock::time_point end) {
-  if (end > Clock::now()) sleepUntil(end);
+void EmulatedDevice::runUntil(DeviceClock::time_point end) {
+  if (end > DeviceClock::now()) sleepUntil(end);
   free_ = end;
 }
 

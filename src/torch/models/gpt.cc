@@ -39,9 +39,9 @@ class CausalSelfAttentionImpl : public nn::Module {
 TORCH_MODULE(CausalSelfAttention);
 
 // x + attention(LN(x)), then x + MLP(LN(x)), the MLP 4x wider with GELU.
-class BlockImpl : public nn::Module {
+class DecoderBlockImpl : public nn::Module {
  public:
-  BlockImpl(int width, int heads) {
+  DecoderBlockImpl(int width, int heads) {
     norm1_ = register_module("norm1", nn::LayerNorm(nn::LayerNormOptions({width})));
     attention_ = register_module("attention", CausalSelfAttention(width, heads));
     norm2_ = register_module("norm2", nn::LayerNorm(nn::LayerNormOptions({width})));
@@ -58,7 +58,7 @@ class BlockImpl : public nn::Module {
   CausalSelfAttention attention_{nullptr};
   nn::Linear expand_{nullptr}, project_{nullptr};
 };
-TORCH_MODULE(Block);
+TORCH_MODULE(DecoderBlock);
 
 class Gpt final : public Model {
  public:
@@ -66,7 +66,8 @@ class Gpt final : public Model {
     tokens_ = register_module("token_embedding", nn::Embedding(config.vocabulary, config.width));
     positions_ = register_module("position_embedding", nn::Embedding(config.context, config.width));
     blocks_ = register_module("blocks", nn::ModuleList());
-    for (int l = 0; l < config.layers; ++l) blocks_->push_back(Block(config.width, config.heads));
+    for (int l = 0; l < config.layers; ++l)
+      blocks_->push_back(DecoderBlock(config.width, config.heads));
     norm_ = register_module("norm", nn::LayerNorm(nn::LayerNormOptions({config.width})));
     head_ = register_module(
         "head", nn::Linear(nn::LinearOptions(config.width, config.vocabulary).bias(false)));
@@ -83,7 +84,7 @@ class Gpt final : public Model {
     torch::Tensor x = tokens_->forward(tokens) + positions_->forward(positions);
     for (const auto& block : *blocks_) {
       beforeLayer(*block);
-      x = block->as<BlockImpl>()->forward(x);
+      x = block->as<DecoderBlockImpl>()->forward(x);
     }
     beforeLayer(*norm_);
     beforeLayer(*head_);

@@ -22,8 +22,6 @@
 namespace gradsync {
 namespace {
 
-const CollectiveOptions kTrainerTag{.tag = tags::kTrainer};
-
 template <typename T>
 std::span<const uint8_t> bytesOf(const std::vector<T>& values) {
   return {reinterpret_cast<const uint8_t*>(values.data()), values.size() * sizeof(T)};
@@ -167,21 +165,21 @@ double PipelineRank::evaluate() {
   waited_ = trainingWaits;  // the training's exposed communication only
   // Counts up to 2^24 are exact in float.
   std::vector<float> counts = {static_cast<float>(hits), static_cast<float>(seen)};
-  allreduce(transport_, counts, ReduceOp::kSum, kTrainerTag);
+  allreduce(transport_, counts, ReduceOp::kSum, {.tag = tags::kTrainer});
   return counts[1] > 0 ? static_cast<double>(counts[0]) / counts[1] : 0.0;
 }
 
 double PipelineRank::globalMean(double sum, double count) {
   std::vector<float> values = {static_cast<float>(sum),
                                lastStage() ? static_cast<float>(count) : 0.0f};
-  allreduce(transport_, values, ReduceOp::kSum, kTrainerTag);
+  allreduce(transport_, values, ReduceOp::kSum, {.tag = tags::kTrainer});
   return values[1] > 0 ? static_cast<double>(values[0]) / values[1] : 0.0;
 }
 
 void PipelineRank::gatherResult(TrainResult& result) {
-  const auto parameters =
-      allgatherBytes(transport_, bytesOf(pipelineStage_->flatParameters()), kTrainerTag);
-  const auto losses = allgatherBytes(transport_, bytesOf(result.losses), kTrainerTag);
+  const auto parameters = allgatherBytes(transport_, bytesOf(pipelineStage_->flatParameters()),
+                                         {.tag = tags::kTrainer});
+  const auto losses = allgatherBytes(transport_, bytesOf(result.losses), {.tag = tags::kTrainer});
   result.parameters.clear();
   for (int s = 0; s < plan_.shape.stages; ++s) {
     std::vector<float> stage = valuesOf(parameters[s]);
@@ -190,7 +188,7 @@ void PipelineRank::gatherResult(TrainResult& result) {
   result.losses = valuesOf(losses[plan_.shape.stages - 1]);
   if (plan_.placement.empty()) return;
   // The CPUs each rank's training thread is on now, at the end of training: the pin held.
-  const auto cpus = allgatherBytes(transport_, bytesOf(threadCpus()), kTrainerTag);
+  const auto cpus = allgatherBytes(transport_, bytesOf(threadCpus()), {.tag = tags::kTrainer});
   result.placement = plan_.placement;
   for (RankPlacement& p : result.placement) p.affinity = valuesOf<int>(cpus[p.rank]);
 }

@@ -24,9 +24,9 @@
 namespace gradsync {
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using MonotonicClock = std::chrono::steady_clock;
 
-double seconds(Clock::time_point from, Clock::time_point to) {
+double seconds(MonotonicClock::time_point from, MonotonicClock::time_point to) {
   return std::chrono::duration<double>(to - from).count();
 }
 
@@ -82,8 +82,9 @@ class Profiler {
  private:
   void findLayers();
   void hookGradients();
-  std::vector<double> forwardTimes(Clock::time_point start, Clock::time_point end) const;
-  std::vector<double> backwardTimes(Clock::time_point start) const;
+  std::vector<double> forwardTimes(MonotonicClock::time_point start,
+                                   MonotonicClock::time_point end) const;
+  std::vector<double> backwardTimes(MonotonicClock::time_point start) const;
 
   const ProfileOptions options_;
   std::shared_ptr<Model> model_;
@@ -94,8 +95,8 @@ class Profiler {
   std::vector<Layer> layers_;  // in forward order
   // Written by the hooks during a step: each layer's forward start, and per layer the time of
   // its latest gradient and how many of its gradients arrived.
-  std::vector<std::pair<const torch::nn::Module*, Clock::time_point>> marks_;
-  std::vector<Clock::time_point> ready_;
+  std::vector<std::pair<const torch::nn::Module*, MonotonicClock::time_point>> marks_;
+  std::vector<MonotonicClock::time_point> ready_;
   std::vector<size_t> arrived_;
 };
 
@@ -110,8 +111,9 @@ Profiler::Profiler(const ProfileOptions& options)
   const TrainOptions train;  // the optimizer `gradsync train` steps by default
   optimizer_ = std::make_unique<torch::optim::SGD>(
       model_->parameters(), torch::optim::SGDOptions(train.lr).momentum(train.momentum));
-  model_->setPreForwardHook(
-      [this](const torch::nn::Module& layer) { marks_.emplace_back(&layer, Clock::now()); });
+  model_->setPreForwardHook([this](const torch::nn::Module& layer) {
+    marks_.emplace_back(&layer, MonotonicClock::now());
+  });
   findLayers();
   hookGradients();
 }
@@ -151,7 +153,7 @@ void Profiler::hookGradients() {
       GS_CHECK(owned.insert(identity).second);  // in no earlier layer
       layers_[l].tensors.push_back(tensorShape(names[identity], parameter.sizes().vec()));
       parameter.register_hook([this, l](const torch::Tensor&) {
-        ready_[l] = Clock::now();
+        ready_[l] = MonotonicClock::now();
         ++arrived_[l];
       });
     }
@@ -172,24 +174,25 @@ StepTimes Profiler::step(int64_t index) {
   marks_.clear();
   std::fill(arrived_.begin(), arrived_.end(), 0);
 
-  auto start = Clock::now();
+  auto start = MonotonicClock::now();
   torch::Tensor loss = torch::nn::functional::cross_entropy(model_->forward(x), y);
-  auto forwardEnd = Clock::now();
+  auto forwardEnd = MonotonicClock::now();
   loss.backward();
   StepTimes times{forwardTimes(start, forwardEnd), backwardTimes(forwardEnd)};
-  auto updateStart = Clock::now();
+  auto updateStart = MonotonicClock::now();
   optimizer_->step();
-  times.update = seconds(updateStart, Clock::now());
+  times.update = seconds(updateStart, MonotonicClock::now());
   return times;
 }
 
-std::vector<double> Profiler::forwardTimes(Clock::time_point start, Clock::time_point end) const {
+std::vector<double> Profiler::forwardTimes(MonotonicClock::time_point start,
+                                           MonotonicClock::time_point end) const {
   GS_CHECK_EQ(marks_.size(), layers_.size());
   std::vector<double> times(layers_.size());
   for (size_t i = 0; i < layers_.size(); ++i) {
     GS_CHECK(marks_[i].first == layers_[i].module);  // the same layers in every step
-    Clock::time_point from = i == 0 ? start : marks_[i].second;
-    Clock::time_point to = i + 1 < marks_.size() ? marks_[i + 1].second : end;
+    MonotonicClock::time_point from = i == 0 ? start : marks_[i].second;
+    MonotonicClock::time_point to = i + 1 < marks_.size() ? marks_[i + 1].second : end;
     times[i] = seconds(from, to);
   }
   return times;
@@ -197,7 +200,7 @@ std::vector<double> Profiler::forwardTimes(Clock::time_point start, Clock::time_
 
 // Parameter layers in the order their gradients completed; each gets the time since the one
 // before (or since backward started).
-std::vector<double> Profiler::backwardTimes(Clock::time_point start) const {
+std::vector<double> Profiler::backwardTimes(MonotonicClock::time_point start) const {
   std::vector<size_t> order;
   for (size_t i = 0; i < layers_.size(); ++i) {
     GS_CHECK_EQ(arrived_[i], layers_[i].tensors.size());  // each gradient exactly once
@@ -206,7 +209,7 @@ std::vector<double> Profiler::backwardTimes(Clock::time_point start) const {
   std::stable_sort(order.begin(), order.end(),
                    [&](size_t a, size_t b) { return ready_[a] < ready_[b]; });
   std::vector<double> times(layers_.size(), 0.0);
-  Clock::time_point previous = start;
+  MonotonicClock::time_point previous = start;
   for (size_t i : order) {
     times[i] = seconds(previous, ready_[i]);
     previous = ready_[i];

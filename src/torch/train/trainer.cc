@@ -39,10 +39,9 @@
 namespace gradsync {
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using MonotonicClock = std::chrono::steady_clock;
 
 // Collectives of the training thread (loss and accuracy sums) use their own tag.
-const CollectiveOptions kTrainerTag{.tag = tags::kTrainer};
 
 class Trainer {
  public:
@@ -138,18 +137,18 @@ double Trainer::updateParameters(int64_t globalStep, TraceRecorder* trace,
     prepareOptimizerStep(*optimizer_, options_, globalStep, totalSteps());
     net_->optimizerStep(*optimizer_);  // on this worker's gradient alone
     if ((globalStep + 1) % strategy_.parameter != 0) return 0;
-    auto start = Clock::now();
+    auto start = MonotonicClock::now();
     ScopedEvent event(trace, kMainLane, "communication", "average models");
     distributed_.synchronizeModel();
     return secondsSince(start);
   }
-  auto start = Clock::now();
+  auto start = MonotonicClock::now();
   {
     ScopedEvent event(trace, kMainLane, "communication", "wait");
     distributed_.synchronize();
   }
   double waited = secondsSince(start);
-  auto synchronized = Clock::now();
+  auto synchronized = MonotonicClock::now();
   {
     ScopedEvent event(trace, kMainLane, "compute", "optimizer");
     prepareOptimizerStep(*optimizer_, options_, globalStep, totalSteps());
@@ -171,7 +170,7 @@ bool Trainer::stopAgreed(int64_t step, double stepSeconds) {
   const double steps =
       std::clamp(kStopCheckSeconds / std::max(stepSeconds, 1e-6), 1.0, kMostStepsBetweenChecks);
   std::array<float, 2> votes = {stopRequested() != 0 ? 1.0f : 0.0f, static_cast<float>(steps)};
-  allreduce(transport_, votes, ReduceOp::kSum, kTrainerTag);
+  allreduce(transport_, votes, ReduceOp::kSum, {.tag = tags::kTrainer});
   // The same sum on every rank (the ring gives every rank the same bits).
   nextStopCheck_ = step + std::max<int64_t>(1, static_cast<int64_t>(votes[1] / transport_.size()));
   return votes[0] > 0;
@@ -207,7 +206,7 @@ void Trainer::settle() {
 float Trainer::trainStep(int64_t epoch, size_t step, int64_t globalStep) {
   if (trace_) trace_->setStep(globalStep);
   TraceRecorder* trace = trace_.get();
-  auto start = Clock::now();
+  auto start = MonotonicClock::now();
   std::vector<size_t> indices = sampler_->batch(epoch, step);
   {
     ScopedEvent event(trace, kMainLane, "data", "load batch");
@@ -232,7 +231,7 @@ float Trainer::trainStep(int64_t epoch, size_t step, int64_t globalStep) {
     if (slowdownMs_ > 0)
       std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(slowdownMs_));
   }
-  auto computed = Clock::now();
+  auto computed = MonotonicClock::now();
   const double forwardWait = takeWaitSeconds();  // in the forward (p3, sharded, servers)
   double optimizerSeconds = 0;
   double waited = forwardWait + updateParameters(globalStep, trace, optimizerSeconds);
@@ -247,7 +246,7 @@ float Trainer::trainStep(int64_t epoch, size_t step, int64_t globalStep) {
 
 double Trainer::globalMean(double localSum, double localCount) {
   std::vector<float> sums = {static_cast<float>(localSum), static_cast<float>(localCount)};
-  allreduce(transport_, sums, ReduceOp::kSum, kTrainerTag);
+  allreduce(transport_, sums, ReduceOp::kSum, {.tag = tags::kTrainer});
   return sums[1] > 0 ? sums[0] / sums[1] : 0.0;
 }
 
@@ -294,10 +293,10 @@ void Trainer::maybeCheckpoint(const RunPosition& position, bool last) {
   sums[transport_.rank()] = position.epochLossSum;
   std::vector<size_t> counts(transport_.size(), sizeof(double));
   allgatherv(transport_, {reinterpret_cast<uint8_t*>(sums.data()), sums.size() * sizeof(double)},
-             counts, kTrainerTag);
+             counts, {.tag = tags::kTrainer});
   const std::vector<uint8_t> mine = distributed_.syncState();
   const std::vector<std::vector<uint8_t>> syncStates =
-      allgatherBytes(transport_, mine, kTrainerTag);
+      allgatherBytes(transport_, mine, {.tag = tags::kTrainer});
   // Through servers the saved model is theirs, the global one. A periodic checkpoint that cannot
   // be written (disk full, a directory that became unwritable) costs only itself: the previous
   // one stays, and training goes on; the last one's failure ends the run with the error.
@@ -320,7 +319,7 @@ void Trainer::maybeCheckpoint(const RunPosition& position, bool last) {
 // --eval-every: records the accuracy at `step`; returns the seconds the evaluation took, which
 // the caller keeps out of the training time.
 double Trainer::evaluateBetweenSteps(int64_t step, double trainingSeconds, TrainResult& result) {
-  auto start = Clock::now();
+  auto start = MonotonicClock::now();
   size_t samples = options_.evalSamples > 0 ? options_.evalSamples : SIZE_MAX;
   const Quality quality = evaluate(samples);
   result.evaluations.push_back({step, trainingSeconds, quality.testAccuracy, quality.heldOutLoss});
@@ -352,12 +351,12 @@ TrainResult Trainer::run() {
     const int epoch = static_cast<int>(position.step / perEpoch);
     const int64_t epochEnd = std::min(total, (epoch + 1) * perEpoch);
     const int64_t epochFirst = position.step;
-    auto epochStart = Clock::now();
+    auto epochStart = MonotonicClock::now();
     double evalSeconds = 0;  // spent in --eval-every evaluations this epoch
     const double dataBefore = dataSeconds_;
     for (; position.step < epochEnd; ++stepsRun) {
       const int64_t inEpoch = position.step % perEpoch;
-      const auto stepStart = Clock::now();
+      const auto stepStart = MonotonicClock::now();
       float loss = trainStep(epoch, static_cast<size_t>(inEpoch), position.step);
       const double stepSeconds = secondsSince(stepStart);
       result.losses.push_back(loss);

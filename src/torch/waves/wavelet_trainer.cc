@@ -30,9 +30,7 @@
 namespace gradsync {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-const CollectiveOptions kTrainerTag{.tag = tags::kTrainer};
+using MonotonicClock = std::chrono::steady_clock;
 
 // One wave of this worker: its replica, its engine and its share of the accounting.
 struct Wave {
@@ -133,9 +131,9 @@ float WaveletTrainer::waveStep(Wave& wave, int epoch, int64_t round) {
   torch::Tensor loss;
   {
     WaveGates::Pass pass(*gates_, WavePhase::kForward, wave.index, step);
-    const auto start = Clock::now();
+    const auto start = MonotonicClock::now();
     master_->load(wave.index, round);  // accumulate: waits for the previous round's update
-    const auto loaded = Clock::now();
+    const auto loaded = MonotonicClock::now();
     enterTrainingMode(*wave.net, options_.freezeBatchNorm);
     wave.distributed->zeroGrad();
     loss = torch::nn::functional::cross_entropy(wave.net->forward(x), y);
@@ -144,11 +142,11 @@ float WaveletTrainer::waveStep(Wave& wave, int epoch, int64_t round) {
   }
   {
     WaveGates::Pass pass(*gates_, WavePhase::kBackward, wave.index, step);
-    const auto start = Clock::now();
+    const auto start = MonotonicClock::now();
     loss.backward();
     wave.computeSeconds += secondsSince(start);
   }
-  const auto start = Clock::now();
+  const auto start = MonotonicClock::now();
   wave.distributed->synchronize();  // the averaged gradients, in the replica's .grad
   wave.waitSeconds += secondsSince(start);
   master_->apply(wave.index, round);
@@ -194,7 +192,7 @@ void WaveletTrainer::runRounds(int epoch, int64_t first, int64_t end) {
 
 double WaveletTrainer::globalMean(double localSum, double localCount) {
   std::vector<float> sums = {static_cast<float>(localSum), static_cast<float>(localCount)};
-  allreduce(transport_, sums, ReduceOp::kSum, kTrainerTag);
+  allreduce(transport_, sums, ReduceOp::kSum, {.tag = tags::kTrainer});
   return sums[1] > 0 ? sums[0] / sums[1] : 0.0;
 }
 
@@ -231,7 +229,7 @@ TrainResult WaveletTrainer::run() {
   for (int epoch = 0; epoch < epochs; ++epoch) {
     const int64_t first = epoch * roundsPerEpoch_;
     const int64_t end = std::min(totalRounds, first + roundsPerEpoch_);
-    const auto start = Clock::now();
+    const auto start = MonotonicClock::now();
     runRounds(epoch, first, end);
     const double seconds = secondsSince(start);
     result.seconds += seconds;

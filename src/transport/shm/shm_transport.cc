@@ -34,8 +34,7 @@ namespace {
 
 using shm::Channel;
 using shm::FrameType;
-using shm::OutFrame;
-using Clock = std::chrono::steady_clock;
+using MonotonicClock = std::chrono::steady_clock;
 
 // How often the loop looks whether the peers' processes still exist, and so the longest anyone
 // sleeps on the doorbell.
@@ -70,7 +69,7 @@ class ShmTransport final : public Transport {
 
   // A waiting thread's turn (Work::Progress): reads what it can, or sleeps on the doorbell
   // unless `work` is done.
-  void waitProgress(const Work& work, Clock::time_point deadline);
+  void waitProgress(const Work& work, MonotonicClock::time_point deadline);
 
  private:
   void addChannel(uint32_t slot, uint32_t mine);
@@ -178,15 +177,15 @@ ShmTransport::~ShmTransport() {
 }
 
 WorkPtr ShmTransport::withProgress(WorkPtr work) const {
-  work->setProgress(
-      [anchor = std::weak_ptr<Anchor>(anchor_)](const Work& waited, Clock::time_point deadline) {
-        std::shared_ptr<Anchor> held = anchor.lock();
-        if (!held) return false;
-        std::shared_lock<std::shared_mutex> lock(held->mutex);
-        if (held->transport == nullptr) return false;
-        held->transport->waitProgress(waited, deadline);
-        return true;
-      });
+  work->setProgress([anchor = std::weak_ptr<Anchor>(anchor_)](const Work& waited,
+                                                              MonotonicClock::time_point deadline) {
+    std::shared_ptr<Anchor> held = anchor.lock();
+    if (!held) return false;
+    std::shared_lock<std::shared_mutex> lock(held->mutex);
+    if (held->transport == nullptr) return false;
+    held->transport->waitProgress(waited, deadline);
+    return true;
+  });
   return work;
 }
 
@@ -213,12 +212,12 @@ WorkPtr ShmTransport::send(int peer, uint64_t tag, const void* data, size_t byte
   Channel& channel = channelTo(peer);  // refuses ranks of other hosts
   const bool single = options_.singleCopyMinBytes > 0 && bytes >= options_.singleCopyMinBytes &&
                       segments_.peerCanRead(peer);
-  OutFrame frame{.header = {.type = single ? FrameType::kSingleCopy : FrameType::kEager,
-                            .tag = tag,
-                            .bytes = bytes,
-                            .address = reinterpret_cast<uintptr_t>(data)},
-                 .data = static_cast<const uint8_t*>(data),
-                 .work = work};
+  shm::OutFrame frame{.header = {.type = single ? FrameType::kSingleCopy : FrameType::kEager,
+                                 .tag = tag,
+                                 .bytes = bytes,
+                                 .address = reinterpret_cast<uintptr_t>(data)},
+                      .data = static_cast<const uint8_t*>(data),
+                      .work = work};
   bytesSent_.fetch_add(bytes + sizeof(shm::FrameHeader), std::memory_order_relaxed);
   if (channel.goodbyeReceived()) {
     work->fail(
@@ -250,7 +249,7 @@ void ShmTransport::abort(std::exception_ptr error) {
 
 // The epoch is read before anything else: whoever completes the work afterwards rings the
 // doorbell after completing it, so the sleep below either sees done() or returns at once.
-void ShmTransport::waitProgress(const Work& work, Clock::time_point deadline) {
+void ShmTransport::waitProgress(const Work& work, MonotonicClock::time_point deadline) {
   waiters_.fetch_add(1, std::memory_order_seq_cst);
   const uint32_t seen = bell_.current();
   bool progress = work.done();
@@ -261,7 +260,7 @@ void ShmTransport::waitProgress(const Work& work, Clock::time_point deadline) {
   }
   if (!progress && !work.done()) {
     const auto left =
-        std::chrono::duration_cast<std::chrono::microseconds>(deadline - Clock::now());
+        std::chrono::duration_cast<std::chrono::microseconds>(deadline - MonotonicClock::now());
     bell_.sleep(seen, std::clamp<std::chrono::microseconds>(left, {}, kLivenessPeriod));
   }
   if (waiters_.fetch_sub(1, std::memory_order_seq_cst) == 1) {
@@ -289,7 +288,7 @@ bool ShmTransport::pump(bool byWaiter) {
 }
 
 void ShmTransport::loop() {
-  auto lastCheck = Clock::now();
+  auto lastCheck = MonotonicClock::now();
   for (;;) {
     const uint32_t seen = bell_.current();
     bool progress = false;
@@ -298,9 +297,9 @@ void ShmTransport::loop() {
       progress = takeAbortRequest();
       // While threads wait, they read: the loop only steps in when nobody does.
       if (waiters_.load(std::memory_order_seq_cst) == 0) progress = pump(false) || progress;
-      if (Clock::now() - lastCheck >= kLivenessPeriod) {
+      if (MonotonicClock::now() - lastCheck >= kLivenessPeriod) {
         checkLiveness();
-        lastCheck = Clock::now();
+        lastCheck = MonotonicClock::now();
       }
       std::lock_guard<std::mutex> lock(mutex_);
       if (closing_ && !drained_ && drained()) {

@@ -25,7 +25,6 @@ namespace gradsync {
 namespace {
 
 using tcp::Connection;
-using tcp::OutFrame;
 
 // How long a closing transport waits for its peers' goodbyes before closing anyway.
 constexpr std::chrono::milliseconds kGoodbyeWait{10'000};
@@ -48,10 +47,10 @@ class TcpTransport final : public Transport {
  private:
   struct Submission {
     int peer;
-    OutFrame frame;
+    tcp::OutFrame frame;
   };
 
-  void submit(int peer, OutFrame frame);
+  void submit(int peer, tcp::OutFrame frame);
   void checkConnected(int peer) const;
   void wake();
   void loop();
@@ -142,7 +141,7 @@ TcpTransport::~TcpTransport() {
     if (!brokenError_) {
       for (int peer = 0; peer < size_; ++peer) {
         if (peer == rank_ || !connections_[peer]) continue;  // null: left out (options.peers)
-        OutFrame goodbye;
+        tcp::OutFrame goodbye;
         tcp::encodeFrameHeader({tcp::FrameType::kGoodbye, 0, 0}, goodbye.header);
         pending_.push_back({peer, std::move(goodbye)});
       }
@@ -172,7 +171,7 @@ WorkPtr TcpTransport::send(int peer, uint64_t tag, const void* data, size_t byte
   }
   checkConnected(peer);
   bytesSent_.fetch_add(bytes + tcp::kFrameHeaderBytes, std::memory_order_relaxed);
-  OutFrame frame;
+  tcp::OutFrame frame;
   tcp::encodeFrameHeader({tcp::FrameType::kData, tag, bytes}, frame.header);
   frame.data = static_cast<const uint8_t*>(data);
   frame.bytes = bytes;
@@ -212,7 +211,7 @@ void TcpTransport::checkConnected(int peer) const {
   }
 }
 
-void TcpTransport::submit(int peer, OutFrame frame) {
+void TcpTransport::submit(int peer, tcp::OutFrame frame) {
   bool needWake = false;
   {
     std::lock_guard<std::mutex> lock(submitMutex_);

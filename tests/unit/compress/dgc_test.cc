@@ -25,12 +25,12 @@ using methods::DgcOptions;
 using testing::gaussian;
 using testing::runExchange;
 
-size_t countFor(double density, size_t n) {
+size_t dgcCount(double density, size_t n) {
   return n == 0 ? 0 : std::min<size_t>(n, std::max<long long>(1, std::llround(density * n)));
 }
 
 // Indices of the k largest |x| (stable sort: ties to the lower index).
-std::vector<uint32_t> naiveTopK(const std::vector<float>& x, size_t k) {
+std::vector<uint32_t> naiveTopIndices(const std::vector<float>& x, size_t k) {
   std::vector<uint32_t> order(x.size());
   std::iota(order.begin(), order.end(), 0u);
   std::stable_sort(order.begin(), order.end(),
@@ -53,7 +53,7 @@ struct NaiveDgc {
       v[i] = v[i] + u[i];
     }
     std::vector<float> sent(g.size(), 0.0f);
-    for (uint32_t i : naiveTopK(v, countFor(density, g.size()))) {
+    for (uint32_t i : naiveTopIndices(v, dgcCount(density, g.size()))) {
       sent[i] = v[i];
       u[i] = v[i] = 0.0f;
     }
@@ -70,7 +70,8 @@ struct NaiveTopKWithErrorFeedback {
     if (residual.empty()) residual.assign(g.size(), 0.0f);
     std::vector<float> corrected(g.size()), sent(g.size(), 0.0f);
     for (size_t i = 0; i < g.size(); ++i) corrected[i] = residual[i] + g[i];
-    for (uint32_t i : naiveTopK(corrected, countFor(density, g.size()))) sent[i] = corrected[i];
+    for (uint32_t i : naiveTopIndices(corrected, dgcCount(density, g.size())))
+      sent[i] = corrected[i];
     for (size_t i = 0; i < g.size(); ++i) residual[i] = corrected[i] - sent[i];
     return sent;
   }
@@ -150,7 +151,7 @@ TEST(Dgc, SampledSelectionSendsATopSetAndMasksExactlyIt) {
   testing::runWithTransports(testing::TransportKind::kLoopback, 1, [&](Transport& t) {
     auto compressor = makeDgc(0.001, m, {}, n);
     auto& dgc = dynamic_cast<Dgc&>(*compressor);
-    const size_t k = countFor(0.001, n);
+    const size_t k = dgcCount(0.001, n);
     ExchangeStats stats;
     for (int s = 0; s < 3; ++s) {
       std::vector<float> grad = gaussian(n, 10 * s + t.rank()), sent(n);
@@ -193,7 +194,7 @@ TEST(Dgc, FallsBackToTheExactTopKWhenTheThresholdSelectsTooMany) {
   for (size_t i = 0; i < n; i += 2) grad[i] = i % 4 == 0 ? 1.0f : -1.0f;
   auto got = runExchange(
       1, [&] { return makeDgc(0.001, 0, {}, n); }, [&](int, int) { return grad; });
-  const size_t k = countFor(0.001, n);
+  const size_t k = dgcCount(0.001, n);
   std::vector<float> expected(n, 0.0f);
   for (size_t i = 0; i < 2 * k; i += 2) expected[i] = grad[i];
   EXPECT_EQ(got[0].sent, expected);
@@ -233,7 +234,7 @@ TEST(Dgc, WarmupRaisesTheSparsityInFourStages) {
       ExchangeContext context{t, {}, static_cast<uint64_t>(s), 1};
       counted.exchange(context, grad, sent, stats);
       size_t count = std::count_if(sent.begin(), sent.end(), [](float x) { return x != 0.0f; });
-      EXPECT_EQ(count, countFor(s < 8 ? expected[s] : 0.001, n)) << "step " << s;
+      EXPECT_EQ(count, dgcCount(s < 8 ? expected[s] : 0.001, n)) << "step " << s;
     }
   });
 }

@@ -23,12 +23,12 @@ using testing::gaussian;
 using testing::runExchange;
 using Pairs = std::map<uint32_t, float>;
 
-size_t countFor(double density, size_t n) {
+size_t gtopkCount(double density, size_t n) {
   return n == 0 ? 0 : std::min<size_t>(n, std::max<long long>(1, std::llround(density * n)));
 }
 
 // The k pairs of largest |value| (ties: lower index), by a stable sort of all of them.
-Pairs naiveTopK(const Pairs& all, size_t k) {
+Pairs naiveTopPairs(const Pairs& all, size_t k) {
   std::vector<std::pair<uint32_t, float>> sorted(all.begin(), all.end());
   std::stable_sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) {
     return std::fabs(a.second) > std::fabs(b.second);
@@ -38,7 +38,7 @@ Pairs naiveTopK(const Pairs& all, size_t k) {
 }
 
 // The same for a dense vector, without building a map of all of it.
-Pairs naiveTopK(const std::vector<float>& x, size_t k) {
+Pairs naiveTopPairs(const std::vector<float>& x, size_t k) {
   std::vector<uint32_t> order(x.size());
   std::iota(order.begin(), order.end(), 0u);
   std::stable_sort(order.begin(), order.end(),
@@ -48,27 +48,27 @@ Pairs naiveTopK(const std::vector<float>& x, size_t k) {
   return top;
 }
 
-struct Reference {
+struct GtopkReference {
   std::vector<float> result;             // the same on every rank
   std::vector<std::vector<float>> sent;  // per rank
 };
 
 // Every rank's local top-k, merged pairwise in the binomial tree's order: in the round of
 // distance d, rank r (a multiple of 2d) absorbs r + d, summing common indices, then keeps k.
-Reference naiveGTopK(const std::vector<std::vector<float>>& inputs, double density) {
+GtopkReference naiveGTopK(const std::vector<std::vector<float>>& inputs, double density) {
   const int ranks = static_cast<int>(inputs.size());
   const size_t n = inputs[0].size();
-  const size_t k = countFor(density, n);
+  const size_t k = gtopkCount(density, n);
   std::vector<Pairs> local(ranks), lists(ranks);
-  for (int r = 0; r < ranks; ++r) lists[r] = local[r] = naiveTopK(inputs[r], k);
+  for (int r = 0; r < ranks; ++r) lists[r] = local[r] = naiveTopPairs(inputs[r], k);
   for (int d = 1; d < ranks; d *= 2) {
     for (int r = 0; r + d < ranks; r += 2 * d) {
       Pairs sum = lists[r];
       for (const auto& [index, value] : lists[r + d]) sum[index] += value;
-      lists[r] = naiveTopK(sum, k);
+      lists[r] = naiveTopPairs(sum, k);
     }
   }
-  Reference out{std::vector<float>(n, 0.0f), {}};
+  GtopkReference out{std::vector<float>(n, 0.0f), {}};
   for (const auto& [index, value] : lists[0]) {
     out.result[index] = value * (1.0f / static_cast<float>(ranks));
   }
@@ -101,7 +101,7 @@ void expectLikeReference(int ranks, size_t n, double density,
                          const std::function<std::vector<float>(int)>& input) {
   std::vector<std::vector<float>> inputs;
   for (int r = 0; r < ranks; ++r) inputs.push_back(input(r));
-  Reference expected = naiveGTopK(inputs, density);
+  GtopkReference expected = naiveGTopK(inputs, density);
   auto got = runExchange(
       ranks, [&] { return makeGTopK(density, n); }, [&](int, int r) { return inputs[r]; });
   for (int r = 0; r < ranks; ++r) {
@@ -111,7 +111,7 @@ void expectLikeReference(int ranks, size_t n, double density,
     ASSERT_EQ(std::memcmp(got[r].result.data(), got[0].result.data(), 4 * n), 0);
     size_t nonzero = std::count_if(got[r].result.begin(), got[r].result.end(),
                                    [](float v) { return v != 0.0f; });
-    ASSERT_LE(nonzero, countFor(density, n));
+    ASSERT_LE(nonzero, gtopkCount(density, n));
   }
 }
 
@@ -152,7 +152,7 @@ TEST(GTopK, RunsOverTcp) {
   const int ranks = 3;
   std::vector<std::vector<float>> inputs;
   for (int r = 0; r < ranks; ++r) inputs.push_back(correlated(n, r));
-  Reference expected = naiveGTopK(inputs, 0.01);
+  GtopkReference expected = naiveGTopK(inputs, 0.01);
   testing::runWithTransports(testing::TransportKind::kTcp, ranks, [&](Transport& transport) {
     auto gtopk = makeGTopK(0.01, n);
     std::vector<float> grad = inputs[transport.rank()], sent(n);

@@ -99,16 +99,16 @@ std::vector<Outcome> runHiTopK(int ranks, const Topology* topology, size_t count
   return out;
 }
 
-struct Shape {
+struct HiTopKShape {
   int hosts;
   int perHost;  // 0: no topology at all (every rank its own host), `hosts` ranks
   bool half;
 };
 
-class HiTopKReference : public ::testing::TestWithParam<Shape> {};
+class HiTopKReference : public ::testing::TestWithParam<HiTopKShape> {};
 
 TEST_P(HiTopKReference, MatchesNaiveReferenceOverSteps) {
-  const Shape shape = GetParam();
+  const HiTopKShape shape = GetParam();
   const int ranks = shape.perHost > 0 ? shape.hosts * shape.perHost : shape.hosts;
   const Topology topology =
       shape.perHost > 0 ? Topology::uniform(ranks, shape.perHost) : Topology::flat(ranks);
@@ -136,11 +136,11 @@ TEST_P(HiTopKReference, MatchesNaiveReferenceOverSteps) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, HiTopKReference,
-                         ::testing::Values(Shape{1, 4, true}, Shape{2, 2, true}, Shape{3, 2, true},
-                                           Shape{2, 3, true}, Shape{2, 3, false},
-                                           Shape{4, 0, true}),
+                         ::testing::Values(HiTopKShape{1, 4, true}, HiTopKShape{2, 2, true},
+                                           HiTopKShape{3, 2, true}, HiTopKShape{2, 3, true},
+                                           HiTopKShape{2, 3, false}, HiTopKShape{4, 0, true}),
                          [](const auto& info) {
-                           const Shape& s = info.param;
+                           const HiTopKShape& s = info.param;
                            return (s.perHost > 0
                                        ? std::to_string(s.hosts) + "x" + std::to_string(s.perHost)
                                        : "none" + std::to_string(s.hosts)) +

@@ -20,17 +20,17 @@ using linalg::MatrixView;
 using testing::gaussian;
 
 // Naive C = op(A)·op(B) in double, with the bound sum |a||b| per element for the tolerance.
-struct Reference {
+struct MatrixReference {
   std::vector<double> value, magnitude;
 };
 
-Reference naiveProduct(const std::vector<float>& a, size_t aRows, size_t aCols, bool transA,
-                       const std::vector<float>& b, size_t bRows, size_t bCols, bool transB) {
+MatrixReference naiveProduct(const std::vector<float>& a, size_t aRows, size_t aCols, bool transA,
+                             const std::vector<float>& b, size_t bRows, size_t bCols, bool transB) {
   auto at = [&](size_t i, size_t k) { return transA ? a[k * aCols + i] : a[i * aCols + k]; };
   auto bt = [&](size_t k, size_t j) { return transB ? b[j * bCols + k] : b[k * bCols + j]; };
   const size_t n = transA ? aCols : aRows, p = transA ? aRows : aCols;
   const size_t m = transB ? bRows : bCols;
-  Reference r{std::vector<double>(n * m, 0.0), std::vector<double>(n * m, 0.0)};
+  MatrixReference r{std::vector<double>(n * m, 0.0), std::vector<double>(n * m, 0.0)};
   for (size_t i = 0; i < n; ++i) {
     for (size_t j = 0; j < m; ++j) {
       for (size_t k = 0; k < p; ++k) {
@@ -42,7 +42,7 @@ Reference naiveProduct(const std::vector<float>& a, size_t aRows, size_t aCols, 
   return r;
 }
 
-void expectClose(const std::vector<float>& c, const Reference& r) {
+void expectClose(const std::vector<float>& c, const MatrixReference& r) {
   ASSERT_EQ(c.size(), r.value.size());
   for (size_t i = 0; i < c.size(); ++i) {
     // float accumulation: a few ulps per term of the longest sums here
@@ -50,14 +50,14 @@ void expectClose(const std::vector<float>& c, const Reference& r) {
   }
 }
 
-struct Shape {
+struct MatrixShape {
   size_t n, p, m;
 };
 
 // Shapes: empty, scalar, odd sizes, tall-skinny and wide (several column blocks, dot tails).
-const std::vector<Shape> kShapes = {{3, 5, 70000}, {0, 3, 5},    {4, 0, 3},    {1, 1, 1},
-                                    {7, 3, 13},    {3, 4, 5000}, {33, 32, 32}, {600, 4, 9},
-                                    {700, 33, 2},  {2, 9, 4099}};
+const std::vector<MatrixShape> kShapes = {{3, 5, 70000}, {0, 3, 5},    {4, 0, 3},    {1, 1, 1},
+                                          {7, 3, 13},    {3, 4, 5000}, {33, 32, 32}, {600, 4, 9},
+                                          {700, 33, 2},  {2, 9, 4099}};
 
 TEST(Matrix, DotMatchesDoubleSum) {
   for (size_t count : {0, 1, 7, 8, 9, 31, 32, 1001, 100003}) {
@@ -72,7 +72,7 @@ TEST(Matrix, DotMatchesDoubleSum) {
 }
 
 TEST(Matrix, ProductsMatchNaiveTripleLoops) {
-  for (const Shape& s : kShapes) {
+  for (const MatrixShape& s : kShapes) {
     SCOPED_TRACE(::testing::Message() << s.n << "x" << s.p << "x" << s.m);
     std::vector<float> c(s.n * s.m, 7.0f);  // stale contents must be overwritten
     auto a = gaussian(s.n * s.p, 3), b = gaussian(s.p * s.m, 4);

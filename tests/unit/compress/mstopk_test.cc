@@ -23,7 +23,7 @@ using Range = ThresholdSelector::Range;
 using testing::gaussian;
 using testing::runExchange;
 
-struct Reference {
+struct MsTopKReference {
   std::vector<uint32_t> indices;
   Range range = Range::kExact;
 };
@@ -89,7 +89,7 @@ std::vector<uint32_t> bisect(const std::vector<float>& x, size_t k, int iters, f
   return indices;
 }
 
-Reference bisectionReference(const std::vector<float>& x, size_t k, int iters) {
+MsTopKReference bisectionReference(const std::vector<float>& x, size_t k, int iters) {
   k = std::min(k, x.size());
   const MagnitudeStats stats = magnitudeStats(x);
   const float grid = std::ldexp(1.0f, iters);
@@ -173,7 +173,7 @@ TEST(ThresholdSelector, EqualsTheLiteralNPassBisection) {
     for (size_t n : {size_t{1}, size_t{2}, size_t{7}, size_t{1000}, size_t{40009}}) {
       for (const auto& [name, x] : inputs(n, n + iters)) {
         for (size_t k : {size_t{1}, size_t{2}, n / 100, n / 3, n - 1, n}) {
-          const Reference expected = bisectionReference(x, k, iters);
+          const MsTopKReference expected = bisectionReference(x, k, iters);
           selector.select(x, k, got);
           ASSERT_EQ(got, expected.indices) << name << " n " << n << " k " << k << " N " << iters;
           ASSERT_EQ(selector.lastRange(), expected.range) << name << " n " << n << " k " << k;

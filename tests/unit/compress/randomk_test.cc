@@ -18,7 +18,7 @@ namespace {
 using testing::gaussian;
 using testing::runExchange;
 
-MethodArgs density(double r) {
+MethodArgs randomkDensity(double r) {
   return testing::withValue(r);
 }
 
@@ -53,7 +53,7 @@ TEST(RandomK, AllRanksSendTheSameKIndicesAndGetTheirAverage) {
     for (int q = 0; q < 3; ++q) xs.push_back(nonZero(n, 70 + q));
     for (int ranks : {1, 2, 3}) {
       auto outputs = runExchange(
-          ranks, [&] { return methods::makeRandomK(density(r), {}); },
+          ranks, [&] { return methods::makeRandomK(randomkDensity(r), {}); },
           [&](int, int rank) { return xs[rank]; });
       const std::vector<uint32_t> selected = support(outputs[0].sent);
       ASSERT_EQ(selected.size(), selectionCount(n, r)) << "n " << n;
@@ -83,7 +83,7 @@ TEST(RandomK, AllRanksSendTheSameKIndicesAndGetTheirAverage) {
 
 TEST(RandomK, DrawsFreshIndicesEveryStep) {
   const size_t n = 10000;
-  auto make = [] { return methods::makeRandomK(density(0.01), {}); };
+  auto make = [] { return methods::makeRandomK(randomkDensity(0.01), {}); };
   auto input = [&](int, int rank) { return nonZero(n, rank); };
   const auto first = support(runExchange(2, make, input, 1)[1].sent);
   const auto second = support(runExchange(2, make, input, 2)[1].sent);
@@ -96,9 +96,9 @@ TEST(RandomK, DrawsFreshIndicesEveryStep) {
 
 TEST(RandomK, UnitsOfEqualSizeButDifferentTensorsDrawDifferentIndices) {
   TensorShape a{"layer1.weight", {1000}, 1000}, b{"layer2.weight", {1000}, 1000};
-  auto ca = methods::makeRandomK(density(0.05), {&a, 1});
-  auto cb = methods::makeRandomK(density(0.05), {&b, 1});
-  auto ca2 = methods::makeRandomK(density(0.05), {&a, 1});
+  auto ca = methods::makeRandomK(randomkDensity(0.05), {&a, 1});
+  auto cb = methods::makeRandomK(randomkDensity(0.05), {&b, 1});
+  auto ca2 = methods::makeRandomK(randomkDensity(0.05), {&a, 1});
   EXPECT_NE(drawn(*ca, 1000, 42), drawn(*cb, 1000, 42));
   EXPECT_EQ(drawn(*ca, 1000, 42), drawn(*ca2, 1000, 42));
 }
@@ -107,7 +107,7 @@ TEST(RandomK, UnitsOfEqualSizeButDifferentTensorsDrawDifferentIndices) {
 // draws always k distinct indices in order.
 TEST(RandomK, DrawsEveryIndexWithEqualProbability) {
   const size_t n = 100, seeds = 4000;
-  auto c = methods::makeRandomK(density(0.1), {});
+  auto c = methods::makeRandomK(randomkDensity(0.1), {});
   std::vector<double> counts(n, 0);
   for (uint64_t seed = 0; seed < seeds; ++seed) {
     const std::vector<uint32_t> indices = drawn(*c, n, seed);
@@ -125,14 +125,14 @@ TEST(RandomK, DrawsEveryIndexWithEqualProbability) {
   // Chi-square with 99 degrees of freedom: mean 99, standard deviation 14; 6 sigma above.
   EXPECT_LT(chi2, 99 + 6 * 14.1);
   // k = n selects everything.
-  auto all = methods::makeRandomK(density(1.0), {});
+  auto all = methods::makeRandomK(randomkDensity(1.0), {});
   std::vector<uint32_t> everything(37);
   std::iota(everything.begin(), everything.end(), 0u);
   EXPECT_EQ(drawn(*all, 37, 5), everything);
 }
 
 TEST(RandomK, CodeIsKFloatsSummedInTheRing) {
-  auto c = methods::makeRandomK(density(0.01), {});
+  auto c = methods::makeRandomK(randomkDensity(0.01), {});
   EXPECT_EQ(c->aggregation(), Aggregation::kAllreduce);
   auto& linear = dynamic_cast<LinearCompressor&>(*c);
   EXPECT_EQ(linear.codeLength(0), 0u);
@@ -144,7 +144,7 @@ TEST(RandomK, CodeIsKFloatsSummedInTheRing) {
 TEST(RandomK, RejectsDensitiesOutsideZeroToOne) {
   for (double r : {0.0, -0.5, 2.0, std::nan("")}) {
     try {
-      methods::makeRandomK(density(r), {});
+      methods::makeRandomK(randomkDensity(r), {});
       ADD_FAILURE() << "accepted R = " << r;
     } catch (const ConfigError& e) {
       EXPECT_NE(std::string(e.what()).find("randomk:R needs 0 < R <= 1"), std::string::npos);

@@ -176,12 +176,12 @@ TEST(TopKSelector, SelectsByAnyKeyWidthAndReturnsTheKthKey) {
 
 using testing::sameBits;
 
-MethodArgs density(double r) {
+MethodArgs topkDensity(double r) {
   return testing::withValue(r);
 }
 
 std::unique_ptr<Compressor> makeTopK(double r) {
-  return methods::makeTopK(density(r), {});
+  return methods::makeTopK(topkDensity(r), {});
 }
 
 // The naive exchange: every rank's top-k by sorting, summed in rank order, then scaled as the

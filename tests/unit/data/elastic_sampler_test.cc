@@ -16,7 +16,7 @@
 namespace gradsync {
 namespace {
 
-constexpr uint64_t kSeed = 77;
+constexpr uint64_t kElasticSeed = 77;
 
 // Runs one epoch with the world size picked by `worldAt(step)`; returns every index used, in
 // the order used, after checking each step's shares.
@@ -69,7 +69,7 @@ TEST(ElasticSampler, EverySampleOnceWhateverTheWorldSizeDoes) {
     for (size_t batch : {1, 3, 64}) {
       for (int most : {1, 3, 4, 8}) {
         if (batch * static_cast<size_t>(most) > size) continue;
-        ElasticSampler sampler(size, batch, most, kSeed);
+        ElasticSampler sampler(size, batch, most, kElasticSeed);
         std::uniform_int_distribution<int> world(1, most);
         expectEverySampleOnce(runEpoch(sampler, 2, [&](int) { return world(random); }), size);
         expectEverySampleOnce(runEpoch(sampler, 3, [&](int) { return most; }), size);
@@ -86,20 +86,20 @@ TEST(ElasticSampler, EverySampleOnceWhateverTheWorldSizeDoes) {
 TEST(ElasticSampler, AtTheMostWorkersItIsTheDistributedSampler) {
   const size_t size = 1000, batch = 7;
   for (int world : {1, 2, 3, 5}) {
-    ElasticSampler elastic(size, batch, world, kSeed);
+    ElasticSampler elastic(size, batch, world, kElasticSeed);
     EXPECT_EQ(elastic.globalBatch(), batch * static_cast<size_t>(world));
     EpochPosition at{1, 0};
-    const size_t steps = DistributedSampler(size, 0, world, batch, kSeed).stepsPerEpoch();
+    const size_t steps = DistributedSampler(size, 0, world, batch, kElasticSeed).stepsPerEpoch();
     for (size_t step = 0; step + 1 < steps; ++step) {
       for (int r = 0; r < world; ++r) {
         ASSERT_EQ(elastic.batch(at, r, world),
-                  DistributedSampler(size, r, world, batch, kSeed).batch(1, step))
+                  DistributedSampler(size, r, world, batch, kElasticSeed).batch(1, step))
             << "world " << world << " step " << step << " rank " << r;
       }
       at = elastic.after(at);
     }
     // The last step: DistributedSampler's last batch plus the remainder, by the same rule.
-    const std::vector<size_t> permutation = epochPermutation(size, kSeed, 1);
+    const std::vector<size_t> permutation = epochPermutation(size, kElasticSeed, 1);
     EXPECT_EQ(elastic.stepSamples(at), size - at.offset);
     for (int r = 0; r < world; ++r) {
       std::vector<size_t> expected;
@@ -113,7 +113,7 @@ TEST(ElasticSampler, AtTheMostWorkersItIsTheDistributedSampler) {
 }
 
 TEST(ElasticSampler, TheLastStepTakesTheRemainder) {
-  ElasticSampler sampler(100, 10, 3, kSeed);  // steps of 30 while >= 30 more would remain
+  ElasticSampler sampler(100, 10, 3, kElasticSeed);  // steps of 30 while >= 30 more would remain
   EXPECT_EQ(sampler.stepSamples({0, 0}), 30u);
   EXPECT_EQ(sampler.stepSamples({0, 30}), 30u);
   EXPECT_EQ(sampler.stepSamples({0, 60}), 40u);  // 10 left after 30: all 40 at once
@@ -126,10 +126,10 @@ TEST(ElasticSampler, TheLastStepTakesTheRemainder) {
 }
 
 TEST(ElasticSampler, RefusesWhatCannotWork) {
-  EXPECT_THROW(ElasticSampler(100, 0, 2, kSeed), ConfigError);
-  EXPECT_THROW(ElasticSampler(100, 10, 0, kSeed), ConfigError);
-  EXPECT_THROW(ElasticSampler(100, 10, 11, kSeed), ConfigError);
-  EXPECT_NO_THROW(ElasticSampler(100, 10, 10, kSeed));
+  EXPECT_THROW(ElasticSampler(100, 0, 2, kElasticSeed), ConfigError);
+  EXPECT_THROW(ElasticSampler(100, 10, 0, kElasticSeed), ConfigError);
+  EXPECT_THROW(ElasticSampler(100, 10, 11, kElasticSeed), ConfigError);
+  EXPECT_NO_THROW(ElasticSampler(100, 10, 10, kElasticSeed));
 }
 
 }  // namespace

@@ -13,11 +13,11 @@
 namespace gradsync {
 namespace {
 
-constexpr uint64_t kSeed = 1234;
+constexpr uint64_t kSamplerSeed = 1234;
 
 TEST(EpochPermutation, IsAPermutation) {
   for (size_t n : {0, 1, 2, 7, 1000}) {
-    auto perm = epochPermutation(n, kSeed, 3);
+    auto perm = epochPermutation(n, kSamplerSeed, 3);
     ASSERT_EQ(perm.size(), n);
     std::sort(perm.begin(), perm.end());
     for (size_t i = 0; i < n; ++i) EXPECT_EQ(perm[i], i);
@@ -32,11 +32,11 @@ TEST(EpochPermutation, Golden) {
 }
 
 TEST(EpochPermutation, DependsOnSeedAndEpoch) {
-  const auto base = epochPermutation(1000, kSeed, 0);
-  EXPECT_EQ(base, epochPermutation(1000, kSeed, 0));
-  EXPECT_NE(base, epochPermutation(1000, kSeed, 1));
-  EXPECT_NE(base, epochPermutation(1000, kSeed + 1, 0));
-  EXPECT_NE(epochPermutation(1000, kSeed, -1), epochPermutation(1000, kSeed, 1));
+  const auto base = epochPermutation(1000, kSamplerSeed, 0);
+  EXPECT_EQ(base, epochPermutation(1000, kSamplerSeed, 0));
+  EXPECT_NE(base, epochPermutation(1000, kSamplerSeed, 1));
+  EXPECT_NE(base, epochPermutation(1000, kSamplerSeed + 1, 0));
+  EXPECT_NE(epochPermutation(1000, kSamplerSeed, -1), epochPermutation(1000, kSamplerSeed, 1));
 }
 
 // Fisher-Yates with an unbiased draw makes all n! orders equally likely: an off-by-one (e.g.
@@ -44,7 +44,7 @@ TEST(EpochPermutation, DependsOnSeedAndEpoch) {
 TEST(EpochPermutation, AllOrdersEquallyLikely) {
   std::map<std::vector<size_t>, int> counts;
   const int epochs = 24000;
-  for (int e = 0; e < epochs; ++e) ++counts[epochPermutation(4, kSeed, e)];
+  for (int e = 0; e < epochs; ++e) ++counts[epochPermutation(4, kSamplerSeed, e)];
   ASSERT_EQ(counts.size(), 24u);
   for (const auto& [perm, count] : counts) {
     EXPECT_NEAR(count, epochs / 24.0, 150);  // ~5 standard deviations
@@ -52,13 +52,13 @@ TEST(EpochPermutation, AllOrdersEquallyLikely) {
 }
 
 TEST(DistributedSampler, StepsDropTheLastIncompleteBatch) {
-  EXPECT_EQ(DistributedSampler(103, 0, 3, 4, kSeed).stepsPerEpoch(), 8u);
-  EXPECT_EQ(DistributedSampler(96, 2, 3, 4, kSeed).stepsPerEpoch(), 8u);
-  EXPECT_EQ(DistributedSampler(12, 1, 3, 4, kSeed).stepsPerEpoch(), 1u);
-  EXPECT_EQ(DistributedSampler(60000, 0, 1, 64, kSeed).stepsPerEpoch(), 937u);
+  EXPECT_EQ(DistributedSampler(103, 0, 3, 4, kSamplerSeed).stepsPerEpoch(), 8u);
+  EXPECT_EQ(DistributedSampler(96, 2, 3, 4, kSamplerSeed).stepsPerEpoch(), 8u);
+  EXPECT_EQ(DistributedSampler(12, 1, 3, 4, kSamplerSeed).stepsPerEpoch(), 1u);
+  EXPECT_EQ(DistributedSampler(60000, 0, 1, 64, kSamplerSeed).stepsPerEpoch(), 937u);
   // Every rank agrees on the count, whatever its rank.
   for (int r = 0; r < 5; ++r)
-    EXPECT_EQ(DistributedSampler(1001, r, 5, 7, kSeed).stepsPerEpoch(), 28u);
+    EXPECT_EQ(DistributedSampler(1001, r, 5, 7, kSamplerSeed).stepsPerEpoch(), 28u);
 }
 
 TEST(DistributedSampler, ShardsAreDisjointEachEpoch) {
@@ -68,7 +68,7 @@ TEST(DistributedSampler, ShardsAreDisjointEachEpoch) {
       std::set<size_t> seen;
       size_t total = 0;
       for (int rank = 0; rank < world; ++rank) {
-        const DistributedSampler sampler(n, rank, world, localBatch, kSeed);
+        const DistributedSampler sampler(n, rank, world, localBatch, kSamplerSeed);
         for (size_t step = 0; step < sampler.stepsPerEpoch(); ++step) {
           const auto batch = sampler.batch(epoch, step);
           ASSERT_EQ(batch.size(), localBatch);
@@ -87,13 +87,13 @@ TEST(DistributedSampler, ShardsAreDisjointEachEpoch) {
 TEST(DistributedSampler, UnionOverRanksIsTheSingleWorkerBatch) {
   const size_t n = 500, localBatch = 8;
   for (int world = 1; world <= 5; ++world) {
-    const DistributedSampler single(n, 0, 1, localBatch * world, kSeed);
+    const DistributedSampler single(n, 0, 1, localBatch * world, kSamplerSeed);
     std::vector<DistributedSampler> ranks;
     ranks.reserve(world);
-    for (int r = 0; r < world; ++r) ranks.emplace_back(n, r, world, localBatch, kSeed);
+    for (int r = 0; r < world; ++r) ranks.emplace_back(n, r, world, localBatch, kSamplerSeed);
     ASSERT_EQ(single.stepsPerEpoch(), ranks[0].stepsPerEpoch());
     for (int64_t epoch : {0, 3}) {
-      const auto perm = epochPermutation(n, kSeed, epoch);
+      const auto perm = epochPermutation(n, kSamplerSeed, epoch);
       for (size_t step = 0; step < single.stepsPerEpoch(); ++step) {
         const auto global = single.batch(epoch, step);
         // The naive reference: a contiguous slice of the epoch's permutation.
@@ -112,8 +112,8 @@ TEST(DistributedSampler, UnionOverRanksIsTheSingleWorkerBatch) {
 }
 
 TEST(DistributedSampler, DeterministicAcrossInstances) {
-  const DistributedSampler a(300, 1, 3, 5, kSeed), b(300, 1, 3, 5, kSeed);
-  const DistributedSampler other(300, 1, 3, 5, kSeed + 1);
+  const DistributedSampler a(300, 1, 3, 5, kSamplerSeed), b(300, 1, 3, 5, kSamplerSeed);
+  const DistributedSampler other(300, 1, 3, 5, kSamplerSeed + 1);
   EXPECT_EQ(a.batch(2, 4), b.batch(2, 4));
   EXPECT_NE(a.batch(2, 4), other.batch(2, 4));
   EXPECT_NE(a.batch(2, 4), a.batch(3, 4));
@@ -124,7 +124,7 @@ TEST(DistributedSampler, DeterministicAcrossInstances) {
 }
 
 TEST(DistributedSampler, ConcurrentCallsAgree) {
-  const DistributedSampler sampler(2000, 0, 2, 10, kSeed);
+  const DistributedSampler sampler(2000, 0, 2, 10, kSamplerSeed);
   std::vector<std::vector<size_t>> expected;
   for (int64_t e = 0; e < 4; ++e) expected.push_back(sampler.batch(e, 3));
   std::vector<std::thread> threads;
@@ -143,16 +143,16 @@ TEST(DistributedSampler, ConcurrentCallsAgree) {
 }
 
 TEST(DistributedSampler, ConfigurationErrors) {
-  EXPECT_THROW(DistributedSampler(100, 0, 1, 0, kSeed), ConfigError);
-  EXPECT_THROW(DistributedSampler(100, 0, 0, 4, kSeed), ConfigError);
-  EXPECT_THROW(DistributedSampler(100, 0, -2, 4, kSeed), ConfigError);
-  EXPECT_THROW(DistributedSampler(100, -1, 2, 4, kSeed), ConfigError);
-  EXPECT_THROW(DistributedSampler(100, 2, 2, 4, kSeed), ConfigError);
-  EXPECT_THROW(DistributedSampler(11, 0, 3, 4, kSeed), ConfigError);
-  EXPECT_THROW(DistributedSampler(0, 0, 1, 1, kSeed), ConfigError);
-  EXPECT_THROW(DistributedSampler(100, 0, 2, SIZE_MAX / 2 + 1, kSeed), ConfigError);
+  EXPECT_THROW(DistributedSampler(100, 0, 1, 0, kSamplerSeed), ConfigError);
+  EXPECT_THROW(DistributedSampler(100, 0, 0, 4, kSamplerSeed), ConfigError);
+  EXPECT_THROW(DistributedSampler(100, 0, -2, 4, kSamplerSeed), ConfigError);
+  EXPECT_THROW(DistributedSampler(100, -1, 2, 4, kSamplerSeed), ConfigError);
+  EXPECT_THROW(DistributedSampler(100, 2, 2, 4, kSamplerSeed), ConfigError);
+  EXPECT_THROW(DistributedSampler(11, 0, 3, 4, kSamplerSeed), ConfigError);
+  EXPECT_THROW(DistributedSampler(0, 0, 1, 1, kSamplerSeed), ConfigError);
+  EXPECT_THROW(DistributedSampler(100, 0, 2, SIZE_MAX / 2 + 1, kSamplerSeed), ConfigError);
   try {
-    const DistributedSampler sampler(11, 1, 3, 4, kSeed);
+    const DistributedSampler sampler(11, 1, 3, 4, kSamplerSeed);
     FAIL();
   } catch (const ConfigError& e) {
     const std::string what = e.what();
@@ -163,7 +163,7 @@ TEST(DistributedSampler, ConfigurationErrors) {
 }
 
 TEST(DistributedSampler, StepOutOfRangeIsABug) {
-  const DistributedSampler sampler(100, 0, 2, 5, kSeed);
+  const DistributedSampler sampler(100, 0, 2, 5, kSamplerSeed);
   EXPECT_THROW(sampler.batch(0, sampler.stepsPerEpoch()), InternalError);
 }
 

@@ -21,7 +21,7 @@ namespace gradsync {
 namespace {
 
 using namespace std::chrono_literals;
-using Clock = std::chrono::steady_clock;
+using MonotonicClock = std::chrono::steady_clock;
 
 ElasticRendezvousOptions optionsFor(int min, int max, int initial) {
   return {.range = {min, max},
@@ -99,13 +99,14 @@ TEST(ElasticRendezvous, SurvivorsRegroupRankedByProgress) {
   std::vector<ElasticMembership> first = formFirstRound(*store, options, 4);
   const std::vector<int64_t> progress = {10, 11, -1, 11};  // slot 2 was lost
   std::vector<ElasticMembership> second(4);
-  const auto start = Clock::now();
+  const auto start = MonotonicClock::now();
   testing::runRankThreads(4, [&](int slot) {
     if (slot == 2) return;
     ElasticRendezvous rendezvous(*store, options);
     second[slot] = rendezvous.join(1, after(fresh(slot), first[slot], progress[slot]));
   });
-  EXPECT_GE(Clock::now() - start, options.minSettle) << "a failure's round waits for stragglers";
+  EXPECT_GE(MonotonicClock::now() - start, options.minSettle)
+      << "a failure's round waits for stragglers";
   EXPECT_EQ(names(second[0]), (std::vector<std::string>{"worker 1", "worker 3", "worker 0"}));
   EXPECT_EQ(second[1].rank, 0);
   EXPECT_EQ(second[3].rank, 1);
@@ -128,12 +129,12 @@ TEST(ElasticRendezvous, RegroupToTakeAWorkerInDoesNotWait) {
   while (watcher.waiting(0) == 0) std::this_thread::sleep_for(1ms);
   EXPECT_EQ(watcher.waiting(0), 1);
   std::vector<ElasticMembership> second(2);
-  const auto start = Clock::now();
+  const auto start = MonotonicClock::now();
   testing::runRankThreads(2, [&](int slot) {
     ElasticRendezvous rendezvous(*store, options);
     second[slot] = rendezvous.join(1, after(fresh(slot), first[slot], 5));
   });
-  EXPECT_LT(Clock::now() - start, 5s);
+  EXPECT_LT(MonotonicClock::now() - start, 5s);
   const ElasticMembership joined = joiner.get();
   EXPECT_EQ(joined.round, 1);
   EXPECT_EQ(joined.rank, 2);  // no state: last
@@ -301,11 +302,11 @@ TEST(ElasticRendezvous, AWaitingWorkerGivesUpOnASilentJob) {
     }
   });
   ElasticRendezvous rendezvous(*store, options);
-  const auto start = Clock::now();
+  const auto start = MonotonicClock::now();
   EXPECT_THROW(rendezvous.join(5, fresh(1)), TimeoutError);
   beating = false;
   job.join();
-  EXPECT_GE(Clock::now() - start, 900ms) << "gave up while the job was alive";
+  EXPECT_GE(MonotonicClock::now() - start, 900ms) << "gave up while the job was alive";
 }
 
 // The same rounds over the real TCP store, as processes use it.

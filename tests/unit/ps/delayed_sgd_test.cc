@@ -13,7 +13,7 @@ namespace gradsync::testing {
 namespace {
 
 using Delay = PsOptions::Delay;
-constexpr double kMomentum = 0.9;
+constexpr double kDelayedMomentum = 0.9;
 
 struct Outcome {
   std::vector<Parameters> local;  // by worker
@@ -100,7 +100,7 @@ Outcome replay(const PsOptions& o, const CompressionConfig& compression, int ste
           w = base - lr * (u + glu);
         }
         float& v = velocity[t][i];
-        v = static_cast<float>(kMomentum) * v + sum * (1.0f / static_cast<float>(workers));
+        v = static_cast<float>(kDelayedMomentum) * v + sum * (1.0f / static_cast<float>(workers));
         global[t][i] -= static_cast<float>(kLr) * v;
       }
     }
@@ -116,7 +116,7 @@ Outcome replay(const PsOptions& o, const CompressionConfig& compression, int ste
   return {local, global, velocity};
 }
 
-struct Case {
+struct DelayedCase {
   std::string name;
   Delay delay;
   int64_t warmup;
@@ -126,18 +126,18 @@ struct Case {
   float threshold = 0.2f;  // cdsgd
   std::string compress = "none";
 
-  friend void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
+  friend void PrintTo(const DelayedCase& c, std::ostream* os) { *os << c.name; }
 };
 
-class DelayedSgd : public ::testing::TestWithParam<Case> {};
+class DelayedSgd : public ::testing::TestWithParam<DelayedCase> {};
 
 TEST_P(DelayedSgd, MatchesTheNaiveReplay) {
-  const Case& c = GetParam();
+  const DelayedCase& c = GetParam();
   constexpr int kSteps = 8;
   Job job{.workers = 2,
           .servers = c.servers,
           .colocated = c.colocated,
-          .server = {.momentum = kMomentum},
+          .server = {.momentum = kDelayedMomentum},
           .schedule = c.schedule,
           .compression = {.spec = c.compress, .minElements = 100}};
   PsOptions options = job.options();
@@ -166,16 +166,16 @@ TEST_P(DelayedSgd, MatchesTheNaiveReplay) {
 
 INSTANTIATE_TEST_SUITE_P(
     Strategies, DelayedSgd,
-    ::testing::Values(Case{"odsgd", Delay::kOneStep, 2},
-                      Case{"odsgd_no_warmup", Delay::kOneStep, 0},
-                      Case{"odsgd_p3_apart", Delay::kOneStep, 1, "p3:slice=1000", 1, false},
-                      Case{"odsgd_topk", Delay::kOneStep, 2, "wfbp", 2, true, 0.2f, "topk:0.05"},
-                      Case{"ssdsgd", Delay::kSeveralSteps, 2},
-                      Case{"ssdsgd_qsgd", Delay::kSeveralSteps, 1, "wfbp", 1, false, 0.2f,
-                           "qsgd:8"},
-                      Case{"ssdsgd_fusion", Delay::kSeveralSteps, 1, "fusion:0.01", 1},
-                      Case{"cdsgd", Delay::kCompressed, 2},
-                      Case{"cdsgd_p3", Delay::kCompressed, 1, "p3:slice=5", 2, false}),
+    ::testing::Values(
+        DelayedCase{"odsgd", Delay::kOneStep, 2},
+        DelayedCase{"odsgd_no_warmup", Delay::kOneStep, 0},
+        DelayedCase{"odsgd_p3_apart", Delay::kOneStep, 1, "p3:slice=1000", 1, false},
+        DelayedCase{"odsgd_topk", Delay::kOneStep, 2, "wfbp", 2, true, 0.2f, "topk:0.05"},
+        DelayedCase{"ssdsgd", Delay::kSeveralSteps, 2},
+        DelayedCase{"ssdsgd_qsgd", Delay::kSeveralSteps, 1, "wfbp", 1, false, 0.2f, "qsgd:8"},
+        DelayedCase{"ssdsgd_fusion", Delay::kSeveralSteps, 1, "fusion:0.01", 1},
+        DelayedCase{"cdsgd", Delay::kCompressed, 2},
+        DelayedCase{"cdsgd_p3", Delay::kCompressed, 1, "p3:slice=5", 2, false}),
     [](const auto& info) { return info.param.name; });
 
 }  // namespace

@@ -15,11 +15,11 @@
 namespace gradsync::testing {
 namespace {
 
-constexpr double kMomentum = 0.9;
-constexpr int kSteps = 3;
+constexpr double kCompressionMomentum = 0.9;
+constexpr int kCompressionSteps = 3;
 // Engine and reference add the same float terms in the same order (worker order, then the
 // update rule); what remains is the compiler's freedom to contract a*b+c (a few ulps).
-constexpr double kTolerance = 1e-6;
+constexpr double kCompressionTolerance = 1e-6;
 
 // Small enough that conv.weight (189 elements) is compressed too; the biases stay dense.
 CompressionConfig compressionOf(const std::string& spec, int64_t warmup = 0) {
@@ -77,7 +77,7 @@ Parameters reference(const Job& job, int steps) {
       }
       for (size_t i = 0; i < unit.elements; ++i) {
         float& velocity = v[unit.offset + i];
-        velocity = static_cast<float>(kMomentum) * velocity +
+        velocity = static_cast<float>(kCompressionMomentum) * velocity +
                    sum[i] * (1.0f / static_cast<float>(job.workers));
         p[unit.offset + i] -= static_cast<float>(kLr) * velocity;
       }
@@ -90,7 +90,7 @@ Parameters reference(const Job& job, int steps) {
   return out;
 }
 
-struct Case {
+struct CompressionCase {
   std::string method;
   int workers = 2;
   int servers = 1;
@@ -98,38 +98,40 @@ struct Case {
   std::string schedule = "wfbp";
   int64_t warmup = 0;
 
-  friend void PrintTo(const Case& c, std::ostream* os) { *os << c.method << " " << c.schedule; }
+  friend void PrintTo(const CompressionCase& c, std::ostream* os) {
+    *os << c.method << " " << c.schedule;
+  }
 };
 
-class PsCompressionMethods : public ::testing::TestWithParam<Case> {};
+class PsCompressionMethods : public ::testing::TestWithParam<CompressionCase> {};
 
 // Every method that can push, over 1 and 2 servers, co-located and apart, whole tensors, fusion
 // buckets and p3 slices, with and without error feedback and a dense warm-up.
 TEST_P(PsCompressionMethods, MatchesTheNaiveReference) {
-  const Case& c = GetParam();
+  const CompressionCase& c = GetParam();
   Job job{.workers = c.workers,
           .servers = c.servers,
           .colocated = c.colocated,
-          .server = {.momentum = kMomentum},
+          .server = {.momentum = kCompressionMomentum},
           .schedule = c.schedule,
           .compression = compressionOf(c.method, c.warmup)};
-  Parameters expected = reference(job, kSteps);
+  Parameters expected = reference(job, kCompressionSteps);
   Parameters dense = initialParameters();
   runJob(job, [&](Transport& t) {
     Parameters p = initialParameters();
     Engine engine(t, kTensors, job.engine(job.options(), kPushSeed), spansOf(p));
-    for (int s = 0; s < kSteps; ++s) step(engine, t.rank(), s, backwardOrder(t.rank()));
+    for (int s = 0; s < kCompressionSteps; ++s) step(engine, t.rank(), s, backwardOrder(t.rank()));
     engine.drain();
-    expectClose(p, expected, fmt::format("worker {}", t.rank()), kTolerance);
+    expectClose(p, expected, fmt::format("worker {}", t.rank()), kCompressionTolerance);
   });
   // Dense training must miss the reference, or this test could not catch pushes sent dense.
   Job denseJob = job;
   denseJob.compression = {};
-  Parameters denseResult = reference(denseJob, kSteps);
+  Parameters denseResult = reference(denseJob, kCompressionSteps);
   size_t missed = 0;
   for (size_t t = 0; t < kTensors.size(); ++t) {
     for (size_t i = 0; i < kTensors[t].elements; ++i) {
-      const double bound = kTolerance * (1 + std::fabs(expected[t][i]));
+      const double bound = kCompressionTolerance * (1 + std::fabs(expected[t][i]));
       missed += std::fabs(double{denseResult[t][i]} - expected[t][i]) > bound;
     }
   }
@@ -138,11 +140,14 @@ TEST_P(PsCompressionMethods, MatchesTheNaiveReference) {
 
 INSTANTIATE_TEST_SUITE_P(
     Methods, PsCompressionMethods,
-    ::testing::Values(Case{"fp16"}, Case{"topk:0.05"}, Case{"mstopk:0.05", 3, 2, false},
-                      Case{"randomk:0.1", 2, 2, true, "fusion:0.01"}, Case{"qsgd:16"},
-                      Case{"terngrad", 3, 1, false}, Case{"onebit", 2, 2, true, "p3:slice=500"},
-                      Case{"signsgd"}, Case{"topk:0.05,ef=off", 3, 2, false, "p3:slice=3000"},
-                      Case{"qsgd:4", 2, 1, true, "wfbp", 2}),
+    ::testing::Values(CompressionCase{"fp16"}, CompressionCase{"topk:0.05"},
+                      CompressionCase{"mstopk:0.05", 3, 2, false},
+                      CompressionCase{"randomk:0.1", 2, 2, true, "fusion:0.01"},
+                      CompressionCase{"qsgd:16"}, CompressionCase{"terngrad", 3, 1, false},
+                      CompressionCase{"onebit", 2, 2, true, "p3:slice=500"},
+                      CompressionCase{"signsgd"},
+                      CompressionCase{"topk:0.05,ef=off", 3, 2, false, "p3:slice=3000"},
+                      CompressionCase{"qsgd:4", 2, 1, true, "wfbp", 2}),
     [](const auto& info) {
       std::string name =
           fmt::format("{}_{}w_{}s_{}_{}", info.param.method, info.param.workers, info.param.servers,
@@ -163,7 +168,7 @@ TEST(PsCompression, SendsLessThanDense) {
     step(engine, t.rank(), 0, backwardOrder(t.rank()));  // rank 0 also sends the servers' state
     engine.drain();
     const StepStats first = engine.totals();
-    for (int s = 1; s < kSteps; ++s) step(engine, t.rank(), s, backwardOrder(t.rank()));
+    for (int s = 1; s < kCompressionSteps; ++s) step(engine, t.rank(), s, backwardOrder(t.rank()));
     engine.drain();
     const StepStats totals = engine.totals();
     // Pushes are 1% as (index, value) pairs (2%) plus the dense biases; replies stay dense.

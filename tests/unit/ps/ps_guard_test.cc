@@ -24,10 +24,10 @@
 namespace gradsync::testing {
 namespace {
 
-constexpr double kMomentum = 0.9;
-constexpr int kSteps = 50;  // five windows: a unit past a threshold from the start trips at 30
-constexpr double kTolerance = 1e-6;  // as ps_compression_test.cc: a few ulps of contraction
-const GuardOptions kGuard{};         // the engine's thresholds
+constexpr double kGuardMomentum = 0.9;
+constexpr int kGuardSteps = 50;  // five windows: a unit past a threshold from the start trips at 30
+constexpr double kGuardTolerance = 1e-6;  // as ps_compression_test.cc: a few ulps of contraction
+const GuardOptions kGuard{};              // the engine's thresholds
 
 // Uniform in [-0.5, 0.5), independent across ranks, tensors, elements and steps.
 float noise(int rank, size_t tensor, size_t i, int step) {
@@ -52,7 +52,7 @@ struct WorkerReference {
   DenseFrom denseFrom;
 };
 
-struct Reference {
+struct GuardReference {
   Parameters parameters;
   std::vector<DenseFrom> denseFrom;  // by worker
 };
@@ -95,7 +95,7 @@ void decide(WorkerReference& w, int ended) {
 }
 
 // `guarded`: whether workers run the guard. Error feedback is on (randomk's default, checked).
-Reference reference(const Job& job, int steps, bool guarded) {
+GuardReference reference(const Job& job, int steps, bool guarded) {
   CompressionPlan plan = planCompression(job.compression, kTensors, 0.0);
   GradientLayout layout = planLayout(kTensors, ScheduleSpec::parse(job.schedule), plan.groups());
   std::vector<WorkerReference> workers(job.workers);
@@ -130,7 +130,7 @@ Reference reference(const Job& job, int steps, bool guarded) {
       }
       for (size_t i = 0; i < unit.elements; ++i) {
         float& velocity = v[unit.offset + i];
-        velocity = static_cast<float>(kMomentum) * velocity +
+        velocity = static_cast<float>(kGuardMomentum) * velocity +
                    sum[i] * (1.0f / static_cast<float>(job.workers));
         p[unit.offset + i] -= static_cast<float>(kLr) * velocity;
       }
@@ -139,7 +139,7 @@ Reference reference(const Job& job, int steps, bool guarded) {
       for (WorkerReference& w : workers) decide(w, s + 1);
     }
   }
-  Reference out{initial, {}};
+  GuardReference out{initial, {}};
   for (size_t t = 0; t < kTensors.size(); ++t)
     std::copy_n(p.begin() + layout.offsetOf[t], kTensors[t].elements, out.parameters[t].begin());
   for (const WorkerReference& w : workers) out.denseFrom.push_back(w.denseFrom);
@@ -182,25 +182,25 @@ size_t fcWeightUnit(const Job& job) {
   return planLayout(kTensors, ScheduleSpec::parse(job.schedule), plan.groups()).unitOf[3];
 }
 
-struct Case {
+struct GuardCase {
   int workers = 2;
   int servers = 1;
   bool colocated = true;
   ServerOptions::Consistency consistency = ServerOptions::Consistency::kSync;
 
-  friend void PrintTo(const Case& c, std::ostream* os) {
+  friend void PrintTo(const GuardCase& c, std::ostream* os) {
     *os << c.workers << " workers, " << c.servers << " servers";
   }
 };
 
-class PsGuard : public ::testing::TestWithParam<Case> {
+class PsGuard : public ::testing::TestWithParam<GuardCase> {
  protected:
   Job job(const std::string& method, bool guard = true) const {
-    const Case& c = GetParam();
+    const GuardCase& c = GetParam();
     return Job{.workers = c.workers,
                .servers = c.servers,
                .colocated = c.colocated,
-               .server = {.consistency = c.consistency, .momentum = kMomentum},
+               .server = {.consistency = c.consistency, .momentum = kGuardMomentum},
                .compression = compressionOf(method, guard)};
   }
   bool synchronous() const { return GetParam().consistency == ServerOptions::Consistency::kSync; }
@@ -211,8 +211,8 @@ class PsGuard : public ::testing::TestWithParam<Case> {
 // the residual; the servers sum encoded and dense pushes as the reference does.
 TEST_P(PsGuard, HarmfulPushesGoDenseOnTheWorkerAndTheServersSumWhatWasPushed) {
   const Job guarded = job("randomk:0.01");
-  const Reference expected = reference(guarded, kSteps, true);
-  const Trained run = train(guarded, kSteps);
+  const GuardReference expected = reference(guarded, kGuardSteps, true);
+  const Trained run = train(guarded, kGuardSteps);
   const size_t fc = fcWeightUnit(guarded);
   for (int r = 0; r < guarded.workers; ++r) {
     // The premise: fc.weight trips after 3 windows at the earliest.
@@ -232,18 +232,19 @@ TEST_P(PsGuard, HarmfulPushesGoDenseOnTheWorkerAndTheServersSumWhatWasPushed) {
     }
     EXPECT_EQ(actual, expected.denseFrom[r]) << "worker " << r;
     if (synchronous()) {
-      expectClose(run.parameters[r], expected.parameters, fmt::format("worker {}", r), kTolerance);
+      expectClose(run.parameters[r], expected.parameters, fmt::format("worker {}", r),
+                  kGuardTolerance);
     }
   }
   if (!synchronous()) return;
   // Pushing on compressed (what the guard prevents) must miss the reference, or this test could
   // not tell dense pushes from encoded ones.
-  const Parameters unguarded = reference(guarded, kSteps, false).parameters;
+  const Parameters unguarded = reference(guarded, kGuardSteps, false).parameters;
   size_t missed = 0;
   for (size_t t = 0; t < kTensors.size(); ++t) {
     for (size_t i = 0; i < kTensors[t].elements; ++i) {
       missed += std::fabs(unguarded[t][i] - expected.parameters[t][i]) >
-                kTolerance * (1 + std::fabs(expected.parameters[t][i]));
+                kGuardTolerance * (1 + std::fabs(expected.parameters[t][i]));
     }
   }
   EXPECT_GT(missed, 0u);
@@ -252,20 +253,20 @@ TEST_P(PsGuard, HarmfulPushesGoDenseOnTheWorkerAndTheServersSumWhatWasPushed) {
 // --guard off: no guard, every push encoded as before (the reference without a guard).
 TEST_P(PsGuard, OffPushesEveryStepEncoded) {
   const Job off = job("randomk:0.01", false);
-  const Parameters expected = reference(off, kSteps, false).parameters;
-  const Trained run = train(off, kSteps);
+  const Parameters expected = reference(off, kGuardSteps, false).parameters;
+  const Trained run = train(off, kGuardSteps);
   for (int r = 0; r < off.workers; ++r) {
     EXPECT_TRUE(run.events[r].empty());
     // Asynchronous servers apply pushes in arrival order: no reference to compare with.
     if (synchronous())
-      expectClose(run.parameters[r], expected, fmt::format("worker {}", r), kTolerance);
+      expectClose(run.parameters[r], expected, fmt::format("worker {}", r), kGuardTolerance);
   }
 }
 
 // A method that works never trips, and a guard that does not act changes no bit.
 TEST_P(PsGuard, AHealthyMethodNeverTripsAndChangesNoBit) {
-  const Trained on = train(job("fp16"), kSteps);
-  const Trained off = train(job("fp16", false), kSteps);
+  const Trained on = train(job("fp16"), kGuardSteps);
+  const Trained off = train(job("fp16", false), kGuardSteps);
   for (int r = 0; r < GetParam().workers; ++r) {
     EXPECT_TRUE(on.events[r].empty()) << on.events[r].front().reason;
     if (synchronous()) {
@@ -274,17 +275,15 @@ TEST_P(PsGuard, AHealthyMethodNeverTripsAndChangesNoBit) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Placements, PsGuard,
-                         ::testing::Values(Case{}, Case{3, 2, false},
-                                           Case{2, 1, true, ServerOptions::Consistency::kAsync}),
-                         [](const auto& info) {
-                           const Case& c = info.param;
-                           return fmt::format("{}w_{}s_{}_{}", c.workers, c.servers,
-                                              c.colocated ? "colocated" : "apart",
-                                              c.consistency == ServerOptions::Consistency::kSync
-                                                  ? "sync"
-                                                  : "async");
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Placements, PsGuard,
+    ::testing::Values(GuardCase{}, GuardCase{3, 2, false},
+                      GuardCase{2, 1, true, ServerOptions::Consistency::kAsync}),
+    [](const auto& info) {
+      const GuardCase& c = info.param;
+      return fmt::format("{}w_{}s_{}_{}", c.workers, c.servers, c.colocated ? "colocated" : "apart",
+                         c.consistency == ServerOptions::Consistency::kSync ? "sync" : "async");
+    });
 
 }  // namespace
 }  // namespace gradsync::testing

@@ -17,7 +17,7 @@ namespace gradsync {
 namespace {
 
 using namespace std::chrono_literals;
-using Clock = std::chrono::steady_clock;
+using MonotonicClock = std::chrono::steady_clock;
 
 enum class Kind { kInMemory, kFile, kTcp };
 
@@ -102,26 +102,26 @@ TEST_P(StoreTest, GetWaitsForALaterSetFromAnotherThread) {
   for (bool samehandle : {true, false}) {
     std::string key = samehandle ? "late-same" : "late-peer";
     auto setter = samehandle ? store_ : peer();
-    auto start = Clock::now();
+    auto start = MonotonicClock::now();
     std::thread thread([&] {
       std::this_thread::sleep_for(50ms);
       setter->setString(key, "here");
     });
     EXPECT_EQ(store_->getString(key, 5s), "here");
-    EXPECT_GE(Clock::now() - start, 40ms);
+    EXPECT_GE(MonotonicClock::now() - start, 40ms);
     thread.join();
   }
 }
 
 TEST_P(StoreTest, GetTimesOutNamingTheKey) {
-  auto start = Clock::now();
+  auto start = MonotonicClock::now();
   try {
     store_->get("nobody-sets-this", 200ms);
     FAIL() << "get did not time out";
   } catch (const TimeoutError& e) {
     EXPECT_NE(std::string(e.what()).find("nobody-sets-this"), std::string::npos) << e.what();
   }
-  auto elapsed = Clock::now() - start;
+  auto elapsed = MonotonicClock::now() - start;
   EXPECT_GE(elapsed, 190ms);
   EXPECT_LT(elapsed, 1500ms);
   // The store still works afterwards.

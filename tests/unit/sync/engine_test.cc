@@ -18,11 +18,11 @@
 namespace gradsync::testing {
 namespace {
 
-const std::vector<TensorShape> kTensors = {
+const std::vector<TensorShape> kEngineTensors = {
     tensorShape("fc1.weight", {70, 1000}), tensorShape("fc1.bias", {3}),
     tensorShape("fc2.weight", {5, 200}), tensorShape("fc2.bias", {5})};
 
-float gradient(int rank, int tensor, size_t i, int step) {
+float engineGradient(int rank, int tensor, size_t i, int step) {
   return static_cast<float>((i % 13) + 3 * tensor + 7 * rank + step);
 }
 
@@ -35,7 +35,7 @@ class EngineSchedules : public ::testing::TestWithParam<std::tuple<std::string, 
 TEST_P(EngineSchedules, AveragesEveryTensorOverSteps) {
   constexpr int kSize = 3;
   runWithTransports(kind(), kSize, [&](Transport& t) {
-    Engine engine(t, kTensors, {.schedule = schedule()});
+    Engine engine(t, kEngineTensors, {.schedule = schedule()});
     for (int step = 0; step < 3; ++step) {
       const uint64_t bytesBefore = engine.totals().bytesSent;
       // Backward produces gradients last layer first; rank 1 uses another order to show that
@@ -44,7 +44,8 @@ TEST_P(EngineSchedules, AveragesEveryTensorOverSteps) {
       if (t.rank() == 1) order = {1, 3, 0, 2};
       for (int tensor : order) {
         std::span<float> slot = engine.slot(tensor);
-        for (size_t i = 0; i < slot.size(); ++i) slot[i] = gradient(t.rank(), tensor, i, step);
+        for (size_t i = 0; i < slot.size(); ++i)
+          slot[i] = engineGradient(t.rank(), tensor, i, step);
         engine.markReady(tensor);
       }
       engine.finishStep();
@@ -52,7 +53,7 @@ TEST_P(EngineSchedules, AveragesEveryTensorOverSteps) {
         std::span<float> slot = engine.slot(tensor);
         for (size_t i = 0; i < slot.size(); ++i) {
           float expected = 0;
-          for (int r = 0; r < kSize; ++r) expected += gradient(r, tensor, i, step);
+          for (int r = 0; r < kSize; ++r) expected += engineGradient(r, tensor, i, step);
           ASSERT_FLOAT_EQ(slot[i], expected / kSize) << "tensor " << tensor << " i " << i;
         }
       }
@@ -63,8 +64,8 @@ TEST_P(EngineSchedules, AveragesEveryTensorOverSteps) {
 
 TEST_P(EngineSchedules, UnusedParametersCountAsZero) {
   runWithTransports(kind(), 2, [&](Transport& t) {
-    Engine engine(t, kTensors, {.schedule = schedule()});
-    for (int tensor : {3, 2, 0}) {  // fc1.bias never gets a gradient
+    Engine engine(t, kEngineTensors, {.schedule = schedule()});
+    for (int tensor : {3, 2, 0}) {  // fc1.bias never gets a engineGradient
       std::span<float> slot = engine.slot(tensor);
       std::fill(slot.begin(), slot.end(), 1.0f + t.rank());
       engine.markReady(tensor);
@@ -90,7 +91,7 @@ INSTANTIATE_TEST_SUITE_P(
 void runStep(Engine& engine, int rank, int step) {
   for (int tensor = 3; tensor >= 0; --tensor) {
     std::span<float> slot = engine.slot(tensor);
-    for (size_t i = 0; i < slot.size(); ++i) slot[i] = gradient(rank, tensor, i, step) / 64;
+    for (size_t i = 0; i < slot.size(); ++i) slot[i] = engineGradient(rank, tensor, i, step) / 64;
     engine.markReady(tensor);
   }
   engine.finishStep();
@@ -98,7 +99,7 @@ void runStep(Engine& engine, int rank, int step) {
 
 float average(int ranks, int tensor, size_t i, int step) {
   float sum = 0;
-  for (int r = 0; r < ranks; ++r) sum += gradient(r, tensor, i, step) / 64;
+  for (int r = 0; r < ranks; ++r) sum += engineGradient(r, tensor, i, step) / 64;
   return sum / ranks;
 }
 
@@ -113,7 +114,7 @@ TEST(EngineClock, StatisticsReadOnlyTheInjectedClock) {
                           .compression = {.spec = "topk:0.1", .minElements = 500},
                           .clock = clock};
     runWithTransports(TransportKind::kLoopback, 2, [&](Transport& t) {
-      Engine engine(t, kTensors, options);
+      Engine engine(t, kEngineTensors, options);
       for (int step = 0; step < 2; ++step) runStep(engine, t.rank(), step);
       StepStats totals = engine.totals();
       if (clock == &frozen) {
@@ -133,7 +134,7 @@ TEST(EngineCompression, CompressesLargeTensorsAfterTheWarmUp) {
   EngineOptions options{.schedule = ScheduleSpec::parse("fusion:1"),
                         .compression = {.spec = "fp16", .minElements = 500, .warmupSteps = 1}};
   runWithTransports(TransportKind::kLoopback, kSize, [&](Transport& t) {
-    Engine engine(t, kTensors, options);
+    Engine engine(t, kEngineTensors, options);
     // fp16 weights and dense biases never share a fusion bucket: the weights fuse into one
     // across the biases between them, and the biases into another.
     ASSERT_EQ(engine.layout().units.size(), 2u);
@@ -172,28 +173,28 @@ TEST(EngineCompression, CompressesLargeTensorsAfterTheWarmUp) {
 }
 
 // The engine carries out exactly the operations of its planner, in the planner's order (the
-// simulator runs the same StepPlanner): read back from the engine's trace, every gradient ready
-// at once, for the ring's fixed order and sharded's reduce-scatters then allgathers.
+// simulator runs the same StepPlanner): read back from the engine's trace, every engineGradient
+// ready at once, for the ring's fixed order and sharded's reduce-scatters then allgathers.
 TEST(EngineOrder, RunsThePlannersOperationsInOrder) {
   for (const bool sharded : {false, true}) {
     EngineOptions options{.schedule = ScheduleSpec::parse("wfbp"),
                           .update = UpdateRule::sgd(0.1),
                           .sharded = sharded};
-    const GradientLayout layout = planLayout(kTensors, options.schedule);
+    const GradientLayout layout = planLayout(kEngineTensors, options.schedule);
     StepPlanner planner(layout, options.schedule,
                         sharded ? StepPlanner::Route::kSharded : StepPlanner::Route::kRing);
     for (size_t u = 0; u < layout.units.size(); ++u) planner.unitReady(u);
     std::vector<std::string> expected;
     while (std::optional<PlannedOp> op = planner.next()) {
       expected.push_back(std::string(toString(op->kind)) + " " +
-                         kTensors[layout.units[op->unit].tensors.front()].name);
+                         kEngineTensors[layout.units[op->unit].tensors.front()].name);
       planner.done(*op);
     }
     runWithTransports(TransportKind::kLoopback, 2, [&](Transport& t) {
       std::vector<std::vector<float>> parameters;
-      for (const TensorShape& shape : kTensors) parameters.emplace_back(shape.elements, 0.5f);
+      for (const TensorShape& shape : kEngineTensors) parameters.emplace_back(shape.elements, 0.5f);
       TraceRecorder trace(t.rank(), {.first = 0, .last = 0}, SteadyClock::instance());
-      Engine engine(t, kTensors, options, {parameters.begin(), parameters.end()});
+      Engine engine(t, kEngineTensors, options, {parameters.begin(), parameters.end()});
       engine.setTrace(&trace);
       trace.setStep(0);
       runStep(engine, t.rank(), 0);
@@ -212,8 +213,8 @@ TEST(EngineOrder, RunsThePlannersOperationsInOrder) {
 
 TEST(EngineCompression, BadSpecsFailAtConstruction) {
   runWithTransports(TransportKind::kLoopback, 1, [&](Transport& t) {
-    EXPECT_THROW(Engine(t, kTensors, {.compression = {.spec = "zip"}}), ConfigError);
-    EXPECT_THROW(Engine(t, kTensors, {.compression = {.overrides = {"fc1*"}}}), ConfigError);
+    EXPECT_THROW(Engine(t, kEngineTensors, {.compression = {.spec = "zip"}}), ConfigError);
+    EXPECT_THROW(Engine(t, kEngineTensors, {.compression = {.overrides = {"fc1*"}}}), ConfigError);
   });
 }
 
@@ -224,7 +225,7 @@ TEST(EngineErrors, LostPeerIsRethrownOnTheTrainingThread) {
       TransportKind::kTcp, 2,
       [&](Transport& t) {
         if (t.rank() == 1) return;  // rank 1 leaves before the step
-        Engine engine(t, kTensors, {.schedule = ScheduleSpec::parse("wfbp")});
+        Engine engine(t, kEngineTensors, {.schedule = ScheduleSpec::parse("wfbp")});
         for (int tensor = 3; tensor >= 0; --tensor) engine.markReady(tensor);
         try {
           engine.finishStep();

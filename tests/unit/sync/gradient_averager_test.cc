@@ -29,7 +29,7 @@ const std::vector<GradientShape> kShapes = {{"conv.weight", {16, 3, 5, 5}},
                                             {"empty", {0, 4}}};
 // As DDP buckets them: last layers first, a bucket of several layers.
 const std::vector<std::vector<int>> kBuckets = {{5, 4, 3, 2}, {1, 0}};
-constexpr int kSteps = 3;
+constexpr int kAveragerSteps = 3;
 
 std::vector<TensorShape> engineShapes() {
   std::vector<TensorShape> shapes;
@@ -43,7 +43,7 @@ size_t elementsOf(int tensor) {
   return n;
 }
 
-float gradient(int rank, int tensor, size_t i, int step) {
+float averagerGradient(int rank, int tensor, size_t i, int step) {
   return static_cast<float>(
       std::sin(1.3 * static_cast<double>(i) + 0.7 * tensor + 2.1 * rank + 0.37 * step));
 }
@@ -58,10 +58,11 @@ Results viaEngine(Transport& t, const std::string& spec, int64_t warmup) {
   options.update.momentum = 0.9;  // dgc's momentum correction
   Engine engine(t, engineShapes(), options);
   Results results;
-  for (int step = 0; step < kSteps; ++step) {
+  for (int step = 0; step < kAveragerSteps; ++step) {
     for (int tensor = static_cast<int>(kShapes.size()) - 1; tensor >= 0; --tensor) {
       std::span<float> slot = engine.slot(tensor);
-      for (size_t i = 0; i < slot.size(); ++i) slot[i] = gradient(t.rank(), tensor, i, step);
+      for (size_t i = 0; i < slot.size(); ++i)
+        slot[i] = averagerGradient(t.rank(), tensor, i, step);
       engine.markReady(tensor);
     }
     engine.finishStep();
@@ -90,7 +91,7 @@ void averageStep(GradientAverager& averager, int rank, int step,
     std::vector<float> bucket;
     for (int tensor : indices) {
       for (size_t i = 0; i < elementsOf(tensor); ++i)
-        bucket.push_back(gradient(rank, tensor, i, step));
+        bucket.push_back(averagerGradient(rank, tensor, i, step));
     }
     averager.average(indices, bucket, static_cast<uint64_t>(step));
     size_t at = 0;
@@ -105,8 +106,9 @@ void averageStep(GradientAverager& averager, int rank, int step,
 
 Results viaAverager(Transport& t, const std::string& spec, int64_t warmup) {
   GradientAverager averager(t, kShapes, averagerOptions(spec, warmup));
-  Results results(kSteps);
-  for (int step = 0; step < kSteps; ++step) averageStep(averager, t.rank(), step, results[step]);
+  Results results(kAveragerSteps);
+  for (int step = 0; step < kAveragerSteps; ++step)
+    averageStep(averager, t.rank(), step, results[step]);
   return results;
 }
 
@@ -115,7 +117,7 @@ Results viaAverager(Transport& t, const std::string& spec, int64_t warmup) {
 // in another order, so three ranks may differ in the last bit (two add in one order only).
 void expectSame(const Results& engine, const Results& averager, int ranks, const std::string& spec,
                 int64_t warmup) {
-  for (int step = 0; step < kSteps; ++step) {
+  for (int step = 0; step < kAveragerSteps; ++step) {
     for (size_t tensor = 0; tensor < kShapes.size(); ++tensor) {
       const auto& e = engine[step][tensor];
       const auto& a = averager[step][tensor];
@@ -177,7 +179,8 @@ TEST(GradientAverager, DenseAveragesAreTheMean) {
       ASSERT_EQ(byTensor[tensor].size(), elementsOf(static_cast<int>(tensor)));
       for (size_t i = 0; i < byTensor[tensor].size(); ++i) {
         float mean = 0;
-        for (int r = 0; r < kRanks; ++r) mean += gradient(r, static_cast<int>(tensor), i, 1);
+        for (int r = 0; r < kRanks; ++r)
+          mean += averagerGradient(r, static_cast<int>(tensor), i, 1);
         ASSERT_NEAR(byTensor[tensor][i], mean / kRanks, 1e-6);
       }
     }

@@ -20,13 +20,13 @@ namespace gradsync::testing {
 namespace {
 
 // Sizes 0, 1, a non-divisible matrix cut into row slices, and a larger tensor.
-const std::vector<TensorShape> kTensors = {
+const std::vector<TensorShape> kUpdateTensors = {
     tensorShape("conv.weight", {7, 3, 3, 3}), tensorShape("conv.bias", {1}),
     tensorShape("empty", {0}), tensorShape("fc.weight", {10, 1001}), tensorShape("fc.bias", {10})};
-constexpr double kLr = 0.1;
-constexpr double kMomentum = 0.9;
+constexpr double kUpdateLr = 0.1;
+constexpr double kUpdateMomentum = 0.9;
 
-float gradient(int rank, size_t tensor, size_t i, int step) {
+float updateGradient(int rank, size_t tensor, size_t i, int step) {
   return std::sin(static_cast<float>(i + 31 * tensor + 7 * rank + 13 * step)) / 4;
 }
 
@@ -41,10 +41,10 @@ struct Model {
 
 Model initialModel() {
   Model model;
-  for (size_t t = 0; t < kTensors.size(); ++t) {
-    model.parameters.emplace_back(kTensors[t].elements);
-    model.velocity.emplace_back(kTensors[t].elements, 0.0f);
-    for (size_t i = 0; i < kTensors[t].elements; ++i) model.parameters[t][i] = initial(t, i);
+  for (size_t t = 0; t < kUpdateTensors.size(); ++t) {
+    model.parameters.emplace_back(kUpdateTensors[t].elements);
+    model.velocity.emplace_back(kUpdateTensors[t].elements, 0.0f);
+    for (size_t i = 0; i < kUpdateTensors[t].elements; ++i) model.parameters[t][i] = initial(t, i);
   }
   return model;
 }
@@ -53,13 +53,13 @@ Model initialModel() {
 Model reference(int ranks, int steps) {
   Model model = initialModel();
   for (int step = 0; step < steps; ++step) {
-    for (size_t t = 0; t < kTensors.size(); ++t) {
-      for (size_t i = 0; i < kTensors[t].elements; ++i) {
+    for (size_t t = 0; t < kUpdateTensors.size(); ++t) {
+      for (size_t i = 0; i < kUpdateTensors[t].elements; ++i) {
         double sum = 0;
-        for (int r = 0; r < ranks; ++r) sum += gradient(r, t, i, step);
+        for (int r = 0; r < ranks; ++r) sum += updateGradient(r, t, i, step);
         float& v = model.velocity[t][i];
-        v = static_cast<float>(kMomentum * v + sum / ranks);
-        model.parameters[t][i] -= static_cast<float>(kLr * v);
+        v = static_cast<float>(kUpdateMomentum * v + sum / ranks);
+        model.parameters[t][i] -= static_cast<float>(kUpdateLr * v);
       }
     }
   }
@@ -80,7 +80,7 @@ class UpdateEngine : public ::testing::TestWithParam<Param> {
  protected:
   EngineOptions options() const {
     return {.schedule = ScheduleSpec::parse(std::get<0>(GetParam())),
-            .update = UpdateRule::sgd(kLr, kMomentum),
+            .update = UpdateRule::sgd(kUpdateLr, kUpdateMomentum),
             .sharded = std::get<1>(GetParam()) == "sharded"};
   }
   int ranks() const { return std::get<2>(GetParam()); }
@@ -94,7 +94,7 @@ TEST_P(UpdateEngine, AppliesSgdOnTheAverage) {
   runWithTransports(std::get<3>(GetParam()), ranks(), [&](Transport& t) {
     Model model = initialModel();
     std::vector<std::span<float>> spans(model.parameters.begin(), model.parameters.end());
-    Engine engine(t, kTensors, options(), spans);
+    Engine engine(t, kUpdateTensors, options(), spans);
     ASSERT_TRUE(Engine::updatesParameters(options()));
     std::vector<int> order = {4, 3, 2, 1, 0};
     if (t.rank() == 1) order = {1, 4, 0, 3, 2};
@@ -102,14 +102,16 @@ TEST_P(UpdateEngine, AppliesSgdOnTheAverage) {
       for (int tensor = 0; tensor < 5; ++tensor) engine.waitFor(tensor);
       for (int tensor : order) {
         std::span<float> slot = engine.slot(tensor);
-        for (size_t i = 0; i < slot.size(); ++i) slot[i] = gradient(t.rank(), tensor, i, step);
+        for (size_t i = 0; i < slot.size(); ++i)
+          slot[i] = updateGradient(t.rank(), tensor, i, step);
         engine.markReady(tensor);
       }
       engine.endBackward();
     }
     engine.drain();
-    for (size_t tensor = 0; tensor < kTensors.size(); ++tensor) {
-      expectClose(model.parameters[tensor], expected.parameters[tensor], kTensors[tensor].name);
+    for (size_t tensor = 0; tensor < kUpdateTensors.size(); ++tensor) {
+      expectClose(model.parameters[tensor], expected.parameters[tensor],
+                  kUpdateTensors[tensor].name);
     }
     std::vector<float> velocity = engine.velocity();
     std::vector<float> expectedVelocity;
@@ -214,14 +216,14 @@ TEST(UpdateEngine, ConcurrentSlicesGiveTheBitsOfOneAtATime) {
           std::vector<std::span<float>> spans(model.parameters.begin(), model.parameters.end());
           EngineOptions options{.schedule = ScheduleSpec::parse(schedule),
                                 .compression = {.spec = compress, .minElements = 100},
-                                .update = UpdateRule::sgd(kLr, kMomentum)};
-          Engine engine(t, kTensors, options, spans);
+                                .update = UpdateRule::sgd(kUpdateLr, kUpdateMomentum)};
+          Engine engine(t, kUpdateTensors, options, spans);
           for (int step = 0; step < kSteps; ++step) {
             for (int tensor = 0; tensor < 5; ++tensor) engine.waitFor(tensor);
             for (int tensor = 4; tensor >= 0; --tensor) {
               std::span<float> slot = engine.slot(tensor);
               for (size_t i = 0; i < slot.size(); ++i)
-                slot[i] = gradient(t.rank(), tensor, i, step);
+                slot[i] = updateGradient(t.rank(), tensor, i, step);
               engine.markReady(tensor);
             }
             engine.endBackward();
@@ -238,10 +240,10 @@ TEST(UpdateEngine, ConcurrentSlicesGiveTheBitsOfOneAtATime) {
       }
       const auto& a = results["p3:slice=500,window=4,concurrent=1"];
       const auto& b = results["p3:slice=500,window=4,concurrent=0"];
-      ASSERT_EQ(a.size(), kTensors.size());
-      for (size_t tensor = 0; tensor < kTensors.size(); ++tensor) {
+      ASSERT_EQ(a.size(), kUpdateTensors.size());
+      for (size_t tensor = 0; tensor < kUpdateTensors.size(); ++tensor) {
         EXPECT_EQ(a[tensor], b[tensor])
-            << compress << " " << kindName(kind) << " " << kTensors[tensor].name;
+            << compress << " " << kindName(kind) << " " << kUpdateTensors[tensor].name;
       }
     }
   }
@@ -261,10 +263,10 @@ TEST(UpdateEngine, ShardedExchangedWeightsAreUpdatedByColumns) {
       Model model = initialModel();
       std::vector<std::span<float>> spans(model.parameters.begin(), model.parameters.end());
       EngineOptions options{.schedule = ScheduleSpec::parse("wfbp"),
-                            .update = UpdateRule::sgd(kLr, kMomentum),
+                            .update = UpdateRule::sgd(kUpdateLr, kUpdateMomentum),
                             .sharded = true,
                             .exchanged = {{.tensor = kWeight, .columns = 1001}}};
-      Engine engine(t, kTensors, options, spans);
+      Engine engine(t, kUpdateTensors, options, spans);
       const Block own = blockOf(1001, t.size(), t.rank());
       for (int step = 0; step < kSteps; ++step) {
         for (int tensor = 0; tensor < 5; ++tensor) engine.waitFor(tensor);
@@ -272,7 +274,7 @@ TEST(UpdateEngine, ShardedExchangedWeightsAreUpdatedByColumns) {
           std::span<float> slot = engine.slot(tensor);
           for (size_t i = 0; i < slot.size(); ++i) {
             if (tensor != kWeight) {
-              slot[i] = gradient(t.rank(), tensor, i, step);
+              slot[i] = updateGradient(t.rank(), tensor, i, step);
               continue;
             }
             const size_t column = i % 1001;
@@ -281,7 +283,7 @@ TEST(UpdateEngine, ShardedExchangedWeightsAreUpdatedByColumns) {
               continue;
             }
             double sum = 0;
-            for (int r = 0; r < t.size(); ++r) sum += gradient(r, tensor, i, step);
+            for (int r = 0; r < t.size(); ++r) sum += updateGradient(r, tensor, i, step);
             slot[i] = static_cast<float>(sum / t.size());
           }
           engine.markReady(tensor);
@@ -289,8 +291,9 @@ TEST(UpdateEngine, ShardedExchangedWeightsAreUpdatedByColumns) {
         engine.endBackward();
       }
       engine.drain();
-      for (size_t tensor = 0; tensor < kTensors.size(); ++tensor) {
-        expectClose(model.parameters[tensor], expected.parameters[tensor], kTensors[tensor].name);
+      for (size_t tensor = 0; tensor < kUpdateTensors.size(); ++tensor) {
+        expectClose(model.parameters[tensor], expected.parameters[tensor],
+                    kUpdateTensors[tensor].name);
       }
       std::vector<float> velocity = engine.velocity();
       std::vector<float> expectedVelocity;
@@ -320,15 +323,16 @@ TEST(UpdateEngine, ConcurrentShardedGivesTheBitsOfOneAtATime) {
         Model model = initialModel();
         std::vector<std::span<float>> spans(model.parameters.begin(), model.parameters.end());
         EngineOptions options{.schedule = ScheduleSpec::parse("wfbp"),
-                              .update = UpdateRule::sgd(kLr, kMomentum),
+                              .update = UpdateRule::sgd(kUpdateLr, kUpdateMomentum),
                               .sharded = true,
                               .concurrent = concurrent};
-        Engine engine(t, kTensors, options, spans);
+        Engine engine(t, kUpdateTensors, options, spans);
         for (int step = 0; step < kSteps; ++step) {
           for (int tensor = 0; tensor < 5; ++tensor) engine.waitFor(tensor);
           for (int tensor = 4; tensor >= 0; --tensor) {
             std::span<float> slot = engine.slot(tensor);
-            for (size_t i = 0; i < slot.size(); ++i) slot[i] = gradient(t.rank(), tensor, i, step);
+            for (size_t i = 0; i < slot.size(); ++i)
+              slot[i] = updateGradient(t.rank(), tensor, i, step);
             engine.markReady(tensor);
           }
           engine.endBackward();
@@ -345,9 +349,9 @@ TEST(UpdateEngine, ConcurrentShardedGivesTheBitsOfOneAtATime) {
         EXPECT_GT(overlaps, 0) << kindName(kind);
       }
     }
-    for (size_t tensor = 0; tensor < kTensors.size(); ++tensor) {
+    for (size_t tensor = 0; tensor < kUpdateTensors.size(); ++tensor) {
       EXPECT_EQ(results[1][tensor], results[3][tensor])
-          << kindName(kind) << " " << kTensors[tensor].name;
+          << kindName(kind) << " " << kUpdateTensors[tensor].name;
     }
   }
 }
@@ -356,8 +360,8 @@ TEST(UpdateEngine, VelocityRoundTripsThroughACheckpoint) {
   runWithTransports(TransportKind::kLoopback, 3, [&](Transport& t) {
     Model model = initialModel();
     std::vector<std::span<float>> spans(model.parameters.begin(), model.parameters.end());
-    EngineOptions options{.update = UpdateRule::sgd(kLr), .sharded = true};
-    Engine engine(t, kTensors, options, spans);
+    EngineOptions options{.update = UpdateRule::sgd(kUpdateLr), .sharded = true};
+    Engine engine(t, kUpdateTensors, options, spans);
     std::vector<float> saved(engine.layout().totalElements);
     for (size_t i = 0; i < saved.size(); ++i) saved[i] = static_cast<float>(i);
     engine.setVelocity(saved);
@@ -370,11 +374,11 @@ TEST(UpdateEngine, RefusesWhatShardedCannotRun) {
     Model model = initialModel();
     std::vector<std::span<float>> spans(model.parameters.begin(), model.parameters.end());
     EXPECT_THROW(
-        Engine(t, kTensors, {.schedule = ScheduleSpec::parse("p3"), .sharded = true}, spans),
+        Engine(t, kUpdateTensors, {.schedule = ScheduleSpec::parse("p3"), .sharded = true}, spans),
         ConfigError);
     EXPECT_THROW(
-        Engine(t, kTensors, {.compression = {.spec = "topk", .minElements = 1}, .sharded = true},
-               spans),
+        Engine(t, kUpdateTensors,
+               {.compression = {.spec = "topk", .minElements = 1}, .sharded = true}, spans),
         ConfigError);
   });
 }
@@ -391,9 +395,9 @@ TEST(UpdateEngine, LostPeerIsRethrownNamingIt) {
           if (t.rank() == leaver) return;
           Model model = initialModel();
           std::vector<std::span<float>> spans(model.parameters.begin(), model.parameters.end());
-          Engine engine(t, kTensors,
-                        {.schedule = ScheduleSpec::parse("p3"), .update = UpdateRule::sgd(kLr)},
-                        spans);
+          Engine engine(
+              t, kUpdateTensors,
+              {.schedule = ScheduleSpec::parse("p3"), .update = UpdateRule::sgd(kUpdateLr)}, spans);
           try {
             for (int tensor = 4; tensor >= 0; --tensor) engine.markReady(tensor);
             engine.endBackward();

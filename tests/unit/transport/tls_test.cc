@@ -20,7 +20,7 @@ namespace gradsync {
 namespace {
 
 using namespace std::chrono_literals;
-using Clock = std::chrono::steady_clock;
+using MonotonicClock = std::chrono::steady_clock;
 
 TcpTransportOptions options(bool tls, std::chrono::milliseconds timeout) {
   TcpTransportOptions o;
@@ -39,7 +39,7 @@ void expectMutualRefusal(bool tlsOnConnector) {
   auto store = makeInMemoryStore();
   testing::runRankThreads(2, [&](int rank) {
     const bool tls = (rank == 1) == tlsOnConnector;
-    const auto start = Clock::now();
+    const auto start = MonotonicClock::now();
     if (rank == 1) {  // fails at once, saying why
       try {
         connectTcpTransport(*store, 1, 2, options(tls, 5s));
@@ -50,7 +50,7 @@ void expectMutualRefusal(bool tlsOnConnector) {
             << e.what();
         EXPECT_TRUE(contains(e.what(), "same --tls setting")) << e.what();
       }
-      EXPECT_LT(Clock::now() - start, 3s);
+      EXPECT_LT(MonotonicClock::now() - start, 3s);
     } else {  // keeps waiting for the real peer, then names the mismatch in its timeout
       try {
         connectTcpTransport(*store, 0, 2, options(tls, 1500ms));
@@ -60,7 +60,7 @@ void expectMutualRefusal(bool tlsOnConnector) {
         EXPECT_TRUE(contains(e.what(), tls ? "without TLS" : "with TLS")) << e.what();
         EXPECT_TRUE(contains(e.what(), "same --tls setting")) << e.what();
       }
-      EXPECT_LT(Clock::now() - start, 5s);
+      EXPECT_LT(MonotonicClock::now() - start, 5s);
     }
   });
 }
@@ -77,14 +77,14 @@ TEST(Tls, SilentPeerTimesOutNamingItsRank) {
   auto store = makeInMemoryStore();
   Fd listener = listenTcp("127.0.0.1", 0);  // accepts (the kernel's backlog) but never answers
   store->setString("tcp/addr/0", "127.0.0.1:" + std::to_string(boundPort(listener.get())));
-  const auto start = Clock::now();
+  const auto start = MonotonicClock::now();
   try {
     connectTcpTransport(*store, 1, 2, options(true, 1s));
     FAIL() << "expected a timeout";
   } catch (const TimeoutError& e) {
     EXPECT_TRUE(contains(e.what(), "peer rank 0")) << e.what();
   }
-  EXPECT_LT(Clock::now() - start, 5s);
+  EXPECT_LT(MonotonicClock::now() - start, 5s);
 }
 
 // A relay between rank 1 and rank 0 that speaks the handshake, with TLS or not to each side.
@@ -162,13 +162,13 @@ TEST(Tls, BandwidthEmulationPacesTlsRecords) {
       testing::TransportKind::kTcpTls, 2,
       [](Transport& t) {
         std::vector<uint8_t> data(2 << 20, 0x5a);
-        auto start = Clock::now();
+        auto start = MonotonicClock::now();
         if (t.rank() == 0) {
           t.send(1, 0, data.data(), data.size())->wait();
         } else {
           std::vector<uint8_t> in(data.size());
           t.recv(0, 0, in.data(), in.size())->wait();
-          double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+          double seconds = std::chrono::duration<double>(MonotonicClock::now() - start).count();
           double expected = (2 << 20) / 12.5e6;
           EXPECT_GT(seconds, expected * 0.8);
           EXPECT_LT(seconds, expected * 4.0);

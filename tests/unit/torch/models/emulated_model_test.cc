@@ -16,9 +16,10 @@
 namespace gradsync {
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using MonotonicClock = std::chrono::steady_clock;
 
-double msSince(Clock::time_point start, Clock::time_point end = Clock::now()) {
+double msSince(MonotonicClock::time_point start,
+               MonotonicClock::time_point end = MonotonicClock::now()) {
   return std::chrono::duration<double, std::milli>(end - start).count();
 }
 
@@ -101,7 +102,7 @@ TEST(EmulatedModel, ForwardAndBackwardTakeTheProfilesTimes) {
   const double step = forward + 1e3 * profile.backwardSeconds();
   std::vector<double> forwardMs, stepMs;
   while (needMore(forwardMs, forward) || needMore(stepMs, step)) {
-    const auto start = Clock::now();
+    const auto start = MonotonicClock::now();
     torch::Tensor loss = torch::nn::functional::cross_entropy(model->forward(x), y);
     forwardMs.push_back(msSince(start));
     loss.backward();
@@ -116,7 +117,7 @@ TEST(EmulatedModel, ForwardAndBackwardTakeTheProfilesTimes) {
   torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.1));
   std::vector<double> updateMs;
   while (needMore(updateMs, 1e3 * profile.updateSeconds)) {
-    const auto start = Clock::now();
+    const auto start = MonotonicClock::now();
     model->optimizerStep(sgd);
     updateMs.push_back(msSince(start));
     EXPECT_GE(updateMs.back(), 1e3 * profile.updateSeconds - 0.01);
@@ -138,7 +139,7 @@ TEST(EmulatedModel, GradientsArriveLayerByLayerAtBackwardsTimes) {
   std::map<std::string, std::vector<double>> arrivedMs;  // since the step's start
   std::map<std::string, torch::Tensor> seen;
   std::vector<std::string> order;
-  Clock::time_point stepStart;
+  MonotonicClock::time_point stepStart;
   bool keep = false;  // copy the gradients this step (a copy delays the next layer's hook)
   for (auto& item : model->named_parameters()) {
     const std::string name = item.key();
@@ -171,7 +172,7 @@ TEST(EmulatedModel, GradientsArriveLayerByLayerAtBackwardsTimes) {
     const int step = steps++;
     order.clear();
     keep = step == 0 || step == kSteps - 1;
-    stepStart = Clock::now();
+    stepStart = MonotonicClock::now();
     model->forward(x).sum().backward();
     if (step == 0) first = seen["classifier.0.weight"];
     // Layer by layer (a layer's tensors in the order autograd accumulates them).
@@ -211,7 +212,7 @@ TEST(EmulatedModel, ForwardWaitsForEachLayersParametersFirst) {
   std::shared_ptr<Model> model = makeEmulatedModel(profile, 0, 0);
   model->train();
   std::vector<std::string> order;
-  Clock::time_point start;
+  MonotonicClock::time_point start;
   std::vector<double> atMs;
   double waitedMs = 0;  // how long the last wait in the hook took
   std::map<const torch::nn::Module*, std::string> names;
@@ -221,7 +222,7 @@ TEST(EmulatedModel, ForwardWaitsForEachLayersParametersFirst) {
     order.push_back(names[&layer]);
     atMs.push_back(msSince(start));
     if (names[&layer] != "classifier.0") return;
-    const auto asleep = Clock::now();
+    const auto asleep = MonotonicClock::now();
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
     waitedMs = msSince(asleep);
   });
@@ -231,7 +232,7 @@ TEST(EmulatedModel, ForwardWaitsForEachLayersParametersFirst) {
   while (needMore(second, 2.0) || needMore(third, 6.0) || needMore(deviceMs, forward)) {
     order.clear();
     atMs.clear();
-    start = Clock::now();
+    start = MonotonicClock::now();
     torch::Tensor out = model->forward(x);
     deviceMs.push_back(msSince(start) - waitedMs);  // the forward less the wait
     ASSERT_EQ(atMs.size(), 4u);
