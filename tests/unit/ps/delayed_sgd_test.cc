@@ -13,7 +13,6 @@ namespace gradsync::testing {
 namespace {
 
 using Delay = PsOptions::Delay;
-constexpr double kDelayedMomentum = 0.9;
 
 struct Outcome {
   std::vector<Parameters> local;  // by worker
@@ -100,7 +99,7 @@ Outcome replay(const PsOptions& o, const CompressionConfig& compression, int ste
           w = base - lr * (u + glu);
         }
         float& v = velocity[t][i];
-        v = static_cast<float>(kDelayedMomentum) * v + sum * (1.0f / static_cast<float>(workers));
+        v = static_cast<float>(kMomentum) * v + sum * (1.0f / static_cast<float>(workers));
         global[t][i] -= static_cast<float>(kLr) * v;
       }
     }
@@ -137,7 +136,7 @@ TEST_P(DelayedSgd, MatchesTheNaiveReplay) {
   Job job{.workers = 2,
           .servers = c.servers,
           .colocated = c.colocated,
-          .server = {.momentum = kDelayedMomentum},
+          .server = {.momentum = kMomentum},
           .schedule = c.schedule,
           .compression = {.spec = c.compress, .minElements = 100}};
   PsOptions options = job.options();

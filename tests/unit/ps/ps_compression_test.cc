@@ -15,11 +15,7 @@
 namespace gradsync::testing {
 namespace {
 
-constexpr double kCompressionMomentum = 0.9;
 constexpr int kCompressionSteps = 3;
-// Engine and reference add the same float terms in the same order (worker order, then the
-// update rule); what remains is the compiler's freedom to contract a*b+c (a few ulps).
-constexpr double kCompressionTolerance = 1e-6;
 
 // Small enough that conv.weight (189 elements) is compressed too; the biases stay dense.
 CompressionConfig compressionOf(const std::string& spec, int64_t warmup = 0) {
@@ -77,7 +73,7 @@ Parameters reference(const Job& job, int steps) {
       }
       for (size_t i = 0; i < unit.elements; ++i) {
         float& velocity = v[unit.offset + i];
-        velocity = static_cast<float>(kCompressionMomentum) * velocity +
+        velocity = static_cast<float>(kMomentum) * velocity +
                    sum[i] * (1.0f / static_cast<float>(job.workers));
         p[unit.offset + i] -= static_cast<float>(kLr) * velocity;
       }
@@ -112,7 +108,7 @@ TEST_P(PsCompressionMethods, MatchesTheNaiveReference) {
   Job job{.workers = c.workers,
           .servers = c.servers,
           .colocated = c.colocated,
-          .server = {.momentum = kCompressionMomentum},
+          .server = {.momentum = kMomentum},
           .schedule = c.schedule,
           .compression = compressionOf(c.method, c.warmup)};
   Parameters expected = reference(job, kCompressionSteps);
@@ -122,7 +118,7 @@ TEST_P(PsCompressionMethods, MatchesTheNaiveReference) {
     Engine engine(t, kTensors, job.engine(job.options(), kPushSeed), spansOf(p));
     for (int s = 0; s < kCompressionSteps; ++s) step(engine, t.rank(), s, backwardOrder(t.rank()));
     engine.drain();
-    expectClose(p, expected, fmt::format("worker {}", t.rank()), kCompressionTolerance);
+    expectClose(p, expected, fmt::format("worker {}", t.rank()), kPushTolerance);
   });
   // Dense training must miss the reference, or this test could not catch pushes sent dense.
   Job denseJob = job;
@@ -131,7 +127,7 @@ TEST_P(PsCompressionMethods, MatchesTheNaiveReference) {
   size_t missed = 0;
   for (size_t t = 0; t < kTensors.size(); ++t) {
     for (size_t i = 0; i < kTensors[t].elements; ++i) {
-      const double bound = kCompressionTolerance * (1 + std::fabs(expected[t][i]));
+      const double bound = kPushTolerance * (1 + std::fabs(expected[t][i]));
       missed += std::fabs(double{denseResult[t][i]} - expected[t][i]) > bound;
     }
   }

@@ -23,6 +23,7 @@ inline const std::vector<TensorShape> kTensors = {
     tensorShape("conv.weight", {7, 3, 3, 3}), tensorShape("conv.bias", {1}),
     tensorShape("empty", {0}), tensorShape("fc.weight", {10, 1001}), tensorShape("fc.bias", {10})};
 inline constexpr double kLr = 0.1;
+inline constexpr double kMomentum = 0.9;  // the servers' (and references') momentum
 
 inline float gradient(int rank, size_t tensor, size_t i, int step) {
   return std::sin(static_cast<float>(i + 31 * tensor + 7 * rank + 13 * step)) / 4;

@@ -24,10 +24,8 @@
 namespace gradsync::testing {
 namespace {
 
-constexpr double kGuardMomentum = 0.9;
 constexpr int kGuardSteps = 50;  // five windows: a unit past a threshold from the start trips at 30
-constexpr double kGuardTolerance = 1e-6;  // as ps_compression_test.cc: a few ulps of contraction
-const GuardOptions kGuard{};              // the engine's thresholds
+const GuardOptions kGuard{};     // the engine's thresholds
 
 // Uniform in [-0.5, 0.5), independent across ranks, tensors, elements and steps.
 float noise(int rank, size_t tensor, size_t i, int step) {
@@ -130,7 +128,7 @@ GuardReference reference(const Job& job, int steps, bool guarded) {
       }
       for (size_t i = 0; i < unit.elements; ++i) {
         float& velocity = v[unit.offset + i];
-        velocity = static_cast<float>(kGuardMomentum) * velocity +
+        velocity = static_cast<float>(kMomentum) * velocity +
                    sum[i] * (1.0f / static_cast<float>(job.workers));
         p[unit.offset + i] -= static_cast<float>(kLr) * velocity;
       }
@@ -200,7 +198,7 @@ class PsGuard : public ::testing::TestWithParam<GuardCase> {
     return Job{.workers = c.workers,
                .servers = c.servers,
                .colocated = c.colocated,
-               .server = {.consistency = c.consistency, .momentum = kGuardMomentum},
+               .server = {.consistency = c.consistency, .momentum = kMomentum},
                .compression = compressionOf(method, guard)};
   }
   bool synchronous() const { return GetParam().consistency == ServerOptions::Consistency::kSync; }
@@ -233,7 +231,7 @@ TEST_P(PsGuard, HarmfulPushesGoDenseOnTheWorkerAndTheServersSumWhatWasPushed) {
     EXPECT_EQ(actual, expected.denseFrom[r]) << "worker " << r;
     if (synchronous()) {
       expectClose(run.parameters[r], expected.parameters, fmt::format("worker {}", r),
-                  kGuardTolerance);
+                  kPushTolerance);
     }
   }
   if (!synchronous()) return;
@@ -244,7 +242,7 @@ TEST_P(PsGuard, HarmfulPushesGoDenseOnTheWorkerAndTheServersSumWhatWasPushed) {
   for (size_t t = 0; t < kTensors.size(); ++t) {
     for (size_t i = 0; i < kTensors[t].elements; ++i) {
       missed += std::fabs(unguarded[t][i] - expected.parameters[t][i]) >
-                kGuardTolerance * (1 + std::fabs(expected.parameters[t][i]));
+                kPushTolerance * (1 + std::fabs(expected.parameters[t][i]));
     }
   }
   EXPECT_GT(missed, 0u);
@@ -259,7 +257,7 @@ TEST_P(PsGuard, OffPushesEveryStepEncoded) {
     EXPECT_TRUE(run.events[r].empty());
     // Asynchronous servers apply pushes in arrival order: no reference to compare with.
     if (synchronous())
-      expectClose(run.parameters[r], expected, fmt::format("worker {}", r), kGuardTolerance);
+      expectClose(run.parameters[r], expected, fmt::format("worker {}", r), kPushTolerance);
   }
 }
 

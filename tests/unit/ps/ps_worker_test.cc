@@ -19,8 +19,6 @@
 namespace gradsync::testing {
 namespace {
 
-constexpr double kWorkerMomentum = 0.9;
-
 // SGD with momentum on the exact average, `steps` times; also returns the velocity.
 Parameters syncReference(int workers, int steps, Parameters* velocityOut = nullptr) {
   Parameters p = initialParameters();
@@ -31,7 +29,7 @@ Parameters syncReference(int workers, int steps, Parameters* velocityOut = nullp
       for (size_t i = 0; i < kTensors[t].elements; ++i) {
         double sum = 0;
         for (int r = 0; r < workers; ++r) sum += gradient(r, t, i, s);
-        v[t][i] = static_cast<float>(kWorkerMomentum * v[t][i] + sum / workers);
+        v[t][i] = static_cast<float>(kMomentum * v[t][i] + sum / workers);
         p[t][i] -= static_cast<float>(kLr * v[t][i]);
       }
     }
@@ -52,7 +50,7 @@ TEST_P(PsSync, MatchesSgdOnTheAverage) {
           .servers = servers,
           .colocated = colocated,
           .kind = kind,
-          .server = {.momentum = kWorkerMomentum},
+          .server = {.momentum = kMomentum},
           .schedule = schedule};
   constexpr int kSteps = 4;
   Parameters expectedVelocity;
@@ -96,7 +94,7 @@ INSTANTIATE_TEST_SUITE_P(
 // opposite orders (rank 0 first, then rank 2 first) give bitwise the same parameters. With
 // three float addends, a different order rounds differently for many of the 10,000 elements.
 TEST(PsSync, SumIsIndependentOfArrivalOrder) {
-  Job job{.workers = 3, .servers = 1, .colocated = false, .server = {.momentum = kWorkerMomentum}};
+  Job job{.workers = 3, .servers = 1, .colocated = false, .server = {.momentum = kMomentum}};
   auto runInOrder = [&](bool ascending) {
     Parameters rank0;
     runJob(job, [&](Transport& t) {
@@ -232,11 +230,11 @@ TEST(PsAsync, RepliesSayHowStaleEachPushWas) {
 //   v <- m_p v + g;  w <- w - lr_p (m_p^D v + (1 - m_p^D) / (1 - m_p) g).
 // The reference is computed here in doubles; without SC it would differ (checked).
 // The servers' model of runOneWorkerBehind after its first `pushes` pushes of each unit (worker
-// 0's kStaleSteps, then worker 1's), under asgd with momentum kWorkerMomentum, computed in doubles.
+// 0's kStaleSteps, then worker 1's), under asgd with momentum kMomentum, computed in doubles.
 Parameters staleRunReference(bool spike, int pushes = 2 * kStaleSteps) {
   const double workers = 2;
-  const double mp = std::pow(std::max(0.0, kWorkerMomentum - (1 - 1 / workers)), 1 / workers);
-  const double lrPush = kLr * (1 - mp) / (workers * (1 - kWorkerMomentum));
+  const double mp = std::pow(std::max(0.0, kMomentum - (1 - 1 / workers)), 1 / workers);
+  const double lrPush = kLr * (1 - mp) / (workers * (1 - kMomentum));
   Parameters expected = initialParameters();
   for (size_t t = 0; t < kTensors.size(); ++t) {
     for (size_t i = 0; i < kTensors[t].elements; ++i) {
@@ -261,7 +259,7 @@ TEST(PsAsync, SpikeCompensationUsesEachPushsStaleness) {
   Job job{.workers = 2,
           .servers = 1,
           .server = {.consistency = ServerOptions::Consistency::kAsync,
-                     .momentum = kWorkerMomentum,
+                     .momentum = kMomentum,
                      .spikeCompensation = true}};
   const Parameters withSpike = staleRunReference(true);
   const Parameters without = staleRunReference(false);
@@ -290,7 +288,7 @@ TEST(PsAsync, WeightPredictionTrainsOnPredictedWeightsWhileTheServersKeepTheirs)
     Job job{.workers = 2,
             .servers = 1,
             .server = {.consistency = ServerOptions::Consistency::kAsync,
-                       .momentum = kWorkerMomentum,
+                       .momentum = kMomentum,
                        .spikeCompensation = spike},
             .predictWeights = true};
     const StaleRun run = runOneWorkerBehind(job);
@@ -305,8 +303,8 @@ TEST(PsAsync, WeightPredictionTrainsOnPredictedWeightsWhileTheServersKeepTheirs)
       for (size_t i = 0; i < kTensors[t].elements; ++i) {
         double direction = 0;
         for (size_t k = 1; k < after.size(); ++k) {
-          direction = kWorkerMomentum * direction +
-                      (1 - kWorkerMomentum) * (after[k][t][i] - after[k - 1][t][i]);
+          direction =
+              kMomentum * direction + (1 - kMomentum) * (after[k][t][i] - after[k - 1][t][i]);
         }
         predicted[t][i] = static_cast<float>(w[t][i] + 2.6796875 * direction);
         largestPrediction =

@@ -15,6 +15,9 @@ namespace gradsync::testing {
 
 // Run seed of the compressed parameter-server tests.
 inline constexpr uint64_t kPushSeed = 11;
+// Servers and reference add the same float terms in the same order (worker order, then the update
+// rule); what remains is the compiler's freedom to contract a*b+c (a few ulps).
+inline constexpr double kPushTolerance = 1e-6;
 
 // What the server decodes from worker `rank`'s push of `x` at `step` (x is corrected by error
 // feedback already). The seeds are the ring's: codecs per rank and step, linear per step.
