@@ -1,5 +1,6 @@
 #!/usr/bin/python3
-"""Data-parallel training with PyTorch DistributedDataParallel (gloo, CPU): gradsync's peer.
+"""Data-parallel training with PyTorch DistributedDataParallel (gloo, CPU): gradsync's peer; with
+--backend gradsync, the same program over gradsync's torch.distributed backend.
 
     /usr/bin/python3 benchmarks/peers/ddp_train.py --workers 2 --model cnn --dataset synthetic \\
         --batch-size 64 --steps 60 --warmup-steps 10 --threads 1 --json results/ddp-cnn.json
@@ -74,6 +75,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         help="evaluate every N timed steps (0: never; fashion-mnist only)")
     parser.add_argument("--eval-samples", type=int, default=0,
                         help="--eval-every evaluations use the first N test images (0: all)")
+    parser.add_argument("--backend", choices=("gloo", "gradsync"), default="gloo",
+                        help="torch.distributed backend (gradsync: import gradsync.torch's)")
     parser.add_argument("--json", help="write the result here (rank 0)")
     parser.add_argument("--quiet", action="store_true", help="only the summary line")
     args = parser.parse_args(argv)
@@ -210,8 +213,10 @@ def train(rank: int, world: int, args: argparse.Namespace) -> None:
         torch.set_num_interop_threads(1)
     except RuntimeError:
         pass  # Already fixed when run as a module of a bigger program.
+    if args.backend == "gradsync":
+        import gradsync.torch  # noqa: F401  (registers the backend)
     dist.init_process_group(
-        "gloo",
+        args.backend,
         rank=rank,
         world_size=world,
         timeout=datetime.timedelta(seconds=args.timeout),
@@ -274,7 +279,7 @@ def run_steps(rank: int, world: int, args: argparse.Namespace) -> None:
         return
     samples = args.batch_size * world * args.steps
     result = {
-        "system": "pytorch-ddp",
+        "system": "pytorch-ddp" if args.backend == "gloo" else "pytorch-ddp+gradsync",
         "model": args.model,
         "workers": world,
         "batch_size": args.batch_size,
@@ -288,7 +293,7 @@ def run_steps(rank: int, world: int, args: argparse.Namespace) -> None:
         "lr": args.lr,
         "momentum": args.momentum,
         "seed": args.seed,
-        "backend": "gloo",
+        "backend": args.backend,
         "eval_every": args.eval_every,
         "eval_samples": args.eval_samples,
         "evaluations": evaluations,
@@ -296,7 +301,7 @@ def run_steps(rank: int, world: int, args: argparse.Namespace) -> None:
         "torch_version": torch.__version__,
     }
     print(
-        f"pytorch-ddp {args.model}: {world} workers × batch {args.batch_size}, "
+        f"{result['system']} {args.model}: {world} workers × batch {args.batch_size}, "
         f"{args.steps} steps in {seconds:.3f} s = {result['samples_per_s']:.1f} samples/s, "
         f"final loss {result['final_loss']:.4f}",
         flush=True,

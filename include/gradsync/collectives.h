@@ -89,6 +89,11 @@ void alltoallv(Transport& transport, std::span<const float> send,
                std::span<const size_t> sendCounts, std::span<float> recv,
                std::span<const size_t> recvCounts, const CollectiveOptions& options = {});
 
+// alltoallv of byte blocks (any element type): the counts are in bytes.
+void alltoallvBytes(Transport& transport, std::span<const uint8_t> send,
+                    std::span<const size_t> sendBytes, std::span<uint8_t> recv,
+                    std::span<const size_t> recvBytes, const CollectiveOptions& options = {});
+
 // All-to-all of equal blocks (MPI_Alltoall): send and recv hold P blocks of send.size() / P
 // elements each (ConfigError unless P divides it and the sizes agree).
 void alltoall(Transport& transport, std::span<const float> send, std::span<float> recv,

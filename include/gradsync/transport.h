@@ -25,6 +25,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 namespace gradsync {
 
@@ -116,5 +117,12 @@ class Transport {
   // the transport, unchanged for its lifetime.
   virtual const Topology* topology() const { return nullptr; }
 };
+
+// Some of `parent`'s ranks as a transport of their own (a process set, a torch.distributed
+// group): rank i of the result is `ranks[i]` of `parent`. ConfigError unless the ranks are
+// distinct, in range and include the caller's. Messages pass through with their tags unchanged,
+// so groups that share ranks must use distinct tags. Refers to `parent`, which must outlive it;
+// as thread-safe as `parent`.
+std::unique_ptr<Transport> subsetTransport(Transport& parent, std::vector<int> ranks);
 
 }  // namespace gradsync

@@ -1,6 +1,7 @@
 // The Python extension gradsync._C (python/gradsync/torch wraps it): a thin layer over the
 // public C++ API (include/gradsync/). What the three translation units share:
 //   module.cc     the module, exceptions, the Job (init, the collectives' queue, Ctrl-C)
+//   collectives.cc the collectives on the Job's queue, on the whole job or a group of its ranks
 //   optimizer.cc  DistributedOptimizer over a Python model and torch.optim optimizer
 //   averager.cc   GradientAverager behind gs.ddp_comm_hook, on a thread of its own
 //
@@ -88,6 +89,7 @@ class Job {
 // The Python exception for gradsync's error types is set from the exception in flight (the
 // module's translator): gs.ConfigError (a ValueError), gs.PeerLostError, gs.TimeoutError, ...
 // with the rank, peer, operation and hint as attributes.
+void bindCollectives(py::module_& m);
 void bindOptimizer(py::module_& m);
 void bindAverager(py::module_& m);
 

@@ -1,18 +1,14 @@
 // gradsync._C: the module, gradsync's exceptions as Python's, the Job (gs.init) with its
-// collectives' queue, and the Ctrl-C watch (binding.h).
+// collectives' queue, and the Ctrl-C watch (binding.h). The collectives: collectives.cc.
 #include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
 
 #include <fmt/format.h>
 
-#include <cstring>
-
 #include "binding.h"
 #include "gradsync/allocator.h"
-#include "gradsync/collectives.h"
 #include "gradsync/error.h"
-#include "gradsync/torch/collectives.h"
 
 namespace gradsync::python {
 namespace {
@@ -119,8 +115,8 @@ void watchJob(const std::shared_ptr<Job>& job) {
 
 std::shared_ptr<Job> init(std::optional<int> rank, std::optional<int> size,
                           std::optional<std::string> masterAddr, std::optional<int> masterPort,
-                          std::optional<std::string> timeout, bool tls, double bandwidth,
-                          bool watchCtrlC, bool keepFreedMemory) {
+                          std::optional<std::string> timeout, std::optional<std::string> jobToken,
+                          bool tls, double bandwidth, bool watchCtrlC, bool keepFreedMemory) {
   if (keepFreedMemory) keepFreedMemoryInHeap();  // as `gradsync train` does
   InitOptions options;
   options.bootstrap.rank = rank;
@@ -128,6 +124,7 @@ std::shared_ptr<Job> init(std::optional<int> rank, std::optional<int> size,
   options.bootstrap.masterAddr = std::move(masterAddr);
   options.bootstrap.masterPort = masterPort;
   options.bootstrap.timeout = std::move(timeout);
+  options.bootstrap.jobToken = std::move(jobToken);
   options.bootstrap.tls = tls;
   options.link.bandwidthBytesPerSec = bandwidth;
   std::shared_ptr<Job> job;
@@ -137,65 +134,6 @@ std::shared_ptr<Job> init(std::optional<int> rank, std::optional<int> size,
   }
   if (watchCtrlC) watchJob(job);
   return job;
-}
-
-// `bytes` from `root` to every rank, as floats (broadcast only copies them).
-std::string broadcastBytes(Transport& transport, std::string bytes, int root) {
-  uint64_t length = bytes.size();
-  float lengthWords[2];
-  std::memcpy(lengthWords, &length, sizeof(length));
-  broadcast(transport, lengthWords, root);
-  std::memcpy(&length, lengthWords, sizeof(length));
-  std::vector<float> words((length + sizeof(float) - 1) / sizeof(float));
-  if (transport.rank() == root) std::memcpy(words.data(), bytes.data(), length);
-  broadcast(transport, words, root);
-  bytes.resize(length);
-  std::memcpy(bytes.data(), words.data(), length);
-  return bytes;
-}
-
-// Runs `operation` on the job's queue and waits without the GIL: collectives keep one order.
-template <typename Operation>
-void runQueued(Job& job, Operation operation) {
-  std::shared_ptr<Handle> handle = job.submit(std::move(operation));
-  py::gil_scoped_release noGil;
-  handle->wait();
-}
-
-void bindCollectives(py::module_& m) {
-  m.def("allreduce_async", [](Job& job, torch::Tensor tensor, bool average) {
-    return job.submit([&job, tensor, average]() mutable {
-      allreduce(job.transport(), tensor, average ? ReduceOp::kAverage : ReduceOp::kSum);
-    });
-  });
-  m.def("broadcast_async", [](Job& job, torch::Tensor tensor, int root) {
-    return job.submit([&job, tensor, root]() mutable { broadcast(job.transport(), tensor, root); });
-  });
-  // Stacked along a new first dimension, by rank; the result is written into `out`.
-  m.def("allgather_async", [](Job& job, torch::Tensor tensor, torch::Tensor out) {
-    return job.submit([&job, tensor, out]() mutable {
-      torch::Tensor all = allgather(job.transport(), tensor);
-      std::memcpy(out.data_ptr<float>(), all.data_ptr<float>(), all.numel() * sizeof(float));
-    });
-  });
-  m.def("barrier", [](Job& job) { runQueued(job, [&job] { barrier(job.transport()); }); });
-  m.def("broadcast_bytes", [](Job& job, py::bytes bytes, int root) {
-    std::string mine = bytes, all;
-    runQueued(job, [&] { all = broadcastBytes(job.transport(), mine, root); });
-    return py::bytes(all);
-  });
-  m.def("allgather_bytes", [](Job& job, py::bytes bytes) {
-    std::string mine = bytes;
-    std::vector<std::vector<uint8_t>> all;
-    runQueued(job, [&] {
-      all = allgatherBytes(job.transport(),
-                           {reinterpret_cast<const uint8_t*>(mine.data()), mine.size()});
-    });
-    py::list out;
-    for (const auto& b : all)
-      out.append(py::bytes(reinterpret_cast<const char*>(b.data()), b.size()));
-    return out;
-  });
 }
 
 }  // namespace
@@ -313,8 +251,8 @@ PYBIND11_MODULE(_C, m) {
       .def("abort", &Job::abort, py::call_guard<py::gil_scoped_release>())
       .def("close", &Job::close, py::call_guard<py::gil_scoped_release>());
   m.def("init", &init, py::arg("rank"), py::arg("size"), py::arg("master_addr"),
-        py::arg("master_port"), py::arg("timeout"), py::arg("tls"), py::arg("bandwidth"),
-        py::arg("watch_ctrl_c"), py::arg("keep_freed_memory"));
+        py::arg("master_port"), py::arg("timeout"), py::arg("job_token"), py::arg("tls"),
+        py::arg("bandwidth"), py::arg("watch_ctrl_c"), py::arg("keep_freed_memory"));
   bindCollectives(m);
   bindOptimizer(m);
   bindAverager(m);

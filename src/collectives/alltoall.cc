@@ -15,23 +15,65 @@
 namespace gradsync::detail {
 namespace {
 
-// Where each block starts, in elements, and checks that the blocks fit `available`.
-std::vector<size_t> offsetsOf(std::span<const size_t> counts, int size, size_t available,
-                              const char* which) {
-  if (counts.size() != static_cast<size_t>(size)) {
+// Where each block starts, in bytes, and checks that the blocks fit `available` bytes.
+// `unit` is the element size the counts are in (for the messages).
+std::vector<size_t> offsetsOf(std::span<const size_t> bytes, int size, size_t available,
+                              const char* which, size_t unit) {
+  if (bytes.size() != static_cast<size_t>(size)) {
     throw ConfigError(fmt::format("alltoallv needs one {} count per rank: got {} for {} ranks",
-                                  which, counts.size(), size));
+                                  which, bytes.size(), size));
   }
-  std::vector<size_t> offsets(counts.size());
-  std::exclusive_scan(counts.begin(), counts.end(), offsets.begin(), size_t{0});
-  const size_t total = offsets.back() + counts.back();
+  std::vector<size_t> offsets(bytes.size());
+  std::exclusive_scan(bytes.begin(), bytes.end(), offsets.begin(), size_t{0});
+  const size_t total = offsets.back() + bytes.back();
   if (total > available) {
     throw ConfigError(
         fmt::format("alltoallv: {} counts add up to {} elements but the buffer "
                     "holds {}",
-                    which, total, available));
+                    which, total / unit, available / unit));
   }
   return offsets;
+}
+
+std::vector<size_t> countsInBytes(std::span<const size_t> counts, size_t unit) {
+  std::vector<size_t> bytes(counts.begin(), counts.end());
+  for (size_t& b : bytes) b *= unit;
+  return bytes;
+}
+
+std::vector<WorkPtr> startBlocks(Transport& transport, std::span<const uint8_t> send,
+                                 std::span<const size_t> sendBytes, std::span<uint8_t> recv,
+                                 std::span<const size_t> recvBytes,
+                                 const CollectiveOptions& options, size_t unit) {
+  const int size = transport.size();
+  const int rank = transport.rank();
+  const std::vector<size_t> sendAt = offsetsOf(sendBytes, size, send.size(), "send", unit);
+  const std::vector<size_t> recvAt = offsetsOf(recvBytes, size, recv.size(), "receive", unit);
+  if (sendBytes[rank] != recvBytes[rank]) {
+    throw ConfigError(fmt::format("alltoallv: rank {} sends itself {} elements but expects {}",
+                                  rank, sendBytes[rank] / unit, recvBytes[rank] / unit));
+  }
+  // One message per pair and direction, so a block whose size the two ranks disagree on always
+  // fails the receive (ProtocolError) instead of leaving a stray message on the stream.
+  std::vector<WorkPtr> works;
+  for (int step = 1; step < size; ++step) {
+    const int from = (rank - step + size) % size;
+    works.push_back(transport.recv(from, options.tag, recv.data() + recvAt[from], recvBytes[from]));
+  }
+  for (int step = 1; step < size; ++step) {
+    const int to = (rank + step) % size;
+    works.push_back(transport.send(to, options.tag, send.data() + sendAt[to], sendBytes[to]));
+  }
+  std::copy_n(send.data() + sendAt[rank], sendBytes[rank], recv.data() + recvAt[rank]);
+  return works;
+}
+
+std::span<const uint8_t> spanBytes(std::span<const float> s) {
+  return {reinterpret_cast<const uint8_t*>(s.data()), s.size_bytes()};
+}
+
+std::span<uint8_t> spanBytes(std::span<float> s) {
+  return {reinterpret_cast<uint8_t*>(s.data()), s.size_bytes()};
 }
 
 }  // namespace
@@ -40,29 +82,9 @@ std::vector<WorkPtr> startAlltoallv(Transport& transport, std::span<const float>
                                     std::span<const size_t> sendCounts, std::span<float> recv,
                                     std::span<const size_t> recvCounts,
                                     const CollectiveOptions& options) {
-  const int size = transport.size();
-  const int rank = transport.rank();
-  const std::vector<size_t> sendAt = offsetsOf(sendCounts, size, send.size(), "send");
-  const std::vector<size_t> recvAt = offsetsOf(recvCounts, size, recv.size(), "receive");
-  if (sendCounts[rank] != recvCounts[rank]) {
-    throw ConfigError(fmt::format("alltoallv: rank {} sends itself {} elements but expects {}",
-                                  rank, sendCounts[rank], recvCounts[rank]));
-  }
-  // One message per pair and direction, so a block whose size the two ranks disagree on always
-  // fails the receive (ProtocolError) instead of leaving a stray message on the stream.
-  std::vector<WorkPtr> works;
-  for (int step = 1; step < size; ++step) {
-    const int from = (rank - step + size) % size;
-    works.push_back(transport.recv(from, options.tag, recv.data() + recvAt[from],
-                                   recvCounts[from] * sizeof(float)));
-  }
-  for (int step = 1; step < size; ++step) {
-    const int to = (rank + step) % size;
-    works.push_back(
-        transport.send(to, options.tag, send.data() + sendAt[to], sendCounts[to] * sizeof(float)));
-  }
-  std::copy_n(send.data() + sendAt[rank], sendCounts[rank], recv.data() + recvAt[rank]);
-  return works;
+  return startBlocks(transport, spanBytes(send), countsInBytes(sendCounts, sizeof(float)),
+                     spanBytes(recv), countsInBytes(recvCounts, sizeof(float)), options,
+                     sizeof(float));
 }
 
 void finishAlltoall(Transport& transport, const std::vector<WorkPtr>& works) {
@@ -81,6 +103,16 @@ void alltoallv(Transport& transport, std::span<const float> send,
   std::vector<WorkPtr> works;
   detail::runCollective("alltoall", transport, [&] {
     works = detail::startAlltoallv(transport, send, sendCounts, recv, recvCounts, options);
+  });
+  detail::finishAlltoall(transport, works);
+}
+
+void alltoallvBytes(Transport& transport, std::span<const uint8_t> send,
+                    std::span<const size_t> sendBytes, std::span<uint8_t> recv,
+                    std::span<const size_t> recvBytes, const CollectiveOptions& options) {
+  std::vector<WorkPtr> works;
+  detail::runCollective("alltoall", transport, [&] {
+    works = detail::startBlocks(transport, send, sendBytes, recv, recvBytes, options, 1);
   });
   detail::finishAlltoall(transport, works);
 }

@@ -319,13 +319,13 @@ void Engine::pullGlobalModel() {
 }
 
 namespace {
-constexpr uint64_t kStateFormat = 1;
+constexpr uint64_t kEngineStateFormat = 1;
 }  // namespace
 
 std::vector<uint8_t> Engine::saveState() {
   drain();
   StateWriter out;
-  out.write(kStateFormat);
+  out.write(kEngineStateFormat);
   out.write(uint64_t{layout_.units.size()});
   executor_->saveState(out);
   if (guard_) guard_->saveState(out);
@@ -335,7 +335,7 @@ std::vector<uint8_t> Engine::saveState() {
 void Engine::loadState(std::span<const uint8_t> state) {
   drain();
   StateReader in(state, fmt::format("the synchronization state of rank {}", transport_.rank()));
-  if (in.readU64() != kStateFormat) {
+  if (in.readU64() != kEngineStateFormat) {
     throw DataError(fmt::format("{}: unknown format (written by another gradsync)", in.what()));
   }
   // Stateless units (dense, SGD) may change: say, the schedule from wfbp to fusion.

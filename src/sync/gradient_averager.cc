@@ -20,7 +20,7 @@
 namespace gradsync {
 namespace {
 
-constexpr uint64_t kStateFormat = 1;  // saveState's layout
+constexpr uint64_t kAveragerStateFormat = 1;  // saveState's layout
 
 std::vector<TensorShape> shapesOf(const std::vector<GradientShape>& tensors) {
   std::vector<TensorShape> shapes;
@@ -152,7 +152,7 @@ AveragerStats GradientAverager::stats() const {
 
 std::vector<uint8_t> GradientAverager::saveState() const {
   StateWriter out;
-  out.write(kStateFormat);
+  out.write(kAveragerStateFormat);
   out.write(uint64_t{impl_->tensors.size()});
   for (const auto& compressor : impl_->compressors) {
     if (compressor) compressor->saveState(out);
@@ -162,7 +162,7 @@ std::vector<uint8_t> GradientAverager::saveState() const {
 
 void GradientAverager::loadState(std::span<const uint8_t> state) {
   StateReader in(state, fmt::format("the averager state of rank {}", impl_->transport.rank()));
-  if (in.readU64() != kStateFormat) {
+  if (in.readU64() != kAveragerStateFormat) {
     throw DataError(fmt::format("{}: unknown format (written by another gradsync)", in.what()));
   }
   const uint64_t tensors = in.readU64();

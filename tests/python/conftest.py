@@ -84,10 +84,12 @@ class Job:
 
 
 def run_job(tmp_path: Path, size: int, scenario: str, *args: str, timeout: float = 120,
-            signals: dict[int, int] | None = None, env: dict | None = None) -> Job:
-    """Runs SCENARIO on `size` ranks (size 1: alone, no launcher variables) and waits for all;
-    kills and fails the test on a hang. `signals`: {rank: signal} to send once every rank is
-    under way (has written OUT/ready-RANK)."""
+            signals: dict[int, int] | None = None, env: dict | None = None,
+            worker: str = "rank_worker.py") -> Job:
+    """Runs SCENARIO of `worker` (rank_worker.py: gradsync.torch's API; dist_worker.py:
+    torch.distributed's) on `size` ranks (size 1: alone, no launcher variables) and waits for
+    all; kills and fails the test on a hang. `signals`: {rank: signal} to send once every rank
+    is under way (has written OUT/ready-RANK)."""
     port, token = free_port(), secrets.token_hex(16)
     out = tmp_path / f"{scenario}-{size}-{port}"
     out.mkdir()
@@ -98,7 +100,7 @@ def run_job(tmp_path: Path, size: int, scenario: str, *args: str, timeout: float
             OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", GRADSYNC_TIMEOUT=JOB_TIMEOUT)
         log = open(out / f"rank{rank}.log", "w")
         procs.append((subprocess.Popen(
-            [sys.executable, str(HERE / "rank_worker.py"), scenario, str(out), *args],
+            [sys.executable, str(HERE / worker), scenario, str(out), *args],
             env=rank_env, stdout=log, stderr=subprocess.STDOUT), log))
     start = time.monotonic()
     pending = dict(signals or {})

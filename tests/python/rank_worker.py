@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 
 import gradsync.torch as gs
+from horovod_scenarios import HOROVOD_SCENARIOS
 from workload import fresh_model, make_optimizer, parameters, share, train
 
 OUT = Path(".")
@@ -273,7 +274,8 @@ def extras(trace_path: str) -> dict:
 
 SCENARIOS = {"accumulated": accumulated, "extras": extras, "equivalence": equivalence, "reach": reach, "killed": killed,
              "interrupted": interrupted, "collectives": collectives, "ddp": ddp,
-             "resume_first": resume_first, "resume_second": resume_second}
+             "resume_first": resume_first, "resume_second": resume_second,
+             **HOROVOD_SCENARIOS}
 
 
 def main() -> int:

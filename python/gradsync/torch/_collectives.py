@@ -1,10 +1,12 @@
-"""Collectives over tensors and Python objects, Horovod's way: allreduce, allgather, broadcast
-(each also in place where Horovod has it, and asynchronous with a handle), barrier, and the
-broadcasts that make every rank start alike (parameters, optimizer state, any picklable object).
+"""Collectives over tensors and Python objects with Horovod's names, signatures and semantics:
+allreduce (Average, Sum, Min, Max, Product, Adasum), allgather, broadcast, alltoall,
+reducescatter, their grouped, in-place and asynchronous forms, barrier, and the broadcasts that
+make every rank start alike (parameters, optimizer state, any picklable object). Each takes a
+process_set= (gs.add_process_set) and Horovod's name= (accepted; collectives match by order).
 
-Every collective must be called by every rank in the same order. They run one after another on
-the job's own thread (asynchronous ones too), in the order this process called them, over
-gradsync's ring (gradsync/collectives.h), with the GIL released while they wait.
+Every collective must be called by every rank (of its process set) in the same order. They run
+one after another on the job's own thread (asynchronous ones too), in the order this process
+called them (_ops.py), with the GIL released while they wait.
 """
 
 from __future__ import annotations
@@ -16,66 +18,49 @@ from typing import Any, Iterable, Mapping
 
 import torch
 
-from gradsync import _C
-
-from . import _job
+from . import _compression, _job, _ops
 from ._errors import ConfigError
+from ._ops import Handle
+from ._process_sets import global_process_set
 
 
 class ReduceOp(enum.Enum):
-    """What allreduce computes: the mean over the ranks (Average) or the sum (Sum)."""
+    """What allreduce and reducescatter compute over the ranks (Horovod's hvd.Average ...)."""
 
     AVERAGE = "average"
     SUM = "sum"
+    MIN = "min"
+    MAX = "max"
+    PRODUCT = "product"
+    ADASUM = "adasum"
 
 
-Average = ReduceOp.AVERAGE
-Sum = ReduceOp.SUM
-
-_EXACT_INTEGERS = 1 << 24  # float32 holds every integer up to this exactly
+Average, Sum, Min, Max, Product, Adasum = (ReduceOp.AVERAGE, ReduceOp.SUM, ReduceOp.MIN,
+                                           ReduceOp.MAX, ReduceOp.PRODUCT, ReduceOp.ADASUM)
 
 
-def _op(op) -> bool:
-    """True for Average; ConfigError listing the choices otherwise."""
-    if op in (Average, "average"):
-        return True
-    if op in (Sum, "sum"):
-        return False
-    raise ConfigError(f"op {op!r} is not one of gs.Average, gs.Sum")
+def _op(op, average=None) -> str:
+    """The reduction's name, from Horovod's op= (or its older average=); ConfigError listing
+    the choices otherwise."""
+    if average is not None:
+        if op is not None:
+            raise ConfigError("pass op= or average=, not both (average= is Horovod's older form)")
+        return "average" if average else "sum"
+    if op is None:
+        return "average"
+    if isinstance(op, ReduceOp):
+        return op.value
+    if op in [o.value for o in ReduceOp]:
+        return op
+    raise ConfigError(f"op {op!r} is not one of gs.Average, gs.Sum, gs.Min, gs.Max, gs.Product, "
+                      "gs.Adasum")
 
 
-class Handle:
-    """An asynchronous collective in flight: wait() returns its result (re-raising its error)."""
-
-    def __init__(self, handle, result: torch.Tensor, finish=None):
-        self._handle, self._result, self._finish = handle, result, finish
-        self._waited = False
-
-    def done(self) -> bool:
-        """Whether it completed (never blocks)."""
-        return self._handle.done()
-
-    def wait(self) -> torch.Tensor:
-        """Blocks until it completed; returns the result tensor."""
-        if not self._waited:
-            self._handle.wait()
-            self._waited = True
-            if self._finish is not None:
-                self._finish()
-        return self._result
+def _set(process_set, what: str) -> _ops.Group:
+    return (process_set or global_process_set).group(what)
 
 
-class _Completed:
-    """The handle of an operation that completed before returning (allgather's bytes path)."""
-
-    def wait(self) -> None:
-        pass
-
-    def done(self) -> bool:
-        return True
-
-
-def synchronize(handle: Handle) -> torch.Tensor:
+def synchronize(handle: Handle):
     """Waits for an asynchronous collective (Horovod's hvd.synchronize); returns its result."""
     return handle.wait()
 
@@ -85,118 +70,275 @@ def poll(handle: Handle) -> bool:
     return handle.done()
 
 
-def _float32_buffer(tensor: torch.Tensor, what: str) -> torch.Tensor:
-    """A contiguous float32 CPU copy that a reduction can run on, exact for `tensor`'s values."""
-    if not isinstance(tensor, torch.Tensor):
-        raise ConfigError(f"{what}: expected a torch.Tensor, got {type(tensor).__name__}")
-    if tensor.device.type != "cpu":
-        raise ConfigError(f"{what}: the tensor is on {tensor.device}; gradsync reduces CPU tensors")
-    dtype = tensor.dtype
-    if dtype == torch.float64 or dtype.is_complex:
-        raise ConfigError(f"{what}: {dtype} would lose precision in gradsync's float32 reduction; "
-                          "convert it with .float() first")
-    if not dtype.is_floating_point and dtype != torch.bool:
-        largest = tensor.abs().max().item() if tensor.numel() else 0
-        if largest * _job.size() >= _EXACT_INTEGERS:
-            raise ConfigError(f"{what}: integers up to {largest} summed over {_job.size()} ranks "
-                              "may exceed float32's exact range (2^24)")
-    return tensor.detach().to(torch.float32).contiguous().clone()
+def _scaled(tensor: torch.Tensor, factor: float) -> torch.Tensor:
+    if factor == 1.0:
+        return tensor
+    if not tensor.dtype.is_floating_point:
+        raise ConfigError(f"a scale factor ({factor}) needs a floating-point tensor, not "
+                          f"{tensor.dtype}")
+    return tensor.mul_(factor)
 
 
-def allreduce_async_(tensor: torch.Tensor, op=Average) -> Handle:
-    """Starts averaging (or summing) `tensor` over the ranks in place; returns a Handle."""
-    average = _op(op)
-    if tensor.dtype == torch.float32 and tensor.is_contiguous() and tensor.device.type == "cpu":
-        return Handle(_C.allreduce_async(_job.job(), tensor.detach(), average), tensor)
-    buffer = _float32_buffer(tensor, "allreduce")
-
-    def finish():
+def allreduce_async_(tensor: torch.Tensor, average=None, name: str | None = None, op=None,
+                     prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                     process_set=None) -> Handle:
+    """Starts reducing `tensor` over the ranks (of `process_set`) in place; returns a Handle.
+    op: gs.Average (default), gs.Sum, gs.Min, gs.Max, gs.Product, gs.Adasum. Any dtype, reduced
+    in that dtype exactly (float32 sums and averages take the ring); an average needs a
+    floating-point tensor. `name` is accepted for Horovod's sake (collectives match by order)."""
+    reduction = _op(op, average)
+    group = _set(process_set, "allreduce")
+    _ops.cpu(tensor, "allreduce")
+    if prescale_factor != 1.0:
         with torch.no_grad():
-            values = buffer.round() if not tensor.dtype.is_floating_point else buffer
-            tensor.copy_(values.to(tensor.dtype))
+            _scaled(tensor, prescale_factor)
+    if reduction == "adasum":
+        return _adasum_(tensor, group, postscale_factor)
+    handle = _ops.allreduce_(tensor, reduction, group)
+    if postscale_factor == 1.0:
+        return handle
 
-    return Handle(_C.allreduce_async(_job.job(), buffer, average), tensor, finish)
+    def scale():
+        with torch.no_grad():
+            _scaled(tensor, postscale_factor)
+
+    return Handle(handle, tensor, scale)
 
 
-def allreduce_async(tensor: torch.Tensor, op=Average) -> Handle:
+def allreduce_async(tensor: torch.Tensor, average=None, name: str | None = None, op=None,
+                    prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                    process_set=None) -> Handle:
     """As allreduce_async_, into a new tensor (the input is left alone)."""
-    return allreduce_async_(tensor.detach().clone(), op)
+    return allreduce_async_(tensor.detach().clone(), average, name, op, prescale_factor,
+                            postscale_factor, process_set)
 
 
-def allreduce_(tensor: torch.Tensor, op=Average) -> torch.Tensor:
-    """Averages (or sums) `tensor` over the ranks, in place; returns it. float32 is reduced as it
-    is; float16, bfloat16 and integers (up to 2^24 summed) through float32, exactly."""
-    return allreduce_async_(tensor, op).wait()
+def allreduce_(tensor: torch.Tensor, average=None, name: str | None = None, op=None,
+               prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+               process_set=None) -> torch.Tensor:
+    """Reduces `tensor` over the ranks in place (see allreduce_async_); returns it."""
+    return allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor,
+                            process_set).wait()
 
 
-def allreduce(tensor: torch.Tensor, op=Average) -> torch.Tensor:
-    """The average (or sum) of `tensor` over the ranks, as a new tensor."""
-    return allreduce_async(tensor, op).wait()
+def allreduce(tensor: torch.Tensor, average=None, name: str | None = None,
+              compression=None, op=None, prescale_factor: float = 1.0,
+              postscale_factor: float = 1.0, process_set=None) -> torch.Tensor:
+    """The reduction of `tensor` over the ranks, as a new tensor. `compression`:
+    gs.Compression.none or .fp16 (the tensor travels and is summed as float16, as Horovod's)."""
+    codec = _compression.of(compression)
+    sent, context = codec.compress(tensor.detach().clone())
+    out = allreduce_async_(sent, average, name, op, prescale_factor, postscale_factor,
+                           process_set).wait()
+    return codec.decompress(out, context)
 
 
-def _as_float_words(tensor: torch.Tensor) -> tuple[torch.Tensor, int]:
-    """`tensor`'s bytes as a float32 vector (padded to 4 bytes): copies move them exactly."""
-    raw = tensor.detach().contiguous().reshape(-1).view(torch.uint8)
-    padded = torch.zeros((raw.numel() + 3) // 4 * 4, dtype=torch.uint8)
-    padded[: raw.numel()] = raw
-    return padded.view(torch.float32), raw.numel()
+def grouped_allreduce_async_(tensors, average=None, name: str | None = None, op=None,
+                             prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                             process_set=None) -> Handle:
+    """Starts reducing every tensor of `tensors` in place, as one operation: one Handle, whose
+    wait() returns the list."""
+    handles = [allreduce_async_(t, average, name, op, prescale_factor, postscale_factor,
+                                process_set) for t in tensors]
+    return Handle(_ops.Completed(), list(tensors), lambda: [h.wait() for h in handles])
 
 
-def broadcast_async_(tensor: torch.Tensor, root_rank: int = 0) -> Handle:
-    """Starts copying `root_rank`'s `tensor` into every rank's, in place (any dtype)."""
-    if tensor.device.type != "cpu":
-        raise ConfigError(f"broadcast: the tensor is on {tensor.device}; gradsync moves CPU tensors")
-    if tensor.dtype == torch.float32 and tensor.is_contiguous():
-        return Handle(_C.broadcast_async(_job.job(), tensor.detach(), root_rank), tensor)
-    words, count = _as_float_words(tensor)
+def grouped_allreduce_async(tensors, average=None, name: str | None = None, op=None,
+                            prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                            process_set=None) -> Handle:
+    return grouped_allreduce_async_([t.detach().clone() for t in tensors], average, name, op,
+                                    prescale_factor, postscale_factor, process_set)
 
-    def finish():
+
+def grouped_allreduce_(tensors, average=None, name: str | None = None, op=None,
+                       prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                       process_set=None) -> list:
+    return grouped_allreduce_async_(tensors, average, name, op, prescale_factor,
+                                    postscale_factor, process_set).wait()
+
+
+def grouped_allreduce(tensors, average=None, name: str | None = None, compression=None,
+                      op=None, prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                      process_set=None) -> list:
+    """The reductions of every tensor of `tensors`, as new tensors (one list)."""
+    return [allreduce(t, average, name, compression, op, prescale_factor, postscale_factor,
+                      process_set) for t in tensors]
+
+
+def _adasum_(tensor: torch.Tensor, group: _ops.Group, postscale: float) -> Handle:
+    """Adasum (Maleki et al., 2021): the ranks' tensors combined pairwise in a binary tree,
+    a + b scaled down along the direction they share: (1 - a.b / 2|a|^2) a + (1 - a.b / 2|b|^2) b.
+    Gathers every rank's tensor and combines them here in one fixed order, so every rank gets
+    the same bits (P x the tensor on the wire, not Horovod's 2x: docs/python.md)."""
+    if not tensor.dtype.is_floating_point:
+        raise ConfigError(f"Adasum needs a floating-point tensor, not {tensor.dtype}")
+    size = group.size()
+    gathered = _ops.allgatherv(tensor, [tensor.numel()] * size, group)
+
+    def combine():
+        parts = list(gathered.wait().double().view(size, -1))
+        while len(parts) > 1:
+            parts = [_adasum_pair(parts[i], parts[i + 1]) if i + 1 < len(parts) else parts[i]
+                     for i in range(0, len(parts), 2)]
         with torch.no_grad():
-            tensor.copy_(words.view(torch.uint8)[:count].view(tensor.dtype).view(tensor.shape))
+            tensor.copy_(parts[0].view(tensor.shape) * postscale)
 
-    return Handle(_C.broadcast_async(_job.job(), words, root_rank), tensor, finish)
+    return Handle(gathered, tensor, combine)
 
 
-def broadcast_async(tensor: torch.Tensor, root_rank: int = 0) -> Handle:
+def _adasum_pair(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    dot, aa, bb = torch.dot(a, b), torch.dot(a, a), torch.dot(b, b)
+    ca = 1 - dot / (2 * aa) if aa > 0 else 1.0
+    cb = 1 - dot / (2 * bb) if bb > 0 else 1.0
+    return ca * a + cb * b
+
+
+def broadcast_async_(tensor: torch.Tensor, root_rank: int = 0, name: str | None = None,
+                     process_set=None) -> Handle:
+    """Starts copying `root_rank`'s `tensor` into every rank's, in place (any dtype). With a
+    process set, `root_rank` is a job rank, as in Horovod."""
+    group = _set(process_set, "broadcast")
+    return _ops.broadcast_(tensor, _group_rank(group, root_rank), group)
+
+
+def _group_rank(group: _ops.Group, job_rank: int) -> int:
+    if group.ranks and job_rank not in group.ranks:
+        raise ConfigError(f"root rank {job_rank} is not in the process set {group.ranks}")
+    return group.ranks.index(job_rank) if group.ranks else job_rank
+
+
+def broadcast_async(tensor: torch.Tensor, root_rank: int = 0, name: str | None = None,
+                    process_set=None) -> Handle:
     """As broadcast_async_, into a new tensor."""
-    return broadcast_async_(tensor.detach().clone(), root_rank)
+    return broadcast_async_(tensor.detach().clone(), root_rank, name, process_set)
 
 
-def broadcast_(tensor: torch.Tensor, root_rank: int = 0) -> torch.Tensor:
+def broadcast_(tensor: torch.Tensor, root_rank: int = 0, name: str | None = None,
+               process_set=None) -> torch.Tensor:
     """Makes every rank's `tensor` `root_rank`'s, in place; returns it."""
-    return broadcast_async_(tensor, root_rank).wait()
+    return broadcast_async_(tensor, root_rank, name, process_set).wait()
 
 
-def broadcast(tensor: torch.Tensor, root_rank: int = 0) -> torch.Tensor:
+def broadcast(tensor: torch.Tensor, root_rank: int = 0, name: str | None = None,
+              process_set=None) -> torch.Tensor:
     """`root_rank`'s `tensor` on every rank, as a new tensor."""
-    return broadcast_async(tensor, root_rank).wait()
+    return broadcast_async(tensor, root_rank, name, process_set).wait()
 
 
-def allgather_async(tensor: torch.Tensor) -> Handle:
+def allgather_async(tensor: torch.Tensor, name: str | None = None, process_set=None) -> Handle:
     """Starts gathering every rank's `tensor`, concatenated along the first dimension in rank
-    order (Horovod's allgather). float32 tensors of one shape on every rank go through the ring;
-    any other dtype or first dimension works too (as bytes)."""
-    t = tensor.detach()
+    order (Horovod's allgather): any dtype; the first dimension may differ between ranks, the
+    others must not."""
+    group = _set(process_set, "allgather")
+    t = _ops.cpu(tensor, "allgather")
     if t.dim() == 0:
         t = t.reshape(1)
-    if t.dtype == torch.float32 and t.device.type == "cpu":
-        # Ranks must agree on the shape for the ring: check it with the sizes' allgather.
-        shapes = allgather_object(tuple(t.shape))
-        if all(s == shapes[0] for s in shapes):
-            out = torch.empty((_job.size(),) + tuple(t.shape), dtype=torch.float32)
-            handle = _C.allgather_async(_job.job(), t.contiguous(), out)
-            return Handle(handle, out.view((-1,) + tuple(t.shape[1:])))
-    return Handle(_Completed(), torch.cat(allgather_object(t.cpu()), dim=0))
+    shapes = allgather_object(tuple(t.shape), process_set=process_set)
+    if any(s[1:] != shapes[0][1:] for s in shapes):
+        raise ConfigError(f"allgather: the ranks' shapes differ beyond the first dimension: "
+                          f"{[list(s) for s in shapes]}")
+    counts = [int(torch.Size(s).numel()) for s in shapes]
+    handle = _ops.allgatherv(t, counts, group)
+    rows = sum(s[0] for s in shapes)
+    return handle.then(lambda out: out.view((rows,) + tuple(t.shape[1:])))
 
 
-def allgather(tensor: torch.Tensor) -> torch.Tensor:
+def allgather(tensor: torch.Tensor, name: str | None = None, process_set=None) -> torch.Tensor:
     """Every rank's `tensor`, concatenated along the first dimension in rank order."""
-    return allgather_async(tensor).wait()
+    return allgather_async(tensor, name, process_set).wait()
 
 
-def barrier() -> None:
-    """Returns on each rank once every rank has entered it."""
-    _C.barrier(_job.job())
+def grouped_allgather(tensors, name: str | None = None, process_set=None) -> list:
+    return [allgather(t, name, process_set) for t in tensors]
+
+
+def alltoall_async(tensor: torch.Tensor, splits=None, name: str | None = None,
+                   process_set=None) -> Handle:
+    """Starts Horovod's alltoall: the first dimension of `tensor` split into consecutive pieces
+    of `splits[j]` rows (default: equal pieces) for rank j; wait() returns the pieces received,
+    in rank order, concatenated, and with `splits` given also how many rows came from each rank
+    (Horovod's (output, received_splits))."""
+    group = _set(process_set, "alltoall")
+    t = _ops.cpu(tensor, "alltoall")
+    if t.dim() == 0:
+        raise ConfigError("alltoall needs a tensor of at least one dimension")
+    size, rows = group.size(), t.shape[0]
+    if splits is None:
+        if rows % size:
+            raise ConfigError(f"alltoall: {rows} rows do not split equally over {size} ranks: "
+                              "pass splits=")
+        sent = [rows // size] * size
+    else:
+        sent = [int(s) for s in torch.as_tensor(splits).reshape(-1).tolist()]
+        if len(sent) != size or sum(sent) != rows or min(sent) < 0:
+            raise ConfigError(f"alltoall: splits {sent} must be {size} counts adding up to the "
+                              f"first dimension ({rows})")
+    per_row = t[0].numel() if rows else int(torch.Size(t.shape[1:]).numel())
+    received = _ops.alltoallv(torch.tensor(sent, dtype=torch.int64), [1] * size, [1] * size,
+                              group).wait().tolist()
+    handle = _ops.alltoallv(t, [s * per_row for s in sent], [r * per_row for r in received],
+                            group)
+
+    def shaped(out):
+        out = out.view((sum(received),) + tuple(t.shape[1:]))
+        return out if splits is None else (out, torch.tensor(received, dtype=torch.int32))
+
+    return handle.then(shaped)
+
+
+def alltoall(tensor: torch.Tensor, splits=None, name: str | None = None, process_set=None):
+    """Horovod's alltoall (see alltoall_async)."""
+    return alltoall_async(tensor, splits, name, process_set).wait()
+
+
+def reducescatter_async(tensor: torch.Tensor, name: str | None = None, op=Average,
+                        process_set=None, prescale_factor: float = 1.0,
+                        postscale_factor: float = 1.0) -> Handle:
+    """Starts Horovod's reducescatter: the reduction (gs.Average or gs.Sum, Min, Max, Product)
+    of every rank's `tensor`, split along the first dimension, rank r keeping piece r (the
+    first ranks one row more where it does not divide)."""
+    reduction = _op(op)
+    if reduction == "adasum":
+        raise ConfigError("reducescatter does not take Adasum: use gs.Average or gs.Sum")
+    group = _set(process_set, "reducescatter")
+    t = _ops.cpu(tensor, "reducescatter")
+    if t.dim() == 0:
+        raise ConfigError("reducescatter needs a tensor of at least one dimension")
+    t = t.clone() if prescale_factor != 1.0 else t
+    with torch.no_grad():
+        _scaled(t, prescale_factor)
+    rows = _ops.split_counts(t.shape[0], group.size())
+    per_row = t[0].numel() if t.shape[0] else 0
+    handle = _ops.reducescatter(t, [r * per_row for r in rows], reduction, group)
+
+    def shaped(out):
+        with torch.no_grad():
+            return _scaled(out.view((rows[group.rank()],) + tuple(t.shape[1:])), postscale_factor)
+
+    return handle.then(shaped)
+
+
+def reducescatter(tensor: torch.Tensor, name: str | None = None, compression=None, op=Average,
+                  process_set=None, prescale_factor: float = 1.0,
+                  postscale_factor: float = 1.0) -> torch.Tensor:
+    """Horovod's reducescatter (see reducescatter_async); `compression` as allreduce's."""
+    codec = _compression.of(compression)
+    sent, context = codec.compress(tensor.detach())
+    out = reducescatter_async(sent, name, op, process_set, prescale_factor,
+                              postscale_factor).wait()
+    return codec.decompress(out, context)
+
+
+def grouped_reducescatter(tensors, name: str | None = None, compression=None, op=Average,
+                          process_set=None, prescale_factor: float = 1.0,
+                          postscale_factor: float = 1.0) -> list:
+    return [reducescatter(t, name, compression, op, process_set, prescale_factor,
+                          postscale_factor) for t in tensors]
+
+
+def barrier(process_set=None) -> None:
+    """Returns on each rank once every rank (of `process_set`) has entered it."""
+    _ops.barrier(_set(process_set, "barrier")).wait()
 
 
 def _dumps(obj: Any) -> bytes:
@@ -209,15 +351,18 @@ def _loads(data: bytes) -> Any:
     return torch.load(io.BytesIO(data))
 
 
-def broadcast_object(obj: Any = None, root_rank: int = 0) -> Any:
+def broadcast_object(obj: Any = None, root_rank: int = 0, name: str | None = None,
+                     process_set=None) -> Any:
     """`root_rank`'s `obj` (anything torch.save can pickle) on every rank."""
+    group = _set(process_set, "broadcast_object")
     mine = _dumps(obj) if _job.rank() == root_rank else b""
-    return _loads(_C.broadcast_bytes(_job.job(), mine, root_rank))
+    return _loads(_ops.broadcast_object_bytes(mine, _group_rank(group, root_rank), group))
 
 
-def allgather_object(obj: Any) -> list:
+def allgather_object(obj: Any, name: str | None = None, process_set=None) -> list:
     """Every rank's `obj`, in rank order."""
-    return [_loads(b) for b in _C.allgather_bytes(_job.job(), _dumps(obj))]
+    group = _set(process_set, "allgather_object")
+    return [_loads(b) for b in _ops.allgather_object_bytes(_dumps(obj), group)]
 
 
 def _named_tensors(params) -> list[tuple[str, torch.Tensor]]:

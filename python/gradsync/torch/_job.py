@@ -58,7 +58,8 @@ def _port_beside_torch() -> int | None:
 
 
 def init(*, rank: int | None = None, size: int | None = None, master_addr: str | None = None,
-         master_port: int | None = None, timeout: str | float | None = None, tls: bool = False,
+         master_port: int | None = None, timeout: str | float | None = None,
+         job_token: str | None = None, process_sets=None, tls: bool = False,
          bandwidth=None, handle_ctrl_c: bool = True, keep_freed_memory: bool = True) -> None:
     """Joins this process to its job; blocks until every rank has called it.
 
@@ -70,6 +71,8 @@ def init(*, rank: int | None = None, size: int | None = None, master_addr: str |
     already: under torchrun's static rendezvous (its agent's store) on MASTER_PORT + 1, after
     init_process_group on a free port rank 0 picks and broadcasts through torch.distributed.
     `timeout` bounds every wait ("30s", "500ms" or seconds; GRADSYNC_TIMEOUT; default 60 s).
+    `job_token` is the job's secret (default: GRADSYNC_JOB_TOKEN). `process_sets`: Horovod's
+    static process sets (lists of ranks or gs.ProcessSet), added as gs.add_process_set does.
     `tls` encrypts every link; `bandwidth` ("100mbit", or bytes/s) emulates a slower link.
     With `handle_ctrl_c` (and Python's default SIGINT handler), Ctrl-C aborts the job's
     connections at once, so that no rank stays blocked in a collective: this rank raises
@@ -87,10 +90,16 @@ def init(*, rank: int | None = None, size: int | None = None, master_addr: str |
     watch = (handle_ctrl_c and threading.current_thread() is threading.main_thread()
              and signal.getsignal(signal.SIGINT) is signal.default_int_handler)
     _job = _C.init(rank=rank, size=size, master_addr=master_addr, master_port=master_port,
-                   timeout=None if timeout is None else str(timeout), tls=tls,
+                   timeout=None if timeout is None else str(timeout), job_token=job_token, tls=tls,
                    bandwidth=_parse_rate(bandwidth), watch_ctrl_c=watch,
                    keep_freed_memory=keep_freed_memory)
     atexit.register(shutdown)
+    from . import _horovod, _process_sets  # they use this module
+
+    _horovod._hosts = None
+    _horovod._host_names()  # every rank's host, for cross_rank (collective: here, once)
+    for process_set in process_sets or []:
+        _process_sets.add_process_set(process_set)
 
 
 def job():

@@ -47,7 +47,27 @@ def _named(optimizer, named_parameters) -> list[tuple[str, torch.Tensor]]:
             for i, p in enumerate(group["params"])]
 
 
+def _horovod_options(extra: dict) -> dict:
+    """Horovod's DistributedOptimizer arguments, taken where they mean what they mean there and
+    refused with what to use instead where they cannot; the rest of `extra`, gradsync's."""
+    extra = dict(extra)
+    op = extra.pop("op", None)
+    if op is not None and getattr(op, "value", op) != "average":
+        raise ConfigError(f"op={op}: gs.DistributedOptimizer averages gradients (op=gs.Average); "
+                          "for a sum, scale the loss by gs.size()")
+    if float(extra.pop("gradient_predivide_factor", 1.0)) != 1.0:
+        raise ConfigError("gradient_predivide_factor: gradsync averages in float32 without "
+                          "overflow; scale the loss instead")
+    process_set = extra.pop("process_set", None)
+    if process_set is not None and process_set.ranks:
+        raise ConfigError("process_set: gs.DistributedOptimizer averages over the whole job")
+    extra.pop("groups", None)  # fusion is the schedule's (fusion:MB, p3), not the caller's
+    extra.pop("sparse_as_dense", None)  # gradients reach gradsync dense
+    return extra
+
+
 def _sync_options(schedule, compression, sync, passes, extra) -> "_C.SyncOptions":
+    extra = _horovod_options(extra)
     options = _C.SyncOptions()
     options.schedule = str(schedule)
     options.compress = str(compression)
@@ -103,6 +123,10 @@ class DistributedOptimizer(torch.optim.Optimizer):
       sync               ssgd | sharded | localsgd:H | diloco:H[,outer_lr=X,outer_momentum=M,
                          nesterov=on|off] | asgd | ssp:S | odsgd | ssdsgd:K | cdsgd:K
       backward_passes_per_step  backward passes summed locally before communicating
+    Horovod's op (gs.Average), gradient_predivide_factor (1.0), groups and sparse_as_dense
+    (ignored: the schedule fuses, gradients are dense) and process_set (the whole job) are
+    taken; other values are refused with what to use instead. `compression` may be a
+    gs.Compression.
     Keyword-only, as SyncOptions (gradsync/sync_options.h): compress_overrides (GLOB=SPEC...),
     compress_min_elements, compress_warmup, guard (the compression guardrail, default
     True), parameter_servers, servers, delay_warmup, local_lr,

@@ -5,6 +5,8 @@
 // misplaced element is always caught.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <memory>
 #include <numeric>
 #include <vector>
 
@@ -191,6 +193,32 @@ TEST_P(Collectives, AlltoallvDeliversEveryBlockToItsRank) {
   });
 }
 
+// Byte blocks of odd lengths (any element type travels this way): every byte in its place.
+TEST_P(Collectives, AlltoallvBytesDeliversOddLengthBlocks) {
+  run([&](Transport& t) {
+    const int size = t.size();
+    std::vector<size_t> sendBytes(size), recvBytes(size);
+    for (int j = 0; j < size; ++j) {
+      sendBytes[j] = pairCount(count(), size, t.rank(), j) * 3 + 1;
+      recvBytes[j] = pairCount(count(), size, j, t.rank()) * 3 + 1;
+    }
+    auto byte = [](int from, int to, size_t i) {
+      return static_cast<uint8_t>(i * 7 + from * 31 + to);
+    };
+    std::vector<uint8_t> send, recv(std::accumulate(recvBytes.begin(), recvBytes.end(), 0u), 0);
+    for (int j = 0; j < size; ++j) {
+      for (size_t i = 0; i < sendBytes[j]; ++i) send.push_back(byte(t.rank(), j, i));
+    }
+    alltoallvBytes(t, send, sendBytes, recv, recvBytes, options());
+    size_t at = 0;
+    for (int from = 0; from < size; ++from) {
+      for (size_t i = 0; i < recvBytes[from]; ++i, ++at) {
+        ASSERT_EQ(recv[at], byte(from, t.rank(), i)) << "from " << from << " #" << i;
+      }
+    }
+  });
+}
+
 TEST_P(Collectives, AlltoallOfEqualBlocks) {
   run([&](Transport& t) {
     const auto size = static_cast<size_t>(t.size());
@@ -261,6 +289,39 @@ TEST(CollectivesBytes, BroadcastBytesOfAnyLength) {
       }
     });
   }
+}
+
+// Two overlapping groups of a job of 5 ({0,2,4} and {4,3,1,0}, in that rank order), each with
+// its own tag, reduce at the same time: each sums its own members only, rank i of the group
+// being the i-th rank named.
+TEST(SubsetTransports, OverlappingGroupsReduceTheirOwnMembers) {
+  const std::vector<std::vector<int>> groups = {{0, 2, 4}, {4, 3, 1, 0}};
+  runWithTransports(TransportKind::kLoopback, 5, [&](Transport& t) {
+    for (size_t g = 0; g < groups.size(); ++g) {
+      const std::vector<int>& ranks = groups[g];
+      auto at = std::find(ranks.begin(), ranks.end(), t.rank());
+      if (at == ranks.end()) continue;
+      std::unique_ptr<Transport> group = subsetTransport(t, ranks);
+      EXPECT_EQ(group->rank(), at - ranks.begin());
+      EXPECT_EQ(group->size(), static_cast<int>(ranks.size()));
+      std::vector<float> data = inputs(t.rank(), 1003);
+      allreduce(*group, data, ReduceOp::kSum, {.tag = g + 1});
+      for (size_t i = 0; i < data.size(); ++i) {
+        float sum = 0;
+        for (int r : ranks) sum += input(r, i);
+        ASSERT_EQ(data[i], sum) << "group " << g << " #" << i;
+      }
+    }
+  });
+}
+
+TEST(SubsetTransports, RefuseRanksThatCannotFormAGroup) {
+  runWithTransports(TransportKind::kLoopback, 3, [](Transport& t) {
+    EXPECT_THROW(subsetTransport(t, {0, 1, 2, 3}), ConfigError);          // out of range
+    EXPECT_THROW(subsetTransport(t, {0, 1, 1, 2}), ConfigError);          // twice
+    EXPECT_THROW(subsetTransport(t, {(t.rank() + 1) % 3}), ConfigError);  // not this rank
+    EXPECT_EQ(subsetTransport(t, {t.rank()})->size(), 1);
+  });
 }
 
 TEST(CollectivesErrors, AllgathervNeedsOneCountPerRank) {

@@ -1,0 +1,113 @@
+"""The rest of Horovod's top-level API: where this process is among the hosts (cross_rank,
+cross_size, is_homogeneous), what was built (mpi_built, nccl_built ...), join, and the
+timeline calls, each with Horovod's signature. Names that cannot mean what they mean in
+Horovod raise an error that says what to use instead (docs/python.md's compatibility table).
+"""
+
+from __future__ import annotations
+
+import socket
+
+from . import _job
+from ._collectives import allgather_object
+from ._errors import ConfigError
+
+_hosts: list[str] | None = None  # every rank's host name, by rank (gathered once)
+
+
+def _host_names() -> list[str]:
+    """Every rank's host, gathered at gs.init (collective there, so that no rank asks alone)."""
+    global _hosts
+    if _hosts is None:
+        _hosts = allgather_object(socket.gethostname())
+    return _hosts
+
+
+def _distinct_hosts() -> list[str]:
+    return list(dict.fromkeys(_host_names()))
+
+
+def cross_size() -> int:
+    """The number of hosts in the job."""
+    return len(_distinct_hosts())
+
+
+def cross_rank() -> int:
+    """This process's host's index among the job's hosts (in order of their lowest rank)."""
+    return _distinct_hosts().index(_host_names()[_job.rank()])
+
+
+def is_homogeneous() -> bool:
+    """Whether every host runs the same number of the job's processes."""
+    names = _host_names()
+    return len({names.count(h) for h in set(names)}) == 1
+
+
+def mpi_built() -> bool:
+    """False: gradsync.torch communicates over gradsync's own transports (shared memory, TCP,
+    TLS), whichever launcher started it (mpirun included)."""
+    return False
+
+
+def mpi_enabled() -> bool:
+    return False
+
+
+def mpi_threads_supported() -> bool:
+    return False
+
+
+def gloo_built() -> bool:
+    return False
+
+
+def gloo_enabled() -> bool:
+    return False
+
+
+def nccl_built() -> int:
+    """0: gradsync reduces CPU tensors."""
+    return 0
+
+
+def ddl_built() -> bool:
+    return False
+
+
+def ccl_built() -> bool:
+    return False
+
+
+def cuda_built() -> bool:
+    return False
+
+
+def rocm_built() -> bool:
+    return False
+
+
+def join(device: int = -1) -> int:
+    """For a rank out of data: takes part in the other ranks' remaining steps of the live
+    gs.DistributedOptimizer (built with join=True) with zero gradients until every rank has
+    joined; returns the rank that joined last (the one that took the most steps)."""
+    from ._optimizer import DistributedOptimizer
+
+    live = [c for c in list(_job._closables) if isinstance(c, DistributedOptimizer)]
+    if len(live) != 1:
+        raise ConfigError(f"gs.join() needs exactly one live gs.DistributedOptimizer built with "
+                          f"join=True (there are {len(live)})")
+    optimizer = live[0]
+    optimizer.join()
+    steps = allgather_object(optimizer._steps)
+    return max(range(len(steps)), key=lambda r: (steps[r], r))
+
+
+def start_timeline(file_path: str, mark_cycles: bool = False) -> None:
+    raise ConfigError("gs.start_timeline: gradsync records its timeline per optimizer: "
+                      "trace = gs.trace(optimizer, steps='10:19'), then trace.save(path) "
+                      "(docs/trace.md)")
+
+
+def stop_timeline() -> None:
+    raise ConfigError("gs.stop_timeline: use gs.trace(optimizer, steps=...) and trace.save(path) "
+                      "(docs/trace.md)")
