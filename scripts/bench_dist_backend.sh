@@ -40,6 +40,7 @@ done
 mkdir -p "$out/runs"
 out="$(cd "$out" && pwd)"
 export PYTHONPATH="$build/python${PYTHONPATH:+:$PYTHONPATH}"
+host_nproc="$(nproc)"  # before OMP_NUM_THREADS is set: GNU nproc honours it
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 load_before="$(cut -d' ' -f1-3 /proc/loadavg)"
 systems=(ddp-gloo ddp-gloo+alloc ddp-gradsync)
@@ -76,7 +77,7 @@ for backend in gloo gradsync; do
     --json "$out/runs/sweep-$backend.json"
 done
 
-"$python" - "$out" "$command_line" "batch $batch_size per worker, synthetic data, 1 thread per rank, $steps steps ($vgg11_steps for vgg11) after 3 warm-up steps, $repeats interleaved repeats, $(nproc) CPUs; load before $load_before, after $(cut -d' ' -f1-3 /proc/loadavg); $(date -u '+%F %T UTC'); commit $(git -C "$repo" rev-parse --short HEAD)" <<'EOF'
+"$python" - "$out" "$command_line" "batch $batch_size per worker, synthetic data, 1 thread per rank, $steps steps ($vgg11_steps for vgg11) after 3 warm-up steps, $repeats interleaved repeats, $host_nproc CPUs; load before $load_before, after $(cut -d' ' -f1-3 /proc/loadavg); $(date -u '+%F %T UTC'); commit $(git -C "$repo" rev-parse --short HEAD)" <<'EOF'
 import json, re, statistics, sys
 from collections import defaultdict
 from pathlib import Path

@@ -12,6 +12,7 @@
 
 #include <torch/extension.h>
 
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <exception>
@@ -20,6 +21,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <tuple>
 
 #include "gradsync/context.h"
 #include "gradsync/transport.h"
@@ -32,16 +34,25 @@ namespace py = pybind11;
 // Thread-safe.
 class Handle {
  public:
+  using Clock = std::chrono::steady_clock;
+  Handle() : queued_(Clock::now()) {}
   // Blocks (call without the GIL) until the operation ran; rethrows its failure.
   void wait();
   bool done() const;
+  // The queue's thread: when the operation starts, and its end.
+  void start();
   void finish(std::exception_ptr error);
+  // When it was queued, started and finished, in microseconds of the steady clock (gs's
+  // timeline); the last two are 0 until then.
+  std::tuple<int64_t, int64_t, int64_t> times() const;
 
  private:
   mutable std::mutex mutex_;
   std::condition_variable cv_;
   bool done_ = false;
   std::exception_ptr error_;
+  const Clock::time_point queued_;
+  Clock::time_point started_{}, finished_{};
 };
 
 // One process's membership in the job, as Python sees it: the Context of gradsync::init and a

@@ -149,9 +149,24 @@ bool Handle::done() const {
   return done_;
 }
 
+void Handle::start() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  started_ = Clock::now();
+}
+
+std::tuple<int64_t, int64_t, int64_t> Handle::times() const {
+  auto us = [](Clock::time_point t) {
+    if (t == Clock::time_point{}) return int64_t{0};
+    return std::chrono::duration_cast<std::chrono::microseconds>(t.time_since_epoch()).count();
+  };
+  std::lock_guard<std::mutex> lock(mutex_);
+  return {us(queued_), us(started_), us(finished_)};
+}
+
 void Handle::finish(std::exception_ptr error) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    finished_ = Clock::now();
     done_ = true;
     error_ = std::move(error);
   }
@@ -208,6 +223,7 @@ void Job::runQueue() {
     queue_.pop_front();
     lock.unlock();
     std::exception_ptr error;
+    handle->start();
     try {
       operation();
     } catch (...) {
@@ -240,7 +256,8 @@ PYBIND11_MODULE(_C, m) {
 
   py::class_<Handle, std::shared_ptr<Handle>>(m, "Handle")
       .def("wait", &Handle::wait, py::call_guard<py::gil_scoped_release>())
-      .def("done", &Handle::done);
+      .def("done", &Handle::done)
+      .def("times", &Handle::times);
 
   py::class_<Job, std::shared_ptr<Job>>(m, "Job")
       .def_property_readonly("rank", &Job::rank)

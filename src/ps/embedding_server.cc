@@ -10,27 +10,13 @@
 #include "common/elapsed.h"
 #include "common/logging.h"
 #include "gradsync/error.h"
+#include "ps/idle_wait.h"
 
 namespace gradsync {
 
 namespace {
 
 using MonotonicClock = std::chrono::steady_clock;
-
-// Waits for a request from a worker that may be busy elsewhere for a while (evaluating, saving
-// its part of a checkpoint): up to this many transport timeouts before giving up on it.
-constexpr int kIdleTimeouts = 10;
-
-void waitPatiently(Work& work) {
-  for (int i = 1;; ++i) {
-    try {
-      work.wait();
-      return;
-    } catch (const TimeoutError&) {
-      if (i == kIdleTimeouts) throw;
-    }
-  }
-}
 
 template <typename T>
 std::span<const T> viewAs(std::span<const uint8_t> bytes, size_t offset, size_t count) {

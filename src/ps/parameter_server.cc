@@ -14,6 +14,7 @@
 #include "gradsync/error.h"
 #include "optim/delay_compensation.h"
 #include "optim/update_rule.h"
+#include "ps/idle_wait.h"
 
 namespace gradsync {
 
@@ -34,25 +35,6 @@ struct ParameterServer::Unit {
   std::vector<uint64_t> servedAt;     // kAsync, kStale, by worker: `updates` of its last reply
   std::vector<PendingReply> pending;  // kStale: answers held back
 };
-
-namespace {
-
-// Waits for a request from a worker that may be busy elsewhere for a while (evaluating, saving a
-// checkpoint): up to this many transport timeouts before giving up on it.
-constexpr int kIdleTimeouts = 10;
-
-void waitPatiently(Work& work) {
-  for (int i = 1;; ++i) {
-    try {
-      work.wait();
-      return;
-    } catch (const TimeoutError&) {
-      if (i == kIdleTimeouts) throw;
-    }
-  }
-}
-
-}  // namespace
 
 ParameterServer::ParameterServer(Transport& transport, PsPlacement placement, int index,
                                  std::vector<ServedUnit> served, ServerOptions options)

@@ -114,5 +114,17 @@ def sync_batch_norm() -> dict:
             "eval": (bn(x[rows]).detach(), ref(x[rows]).detach())}
 
 
-HOROVOD_SCENARIOS = {"hvd_sync_batch_norm": sync_batch_norm, "hvd_reductions": reductions, "hvd_exchanges": exchanges,
+def timeline(path: str) -> dict:
+    """hvd.start_timeline on every rank, three named collectives and a barrier, stop."""
+    hvd.start_timeline(path, mark_cycles=True)
+    hvd.allreduce(values(hvd.rank(), 1000), name="grad.fc1.weight")
+    hvd.allgather(values(hvd.rank(), 10, torch.int64), name="counts")
+    hvd.broadcast(values(hvd.rank(), 3), root_rank=0, name="weights")
+    hvd.barrier()
+    hvd.stop_timeline()
+    hvd.allreduce(values(hvd.rank(), 5), name="after.stop")
+    return {}
+
+
+HOROVOD_SCENARIOS = {"hvd_timeline": timeline, "hvd_sync_batch_norm": sync_batch_norm, "hvd_reductions": reductions, "hvd_exchanges": exchanges,
                      "hvd_process_sets": process_sets}

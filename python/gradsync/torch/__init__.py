@@ -46,8 +46,8 @@ from ._process_sets import (ProcessSet, add_process_set, global_process_set,  # 
                             remove_process_set)
 from ._horovod import (ccl_built, cross_rank, cross_size, cuda_built, ddl_built,  # noqa: E402
                        gloo_built, gloo_enabled, is_homogeneous, join, mpi_built, mpi_enabled,
-                       mpi_threads_supported, nccl_built, rocm_built, start_timeline,
-                       stop_timeline)
+                       mpi_threads_supported, nccl_built, rocm_built)
+from ._timeline import start_timeline, stop_timeline  # noqa: E402
 from ._optimizer import DistributedOptimizer  # noqa: E402
 from ._model import DistributedModel  # noqa: E402
 from ._ddp import DdpHookState, ddp_comm_hook  # noqa: E402

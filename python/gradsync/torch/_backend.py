@@ -198,7 +198,7 @@ class ProcessGroupGradsync(ProcessGroup):
     def _reduce_scatter_base(self, output, input, opts=None):
         op = _reduction(opts.reduceOp if opts is not None else dist.ReduceOp.SUM)
         counts = [output.numel()] * self.size()
-        handle = _ops.reducescatter(input, counts, op, self._group)
+        handle = _ops.reducescatter(input, counts, op, self._group, out=_in_place(output, input))
         return _work([_ops.Handle(handle, None, _into(output, handle))], [output])
 
     # --- data movement
@@ -212,13 +212,13 @@ class ProcessGroupGradsync(ProcessGroup):
 
     def _allgather_base(self, output, input, opts=None):
         counts = [input.numel()] * self.size()
-        handle = _ops.allgatherv(input, counts, self._group)
+        handle = _ops.allgatherv(input, counts, self._group, out=_in_place(output, input))
         return _work([_ops.Handle(handle, None, _into(output, handle))], [output])
 
     def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):
         send = _element_counts(input, input_split_sizes, self.size())
         recv = _element_counts(output, output_split_sizes, self.size())
-        handle = _ops.alltoallv(input, send, recv, self._group)
+        handle = _ops.alltoallv(input, send, recv, self._group, out=_in_place(output, input))
         return _work([_ops.Handle(handle, None, _into(output, handle))], [output])
 
     def alltoall(self, outputs, inputs, opts=None):
@@ -297,11 +297,22 @@ class _Waits:
         return all(h.done() for h in self._handles)
 
 
+def _in_place(output: torch.Tensor, input: torch.Tensor) -> torch.Tensor | None:
+    """`output` flattened, for an operation to write into directly, where it can (contiguous,
+    of the input's dtype); else None (a new tensor, which _into copies over)."""
+    if output.is_contiguous() and output.dtype == input.dtype and output.device.type == "cpu":
+        return output.detach().view(-1)
+    return None
+
+
 def _into(output: torch.Tensor, handle: _ops.Handle):
-    """Copies the handle's flat result into `output` (its shape), on completion."""
+    """Copies the handle's flat result into `output` (its shape), on completion, unless the
+    operation wrote there itself."""
     def copy():
-        with torch.no_grad():
-            output.copy_(handle.wait().view(output.shape))
+        result = handle.wait()
+        if result.data_ptr() != output.data_ptr() or output.numel() == 0:
+            with torch.no_grad():
+                output.copy_(result.view(output.shape))
     return copy
 
 

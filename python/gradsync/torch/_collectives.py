@@ -94,7 +94,7 @@ def allreduce_async_(tensor: torch.Tensor, average=None, name: str | None = None
             _scaled(tensor, prescale_factor)
     if reduction == "adasum":
         return _adasum_(tensor, group, postscale_factor)
-    handle = _ops.allreduce_(tensor, reduction, group)
+    handle = _ops.allreduce_(tensor, reduction, group, name=name)
     if postscale_factor == 1.0:
         return handle
 
@@ -198,7 +198,7 @@ def broadcast_async_(tensor: torch.Tensor, root_rank: int = 0, name: str | None 
     """Starts copying `root_rank`'s `tensor` into every rank's, in place (any dtype). With a
     process set, `root_rank` is a job rank, as in Horovod."""
     group = _set(process_set, "broadcast")
-    return _ops.broadcast_(tensor, _group_rank(group, root_rank), group)
+    return _ops.broadcast_(tensor, _group_rank(group, root_rank), group, name=name)
 
 
 def _group_rank(group: _ops.Group, job_rank: int) -> int:
@@ -238,7 +238,7 @@ def allgather_async(tensor: torch.Tensor, name: str | None = None, process_set=N
         raise ConfigError(f"allgather: the ranks' shapes differ beyond the first dimension: "
                           f"{[list(s) for s in shapes]}")
     counts = [int(torch.Size(s).numel()) for s in shapes]
-    handle = _ops.allgatherv(t, counts, group)
+    handle = _ops.allgatherv(t, counts, group, name=name)
     rows = sum(s[0] for s in shapes)
     return handle.then(lambda out: out.view((rows,) + tuple(t.shape[1:])))
 
@@ -277,7 +277,7 @@ def alltoall_async(tensor: torch.Tensor, splits=None, name: str | None = None,
     received = _ops.alltoallv(torch.tensor(sent, dtype=torch.int64), [1] * size, [1] * size,
                               group).wait().tolist()
     handle = _ops.alltoallv(t, [s * per_row for s in sent], [r * per_row for r in received],
-                            group)
+                            group, name=name)
 
     def shaped(out):
         out = out.view((sum(received),) + tuple(t.shape[1:]))
@@ -309,7 +309,7 @@ def reducescatter_async(tensor: torch.Tensor, name: str | None = None, op=Averag
         _scaled(t, prescale_factor)
     rows = _ops.split_counts(t.shape[0], group.size())
     per_row = t[0].numel() if t.shape[0] else 0
-    handle = _ops.reducescatter(t, [r * per_row for r in rows], reduction, group)
+    handle = _ops.reducescatter(t, [r * per_row for r in rows], reduction, group, name=name)
 
     def shaped(out):
         with torch.no_grad():

@@ -1,6 +1,6 @@
 """The rest of Horovod's top-level API: where this process is among the hosts (cross_rank,
-cross_size, is_homogeneous), what was built (mpi_built, nccl_built ...), join, and the
-timeline calls, each with Horovod's signature. Names that cannot mean what they mean in
+cross_size, is_homogeneous), what was built (mpi_built, nccl_built ...) and join, each with
+Horovod's signature (the timeline: _timeline.py). Names that cannot mean what they mean in
 Horovod raise an error that says what to use instead (docs/python.md's compatibility table).
 """
 
@@ -100,14 +100,3 @@ def join(device: int = -1) -> int:
     optimizer.join()
     steps = allgather_object(optimizer._steps)
     return max(range(len(steps)), key=lambda r: (steps[r], r))
-
-
-def start_timeline(file_path: str, mark_cycles: bool = False) -> None:
-    raise ConfigError("gs.start_timeline: gradsync records its timeline per optimizer: "
-                      "trace = gs.trace(optimizer, steps='10:19'), then trace.save(path) "
-                      "(docs/trace.md)")
-
-
-def stop_timeline() -> None:
-    raise ConfigError("gs.stop_timeline: use gs.trace(optimizer, steps=...) and trace.save(path) "
-                      "(docs/trace.md)")

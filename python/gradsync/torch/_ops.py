@@ -16,7 +16,7 @@ import torch
 
 from gradsync import _C
 
-from . import _job
+from . import _job, _timeline
 from ._errors import ConfigError
 
 REDUCTIONS = ("sum", "average", "min", "max", "product", "band", "bor", "bxor")
@@ -115,15 +115,17 @@ def reduction(op: str, what: str = "allreduce") -> str:
     return op
 
 
-def allreduce_(tensor: torch.Tensor, op: str = "average", group: Group = WHOLE_JOB) -> Handle:
-    """Reduces `tensor` over the group's ranks, in place (op: one of REDUCTIONS)."""
+def allreduce_(tensor: torch.Tensor, op: str = "average", group: Group = WHOLE_JOB,
+               name: str | None = None) -> Handle:
+    """Reduces `tensor` over the group's ranks, in place (op: one of REDUCTIONS). Every
+    function here takes a `name` for the timeline (gs.start_timeline)."""
     reduction(op)
     work, write_back = _contiguous(tensor, "allreduce")
     if work.dtype == torch.float32 and op in ("sum", "average"):
         native = _C.allreduce_async(_job.job(), work, op == "average", group.native)
     else:
         native = _C.allreduce_any_async(_job.job(), work, op, group.native)
-    return Handle(native, tensor, write_back)
+    return Handle(_timeline.record("allreduce", name, work, native), tensor, write_back)
 
 
 def split_counts(count: int, size: int) -> list[int]:
@@ -143,28 +145,30 @@ def _output(out: torch.Tensor | None, count: int, dtype: torch.dtype) -> torch.T
 
 
 def reducescatter(tensor: torch.Tensor, counts: Sequence[int], op: str = "average",
-                  group: Group = WHOLE_JOB, out: torch.Tensor | None = None) -> Handle:
+                  group: Group = WHOLE_JOB, out: torch.Tensor | None = None,
+                  name: str | None = None) -> Handle:
     """Reduces every rank's `tensor` (flattened: block r of counts[r] elements for rank r) and
     returns this rank's block, in the dtype of `tensor`, as a flat tensor (or into `out`)."""
     reduction(op, "reducescatter")
     flat = cpu(tensor, "reducescatter").contiguous().view(-1)
     out = _output(out, counts[group.rank()], flat.dtype)
     native = _C.reducescatter_async(_job.job(), flat, out, list(counts), op, group.native)
-    return Handle(native, out)
+    return Handle(_timeline.record("reducescatter", name, flat, native), out)
 
 
 def allgatherv(tensor: torch.Tensor, counts: Sequence[int], group: Group = WHOLE_JOB,
-               out: torch.Tensor | None = None) -> Handle:
+               out: torch.Tensor | None = None, name: str | None = None) -> Handle:
     """Every rank's `tensor` (counts[r] elements from rank r, flattened), back to back in rank
     order, as one flat tensor (or into `out`)."""
     flat = cpu(tensor, "allgather").contiguous().view(-1)
     out = _output(out, sum(counts), flat.dtype)
     native = _C.allgatherv_async(_job.job(), flat, out, list(counts), group.native)
-    return Handle(native, out)
+    return Handle(_timeline.record("allgather", name, out, native), out)
 
 
 def alltoallv(tensor: torch.Tensor, send_counts: Sequence[int], recv_counts: Sequence[int],
-              group: Group = WHOLE_JOB, out: torch.Tensor | None = None) -> Handle:
+              group: Group = WHOLE_JOB, out: torch.Tensor | None = None,
+              name: str | None = None) -> Handle:
     """Block j of `tensor` (flattened, send_counts[j] elements) to rank j; returns the blocks
     received (recv_counts[i] elements from rank i), back to back as one flat tensor (or in
     `out`)."""
@@ -172,20 +176,22 @@ def alltoallv(tensor: torch.Tensor, send_counts: Sequence[int], recv_counts: Seq
     out = _output(out, sum(recv_counts), flat.dtype)
     native = _C.alltoallv_async(_job.job(), flat, list(send_counts), out, list(recv_counts),
                                 group.native)
-    return Handle(native, out)
+    return Handle(_timeline.record("alltoall", name, flat, native), out)
 
 
-def broadcast_(tensor: torch.Tensor, root: int, group: Group = WHOLE_JOB) -> Handle:
+def broadcast_(tensor: torch.Tensor, root: int, group: Group = WHOLE_JOB,
+               name: str | None = None) -> Handle:
     """Makes every rank's `tensor` the group rank `root`'s, in place (any dtype)."""
     if not 0 <= root < group.size():
         raise ConfigError(f"broadcast: root rank {root} is not in a group of {group.size()}")
     work, write_back = _contiguous(tensor, "broadcast")
     native = _C.broadcast_async(_job.job(), work, root, group.native)
-    return Handle(native, tensor, write_back)
+    return Handle(_timeline.record("broadcast", name, work, native), tensor, write_back)
 
 
 def barrier(group: Group = WHOLE_JOB) -> Handle:
-    return Handle(_C.barrier_async(_job.job(), group.native), None)
+    native = _C.barrier_async(_job.job(), group.native)
+    return Handle(_timeline.record("barrier", None, None, native), None)
 
 
 def allgather_object_bytes(data: bytes, group: Group = WHOLE_JOB) -> list[bytes]:

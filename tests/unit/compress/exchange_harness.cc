@@ -1,6 +1,8 @@
 #include "exchange_harness.h"
 
+#include <algorithm>
 #include <bit>
+#include <cmath>
 #include <random>
 
 #include <fmt/format.h>
@@ -58,6 +60,12 @@ MethodArgs withOption(const std::string& key, double value) {
     }
   }
   return ::testing::AssertionSuccess();
+}
+
+double maxAbs(const std::vector<float>& v) {
+  double m = 0;
+  for (float x : v) m = std::max(m, static_cast<double>(std::fabs(x)));
+  return m;
 }
 
 std::vector<float> gaussian(size_t count, uint64_t seed, float scale) {

@@ -40,4 +40,7 @@ MethodArgs withValue(double value);
 // Deterministic pseudo-random normal values (mean 0, standard deviation `scale`).
 std::vector<float> gaussian(size_t count, uint64_t seed, float scale = 1.0f);
 
+// The largest magnitude in `v` (0 for none), for tolerances relative to an input.
+double maxAbs(const std::vector<float>& v);
+
 }  // namespace gradsync::testing

@@ -19,6 +19,7 @@
 namespace gradsync {
 namespace {
 
+using testing::maxAbs;
 using testing::RankExchange;
 
 struct Config {
@@ -82,12 +83,6 @@ std::vector<std::vector<RankExchange>> runSteps(
     }
   });
   return out;
-}
-
-double maxAbs(const std::vector<float>& v) {
-  double m = 0;
-  for (float x : v) m = std::max(m, static_cast<double>(std::fabs(x)));
-  return m;
 }
 
 std::vector<double> average(const std::vector<std::vector<float>>& inputs) {

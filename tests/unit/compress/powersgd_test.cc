@@ -19,6 +19,7 @@ namespace gradsync {
 namespace {
 
 using testing::gaussian;
+using testing::maxAbs;
 using testing::runExchange;
 
 constexpr uint64_t kSeed = 7;  // runExchange's default seed
@@ -99,12 +100,6 @@ class NaivePowerSgd {
   size_t n_, m_, r_;
   std::vector<double> q_;  // cols x rank
 };
-
-double maxAbs(const std::vector<float>& v) {
-  double m = 0;
-  for (float x : v) m = std::max(m, static_cast<double>(std::fabs(x)));
-  return m;
-}
 
 // Ranks' inputs of the unit at one step: uniform in [-0.1, 0.1), different per rank and step
 // (a hash per element, so that megabyte inputs stay cheap to build).
