@@ -232,7 +232,8 @@ void addTrainCommand(CLI::App& app, CommandContext& context) {
       ->capture_default_str();
   train
       ->add_option("--sync", o.sync,
-                   "ssgd | sharded | asgd | ssp:S | odsgd | ssdsgd:K | cdsgd:K | localsgd:H")
+                   "ssgd | sharded | asgd | ssp:S | odsgd | ssdsgd:K | cdsgd:K | localsgd:H | "
+                   "diloco:H[,outer_lr=X,outer_momentum=M,nesterov=on|off,quantize=int8|none]")
       ->capture_default_str();
   StrategyKnobs& k = o.strategy;
   train->add_flag("--ps", k.ps, "ssgd through parameter servers co-located with the workers");

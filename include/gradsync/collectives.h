@@ -53,6 +53,21 @@ Block blockOf(size_t count, int size, int rank);
 void allreduce(Transport& transport, std::span<float> data, ReduceOp op = ReduceOp::kSum,
                const CollectiveOptions& options = {});
 
+// Allreduce with 8 bits per value on the wire (the int8 ring of INTELLECT-1 and PCCL, for
+// DiLoCo's pseudo-gradients): each hop of the ring's reduce-scatter sends its partial sums
+// quantized to int8, one float scale per chunk of kInt8ChunkElements (scale = max|x| / 127,
+// round to nearest, ties to even), and the receiver adds them to its own values in float32; the
+// reduced block (averaged, for kAverage) is quantized once more and those bytes travel the
+// allgather unchanged, so every rank, the block's owner included, ends with the same bits: the
+// dequantized result. Bytes per rank: 2 (P-1)/P of int8WireBytes(count), about a quarter of the
+// float ring's. Each of the P hops adds at most half a quantization step of its chunk's
+// largest partial sum (max|partial| / 254). One message per hop (not pipelined).
+inline constexpr size_t kInt8ChunkElements = 1024;
+void allreduceInt8(Transport& transport, std::span<float> data, ReduceOp op = ReduceOp::kSum,
+                   const CollectiveOptions& options = {});
+// Bytes of `count` values on the int8 ring's wire: one float scale per chunk, one byte each.
+size_t int8WireBytes(size_t count);
+
 // Ring allreduce of IEEE binary16 values (the fp16 compressor's wire format): half the bytes
 // of float32. Each hop adds in float32 and rounds the partial sum back to half; a sum beyond
 // half's range becomes infinity.

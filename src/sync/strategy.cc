@@ -15,7 +15,8 @@ namespace {
 
 constexpr const char* kForms =
     "choose ssgd, sharded[:fc=reduce|exchange|auto,concurrent=N], asgd, ssp:S, odsgd, "
-    "ssdsgd:K, cdsgd:K, localsgd:H or diloco:H[,outer_lr=X,outer_momentum=M,nesterov=on|off]";
+    "ssdsgd:K, cdsgd:K, localsgd:H or "
+    "diloco:H[,outer_lr=X,outer_momentum=M,nesterov=on|off,quantize=int8|none]";
 
 int parseCount(const std::string& text, const std::string& whole, int minimum) {
   int value = 0;
@@ -77,8 +78,9 @@ void checkCompensationApplies(const SyncStrategy& strategy, const DelayCompensat
                                    "--pipeline S with --pipeline-mode pb"});
 }
 
-// "diloco:H[,outer_lr=X,outer_momentum=M,nesterov=on|off]": the paper's outer Nesterov SGD (lr
-// 0.7, momentum 0.9) unless an option says otherwise.
+// "diloco:H[,outer_lr=X,outer_momentum=M,nesterov=on|off,quantize=int8|none]": the paper's
+// outer Nesterov SGD (lr 0.7, momentum 0.9) unless an option says otherwise; int8 pseudo-
+// gradients with quantize=int8 (INTELLECT-1's int8 ring).
 SyncStrategy parseDiloco(const std::string& text) {
   SyncStrategy strategy{SyncStrategy::Kind::kLocalSgd, 0};
   strategy.diloco = true;
@@ -98,9 +100,12 @@ SyncStrategy parseDiloco(const std::string& text) {
       strategy.outer.momentum = parseNumber(value, "diloco's outer_momentum");
     } else if (key == "nesterov" && (value == "on" || value == "off")) {
       strategy.outer.nesterov = value == "on";
+    } else if (key == "quantize" && (value == "int8" || value == "none")) {
+      strategy.outer.int8 = value == "int8";
     } else {
       throw ConfigError(fmt::format("--sync {}: unknown option '{}'", text, option),
-                        {.hint = "diloco takes outer_lr=X, outer_momentum=M, nesterov=on|off"});
+                        {.hint = "diloco takes outer_lr=X, outer_momentum=M, nesterov=on|off, "
+                                 "quantize=int8|none"});
     }
   }
   if (!(strategy.outer.lr > 0) || !(strategy.outer.momentum >= 0 && strategy.outer.momentum < 1)) {

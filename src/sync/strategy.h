@@ -11,7 +11,8 @@
 //   odsgd       OD-SGD; ssdsgd:K  SSD-SGD (pull every K steps); cdsgd:K  CD-SGD (2-bit pushes,
 //               full precision every K-th step) — all through parameter servers
 //   localsgd:H  local SGD, averaging the models every H steps (no servers)
-//   diloco:H[,outer_lr=X,outer_momentum=M,nesterov=on|off]  DiLoCo (Douillard et al. 2023):
+//   diloco:H[,outer_lr=X,outer_momentum=M,nesterov=on|off,quantize=int8|none]  DiLoCo
+//     (Douillard et al. 2023):
 //               H local steps of any optimizer, then an outer step on the averaged
 //               pseudo-gradient (global - local) with Nesterov SGD, lr 0.7, momentum 0.9 by
 //               default; localsgd:H is its case outer_lr=1, outer_momentum=0
@@ -37,6 +38,8 @@ struct OuterOptions {
   double lr = 1;
   double momentum = 0;
   bool nesterov = false;
+  // diloco's quantize=int8: the pseudo-gradients travel the int8 ring (allreduceInt8).
+  bool int8 = false;
   // lr 1 without momentum: the outer step sets the global model to the workers' average.
   bool averagesModels() const { return lr == 1 && momentum == 0; }
 };

@@ -26,7 +26,7 @@ void OuterOptimizer::begin(const std::vector<torch::Tensor>& parameters) {
 uint64_t OuterOptimizer::step(std::vector<torch::Tensor>& parameters, Transport& transport) {
   torch::NoGradGuard noGrad;
   const uint64_t before = transport.bytesSent();
-  if (options_.averagesModels()) {
+  if (options_.averagesModels() && !options_.int8) {
     for (torch::Tensor& p : parameters)
       allreduce(transport, floatSpan(p), ReduceOp::kAverage, kOuterTag);
     return transport.bytesSent() - before;
@@ -34,7 +34,11 @@ uint64_t OuterOptimizer::step(std::vector<torch::Tensor>& parameters, Transport&
   GS_CHECK(global_.size() == parameters.size());
   for (size_t i = 0; i < parameters.size(); ++i) {
     torch::Tensor delta = global_[i] - parameters[i];  // the pseudo-gradient
-    allreduce(transport, floatSpan(delta), ReduceOp::kAverage, kOuterTag);
+    if (options_.int8) {
+      allreduceInt8(transport, floatSpan(delta), ReduceOp::kAverage, kOuterTag);
+    } else {
+      allreduce(transport, floatSpan(delta), ReduceOp::kAverage, kOuterTag);
+    }
     torch::Tensor update = delta;
     if (options_.momentum > 0) {
       momentum_[i].mul_(options_.momentum).add_(delta);

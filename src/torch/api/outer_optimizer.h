@@ -4,7 +4,8 @@
 // then adopts. localsgd is the case lr 1 without momentum, where θ_global − mean(Δ) is the
 // workers' average: computed as that average (exact in real arithmetic, one pass fewer, and no
 // global copy kept), so that localsgd:H and diloco:H,outer_lr=1,outer_momentum=0 give the same
-// bits.
+// bits. With quantize=int8 the pseudo-gradients travel the int8 ring (allreduceInt8, every rank
+// the same bits), always as pseudo-gradients: quantizing whole models would lose far more.
 //
 // Not thread-safe; the training thread calls it. step() is collective over the transport.
 #pragma once

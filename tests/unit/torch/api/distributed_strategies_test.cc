@@ -110,6 +110,25 @@ TEST(DistributedStrategies, DilocoOuterNesterovStepMatchesANaiveReference) {
   }
 }
 
+// int8 pseudo-gradients (the int8 ring): every rank ends each round with the same bits, close to
+// the float32 outer step's parameters but not equal to them (the quantization took effect).
+// Measured 0.034 here (3 workers, 3 rounds of 2 steps: int8 steps of max|Δ|/254 per chunk, carried
+// by the outer Nesterov momentum).
+constexpr double kInt8Drift = 0.06;
+
+TEST(DistributedStrategies, DilocoWithInt8PseudoGradientsKeepsEveryRankAlike) {
+  std::vector<SequenceClassifier> exact = trained(3, "sgd", {.sync = "diloco:2"}, 6, 0);
+  std::vector<SequenceClassifier> int8 =
+      trained(3, "sgd", {.sync = "diloco:2,quantize=int8"}, 6, 0);
+  for (size_t r = 0; r < int8.size(); ++r) {
+    EXPECT_EQ(maxRelativeDifference(int8[0], int8[r]), 0.0) << "rank " << r;
+  }
+  const double difference = maxRelativeDifference(exact[0], int8[0]);
+  std::printf("diloco:2 int8 against float32 after 3 rounds: %.3g\n", difference);
+  EXPECT_GT(difference, 0.0);
+  EXPECT_LT(difference, kInt8Drift);
+}
+
 TEST(DistributedStrategies, DilocoSpecsAreParsedOrRefusedSayingWhy) {
   const SyncStrategy paper = SyncStrategy::parse("diloco:50");
   EXPECT_EQ(paper.kind, SyncStrategy::Kind::kLocalSgd);
@@ -121,8 +140,10 @@ TEST(DistributedStrategies, DilocoSpecsAreParsedOrRefusedSayingWhy) {
   EXPECT_TRUE(plain.outer.averagesModels());
   EXPECT_TRUE(SyncStrategy::parse("localsgd:5").outer.averagesModels());
   EXPECT_FALSE(SyncStrategy::parse("diloco:5,nesterov=off").outer.nesterov);
+  EXPECT_TRUE(SyncStrategy::parse("diloco:5,quantize=int8").outer.int8);
+  EXPECT_FALSE(SyncStrategy::parse("diloco:5,quantize=none").outer.int8);
   for (const char* bad : {"diloco", "diloco:0", "diloco:5,outer_lr=0", "diloco:5,outer_momentum=1",
-                          "diloco:5,beta=2", "diloco:5,nesterov=yes"}) {
+                          "diloco:5,beta=2", "diloco:5,nesterov=yes", "diloco:5,quantize=int4"}) {
     EXPECT_THROW(SyncStrategy::parse(bad), ConfigError) << bad;
   }
   expectRefused("sgd", {.compress = "topk:0.1", .sync = "diloco:2"}, "diloco");
