@@ -21,6 +21,7 @@ def reductions() -> dict:
             out[f"{dtype}/{op.value}"] = hvd.allreduce(values(r, 1003, dtype), op=op,
                                                        name=f"t.{dtype}.{op.value}")
     out["average_kw"] = hvd.allreduce(values(r, 10), average=True)
+    out["positional_op"] = hvd.allreduce(values(r, 10), hvd.Sum)  # gradsync's older form
     out["scaled"] = hvd.allreduce(values(r, 10), op=hvd.Sum, prescale_factor=2.0,
                                   postscale_factor=0.5)
     out["fp16"] = hvd.allreduce(values(r, 10), compression=hvd.Compression.fp16)

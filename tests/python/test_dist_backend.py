@@ -82,7 +82,7 @@ def test_send_and_recv(job, size):
 
 
 @pytest.mark.parametrize("size", [2, 3])
-def test_ddp_on_gradsync_gives_glooss_parameters(job, size):
+def test_ddp_on_gradsync_gives_gloos_parameters(job, size):
     result = dist_job(job, size, "ddp", "3").check()
     for r in result.results:
         mine, theirs = r["value"]["gradsync"], r["value"]["gloo"]

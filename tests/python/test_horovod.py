@@ -43,6 +43,7 @@ def test_reductions(job, size):
         total = over_ranks(size, lambda q: values(q, 10), torch.add)
         assert torch.allclose(v["average_kw"], total / size)
         assert torch.equal(v["scaled"], total)
+        assert torch.equal(v["positional_op"], total)
         assert v["fp16"].dtype == torch.float32
         assert torch.allclose(v["fp16"], total / size, atol=1e-2)
         for got, n in zip(v["grouped"], (0, 1, 17)):

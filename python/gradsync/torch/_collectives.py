@@ -42,6 +42,8 @@ Average, Sum, Min, Max, Product, Adasum = (ReduceOp.AVERAGE, ReduceOp.SUM, Reduc
 def _op(op, average=None) -> str:
     """The reduction's name, from Horovod's op= (or its older average=); ConfigError listing
     the choices otherwise."""
+    if isinstance(average, (ReduceOp, str)):  # gs.allreduce(t, gs.Sum): op in average's place
+        op, average = average, None
     if average is not None:
         if op is not None:
             raise ConfigError("pass op= or average=, not both (average= is Horovod's older form)")
@@ -85,7 +87,8 @@ def allreduce_async_(tensor: torch.Tensor, average=None, name: str | None = None
     """Starts reducing `tensor` over the ranks (of `process_set`) in place; returns a Handle.
     op: gs.Average (default), gs.Sum, gs.Min, gs.Max, gs.Product, gs.Adasum. Any dtype, reduced
     in that dtype exactly (float32 sums and averages take the ring); an average needs a
-    floating-point tensor. `name` is accepted for Horovod's sake (collectives match by order)."""
+    floating-point tensor. `name` names it in the timeline (gs.start_timeline); collectives match
+    by order, not by name."""
     reduction = _op(op, average)
     group = _set(process_set, "allreduce")
     _ops.cpu(tensor, "allreduce")
