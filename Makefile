@@ -9,7 +9,7 @@ JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 CTEST_FLAGS ?= --output-on-failure
 
-.PHONY: all deps deps-demo configure build python test demo bench bench-peers bench-emulated bench-lm sim-validate sim-papers sim-wavelet test-long test-sanitize test-kernels fuzz fuzz-seeds format format-check clean
+.PHONY: all deps deps-demo configure build python test demo bench bench-peers bench-emulated bench-lm bench-dist-backend sim-validate sim-papers sim-wavelet test-long test-sanitize test-kernels fuzz fuzz-seeds format format-check clean
 
 all: build
 
@@ -74,6 +74,11 @@ bench-emulated: build
 # "Language model: DiLoCo against data-parallel training").
 bench-lm: build
 	scripts/bench_lm.py --build $(BUILD)
+
+# DDP on gradsync's torch.distributed backend against DDP on gloo, and both backends' all_reduce
+# (about 20 minutes; docs/performance.md, "DDP on gradsync's torch.distributed backend").
+bench-dist-backend: build
+	scripts/bench_dist_backend.sh --build $(BUILD)
 
 # The simulator: predicted vs measured step time here (about 10 minutes), and the seed papers'
 # headline setups (seconds). docs/simulator.md has the results.
