@@ -1,29 +1,32 @@
-// allreduceInt8 (gradsync/collectives.h): the ring in 8 bits. A block on the wire is its chunks'
-// float scales, then one int8 per element ([scales][values]); see the header for the contract.
-// Unpipelined: one message per hop (the pseudo-gradients it is for are sent once per H steps).
+// allreduceInt8 (gradsync/collectives.h): the ring in 8 bits, blocks in int8_codec.h's format;
+// see the public header for the contract. Unpipelined: one message per hop (the
+// pseudo-gradients it is for are sent once per H steps).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
 
 #include "collectives/guard.h"
+#include "collectives/int8_codec.h"
 #include "gradsync/collectives.h"
 #include "gradsync/error.h"
 
-namespace gradsync {
+namespace gradsync::int8 {
 namespace {
 
 size_t chunksOf(size_t count) {
   return (count + kInt8ChunkElements - 1) / kInt8ChunkElements;
 }
 
-size_t packedBytes(size_t count) {
+}  // namespace
+
+size_t wireBytes(size_t count) {
   return chunksOf(count) * sizeof(float) + count;
 }
 
-// `values` quantized into `out` (packedBytes(values.size()) bytes): per chunk, scale =
+// `values` quantized into `out` (wireBytes(values.size()) bytes): per chunk, scale =
 // max|x| / 127 and q = x / scale rounded to nearest (ties to even), so |q| <= 127.
-void quantizeInt8(std::span<const float> values, uint8_t* out) {
+void quantize(std::span<const float> values, uint8_t* out) {
   auto* scales = reinterpret_cast<float*>(out);
   auto* q = reinterpret_cast<int8_t*>(out + chunksOf(values.size()) * sizeof(float));
   for (size_t c = 0; c < chunksOf(values.size()); ++c) {
@@ -40,8 +43,7 @@ void quantizeInt8(std::span<const float> values, uint8_t* out) {
   }
 }
 
-// Dequantizes `packed` (of `count` values) into `out`, or adds it to `out` (`accumulate`).
-void dequantizeInt8(const uint8_t* packed, size_t count, float* out, bool accumulate) {
+void dequantize(const uint8_t* packed, size_t count, float* out, bool accumulate) {
   const auto* q = reinterpret_cast<const int8_t*>(packed + chunksOf(count) * sizeof(float));
   for (size_t c = 0; c < chunksOf(count); ++c) {
     float scale;
@@ -53,6 +55,11 @@ void dequantizeInt8(const uint8_t* packed, size_t count, float* out, bool accumu
     }
   }
 }
+
+}  // namespace gradsync::int8
+
+namespace gradsync {
+namespace {
 
 class Int8Ring {
  public:
@@ -66,9 +73,9 @@ class Int8Ring {
     if (op == ReduceOp::kAverage) {
       for (float& x : mine) x *= 1.0f / static_cast<float>(size_);
     }
-    packed_[owned].resize(packedBytes(mine.size()));
-    quantizeInt8(mine, packed_[owned].data());
-    dequantizeInt8(packed_[owned].data(), mine.size(), mine.data(), false);  // everyone's bits
+    packed_[owned].resize(int8::wireBytes(mine.size()));
+    int8::quantize(mine, packed_[owned].data());
+    int8::dequantize(packed_[owned].data(), mine.size(), mine.data(), false);  // everyone's bits
     for (int s = 0; s < size_ - 1; ++s) hop(mod(rank_ + 1 - s), mod(rank_ - s), false);
   }
 
@@ -86,15 +93,15 @@ class Int8Ring {
   void hop(int out, int in, bool reducing) {
     packed_.resize(static_cast<size_t>(size_));
     if (reducing) {
-      packed_[out].resize(packedBytes(block(out).size()));
-      quantizeInt8(block(out), packed_[out].data());
+      packed_[out].resize(int8::wireBytes(block(out).size()));
+      int8::quantize(block(out), packed_[out].data());
     }
-    packed_[in].resize(packedBytes(block(in).size()));
+    packed_[in].resize(int8::wireBytes(block(in).size()));
     WorkPtr received = t_.recv(mod(rank_ - 1), tag_, packed_[in].data(), packed_[in].size());
     WorkPtr sent = t_.send(mod(rank_ + 1), tag_, packed_[out].data(), packed_[out].size());
     received->wait();
     sent->wait();
-    dequantizeInt8(packed_[in].data(), block(in).size(), block(in).data(), reducing);
+    int8::dequantize(packed_[in].data(), block(in).size(), block(in).data(), reducing);
   }
 
   Transport& t_;
@@ -107,16 +114,16 @@ class Int8Ring {
 }  // namespace
 
 size_t int8WireBytes(size_t count) {
-  return packedBytes(count);
+  return int8::wireBytes(count);
 }
 
 void allreduceInt8(Transport& transport, std::span<float> data, ReduceOp op,
                    const CollectiveOptions& options) {
   detail::runCollective("allreduceInt8", transport, [&] {
     if (transport.size() == 1) {
-      std::vector<uint8_t> packed(packedBytes(data.size()));
-      quantizeInt8(data, packed.data());
-      dequantizeInt8(packed.data(), data.size(), data.data(), false);
+      std::vector<uint8_t> packed(int8::wireBytes(data.size()));
+      int8::quantize(data, packed.data());
+      int8::dequantize(packed.data(), data.size(), data.data(), false);
       return;
     }
     Int8Ring(transport, data, options.tag).run(op);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "collectives/int8_codec.h"
 #include "collectives/reduce.h"
 #include "common/half.h"
 #include "common/random.h"
@@ -59,7 +60,15 @@ void CodecCompressor::exchange(ExchangeContext& context, std::span<float> grad,
 }
 
 size_t LinearCompressor::encodedBytes(size_t elements) const {
-  return codeLength(elements) * (halfOnWire() ? sizeof(uint16_t) : sizeof(float));
+  switch (wire()) {
+    case Wire::kHalf:
+      return codeLength(elements) * sizeof(uint16_t);
+    case Wire::kInt8:
+      return int8::wireBytes(codeLength(elements));
+    case Wire::kFloat:
+      break;
+  }
+  return codeLength(elements) * sizeof(float);
 }
 
 void LinearCompressor::exchange(ExchangeContext& context, std::span<float> grad,
@@ -71,18 +80,30 @@ void LinearCompressor::exchange(ExchangeContext& context, std::span<float> grad,
   std::vector<uint16_t>& half = half_;
   code.resize(codeLength(grad.size()));
   encode(grad, code, seed);
-  if (halfOnWire()) {
+  if (wire() == Wire::kHalf) {
     half.resize(code.size());
     halfFromFloat(code.data(), half.data(), code.size());
     floatFromHalf(half.data(), code.data(), code.size());  // what the others will receive
   }
   stats.encodeSeconds += secondsSince(*context.clock, start);
   start = context.clock->now();
-  decode(code, sent, seed);
+  if (wire() == Wire::kInt8) {
+    // What this rank sends: its code quantized as a first hop would (later hops quantize
+    // partial sums, which no rank's own contribution can be told apart in).
+    packed_.resize(int8::wireBytes(code.size()));
+    int8::quantize(code, packed_.data());
+    std::vector<float> roundTrip(code.size());
+    int8::dequantize(packed_.data(), code.size(), roundTrip.data(), false);
+    decode(roundTrip, sent, seed);
+  } else {
+    decode(code, sent, seed);
+  }
   stats.decodeSeconds += secondsSince(*context.clock, start);
-  if (halfOnWire()) {
+  if (wire() == Wire::kHalf) {
     allreduceHalf(context.transport, half, context.collective);
     floatFromHalf(half.data(), code.data(), code.size());
+  } else if (wire() == Wire::kInt8) {
+    allreduceInt8(context.transport, code, ReduceOp::kSum, context.collective);
   } else {
     allreduce(context.transport, code, ReduceOp::kSum, context.collective);
   }

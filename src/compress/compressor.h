@@ -121,8 +121,10 @@ class LinearCompressor : public Compressor {
 
   // Length of the encoding of `elements` values.
   virtual size_t codeLength(size_t elements) const = 0;
-  // Whether the summed vector travels as IEEE half precision (accumulated in float32).
-  virtual bool halfOnWire() const { return false; }
+  // How the summed vector travels: float32; IEEE half precision (accumulated in float32); or
+  // the int8 ring (allreduceInt8: int8 per hop with a scale per chunk, summed in float32).
+  enum class Wire { kFloat, kHalf, kInt8 };
+  virtual Wire wire() const { return Wire::kFloat; }
   // code = encode(x); `seed` is the same on every rank (shared randomness).
   virtual void encode(std::span<const float> x, std::span<float> code, uint64_t seed) = 0;
   // out = decode(code), for a code of `x.size()` values encoded with the same seed.
@@ -131,6 +133,7 @@ class LinearCompressor : public Compressor {
  private:
   std::vector<float> code_;  // reused across exchanges
   std::vector<uint16_t> half_;
+  std::vector<uint8_t> packed_;  // kInt8: this rank's code as the ring's first hop sends it
 };
 
 // Parameters of a method, parsed from "name[:value][,key=value...]" (see CompressSpec).

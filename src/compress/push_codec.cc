@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "collectives/int8_codec.h"
 #include "common/half.h"
 #include "common/random.h"
 #include "compress/registry.h"
@@ -45,10 +46,11 @@ PushCodec::PushCodec(const CompressSpec& spec, std::span<const TensorShape> unit
     : elements_(elementsOf(unit)) {
   std::string why;
   if (spec.dense() || !pushable(spec, &why)) {
-    throw ConfigError(fmt::format("--compress {} does not apply through parameter servers{}{}",
-                                  spec.toString(), why.empty() ? "" : ": ", why),
-                      {.hint = "over servers use fp16, topk, mstopk, randomk, qsgd, terngrad, "
-                               "twobit, onebit or signsgd; or ring ssgd for any method"});
+    throw ConfigError(
+        fmt::format("--compress {} does not apply through parameter servers{}{}", spec.toString(),
+                    why.empty() ? "" : ": ", why),
+        {.hint = "over servers use fp16, int8, topk, mstopk, randomk, qsgd, terngrad, "
+                 "twobit, onebit or signsgd; or ring ssgd for any method"});
   }
   method_ = findMethod(spec.method).make(spec.args, unit);
   codec_ = dynamic_cast<CodecCompressor*>(method_.get());
@@ -83,11 +85,14 @@ void PushCodec::encode(std::span<const float> grad, std::vector<uint8_t>& out, u
   } else {
     code_.resize(linear_->codeLength(elements_));
     linear_->encode(x, code_, seed);
-    if (linear_->halfOnWire()) {
+    if (linear_->wire() == LinearCompressor::Wire::kHalf) {
       half_.resize(code_.size());
       halfFromFloat(code_.data(), half_.data(), code_.size());
       out.resize(half_.size() * sizeof(uint16_t));
       std::copy_n(reinterpret_cast<const uint8_t*>(half_.data()), out.size(), out.data());
+    } else if (linear_->wire() == LinearCompressor::Wire::kInt8) {
+      out.resize(int8::wireBytes(code_.size()));
+      int8::quantize(code_, out.data());
     } else {
       out.resize(code_.size() * sizeof(float));
       std::copy_n(reinterpret_cast<const uint8_t*>(code_.data()), out.size(), out.data());
@@ -113,13 +118,15 @@ void PushCodec::decodeAdd(std::span<const uint8_t> in, std::span<float> out, uin
     return;
   }
   const size_t length = linear_->codeLength(out.size());
-  const size_t width = linear_->halfOnWire() ? sizeof(uint16_t) : sizeof(float);
-  if (in.size() != length * width) {
+  const size_t expected = linear_->encodedBytes(out.size());
+  if (in.size() != expected) {
     throw ProtocolError(fmt::format("a push of {} elements carries {} bytes, expected {}",
-                                    out.size(), in.size(), length * width));
+                                    out.size(), in.size(), expected));
   }
   code_.resize(length);
-  if (width == sizeof(uint16_t)) {
+  if (linear_->wire() == LinearCompressor::Wire::kInt8) {
+    int8::dequantize(in.data(), length, code_.data(), false);
+  } else if (linear_->wire() == LinearCompressor::Wire::kHalf) {
     half_.resize(length);
     std::copy_n(in.data(), in.size(), reinterpret_cast<uint8_t*>(half_.data()));
     floatFromHalf(half_.data(), code_.data(), length);

@@ -111,6 +111,14 @@ const std::vector<MethodInfo>& compressionMethods() {
        "across hosts",
        makeHiTopK,
        /*ownErrorFeedback=*/true},
+      {"int8",
+       "",
+       0,
+       {},
+       false,
+       false,
+       "int8 with a scale per 1,024 values, summed in float32 in the int8 ring",
+       makeInt8},
   };
   return table;
 }

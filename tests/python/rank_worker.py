@@ -23,7 +23,7 @@ from horovod_scenarios import HOROVOD_SCENARIOS
 from workload import fresh_model, make_optimizer, parameters, share, train
 
 OUT = Path(".")
-COMPRESSORS = ["none", "fp16", "topk:0.05", "mstopk:0.05", "gtopk:0.05", "randomk:0.05",
+COMPRESSORS = ["none", "fp16", "int8", "topk:0.05", "mstopk:0.05", "gtopk:0.05", "randomk:0.05",
                "dgc:0.05", "qsgd:16", "terngrad", "twobit", "onebit", "signsgd", "powersgd:2",
                "gradiveq:2"]
 STRATEGIES = [{"schedule": "fifo"}, {"schedule": "fusion:0.001"}, {"schedule": "p3"},

@@ -14,7 +14,7 @@ from workload import fresh_model
 def test_every_compressor_and_strategy_trains(job):
     result = job(2, "reach").check()
     runs = result.results[0]["value"]
-    assert len(runs) == 14 + 14
+    assert len(runs) == 15 + 14
     for config, run in runs.items():
         assert all(math.isfinite(loss) for loss in run["losses"]), config
         assert run["moved"] > 0, config

@@ -11,7 +11,7 @@ namespace {
 class Fp16 final : public LinearCompressor {
  public:
   size_t codeLength(size_t elements) const override { return elements; }
-  bool halfOnWire() const override { return true; }
+  Wire wire() const override { return Wire::kHalf; }
   void encode(std::span<const float> x, std::span<float> code, uint64_t) override {
     std::copy(x.begin(), x.end(), code.begin());
   }

@@ -6,6 +6,7 @@
 namespace gradsync::methods {
 
 std::unique_ptr<Compressor> makeFp16(const MethodArgs& args, std::span<const TensorShape> unit);
+std::unique_ptr<Compressor> makeInt8(const MethodArgs& args, std::span<const TensorShape> unit);
 std::unique_ptr<Compressor> makeTopK(const MethodArgs& args, std::span<const TensorShape> unit);
 std::unique_ptr<Compressor> makeMsTopK(const MethodArgs& args, std::span<const TensorShape> unit);
 std::unique_ptr<Compressor> makeHiTopK(const MethodArgs& args, std::span<const TensorShape> unit);

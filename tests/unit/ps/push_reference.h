@@ -6,6 +6,7 @@
 #include <span>
 #include <vector>
 
+#include "collectives/int8_codec.h"
 #include "common/half.h"
 #include "common/random.h"
 #include "compress/compressor.h"
@@ -35,7 +36,12 @@ inline std::vector<float> decodedPush(Compressor& method, std::span<const float>
   std::vector<float> code(linear.codeLength(x.size()));
   linear.encode(x, code, shared);
   for (float& c : code) {
-    if (linear.halfOnWire()) c = floatFromHalf(halfFromFloat(c));
+    if (linear.wire() == LinearCompressor::Wire::kHalf) c = floatFromHalf(halfFromFloat(c));
+  }
+  if (linear.wire() == LinearCompressor::Wire::kInt8) {
+    std::vector<uint8_t> packed(int8::wireBytes(code.size()));
+    int8::quantize(code, packed.data());
+    int8::dequantize(packed.data(), code.size(), code.data(), false);
   }
   linear.decode(code, out, shared);
   return out;
