@@ -4,29 +4,13 @@
 // step of each chunk's largest value, 1/254 of it) is below gradient noise on the tested jobs;
 // `,ef=on` feeds back the difference to this rank's own values quantized once. Last in the
 // registry, so that the fuzzer's committed seeds keep the cases they were written for.
-#include <algorithm>
-
+#include "compress/impl/identity_on_wire.h"
 #include "compress/impl/methods.h"
 
 namespace gradsync::methods {
-namespace {
-
-class Int8 final : public LinearCompressor {
- public:
-  size_t codeLength(size_t elements) const override { return elements; }
-  Wire wire() const override { return Wire::kInt8; }
-  void encode(std::span<const float> x, std::span<float> code, uint64_t) override {
-    std::copy(x.begin(), x.end(), code.begin());
-  }
-  void decode(std::span<const float> code, std::span<float> out, uint64_t) const override {
-    std::copy(code.begin(), code.end(), out.begin());
-  }
-};
-
-}  // namespace
 
 std::unique_ptr<Compressor> makeInt8(const MethodArgs&, std::span<const TensorShape>) {
-  return std::make_unique<Int8>();
+  return std::make_unique<IdentityOnWire>(LinearCompressor::Wire::kInt8);
 }
 
 }  // namespace gradsync::methods
