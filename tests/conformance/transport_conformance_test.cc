@@ -205,12 +205,17 @@ TEST_P(TransportConformance, CountsBytesSentToPeers) {
 
 TEST_P(TransportConformance, AbortFailsPendingAndLaterOperations) {
   run(2, [](Transport& t) {
+    // Rank 1 stays alive (no goodbye) while rank 0 aborts. The handshake times the sleep from
+    // rank 0's abort, not from rank 1's start, which under load can be far apart.
+    int ready = 1;
     if (t.rank() == 1) {
-      std::this_thread::sleep_for(300ms);  // alive (no goodbye) while rank 0 aborts
+      t.recv(0, 3, &ready, sizeof ready)->wait();
+      std::this_thread::sleep_for(300ms);
       return;
     }
     int in = 0;
     WorkPtr pending = t.recv(1, 4, &in, sizeof in);
+    t.send(1, 3, &ready, sizeof ready)->wait();
     t.abort(std::make_exception_ptr(TimeoutError("gave up")));
     EXPECT_THROW(pending->wait(), TimeoutError);  // at once, not after the timeout
     EXPECT_THROW(t.recv(1, 4, &in, sizeof in)->wait(), TimeoutError);

@@ -169,7 +169,11 @@ MpiTransport::~MpiTransport() {
     }
     (void)out.release();
   }
-  MPI_Comm_free(&comm_);
+  // A peer that has not said goodbye may still send on this communicator, and Open MPI reuses a
+  // freed communicator's context id: its late message would land on the next transport's
+  // communicator (with a sequence number that makes MPI hold back that transport's own first
+  // message from the peer, a hang). Such a communicator is left allocated instead.
+  if (goodbyes_ == size_ - 1) MPI_Comm_free(&comm_);
 }
 
 WorkPtr MpiTransport::send(int peer, uint64_t tag, const void* data, size_t bytes) {
