@@ -12,7 +12,6 @@
 #include <fmt/ranges.h>
 
 #include "common/logging.h"
-#include "common/socket.h"
 #include "common/subprocess.h"
 #include "common/units.h"
 #include "gradsync/context.h"
@@ -87,21 +86,10 @@ void printSummary(const RecommendationOptions& options, int workers,
   std::fflush(stdout);
 }
 
-TcpTransportOptions tcpOptions(const BootstrapConfig& config, const TransportOptions& link) {
-  TcpTransportOptions tcp;
-  tcp.transport = link;
-  tcp.transport.timeout = config.timeout;
-  tcp.jobId = config.jobId;
-  tcp.jobToken = config.jobToken;
-  tcp.tls = config.tls;
-  tcp.host = config.size > 1 ? localAddressToward(config.master.host) : "127.0.0.1";
-  return tcp;
-}
-
 int workerLife(const RecommendationOptions& options, int workers, Store& store,
                const BootstrapConfig& config, const TransportOptions& link,
                const Settings& settings) {
-  TcpTransportOptions tcp = tcpOptions(config, link);
+  TcpTransportOptions tcp = tcpOptionsFor(config, link);
   if (config.rank == 0) store.setString(kSettingsKey, encodeSettings(settings));
   std::unique_ptr<Transport> ring = connectTcpTransport(store, config.rank, workers, tcp);
   checkSameSettings(*ring, settings);
@@ -126,7 +114,7 @@ int serverLife(const RecommendationOptions& options, int workers, Store& store,
   std::signal(SIGTERM, SIG_IGN);
   std::signal(SIGINT, SIG_IGN);
   const Settings rank0 = decodeSettings(store.getString(kSettingsKey, config.timeout));
-  serveEmbeddingShard(store, tcpOptions(config, link), options, workers, config.rank,
+  serveEmbeddingShard(store, tcpOptionsFor(config, link), options, workers, config.rank,
                       describeDifference(rank0, settings, config.rank));
   return 0;
 }

@@ -44,4 +44,10 @@ struct TcpTransportOptions {
 std::unique_ptr<Transport> connectTcpTransport(Store& store, int rank, int size,
                                                const TcpTransportOptions& options);
 
+struct BootstrapConfig;  // gradsync/bootstrap.h
+
+// The options of a resolved job's TCP transport: its id, token, TLS and timeout, `link`'s
+// emulation and limits, and this host's address toward the store's (127.0.0.1 for a job of one).
+TcpTransportOptions tcpOptionsFor(const BootstrapConfig& config, const TransportOptions& link);
+
 }  // namespace gradsync

@@ -1,6 +1,7 @@
 // The Python extension gradsync._C (python/gradsync/torch wraps it): a thin layer over the
-// public C++ API (include/gradsync/). What the three translation units share:
-//   module.cc     the module, exceptions, the Job (init, the collectives' queue, Ctrl-C)
+// public C++ API (include/gradsync/). What its translation units share:
+//   module.cc     the module, exceptions, the Job (init, the collectives' queue, Ctrl-C), the
+//                 elastic session (rounds of Jobs)
 //   collectives.cc the collectives on the Job's queue, on the whole job or a group of its ranks
 //   optimizer.cc  DistributedOptimizer over a Python model and torch.optim optimizer
 //   averager.cc   GradientAverager behind gs.ddp_comm_hook, on a thread of its own

@@ -1,5 +1,6 @@
 // gradsync._C: the module, gradsync's exceptions as Python's, the Job (gs.init) with its
-// collectives' queue, and the Ctrl-C watch (binding.h). The collectives: collectives.cc.
+// collectives' queue, the elastic session whose rounds give Jobs, and the Ctrl-C watch
+// (binding.h). The collectives: collectives.cc.
 #include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
@@ -8,6 +9,7 @@
 
 #include "binding.h"
 #include "gradsync/allocator.h"
+#include "gradsync/elastic.h"
 #include "gradsync/error.h"
 
 namespace gradsync::python {
@@ -113,11 +115,10 @@ void watchJob(const std::shared_ptr<Job>& job) {
   });
 }
 
-std::shared_ptr<Job> init(std::optional<int> rank, std::optional<int> size,
-                          std::optional<std::string> masterAddr, std::optional<int> masterPort,
-                          std::optional<std::string> timeout, std::optional<std::string> jobToken,
-                          bool tls, double bandwidth, bool watchCtrlC, bool keepFreedMemory) {
-  if (keepFreedMemory) keepFreedMemoryInHeap();  // as `gradsync train` does
+InitOptions initOptions(std::optional<int> rank, std::optional<int> size,
+                        std::optional<std::string> masterAddr, std::optional<int> masterPort,
+                        std::optional<std::string> timeout, std::optional<std::string> jobToken,
+                        bool tls, double bandwidth) {
   InitOptions options;
   options.bootstrap.rank = rank;
   options.bootstrap.worldSize = size;
@@ -127,11 +128,51 @@ std::shared_ptr<Job> init(std::optional<int> rank, std::optional<int> size,
   options.bootstrap.jobToken = std::move(jobToken);
   options.bootstrap.tls = tls;
   options.link.bandwidthBytesPerSec = bandwidth;
+  return options;
+}
+
+std::shared_ptr<Job> init(std::optional<int> rank, std::optional<int> size,
+                          std::optional<std::string> masterAddr, std::optional<int> masterPort,
+                          std::optional<std::string> timeout, std::optional<std::string> jobToken,
+                          bool tls, double bandwidth, bool watchCtrlC, bool keepFreedMemory) {
+  if (keepFreedMemory) keepFreedMemoryInHeap();  // as `gradsync train` does
+  InitOptions options =
+      initOptions(rank, size, masterAddr, masterPort, timeout, jobToken, tls, bandwidth);
   std::shared_ptr<Job> job;
   {
     py::gil_scoped_release noGil;
     job = std::make_shared<Job>(gradsync::init(options));
   }
+  if (watchCtrlC) watchJob(job);
+  return job;
+}
+
+// gs.init in an elastic job (python/gradsync/torch/elastic.py): the session, whose rounds give
+// the Jobs.
+std::shared_ptr<ElasticSession> elasticSession(std::string range, std::optional<int> rank,
+                                               std::optional<int> size,
+                                               std::optional<std::string> masterAddr,
+                                               std::optional<int> masterPort,
+                                               std::optional<std::string> timeout,
+                                               std::optional<std::string> jobToken, bool tls,
+                                               double bandwidth, bool keepFreedMemory) {
+  if (keepFreedMemory) keepFreedMemoryInHeap();
+  ElasticSessionOptions options{
+      .range = std::move(range),
+      .init = initOptions(rank, size, masterAddr, masterPort, timeout, jobToken, tls, bandwidth)};
+  py::gil_scoped_release noGil;
+  return std::make_shared<ElasticSession>(options);
+}
+
+// The Job of the session's next round; None when the job finished before this worker got in.
+std::shared_ptr<Job> joinNextRound(ElasticSession& session, int64_t progress, bool watchCtrlC) {
+  std::optional<Context> context;
+  {
+    py::gil_scoped_release noGil;
+    context = session.joinNextRound(progress);
+  }
+  if (!context) return nullptr;
+  auto job = std::make_shared<Job>(std::move(*context));
   if (watchCtrlC) watchJob(job);
   return job;
 }
@@ -246,6 +287,7 @@ void Job::abort(const std::string& reason) {
 
 namespace py = pybind11;
 using namespace gradsync::python;
+using gradsync::ElasticSession;
 
 PYBIND11_MODULE(_C, m) {
   m.doc() = "gradsync's C++ core for gradsync.torch (import gradsync.torch as gs)";
@@ -270,6 +312,16 @@ PYBIND11_MODULE(_C, m) {
   m.def("init", &init, py::arg("rank"), py::arg("size"), py::arg("master_addr"),
         py::arg("master_port"), py::arg("timeout"), py::arg("job_token"), py::arg("tls"),
         py::arg("bandwidth"), py::arg("watch_ctrl_c"), py::arg("keep_freed_memory"));
+  py::class_<ElasticSession, std::shared_ptr<ElasticSession>>(m, "ElasticSession")
+      .def("join", &joinNextRound, py::arg("progress"), py::arg("watch_ctrl_c"))
+      .def_property_readonly("round", &ElasticSession::round)
+      .def_property_readonly("name", &ElasticSession::name)
+      .def("waiting", &ElasticSession::waiting, py::call_guard<py::gil_scoped_release>())
+      .def("heartbeat", &ElasticSession::heartbeat, py::call_guard<py::gil_scoped_release>())
+      .def("finish", &ElasticSession::finish, py::call_guard<py::gil_scoped_release>());
+  m.def("elastic_session", &elasticSession, py::arg("range"), py::arg("rank"), py::arg("size"),
+        py::arg("master_addr"), py::arg("master_port"), py::arg("timeout"), py::arg("job_token"),
+        py::arg("tls"), py::arg("bandwidth"), py::arg("keep_freed_memory"));
   bindCollectives(m);
   bindOptimizer(m);
   bindAverager(m);

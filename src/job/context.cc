@@ -22,19 +22,24 @@ Context::Context(Context&&) noexcept = default;
 Context& Context::operator=(Context&&) noexcept = default;
 Context::~Context() = default;
 
-Context join(const BootstrapConfig& config, const TransportOptions& link) {
-  std::unique_ptr<TcpStoreServer> server;
-  std::shared_ptr<Store> store = connectStore(config, &server);
-  if (config.size > 1) checkSameWorldSize(*store, config);
-  HostTransportOptions options{.sharedMemory = config.sharedMemory,
-                               .ranksPerHost = config.ranksPerHost};
-  TcpTransportOptions& tcp = options.tcp;
+TcpTransportOptions tcpOptionsFor(const BootstrapConfig& config, const TransportOptions& link) {
+  TcpTransportOptions tcp;
   tcp.transport = link;
   tcp.transport.timeout = config.timeout;
   tcp.jobId = config.jobId;
   tcp.jobToken = config.jobToken;
   tcp.tls = config.tls;
   tcp.host = config.size > 1 ? localAddressToward(config.master.host) : "127.0.0.1";
+  return tcp;
+}
+
+Context join(const BootstrapConfig& config, const TransportOptions& link) {
+  std::unique_ptr<TcpStoreServer> server;
+  std::shared_ptr<Store> store = connectStore(config, &server);
+  if (config.size > 1) checkSameWorldSize(*store, config);
+  HostTransportOptions options{.sharedMemory = config.sharedMemory,
+                               .ranksPerHost = config.ranksPerHost};
+  options.tcp = tcpOptionsFor(config, link);
   std::unique_ptr<Transport> transport =
       connectHostTransport(*store, config.rank, config.size, options);
   GS_LOG(kInfo, "rank {} of {} connected (bootstrap from {})", config.rank, config.size,

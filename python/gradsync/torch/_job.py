@@ -12,6 +12,7 @@ import os
 import re
 import signal
 import socket
+import sys
 import threading
 import weakref
 
@@ -22,6 +23,8 @@ from gradsync import _C
 from ._errors import ConfigError, GradsyncError
 
 _job = None  # the _C.Job of gs.init(), until gs.shutdown()
+_session = None  # the _C.ElasticSession of an elastic job (its rounds give _job)
+_watch = False  # whether the jobs are watched for Ctrl-C
 _closables: "weakref.WeakSet" = weakref.WeakSet()  # what shutdown() closes before the job
 
 
@@ -60,7 +63,8 @@ def _port_beside_torch() -> int | None:
 def init(*, rank: int | None = None, size: int | None = None, master_addr: str | None = None,
          master_port: int | None = None, timeout: str | float | None = None,
          job_token: str | None = None, process_sets=None, tls: bool = False,
-         bandwidth=None, handle_ctrl_c: bool = True, keep_freed_memory: bool = True) -> None:
+         bandwidth=None, handle_ctrl_c: bool = True, keep_freed_memory: bool = True,
+         elastic: str | None = None) -> None:
     """Joins this process to its job; blocks until every rank has called it.
 
     The job comes from the arguments, else the launcher's environment: `gradsync launch` and
@@ -80,26 +84,90 @@ def init(*, rank: int | None = None, size: int | None = None, master_addr: str |
     keeps freed memory in the process's heap (mallopt M_MMAP_THRESHOLD 32 MiB, M_TRIM_THRESHOLD
     512 MiB), as `gradsync train` does: by default it unmaps LibTorch's multi-MB activations when
     freed and faults them back in at every step, which halved CPU training throughput here
-    (docs/performance.md). Calling init() again does nothing.
+    (docs/performance.md). `elastic` ("MIN:MAX"; GRADSYNC_ELASTIC; under `gradsync launch
+    --elastic` by default 1:N) makes the job elastic: it runs in rounds that hvd.elastic.run
+    re-forms when a rank is lost or a worker comes in (elastic.py). Calling init() again does
+    nothing.
     """
-    global _job
+    global _job, _session, _watch
     if _job is not None:
         return
     if master_port is None:
         master_port = _port_beside_torch()
-    watch = (handle_ctrl_c and threading.current_thread() is threading.main_thread()
-             and signal.getsignal(signal.SIGINT) is signal.default_int_handler)
-    _job = _C.init(rank=rank, size=size, master_addr=master_addr, master_port=master_port,
-                   timeout=None if timeout is None else str(timeout), job_token=job_token, tls=tls,
-                   bandwidth=_parse_rate(bandwidth), watch_ctrl_c=watch,
-                   keep_freed_memory=keep_freed_memory)
+    _watch = (handle_ctrl_c and threading.current_thread() is threading.main_thread()
+              and signal.getsignal(signal.SIGINT) is signal.default_int_handler)
+    arguments = dict(rank=rank, size=size, master_addr=master_addr, master_port=master_port,
+                     timeout=None if timeout is None else str(timeout), job_token=job_token,
+                     tls=tls, bandwidth=_parse_rate(bandwidth),
+                     keep_freed_memory=keep_freed_memory)
+    elastic = _elastic_range(elastic)
+    if elastic is None:
+        _job = _C.init(watch_ctrl_c=_watch, **arguments)
+    else:
+        if process_sets:
+            raise ConfigError("process sets do not combine with an elastic job: its ranks "
+                              "change from round to round")
+        _session = _C.elastic_session(range=elastic, **arguments)
+        _job = _session.join(progress=-1, watch_ctrl_c=_watch)
+        if _job is None:  # nothing left for this worker to do: it ends as the job did
+            print(f"gradsync: {_session.name}: the elastic job finished before this worker "
+                  "could join it", file=sys.stderr)
+            raise SystemExit(0)
     atexit.register(shutdown)
-    from . import _horovod, _process_sets  # they use this module
+    _joined()
+    from . import _process_sets
+
+    for process_set in process_sets or []:
+        _process_sets.add_process_set(process_set)
+
+
+def _elastic_range(given: str | None) -> str | None:
+    """The elastic range to join with ("" for the default 1:N), or None: a fixed job."""
+    if given is not None:
+        return str(given)
+    if "GRADSYNC_ELASTIC" in os.environ:
+        return os.environ["GRADSYNC_ELASTIC"]
+    return "" if os.environ.get("GRADSYNC_EXTERNAL_STORE") == "1" else None
+
+
+def _joined() -> None:
+    """What every rank does once it is in a job (collective)."""
+    from . import _horovod  # it uses this module
 
     _horovod._hosts = None
     _horovod._host_names()  # every rank's host, for cross_rank (collective: here, once)
-    for process_set in process_sets or []:
-        _process_sets.add_process_set(process_set)
+
+
+def session():
+    """The _C.ElasticSession of an elastic job; ConfigError in a fixed one."""
+    job()
+    if _session is None:
+        raise ConfigError("hvd.elastic needs an elastic job: run under `gradsync launch "
+                          "--elastic`, or give gs.init(elastic='MIN:MAX') / GRADSYNC_ELASTIC")
+    return _session
+
+
+def next_round(progress: int, failure: str | None) -> bool:
+    """Leaves the current round of the elastic job (aborting its connections with `failure`'s
+    reason after a failure, so that every member learns at once) and joins the next one, holding
+    a state of `progress` commits; rebuilds every DistributedOptimizer on it. False when the job
+    finished before this worker got in again."""
+    global _job
+    elastic = session()
+    current, _job = _job, None
+    if failure is not None:
+        current.abort(failure)
+    current.close()
+    _job = elastic.join(progress=progress, watch_ctrl_c=_watch)
+    if _job is None:
+        return False
+    _joined()
+    from ._optimizer import DistributedOptimizer  # it uses this module
+
+    for closable in list(_closables):
+        if isinstance(closable, DistributedOptimizer):
+            closable._rebind()
+    return True
 
 
 def job():
@@ -142,7 +210,7 @@ def shutdown() -> None:
     """Leaves the job: closes every DistributedOptimizer and DDP hook state, waits for the
     other ranks (so that rank 0's store outlives their use of it), then closes the connections.
     Collective; runs by itself at exit. Calling it again does nothing."""
-    global _job
+    global _job, _session
     if _job is None:
         return
     for closable in list(_closables):
@@ -151,7 +219,10 @@ def shutdown() -> None:
     try:
         if current.size > 1 and not current.aborted:
             _C.barrier(current)
+        if _session is not None and current.rank == 0 and not current.aborted:
+            _session.finish()  # workers still waiting to come in stop waiting
     except GradsyncError:
         pass  # a rank already gone: nothing left to wait for
     finally:
         current.close()
+        _session = None

@@ -158,11 +158,13 @@ class DistributedOptimizer(torch.optim.Optimizer):
         groups = [(list(g["params"]), {k: v for k, v in g.items() if k != "params"})
                   for g in optimizer.param_groups]
         self._impl = None
-        if _update_mode(schedule, sync, options):
+        self._update_mode = _update_mode(schedule, sync, options)  # on a job of several
+        if self._update_mode:
             _check_update_mode(groups)
-        self._impl = _C.DistributedOptimizer(
-            _job.job(), optimizer, self._kind, groups, self._named,
-            _sync_options(schedule, compression, sync, backward_passes_per_step, options))
+        self._arguments = (groups, _sync_options(schedule, compression, sync,
+                                                 backward_passes_per_step, options))
+        self._impl = _C.DistributedOptimizer(_job.job(), optimizer, self._kind,
+                                             self._arguments[0], self._named, self._arguments[1])
         self._updates = self._impl.updates_parameters()  # False alone: there is no engine
         self._local = str(sync).startswith(_LOCAL_STRATEGIES)
         self._steps = 0
@@ -365,6 +367,25 @@ class DistributedOptimizer(torch.optim.Optimizer):
     def _close(self) -> None:
         if self._impl is not None:
             self._impl.close()
+
+    # --- elastic rounds (elastic.py) ----------------------------------------------------------
+    def _check_elastic(self) -> None:
+        """hvd.elastic re-forms the job from the wrapped optimizer's state: the engine must
+        keep none of its own that a lost rank would take with it."""
+        if self._update_mode or self._local:
+            raise ConfigError("hvd.elastic runs DistributedOptimizers in gradient mode (schedule "
+                              "fifo, wfbp or fusion; sync ssgd): in update mode and with the "
+                              "local strategies the engine holds state a lost rank takes with "
+                              "it (docs/python.md, \"Elastic training\")")
+
+    def _rebind(self) -> None:
+        """Builds the engine again on the current job (a new elastic round; collective). The
+        compressors' residuals and other synchronization state start afresh."""
+        self._close()
+        self._impl = _C.DistributedOptimizer(_job.job(), self._inner, self._kind,
+                                             self._arguments[0], self._named, self._arguments[1])
+        self._synchronized = False
+        self._skip = False
 
     def __del__(self):
         impl = getattr(self, "_impl", None)

@@ -1,7 +1,5 @@
 #include "torch/elastic/trainer.h"
 
-#include <unistd.h>
-
 #include <cstdio>
 #include <exception>
 #include <memory>
@@ -10,10 +8,10 @@
 #include <fmt/format.h>
 
 #include "common/logging.h"
-#include "common/socket.h"
 #include "common/stop_request.h"
 #include "gradsync/error.h"
 #include "gradsync/tcp.h"
+#include "job/elastic_worker.h"
 #include "rendezvous/tcp_store.h"
 #include "schedule/schedule.h"
 #include "sync/strategy.h"
@@ -28,20 +26,8 @@ namespace {
                     {.operation = "elastic training"});
 }
 
-std::string hostName() {
-  char name[256] = {};
-  if (::gethostname(name, sizeof name - 1) != 0) return "?";
-  return name;
-}
-
 ElasticWorker workerOf(const ElasticJob& job) {
-  ElasticWorker me;
-  me.slot = job.bootstrap.rank;
-  me.name = fmt::format("worker {}", me.slot);
-  if (job.restartCount > 0) me.name += fmt::format(" (restart {})", job.restartCount);
-  me.where = fmt::format("pid {} on {}", ::getpid(), hostName());
-  me.settings = encodeSettings(job.settings);
-  return me;
+  return thisWorker(job.bootstrap.rank, job.restartCount, encodeSettings(job.settings));
 }
 
 // Runs the round's training on a thread of its own that lowers its priority as train's training
@@ -83,9 +69,7 @@ class ElasticTrainer {
   ElasticOutcome run();
 
  private:
-  ElasticMembership joinRound(int64_t round);
   RoundEnd trainRound(const ElasticMembership& m);
-  TcpTransportOptions tcpOptions(int64_t round) const;
   void announce(const ElasticMembership& m) const;
   TrainResult result(bool stopped) const;
 
@@ -103,7 +87,8 @@ ElasticOutcome ElasticTrainer::run() {
   for (;;) {
     me_.progress = hasState_ ? member_.progress.step : -1;
     me_.stepSeconds = member_.stepSeconds;
-    const ElasticMembership m = joinRound(next);
+    const ElasticMembership m =
+        joinRound(rendezvous_, next, me_, job_.bootstrap, server_ != nullptr);
     if (m.jobFinished) {
       std::printf("gradsync train: %s: the job finished before this worker could join\n",
                   me_.name.c_str());
@@ -139,27 +124,12 @@ ElasticOutcome ElasticTrainer::run() {
   }
 }
 
-// A lost store ends the job: say whose it was.
-ElasticMembership ElasticTrainer::joinRound(int64_t round) {
-  try {
-    return rendezvous_.join(round, me_);
-  } catch (const PeerLostError& e) {
-    if (!e.context().operation.starts_with("store") || server_) throw;
-    ErrorContext context = e.context();
-    context.hint = job_.bootstrap.externalStore
-                       ? "the launcher serving it (gradsync launch --elastic) is gone"
-                       : "worker 0 served it (no gradsync launch --elastic): an elastic job "
-                         "outlives any worker only with a store that outlives them";
-    throw PeerLostError(e.detail(), context);
-  }
-}
-
 // The round's transport outlives the round's optimizer, and a failure aborts it before the
 // optimizer goes: its engine's waits then end at once, and every other member's transport hears
 // of the abort and fails too, so the whole round notices within the step.
 RoundEnd ElasticTrainer::trainRound(const ElasticMembership& m) {
-  std::unique_ptr<Transport> transport =
-      connectTcpTransport(*store_, m.rank, m.size(), tcpOptions(m.round));
+  std::unique_ptr<Transport> transport = connectTcpTransport(
+      *store_, m.rank, m.size(), roundMeshOptions(job_.bootstrap, job_.link, m.round));
   std::unique_ptr<ElasticRound> round;
   try {
     checkSameSettings(*transport, job_.settings);
@@ -174,19 +144,6 @@ RoundEnd ElasticTrainer::trainRound(const ElasticMembership& m) {
     transport->abort(std::current_exception());
     throw;
   }
-}
-
-TcpTransportOptions ElasticTrainer::tcpOptions(int64_t round) const {
-  const BootstrapConfig& config = job_.bootstrap;
-  TcpTransportOptions tcp;
-  tcp.transport = job_.link;
-  tcp.transport.timeout = config.timeout;
-  tcp.jobId = config.jobId;
-  tcp.jobToken = config.jobToken;
-  tcp.tls = config.tls;
-  tcp.host = localAddressToward(config.master.host);
-  tcp.keyPrefix = fmt::format("elastic/{}/tcp", round);  // each round's mesh apart
-  return tcp;
 }
 
 void ElasticTrainer::announce(const ElasticMembership& m) const {

@@ -1,0 +1,29 @@
+// What an elastic worker needs besides the rendezvous (job/elastic_rendezvous.h), shared by
+// `gradsync train --elastic` (torch/elastic/trainer.cc) and ElasticSession (gradsync/elastic.h).
+// Torch-free.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "gradsync/bootstrap.h"
+#include "gradsync/tcp.h"
+#include "job/elastic_rendezvous.h"
+
+namespace gradsync {
+
+// This process as a worker entering rounds: launch slot `slot`, named "worker 2 (restart 1)",
+// "pid 4242 on host-a", with its launch's `settings` (encodeSettings).
+ElasticWorker thisWorker(int slot, int restartCount, std::string settings);
+
+// The TCP mesh of round `round`: the job's identity, TLS, timeout and link, under store keys of
+// the round's own.
+TcpTransportOptions roundMeshOptions(const BootstrapConfig& config, const TransportOptions& link,
+                                     int64_t round);
+
+// rendezvous.join(round, me); when the store is lost, the PeerLostError says whose it was
+// (`servesStore`: this worker serves it itself).
+ElasticMembership joinRound(ElasticRendezvous& rendezvous, int64_t round, const ElasticWorker& me,
+                            const BootstrapConfig& config, bool servesStore);
+
+}  // namespace gradsync

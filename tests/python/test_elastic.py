@@ -1,0 +1,112 @@
+"""hvd.elastic on gradsync's elastic rounds: Horovod's elastic example under `gradsync launch
+--elastic`, with a worker killed (SIGKILL) while it trains; and what elastic refuses."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import PACKAGE, REPO
+
+GRADSYNC = Path(os.environ.get("GRADSYNC_BIN", REPO / "build" / "apps" / "gradsync" / "gradsync"))
+DATA = Path("/usr/share/datasets/fashion-mnist")
+EXAMPLE = REPO / "examples" / "python" / "horovod_elastic.py"
+
+
+def children(pid: int) -> list[int]:
+    """The processes whose parent is `pid`, in pid order."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(entry.name))
+    return sorted(found)
+
+
+@pytest.mark.skipif(not GRADSYNC.exists(), reason=f"{GRADSYNC} not built")
+@pytest.mark.skipif(not (DATA / "t10k-images-idx3-ubyte.gz").exists(),
+                    reason=f"Fashion-MNIST not in {DATA} (dataset-fashion-mnist)")
+def test_a_killed_worker_is_left_behind_and_comes_back(tmp_path):
+    """3 workers; one is killed with SIGKILL at step 50. The other two restore their last
+    commit and go on as a job of 2; the launcher restarts the killed one, which comes in at a
+    commit with the current state; the job ends with 3 workers holding one model that learned."""
+    out = tmp_path / "elastic.pt"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(PACKAGE), str(EXAMPLE.parent)]),
+               OMP_NUM_THREADS="1", GRADSYNC_TIMEOUT="30s", PYTHONDONTWRITEBYTECODE="1")
+    launcher = subprocess.Popen(
+        [str(GRADSYNC), "launch", "--elastic", "--max-restarts", "1", "-n", "3", "--",
+         sys.executable, str(EXAMPLE), "--epochs", "2", "--samples", "24000", "--save", str(out)],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines = []
+    deadline = time.monotonic() + 120
+    try:
+        for line in launcher.stdout:
+            lines.append(line)
+            if "step 50:" in line:
+                workers = children(launcher.pid)
+                assert len(workers) == 3, workers
+                os.kill(workers[1], signal.SIGKILL)
+                break
+            assert time.monotonic() < deadline, "".join(lines)
+        rest, _ = launcher.communicate(timeout=180)
+    finally:
+        launcher.kill()
+    output = "".join(lines) + rest
+    assert launcher.returncode == 0, output[-4000:]
+    assert "restarting worker" in output, output[-4000:]
+    result = torch.load(out)
+    print(output[-2000:], result["sizes"])
+    assert result["sizes"][0] == 3 and result["sizes"][-1] == 3 and 2 in result["sizes"], output
+    first = result["parameters"][0]
+    for other in result["parameters"][1:]:  # one model on every worker, the newcomer's too
+        assert all(torch.equal(a, b) for a, b in zip(first, other))
+    assert result["accuracy"] > 0.75  # 2 epochs of a small MLP: 81-82% without a failure
+
+
+REFUSALS = """
+import torch, gradsync.torch as hvd
+model = torch.nn.Linear(4, 2)
+state = hvd.elastic.ObjectState(epoch=0)
+@hvd.elastic.run
+def train(state):
+    state.epoch += 1
+    state.commit()
+    return state.epoch
+mode = __import__("sys").argv[1]
+if mode == "fixed":
+    hvd.init()
+else:
+    hvd.init(elastic="1:1")
+    optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                         schedule="p3" if mode == "update" else "wfbp")
+try:
+    print("returned", train(state))
+except hvd.ConfigError as e:
+    print("refused:", e)
+"""
+
+
+@pytest.mark.parametrize("mode, expected", [
+    ("fixed", "refused: hvd.elastic needs an elastic job"),
+    ("update", "refused: hvd.elastic runs DistributedOptimizers in gradient mode"),
+    ("gradient", "returned 1")])
+def test_what_elastic_runs_and_what_it_refuses(mode, expected):
+    """A fixed job and an engine that keeps state of its own are refused, saying what to do; a
+    job of one elastic worker runs the function (its commit asks the store, finds nobody)."""
+    env = dict(os.environ, PYTHONPATH=str(PACKAGE), OMP_NUM_THREADS="1")
+    done = subprocess.run([sys.executable, "-c", REFUSALS, mode], env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert expected in done.stdout, done.stdout + done.stderr[-3000:]
