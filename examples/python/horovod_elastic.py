@@ -31,6 +31,8 @@ def main():
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--samples", type=int, default=12000, help="of the training set")
     parser.add_argument("--batch-size", type=int, default=32, help="per worker")
+    parser.add_argument("--global-batch-size", type=int, default=0,
+                        help="if set: split over the workers, learning rate not scaled")
     parser.add_argument("--lr", type=float, default=0.01, help="per worker (scaled by size)")
     parser.add_argument("--batches-per-commit", type=int, default=1)
     parser.add_argument("--data-dir", default="/usr/share/datasets/fashion-mnist")
@@ -43,15 +45,25 @@ def main():
     train_x, train_y = load(args.data_dir, "train")
     dataset = Subset(TensorDataset(train_x, train_y), range(args.samples))
 
+    def batch_and_lr():  # per worker, for the current number of workers
+        if not args.global_batch_size:
+            return args.batch_size, args.lr * hvd.size()
+        if args.global_batch_size % hvd.size():
+            parser.error(f"--global-batch-size must split over {hvd.size()} workers")
+        return args.global_batch_size // hvd.size(), args.lr
+
     model = make_model()
-    optimizer = optim.SGD(model.parameters(), lr=args.lr * hvd.size(), momentum=0.9)
+    optimizer = optim.SGD(model.parameters(), lr=batch_and_lr()[1], momentum=0.9)
     optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
     sampler = hvd.elastic.ElasticSampler(dataset, shuffle=True, seed=7)
-    loader = DataLoader(dataset, batch_size=args.batch_size, sampler=sampler)
+    loader = DataLoader(dataset, batch_size=batch_and_lr()[0], sampler=sampler)
 
     def on_reset():  # the learning rate follows the number of workers, as in Horovod's examples
+        nonlocal loader
+        batch, lr = batch_and_lr()
+        loader = DataLoader(dataset, batch_size=batch, sampler=sampler)
         for group in optimizer.param_groups:
-            group["lr"] = args.lr * hvd.size()
+            group["lr"] = lr
 
     state = hvd.elastic.TorchState(model, optimizer, train_sampler=sampler, epoch=0, steps=0,
                                    sizes=[hvd.size()])
@@ -67,7 +79,7 @@ def main():
                 loss = F.cross_entropy(model(x), y)
                 loss.backward()
                 optimizer.step()
-                state.train_sampler.record_batch(index, args.batch_size)
+                state.train_sampler.record_batch(index, loader.batch_size)
                 state.steps += 1
                 if state.steps % args.batches_per_commit == 0:
                     state.commit()

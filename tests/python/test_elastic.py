@@ -13,11 +13,39 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import PACKAGE, REPO
+from conftest import PACKAGE, REPO, max_relative_difference
 
 GRADSYNC = Path(os.environ.get("GRADSYNC_BIN", REPO / "build" / "apps" / "gradsync" / "gradsync"))
 DATA = Path("/usr/share/datasets/fashion-mnist")
 EXAMPLE = REPO / "examples" / "python" / "horovod_elastic.py"
+
+
+def elastic_example(ranks: int, out: Path, *flags: str) -> dict:
+    """horovod_elastic.py under `gradsync launch --elastic -n RANKS`, no failure: what it saved."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(PACKAGE), str(EXAMPLE.parent)]),
+               OMP_NUM_THREADS="1", GRADSYNC_TIMEOUT="30s", PYTHONDONTWRITEBYTECODE="1")
+    done = subprocess.run([str(GRADSYNC), "launch", "--elastic", "-n", str(ranks), "--",
+                           sys.executable, str(EXAMPLE), "--save", str(out), *flags],
+                          env=env, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return torch.load(out)
+
+
+@pytest.mark.skipif(not GRADSYNC.exists(), reason=f"{GRADSYNC} not built")
+@pytest.mark.skipif(not (DATA / "t10k-images-idx3-ubyte.gz").exists(),
+                    reason=f"Fashion-MNIST not in {DATA} (dataset-fashion-mnist)")
+def test_the_elastic_loop_gives_one_process_parameters(tmp_path):
+    """The elastic example (commit every step, ElasticSampler) on 2 and 3 workers ends where 1
+    worker on the same global batch ends: the sampler's global batch i is the same samples for
+    any number of workers."""
+    flags = ("--global-batch-size", "12", "--samples", "600", "--epochs", "1")
+    alone = elastic_example(1, tmp_path / "1.pt", *flags)["parameters"][0]
+    for ranks in (2, 3):
+        result = elastic_example(ranks, tmp_path / f"{ranks}.pt", *flags)
+        assert result["sizes"] == [ranks] and result["steps"] == 50
+        difference = max_relative_difference(alone, result["parameters"][0])
+        print(f"{ranks} workers: {difference:.3g}")
+        assert difference < 1e-5, ranks
 
 
 def children(pid: int) -> list[int]:
