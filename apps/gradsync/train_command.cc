@@ -233,7 +233,8 @@ void addTrainCommand(CLI::App& app, CommandContext& context) {
   train
       ->add_option("--sync", o.sync,
                    "ssgd | sharded | asgd | ssp:S | odsgd | ssdsgd:K | cdsgd:K | localsgd:H | "
-                   "diloco:H[,outer_lr=X,outer_momentum=M,nesterov=on|off,quantize=int8|none]")
+                   "diloco:H[,outer_lr=X,outer_momentum=M,nesterov=on|off,quantize=int8|none,"
+                   "fragments=P,delay=T,alpha=A]")
       ->capture_default_str();
   StrategyKnobs& k = o.strategy;
   train->add_flag("--ps", k.ps, "ssgd through parameter servers co-located with the workers");

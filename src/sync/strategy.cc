@@ -16,7 +16,8 @@ namespace {
 constexpr const char* kForms =
     "choose ssgd, sharded[:fc=reduce|exchange|auto,concurrent=N], asgd, ssp:S, odsgd, "
     "ssdsgd:K, cdsgd:K, localsgd:H or "
-    "diloco:H[,outer_lr=X,outer_momentum=M,nesterov=on|off,quantize=int8|none]";
+    "diloco:H[,outer_lr=X,outer_momentum=M,nesterov=on|off,quantize=int8|none,fragments=P,"
+    "delay=T,alpha=A]";
 
 int parseCount(const std::string& text, const std::string& whole, int minimum) {
   int value = 0;
@@ -78,9 +79,32 @@ void checkCompensationApplies(const SyncStrategy& strategy, const DelayCompensat
                                    "--pipeline S with --pipeline-mode pb"});
 }
 
-// "diloco:H[,outer_lr=X,outer_momentum=M,nesterov=on|off,quantize=int8|none]": the paper's
-// outer Nesterov SGD (lr 0.7, momentum 0.9) unless an option says otherwise; int8 pseudo-
-// gradients with quantize=int8 (INTELLECT-1's int8 ring).
+// "diloco:H[,outer_lr=X,outer_momentum=M,nesterov=on|off,quantize=int8|none,fragments=P,
+// delay=T,alpha=A]": the paper's outer Nesterov SGD (lr 0.7, momentum 0.9) unless an option says
+// otherwise; int8 pseudo-gradients with quantize=int8 (INTELLECT-1's int8 ring); Streaming
+// DiLoCo's fragments, overlap and mixing.
+// Streaming DiLoCo's options: fragments dividing H, a delay shorter than a fragment's turn, alpha
+// in [0, 1] (default 0.5 with a delay: the paper's mixing).
+void checkStreaming(SyncStrategy& strategy, bool alphaGiven, const std::string& text) {
+  OuterOptions& o = strategy.outer;
+  const int period = strategy.parameter;
+  if (period % o.fragments != 0) {
+    throw ConfigError(
+        fmt::format("--sync {}: fragments={} must divide H={}", text, o.fragments, period),
+        {.hint = "one fragment syncs every H/P steps"});
+  }
+  if (o.delay >= period / o.fragments) {
+    throw ConfigError(
+        fmt::format("--sync {}: delay={} must be shorter than H/P = {} steps", text, o.delay,
+                    period / o.fragments),
+        {.hint = "a fragment's all-reduce must end before the next fragment's begins"});
+  }
+  if (!alphaGiven && o.delay > 0) o.alpha = 0.5;
+  if (!(o.alpha >= 0 && o.alpha <= 1)) {
+    throw ConfigError(fmt::format("--sync {}: alpha must be in [0, 1]", text));
+  }
+}
+
 SyncStrategy parseDiloco(const std::string& text) {
   SyncStrategy strategy{SyncStrategy::Kind::kLocalSgd, 0};
   strategy.diloco = true;
@@ -92,6 +116,7 @@ SyncStrategy parseDiloco(const std::string& text) {
   }
   const std::vector<OptionItem> parts = splitOptions(text.substr(colon + 1));
   strategy.parameter = parseCount(parts.empty() ? "" : parts[0].text, text, 1);
+  bool alphaGiven = false;
   for (size_t i = 1; i < parts.size(); ++i) {
     const auto& [option, key, value, hasValue] = parts[i];
     if (key == "outer_lr") {
@@ -102,16 +127,24 @@ SyncStrategy parseDiloco(const std::string& text) {
       strategy.outer.nesterov = value == "on";
     } else if (key == "quantize" && (value == "int8" || value == "none")) {
       strategy.outer.int8 = value == "int8";
+    } else if (key == "fragments") {
+      strategy.outer.fragments = parseCount(value, text, 1);
+    } else if (key == "delay") {
+      strategy.outer.delay = parseCount(value, text, 0);
+    } else if (key == "alpha") {
+      strategy.outer.alpha = parseNumber(value, "diloco's alpha");
+      alphaGiven = true;
     } else {
       throw ConfigError(fmt::format("--sync {}: unknown option '{}'", text, option),
                         {.hint = "diloco takes outer_lr=X, outer_momentum=M, nesterov=on|off, "
-                                 "quantize=int8|none"});
+                                 "quantize=int8|none, fragments=P, delay=T, alpha=A"});
     }
   }
   if (!(strategy.outer.lr > 0) || !(strategy.outer.momentum >= 0 && strategy.outer.momentum < 1)) {
     throw ConfigError(
         fmt::format("--sync {}: outer_lr must be > 0 and outer_momentum in [0, 1)", text));
   }
+  checkStreaming(strategy, alphaGiven, text);
   return strategy;
 }
 

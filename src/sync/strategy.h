@@ -11,11 +11,12 @@
 //   odsgd       OD-SGD; ssdsgd:K  SSD-SGD (pull every K steps); cdsgd:K  CD-SGD (2-bit pushes,
 //               full precision every K-th step) — all through parameter servers
 //   localsgd:H  local SGD, averaging the models every H steps (no servers)
-//   diloco:H[,outer_lr=X,outer_momentum=M,nesterov=on|off,quantize=int8|none]  DiLoCo
-//     (Douillard et al. 2023):
+//   diloco:H[,outer_lr=X,outer_momentum=M,nesterov=on|off,quantize=int8|none,fragments=P,
+//            delay=T,alpha=A]  DiLoCo (Douillard et al. 2023):
 //               H local steps of any optimizer, then an outer step on the averaged
 //               pseudo-gradient (global - local) with Nesterov SGD, lr 0.7, momentum 0.9 by
-//               default; localsgd:H is its case outer_lr=1, outer_momentum=0
+//               default; localsgd:H is its case outer_lr=1, outer_momentum=0; fragments, delay
+//               and alpha make it Streaming DiLoCo (torch/api/outer_optimizer.h)
 #pragma once
 
 #include <cstdint>
@@ -40,8 +41,15 @@ struct OuterOptions {
   bool nesterov = false;
   // diloco's quantize=int8: the pseudo-gradients travel the int8 ring (allreduceInt8).
   bool int8 = false;
+  // Streaming DiLoCo: fragments=P strided fragments synced in turn, one every H/P steps;
+  // delay=τ local steps overlapping a fragment's all-reduce (τ < H/P); alpha=α, the local
+  // fragment's share after its merge (default 0.5 with a delay, else 0: adopt the global one).
+  int fragments = 1;
+  int delay = 0;
+  double alpha = 0;
   // lr 1 without momentum: the outer step sets the global model to the workers' average.
   bool averagesModels() const { return lr == 1 && momentum == 0; }
+  bool streams() const { return fragments > 1 || delay > 0; }
 };
 
 struct SyncStrategy {

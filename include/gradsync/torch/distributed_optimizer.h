@@ -97,8 +97,14 @@ class DistributedOptimizer {
   // parameter's .grad and steps the optimizer. Update mode: returns at once (the engine
   // updates); throws ConfigError if the optimizer's learning rate changed since construction
   // (the engine would not follow a schedule). Parameters no rank used this step get a zero
-  // average.
+  // average. localsgd and diloco: steps the optimizer on this rank's own gradients, then
+  // endLocalStep().
   void step();
+  // localsgd and diloco, for a loop that steps its optimizer itself (clipping, schedules): after
+  // each local step, the outer work due then (every H steps the outer step; Streaming DiLoCo a
+  // fragment every H/P). Collective: every rank calls it after every local step. ConfigError for
+  // the other strategies.
+  void endLocalStep();
   // Gradient mode: as step() without stepping, e.g. to clip the averaged gradients first; then
   // call the optimizer's step() directly.
   void synchronize();

@@ -288,6 +288,12 @@ void DistributedModel::outerStep(OuterOptimizer& outer) {
   averaging_.commSeconds += secondsSince(*clock_, start);
 }
 
+void DistributedModel::afterLocalStep(OuterOptimizer& outer, int64_t step) {
+  const Nanos start = clock_->now();
+  averaging_.bytesSent += outer.afterLocalStep(step, parameters_, transport_);
+  averaging_.commSeconds += secondsSince(*clock_, start);
+}
+
 void DistributedModel::pullGlobalModel() {
   if (!servers_) return;
   waitForParameters();

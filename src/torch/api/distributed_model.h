@@ -12,7 +12,8 @@
 //    must wait for the parameters it reads: a Model's pre-forward hook waits layer by layer, only
 //    for that layer's parameters; for other modules the caller waits with waitForModule(layer)
 //    in its forward, or for everything with waitForParameters().
-// With localsgd and diloco nothing is communicated per step: outerStep() every H steps.
+// With localsgd and diloco nothing is communicated per step: afterLocalStep() does the outer
+// work due (the outer step every H steps, or a Streaming DiLoCo fragment every H/P).
 #pragma once
 
 #include <torch/torch.h>
@@ -91,9 +92,12 @@ class DistributedModel {
   // model (each rank normalises with its own batch statistics while training, as DDP does
   // without SyncBatchNorm).
   void averageBuffers();
-  // localsgd's and diloco's outer step every H steps (torch/api/outer_optimizer.h): the
-  // parameters become the new global model. Collective.
+  // localsgd's and diloco's outer step now (torch/api/outer_optimizer.h): the parameters become
+  // the new global model. Collective.
   void outerStep(OuterOptimizer& outer);
+  // After local step `step`: the outer work due then (every H steps; Streaming DiLoCo's
+  // fragments every H/P). Collective.
+  void afterLocalStep(OuterOptimizer& outer, int64_t step);
   // With parameter servers each worker trains its own copy (asgd, ssp and the delayed
   // strategies let them differ): pullGlobalModel() makes the parameters the servers', and
   // keepLocalModel(fn) puts this worker's own back after fn, so that evaluating or saving the

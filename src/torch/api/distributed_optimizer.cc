@@ -174,7 +174,7 @@ DistributedOptimizer::DistributedOptimizer(torch::optim::Optimizer& optimizer,
   if (setup.local) {
     const SyncStrategy strategy = SyncStrategy::parse(options.sync);
     localPeriod_ = strategy.parameter;
-    outer_ = std::make_unique<OuterOptimizer>(strategy.outer);
+    outer_ = std::make_unique<OuterOptimizer>(strategy.outer, localPeriod_);
   }
   model_ = std::make_unique<DistributedModel>(std::move(module), transport_, std::move(setup));
   if (tuning_) ScheduleTuning::checkRunCanSwitch(model_->whyNotReschedulable());
@@ -198,10 +198,10 @@ void DistributedOptimizer::zeroGrad() {
 }
 
 void DistributedOptimizer::step() {
-  if (localPeriod_ > 0) {  // localsgd, diloco: a local step; every H-th, the outer step
+  if (localPeriod_ > 0) {  // localsgd, diloco: a local step, then the outer work due
     beginOuter(outer_.get(), *model_);
     optimizer_.step();
-    if (++localSteps_ % localPeriod_ == 0) model_->outerStep(*outer_);
+    endLocalStep();
     return;
   }
   if (!model_->updatesParameters()) {
@@ -218,6 +218,14 @@ void DistributedOptimizer::step() {
   }
   model_->endBackward();
   if (tuning_) tuning_->afterStep(*model_);
+}
+
+void DistributedOptimizer::endLocalStep() {
+  if (localPeriod_ == 0) {
+    refuseSyncSetup("endLocalStep() is for localsgd and diloco", "call step() after backward");
+  }
+  beginOuter(outer_.get(), *model_);
+  model_->afterLocalStep(*outer_, ++localSteps_);
 }
 
 int DistributedOptimizer::ranksWithData(bool mine) {

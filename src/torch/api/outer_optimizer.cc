@@ -1,5 +1,7 @@
 #include "torch/api/outer_optimizer.h"
 
+#include <fmt/format.h>
+
 #include "common/check.h"
 #include "common/state_bytes.h"
 #include "common/tags.h"
@@ -14,8 +16,24 @@ const CollectiveOptions kOuterTag{.tag = tags::kModelState};
 
 }  // namespace
 
+OuterOptimizer::OuterOptimizer(OuterOptions options, int period)
+    : options_(options), period_(period) {}
+
+OuterOptimizer::~OuterOptimizer() {
+  if (inFlight_.thread.joinable()) inFlight_.thread.join();
+}
+
+bool OuterOptimizer::averages() const {
+  return options_.averagesModels() && !options_.int8 && !options_.streams();
+}
+
 void OuterOptimizer::begin(const std::vector<torch::Tensor>& parameters) {
   if (started()) return;
+  if (parameters.size() < static_cast<size_t>(options_.fragments)) {
+    throw ConfigError(fmt::format("diloco's fragments={}: the model has only {} parameter tensors",
+                                  options_.fragments, parameters.size()),
+                      {.hint = "choose at most as many fragments as tensors"});
+  }
   torch::NoGradGuard noGrad;
   for (const torch::Tensor& p : parameters) global_.push_back(p.detach().clone());
   if (options_.momentum > 0) {
@@ -23,10 +41,39 @@ void OuterOptimizer::begin(const std::vector<torch::Tensor>& parameters) {
   }
 }
 
+std::vector<size_t> OuterOptimizer::tensorsOf(int fragment, size_t tensors) const {
+  std::vector<size_t> mine;
+  for (size_t i = static_cast<size_t>(fragment); i < tensors; i += options_.fragments) {
+    mine.push_back(i);
+  }
+  return mine;
+}
+
+uint64_t OuterOptimizer::afterLocalStep(int64_t step, std::vector<torch::Tensor>& parameters,
+                                        Transport& transport) {
+  if (!options_.streams()) return step % period_ == 0 ? syncAll(parameters, transport, false) : 0;
+  torch::NoGradGuard noGrad;
+  uint64_t bytes = 0;
+  if (inFlight_.fragment >= 0 && step >= inFlight_.mergeAt) bytes += merge(parameters);
+  const int stride = period_ / options_.fragments;
+  if (step % stride == 0) {
+    launch(static_cast<int>((step / stride - 1) % options_.fragments), step, parameters, transport);
+    if (options_.delay == 0) bytes += merge(parameters);
+  }
+  return bytes;
+}
+
 uint64_t OuterOptimizer::step(std::vector<torch::Tensor>& parameters, Transport& transport) {
   torch::NoGradGuard noGrad;
+  const uint64_t merged = inFlight_.fragment >= 0 ? merge(parameters) : 0;
+  return merged + syncAll(parameters, transport, true);
+}
+
+uint64_t OuterOptimizer::syncAll(std::vector<torch::Tensor>& parameters, Transport& transport,
+                                 bool adopt) {
+  torch::NoGradGuard noGrad;
   const uint64_t before = transport.bytesSent();
-  if (options_.averagesModels() && !options_.int8) {
+  if (averages()) {
     for (torch::Tensor& p : parameters)
       allreduce(transport, floatSpan(p), ReduceOp::kAverage, kOuterTag);
     return transport.bytesSent() - before;
@@ -34,49 +81,127 @@ uint64_t OuterOptimizer::step(std::vector<torch::Tensor>& parameters, Transport&
   GS_CHECK(global_.size() == parameters.size());
   for (size_t i = 0; i < parameters.size(); ++i) {
     torch::Tensor delta = global_[i] - parameters[i];  // the pseudo-gradient
-    if (options_.int8) {
-      allreduceInt8(transport, floatSpan(delta), ReduceOp::kAverage, kOuterTag);
-    } else {
-      allreduce(transport, floatSpan(delta), ReduceOp::kAverage, kOuterTag);
-    }
-    torch::Tensor update = delta;
-    if (options_.momentum > 0) {
-      momentum_[i].mul_(options_.momentum).add_(delta);
-      update = options_.nesterov ? delta + options_.momentum * momentum_[i] : momentum_[i];
-    }
-    global_[i].sub_(update, options_.lr);
-    parameters[i].copy_(global_[i]);
+    allreduceDelta(transport, delta);
+    applyOuter(i, delta, parameters[i], adopt);
   }
   return transport.bytesSent() - before;
 }
 
-std::vector<uint8_t> OuterOptimizer::saveState() const {
+void OuterOptimizer::allreduceDelta(Transport& transport, torch::Tensor& delta) const {
+  if (options_.int8) {
+    allreduceInt8(transport, floatSpan(delta), ReduceOp::kAverage, kOuterTag);
+  } else {
+    allreduce(transport, floatSpan(delta), ReduceOp::kAverage, kOuterTag);
+  }
+}
+
+// θ_global moves by the outer rule on the averaged `delta`; the local tensor becomes it (`adopt`)
+// or, with alpha, α·θ_local + (1 − α)·θ_global.
+void OuterOptimizer::applyOuter(size_t i, const torch::Tensor& delta, torch::Tensor& parameter,
+                                bool adopt) {
+  torch::Tensor update = delta;
+  if (options_.momentum > 0) {
+    momentum_[i].mul_(options_.momentum).add_(delta);
+    update = options_.nesterov ? delta + options_.momentum * momentum_[i] : momentum_[i];
+  }
+  global_[i].sub_(update, options_.lr);
+  if (adopt || options_.alpha == 0) {
+    parameter.copy_(global_[i]);
+  } else {
+    parameter.mul_(options_.alpha).add_(global_[i], 1 - options_.alpha);
+  }
+}
+
+void OuterOptimizer::launch(int fragment, int64_t step,
+                            const std::vector<torch::Tensor>& parameters, Transport& transport) {
+  GS_CHECK(inFlight_.fragment < 0);
+  inFlight_.fragment = fragment;
+  inFlight_.mergeAt = step + options_.delay;
+  inFlight_.deltas.clear();
+  for (size_t i : tensorsOf(fragment, parameters.size())) {
+    inFlight_.deltas.push_back(global_[i] - parameters[i]);
+  }
+  auto reduce = [this, &transport] {
+    const uint64_t before = transport.bytesSent();
+    for (torch::Tensor& delta : inFlight_.deltas) allreduceDelta(transport, delta);
+    inFlight_.bytes = transport.bytesSent() - before;
+  };
+  if (options_.delay == 0) return reduce();
+  // The all-reduce overlaps the next τ local steps. It touches only the copies in inFlight_
+  // (and counts bytes while those steps send nothing of their own).
+  inFlight_.thread = std::thread([this, reduce] {
+    try {
+      reduce();
+    } catch (...) {
+      inFlight_.error = std::current_exception();
+    }
+  });
+}
+
+void OuterOptimizer::finishAllreduce() {
+  if (inFlight_.thread.joinable()) inFlight_.thread.join();
+  if (inFlight_.error) std::rethrow_exception(std::exchange(inFlight_.error, nullptr));
+}
+
+uint64_t OuterOptimizer::merge(std::vector<torch::Tensor>& parameters) {
+  finishAllreduce();
+  const std::vector<size_t> tensors = tensorsOf(inFlight_.fragment, parameters.size());
+  for (size_t k = 0; k < tensors.size(); ++k) {
+    applyOuter(tensors[k], inFlight_.deltas[k], parameters[tensors[k]], false);
+  }
+  const uint64_t bytes = inFlight_.bytes;
+  inFlight_.fragment = -1;
+  inFlight_.deltas.clear();
+  inFlight_.bytes = 0;
+  return bytes;
+}
+
+std::vector<uint8_t> OuterOptimizer::saveState() {
+  finishAllreduce();  // its result is the same bits whenever it is taken
   StateWriter out;
-  for (const auto* tensors : {&global_, &momentum_}) {
+  for (const auto* tensors : {&global_, &momentum_, &inFlight_.deltas}) {
     out.write(static_cast<uint64_t>(tensors->size()));
     for (const torch::Tensor& t : *tensors) {
       out.write(std::span<const float>(floatSpan(t)));
     }
   }
+  out.write(static_cast<uint64_t>(inFlight_.fragment + 1));
+  out.write(static_cast<uint64_t>(inFlight_.mergeAt));
   return out.take();
 }
 
 void OuterOptimizer::loadState(std::span<const uint8_t> bytes,
                                const std::vector<torch::Tensor>& parameters) {
   StateReader in(bytes, "the outer optimizer's state");
+  auto mismatch = [] {
+    return DataError("the outer optimizer's state does not match this model",
+                     {.hint = "resume with the model and --sync that wrote the checkpoint"});
+  };
+  if (inFlight_.thread.joinable()) inFlight_.thread.join();
   for (auto* tensors : {&global_, &momentum_}) {
     const uint64_t count = in.readU64();
-    if (count != 0 && count != parameters.size()) {
-      throw DataError("the outer optimizer's state does not match this model",
-                      {.hint = "resume with the model and --sync that wrote the checkpoint"});
-    }
+    if (count != 0 && count != parameters.size()) throw mismatch();
     tensors->clear();
     for (uint64_t i = 0; i < count; ++i) {
       tensors->push_back(torch::empty_like(parameters[i]));
       in.readExact(floatSpan(tensors->back()));
     }
   }
+  // The fragment in flight, its all-reduce done: shaped as its tensors once the number is read.
+  std::vector<std::vector<float>> deltas(in.readU64());
+  for (std::vector<float>& d : deltas) in.read(d);
+  inFlight_.fragment = static_cast<int>(in.readU64()) - 1;
+  inFlight_.mergeAt = static_cast<int64_t>(in.readU64());
   in.expectEnd();
+  inFlight_.deltas.clear();
+  if (inFlight_.fragment < 0) return;
+  const std::vector<size_t> tensors = tensorsOf(inFlight_.fragment, parameters.size());
+  if (inFlight_.fragment >= options_.fragments || tensors.size() != deltas.size()) throw mismatch();
+  for (size_t k = 0; k < tensors.size(); ++k) {
+    if (static_cast<int64_t>(deltas[k].size()) != parameters[tensors[k]].numel()) throw mismatch();
+    inFlight_.deltas.push_back(torch::empty_like(parameters[tensors[k]]));
+    std::copy(deltas[k].begin(), deltas[k].end(), floatSpan(inFlight_.deltas.back()).begin());
+  }
 }
 
 }  // namespace gradsync

@@ -1,19 +1,30 @@
-// The outer step of localsgd and diloco (sync/strategy.h, OuterOptions): after every H local
-// steps the workers' pseudo-gradients Δ = θ_global − θ_local are averaged and an outer SGD step
-// (DiLoCo: Nesterov, lr 0.7, momentum 0.9) moves the kept global parameters, which every worker
-// then adopts. localsgd is the case lr 1 without momentum, where θ_global − mean(Δ) is the
-// workers' average: computed as that average (exact in real arithmetic, one pass fewer, and no
-// global copy kept), so that localsgd:H and diloco:H,outer_lr=1,outer_momentum=0 give the same
-// bits. With quantize=int8 the pseudo-gradients travel the int8 ring (allreduceInt8, every rank
-// the same bits), always as pseudo-gradients: quantizing whole models would lose far more.
+// The outer step of localsgd and diloco (sync/strategy.h, OuterOptions): every H local steps the
+// workers' pseudo-gradients Δ = θ_global − θ_local are averaged and an outer SGD step (DiLoCo:
+// Nesterov, lr 0.7, momentum 0.9) moves the kept global parameters, which every worker then
+// adopts. localsgd is the case lr 1 without momentum, where θ_global − mean(Δ) is the workers'
+// average: computed as that average (exact in real arithmetic, one pass fewer, and no global
+// copy kept), so that localsgd:H and diloco:H,outer_lr=1,outer_momentum=0 give the same bits.
+// With quantize=int8 the pseudo-gradients travel the int8 ring (allreduceInt8, every rank the
+// same bits), always as pseudo-gradients: quantizing whole models would lose far more.
 //
-// Not thread-safe; the training thread calls it. step() is collective over the transport.
+// Streaming DiLoCo (Douillard et al. 2025): with fragments=P the parameter tensors form P
+// strided fragments (tensor i in fragment i mod P), and fragment p is synced at local steps
+// (p + 1)·H/P + k·H, so that one fragment syncs every H/P steps and the peak bytes of a sync fall
+// to about 1/P. With delay=τ (< H/P) a fragment's all-reduce runs on a thread of its own while
+// τ more local steps go on; its outer update is merged τ steps later, the local fragment becoming
+// α·θ_local + (1 − α)·θ_global (alpha=α; 0 adopts the global fragment). P = 1, τ = 0 is plain
+// DiLoCo, bit for bit.
+//
+// Not thread-safe; the training thread calls it. afterLocalStep() and step() are collective over
+// the transport (every rank calls them at the same local steps).
 #pragma once
 
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <exception>
 #include <span>
+#include <thread>
 #include <vector>
 
 #include "gradsync/transport.h"
@@ -23,27 +34,61 @@ namespace gradsync {
 
 class OuterOptimizer {
  public:
-  explicit OuterOptimizer(OuterOptions options) : options_(options) {}
+  // `period`: H, the local steps between two outer steps of a fragment.
+  OuterOptimizer(OuterOptions options, int period);
+  ~OuterOptimizer();  // waits for a fragment's all-reduce in flight (its result is dropped)
+  OuterOptimizer(const OuterOptimizer&) = delete;
+  OuterOptimizer& operator=(const OuterOptimizer&) = delete;
 
   // Before the first local step (the parameters are still the round's start, the same on every
-  // rank): keeps θ_global = `parameters`. A restored state (loadState) keeps its own.
+  // rank): keeps θ_global = `parameters`. A restored state (loadState) keeps its own. ConfigError
+  // when there are fewer tensors than fragments.
   void begin(const std::vector<torch::Tensor>& parameters);
   // Whether begin() has nothing left to do (it was called, a state was loaded, or localsgd's
   // average needs no global copy).
-  bool started() const { return options_.averagesModels() || !global_.empty(); }
-  // Collective: the outer step; every rank's `parameters` become the new θ_global, the same bits
-  // on every rank. Returns the bytes this rank sent.
+  bool started() const { return averages() || !global_.empty(); }
+  // After local step `step` (1, 2, ...): the outer work due then (see above). Returns the bytes
+  // this rank's merged syncs sent.
+  uint64_t afterLocalStep(int64_t step, std::vector<torch::Tensor>& parameters,
+                          Transport& transport);
+  // Collective: the whole outer step now (a fragment in flight is merged first): every rank's
+  // `parameters` become the new θ_global, the same bits on every rank. Returns the bytes sent.
   uint64_t step(std::vector<torch::Tensor>& parameters, Transport& transport);
 
-  // θ_global and the outer momentum, for checkpoints (nothing for localsgd's average), and back
-  // (shaped as `parameters`; DataError naming the mismatch).
-  std::vector<uint8_t> saveState() const;
+  // θ_global, the outer momentum and a fragment in flight (its averaged pseudo-gradients: the
+  // all-reduce is finished first), for checkpoints, and back (shaped as `parameters`; DataError
+  // naming the mismatch).
+  std::vector<uint8_t> saveState();
   void loadState(std::span<const uint8_t> bytes, const std::vector<torch::Tensor>& parameters);
 
  private:
-  OuterOptions options_;
+  // A fragment's averaged pseudo-gradients, on their way (thread running) or arrived.
+  struct InFlight {
+    int fragment = -1;  // -1: none
+    int64_t mergeAt = 0;
+    std::vector<torch::Tensor> deltas;  // by tensor of the fragment
+    std::thread thread;
+    std::exception_ptr error;
+    uint64_t bytes = 0;
+  };
+
+  bool averages() const;  // localsgd's plain average of the models
+  std::vector<size_t> tensorsOf(int fragment, size_t tensors) const;
+  // Every tensor at once, without overlap; `adopt`: every local tensor becomes θ_global.
+  uint64_t syncAll(std::vector<torch::Tensor>& parameters, Transport& transport, bool adopt);
+  void allreduceDelta(Transport& transport, torch::Tensor& delta) const;
+  void applyOuter(size_t i, const torch::Tensor& delta, torch::Tensor& parameter, bool adopt);
+  // Streaming: a fragment's pseudo-gradients all-reduced (on a thread with a delay), then merged.
+  void launch(int fragment, int64_t step, const std::vector<torch::Tensor>& parameters,
+              Transport& transport);
+  uint64_t merge(std::vector<torch::Tensor>& parameters);
+  void finishAllreduce();  // joins the thread; rethrows its failure
+
+  const OuterOptions options_;
+  const int period_;
   std::vector<torch::Tensor> global_;    // θ_global, one per parameter (not for an average)
   std::vector<torch::Tensor> momentum_;  // the outer momentum buffers (with momentum > 0)
+  InFlight inFlight_;
 };
 
 }  // namespace gradsync

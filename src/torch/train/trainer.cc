@@ -136,10 +136,9 @@ double Trainer::updateParameters(int64_t globalStep, TraceRecorder* trace,
   if (strategy_.kind == SyncStrategy::Kind::kLocalSgd) {
     prepareOptimizerStep(*optimizer_, options_, globalStep, totalSteps());
     net_->optimizerStep(*optimizer_);  // on this worker's gradient alone
-    if ((globalStep + 1) % strategy_.parameter != 0) return 0;
     auto start = MonotonicClock::now();
-    ScopedEvent event(trace, kMainLane, "communication", "average models");
-    distributed_.synchronizeModel();
+    ScopedEvent event(trace, kMainLane, "communication", "outer step");
+    distributed_.endLocalStep();  // the outer work due (most steps: none)
     return secondsSince(start);
   }
   auto start = MonotonicClock::now();
