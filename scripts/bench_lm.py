@@ -9,6 +9,9 @@ against ssgd (data-parallel, DDP's algorithm). Real CPU training on this host.
       [--methods "ssgd localsgd:50 diloco:10 diloco:50 diloco:200"] [--bandwidth 100mbit]
       [--out results/lm]
 
+A method is a --sync value, or SYNC/COMPRESS for --sync SYNC --compress COMPRESS (diloco's
+compressed pseudo-gradients: "diloco:50,outer_lr=1,outer_momentum=0/topk:0.05").
+
 With --bandwidth every rank is an emulated host of its own whose TCP links are shaped to it
 (`gradsync train --bandwidth`). Runs already in OUT are kept (delete OUT to measure again).
 """
@@ -20,11 +23,15 @@ import sys
 
 
 def run(build, out, method, args):
-    path = os.path.join(out, method.replace(":", "_").replace(",", "_") + ".json")
+    path = os.path.join(out, method.replace(":", "_").replace(",", "_").replace("/", "+") +
+                        ".json")
     if not os.path.exists(path):
+        sync, _, compress = method.partition("/")
         command = [os.path.join(build, "apps", "gradsync", "gradsync"), "train", "--model", "gpt",
                    "--workers", str(args.workers), "--steps", str(args.steps), "--batch-size",
-                   str(args.batch), "--sync", method, "--quiet", "--metrics", path]
+                   str(args.batch), "--sync", sync, "--quiet", "--metrics", path]
+        if compress:
+            command += ["--compress", compress]
         if args.bandwidth:
             command += ["--bandwidth", args.bandwidth]
         print("$", " ".join(command), flush=True)

@@ -63,7 +63,9 @@ void printSummary(const TrainOptions& options, int workers, const TrainResult& r
       workload(options).c_str(), workers, schedule.c_str(), syncLabel(options).c_str(),
       static_cast<long long>(result.steps), result.seconds, accuracy.c_str(),
       result.samplesPerSecond, p.stepMs, p.computeMs, p.exposedCommMs, p.bytesSent / 1e6);
-  if (options.compression.spec != "none" && p.bytesSent > 0) {
+  if (options.compression.spec != "none" && p.bytesSent > 0 && p.denseBytes == 0) {
+    std::printf(" (%s on the pseudo-gradients)", options.compression.spec.c_str());  // diloco
+  } else if (options.compression.spec != "none" && p.bytesSent > 0) {
     const std::string warmup =
         result.compressWarmupSteps > 0
             ? fmt::format(" after {} dense steps", result.compressWarmupSteps)

@@ -266,10 +266,24 @@ void checkCompressionApplies(const SyncStrategy& strategy, const CompressionConf
   const bool compressed = compression.spec != "none" || !compression.overrides.empty();
   if (!compressed) return;
   if (strategy.kind == SyncStrategy::Kind::kLocalSgd) {
-    throw ConfigError(fmt::format("--compress does not apply to --sync {}", syncText),
-                      {.hint = "localsgd and diloco average whole models (or pseudo-gradients) "
-                               "every H steps, uncompressed for now; compress with ssgd (ring or "
-                               "parameter servers) or the delayed strategies"});
+    // diloco compresses its pseudo-gradients (torch/api/outer_optimizer.h); localsgd averages
+    // whole models, which no compressor is made for.
+    if (!strategy.diloco) {
+      throw ConfigError(fmt::format("--compress does not apply to --sync {}", syncText),
+                        {.hint = "localsgd averages whole models; diloco:H,outer_lr=1,"
+                                 "outer_momentum=0 is the same method on pseudo-gradients, "
+                                 "which --compress applies to"});
+    }
+    if (strategy.outer.int8) {
+      throw ConfigError(fmt::format("--compress does not combine with --sync {}", syncText),
+                        {.hint = "quantize=int8 and --compress both encode the pseudo-gradients: "
+                                 "choose one"});
+    }
+    if (!compression.overrides.empty()) {
+      throw ConfigError(fmt::format("--compress-override does not apply to --sync {}", syncText),
+                        {.hint = "diloco compresses every pseudo-gradient of at least "
+                                 "--compress-min-elements with the one --compress method"});
+    }
   }
   if (strategy.kind == SyncStrategy::Kind::kCdsgd) {
     throw ConfigError(fmt::format("--compress does not combine with --sync {}", syncText),

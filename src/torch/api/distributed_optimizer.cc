@@ -174,7 +174,11 @@ DistributedOptimizer::DistributedOptimizer(torch::optim::Optimizer& optimizer,
   if (setup.local) {
     const SyncStrategy strategy = SyncStrategy::parse(options.sync);
     localPeriod_ = strategy.parameter;
-    outer_ = std::make_unique<OuterOptimizer>(strategy.outer, localPeriod_);
+    outer_ = std::make_unique<OuterOptimizer>(
+        strategy.outer, localPeriod_,
+        PseudoGradientCompression{.spec = CompressSpec::parse(options.compress),
+                                  .minElements = options.compressMinElements,
+                                  .seed = options.seed});
   }
   model_ = std::make_unique<DistributedModel>(std::move(module), transport_, std::move(setup));
   if (tuning_) ScheduleTuning::checkRunCanSwitch(model_->whyNotReschedulable());

@@ -8,12 +8,19 @@
 // same bits), always as pseudo-gradients: quantizing whole models would lose far more.
 //
 // Streaming DiLoCo (Douillard et al. 2025): with fragments=P the parameter tensors form P
-// strided fragments (tensor i in fragment i mod P), and fragment p is synced at local steps
+// fragments of nearly equal size (assignFragments: largest tensor first), and fragment
+// p is synced at local steps
 // (p + 1)·H/P + k·H, so that one fragment syncs every H/P steps and the peak bytes of a sync fall
 // to about 1/P. With delay=τ (< H/P) a fragment's all-reduce runs on a thread of its own while
 // τ more local steps go on; its outer update is merged τ steps later, the local fragment becoming
 // α·θ_local + (1 − α)·θ_global (alpha=α; 0 adopts the global fragment). P = 1, τ = 0 is plain
 // DiLoCo, bit for bit.
+//
+// Compressed pseudo-gradients (`--compress` with diloco): every tensor of at least minElements
+// exchanges its pseudo-gradient through a compressor of its own (error feedback as the method
+// has it: top-k with error feedback is SparseLoCo's scheme), averaged over the ranks as the
+// method aggregates; every rank decodes the same encodings in the same order, so every rank
+// holds the same bits.
 //
 // Not thread-safe; the training thread calls it. afterLocalStep() and step() are collective over
 // the transport (every rank calls them at the same local steps).
@@ -27,15 +34,25 @@
 #include <thread>
 #include <vector>
 
+#include "compress/compressor.h"
+#include "compress/spec.h"
 #include "gradsync/transport.h"
 #include "sync/strategy.h"
 
 namespace gradsync {
 
+// How pseudo-gradients are compressed: the spec ("none": dense), tensors below minElements dense,
+// the run's seed for the methods that draw random numbers.
+struct PseudoGradientCompression {
+  CompressSpec spec;
+  size_t minElements = 0;
+  uint64_t seed = 0;
+};
+
 class OuterOptimizer {
  public:
   // `period`: H, the local steps between two outer steps of a fragment.
-  OuterOptimizer(OuterOptions options, int period);
+  OuterOptimizer(OuterOptions options, int period, PseudoGradientCompression compression = {});
   ~OuterOptimizer();  // waits for a fragment's all-reduce in flight (its result is dropped)
   OuterOptimizer(const OuterOptimizer&) = delete;
   OuterOptimizer& operator=(const OuterOptimizer&) = delete;
@@ -73,10 +90,13 @@ class OuterOptimizer {
   };
 
   bool averages() const;  // localsgd's plain average of the models
-  std::vector<size_t> tensorsOf(int fragment, size_t tensors) const;
+  void assignFragments(const std::vector<torch::Tensor>& parameters);
+  std::vector<size_t> tensorsOf(int fragment) const;  // in model order
   // Every tensor at once, without overlap; `adopt`: every local tensor becomes θ_global.
   uint64_t syncAll(std::vector<torch::Tensor>& parameters, Transport& transport, bool adopt);
-  void allreduceDelta(Transport& transport, torch::Tensor& delta) const;
+  // The average over the ranks of every rank's `delta` of tensor i, into `delta`.
+  void reduceDelta(size_t i, Transport& transport, torch::Tensor& delta);
+  void makeCompressors(const std::vector<torch::Tensor>& parameters);
   void applyOuter(size_t i, const torch::Tensor& delta, torch::Tensor& parameter, bool adopt);
   // Streaming: a fragment's pseudo-gradients all-reduced (on a thread with a delay), then merged.
   void launch(int fragment, int64_t step, const std::vector<torch::Tensor>& parameters,
@@ -88,6 +108,10 @@ class OuterOptimizer {
   const int period_;
   std::vector<torch::Tensor> global_;    // θ_global, one per parameter (not for an average)
   std::vector<torch::Tensor> momentum_;  // the outer momentum buffers (with momentum > 0)
+  std::vector<int> fragmentOf_;          // by tensor (streaming)
+  const PseudoGradientCompression compression_;
+  std::vector<std::unique_ptr<Compressor>> compressors_;  // by tensor; null: dense
+  uint64_t exchanges_ = 0;  // pseudo-gradient exchanges so far (the compressors' step)
   InFlight inFlight_;
 };
 

@@ -206,6 +206,7 @@ SyncSetup setupFor(const torch::optim::Optimizer& optimizer, const SyncOptions& 
                                 sync.backwardPassesPerStep),
                     "1 communicates every backward pass's gradients; N sums N passes first");
   }
+  if (local) engine.compression = {};  // diloco compresses pseudo-gradients (OuterOptimizer)
   setup = {.engine = std::move(engine),
            .local = local,
            .fc = strategy.fc,

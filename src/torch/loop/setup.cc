@@ -17,6 +17,7 @@
 #include "common/check.h"
 #include "common/logging.h"
 #include "gradsync/error.h"
+#include "sync/strategy.h"
 #include "torch/api/sync_setup.h"
 #include "torch/loop/options.h"
 #include "torch/models/gpt_config.h"
@@ -129,6 +130,10 @@ TrainOptions withModelDefaults(TrainOptions options,
 
 TrainOptions withResolvedWarmup(TrainOptions options, size_t stepsPerEpoch) {
   options.compression = resolveAutoWarmups(options.compression, stepsPerEpoch);
+  // diloco compresses pseudo-gradients from the first outer step: no dense warm-up to report.
+  if (SyncStrategy::parse(options.sync).kind == SyncStrategy::Kind::kLocalSgd) {
+    options.compression.warmupSteps = 0;
+  }
   return options;
 }
 

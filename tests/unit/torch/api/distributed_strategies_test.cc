@@ -146,7 +146,27 @@ TEST(DistributedStrategies, DilocoSpecsAreParsedOrRefusedSayingWhy) {
                           "diloco:5,beta=2", "diloco:5,nesterov=yes", "diloco:5,quantize=int4"}) {
     EXPECT_THROW(SyncStrategy::parse(bad), ConfigError) << bad;
   }
-  expectRefused("sgd", {.compress = "topk:0.1", .sync = "diloco:2"}, "diloco");
+  expectRefused("sgd", {.compress = "topk:0.1", .sync = "localsgd:2"}, "localsgd");
+  expectRefused("sgd", {.compress = "topk:0.1", .sync = "diloco:2,quantize=int8"}, "choose one");
+}
+
+// Compressed pseudo-gradients (--compress with diloco): top-k keeping every element is dense
+// DiLoCo (within float rounding: all-gathered encodings summed in rank order instead of the
+// ring's sums); top-k of a tenth with error feedback (SparseLoCo's scheme) moves the run away
+// from dense and leaves every rank with the same bits after every outer step.
+TEST(DistributedStrategies, DilocoCompressesItsPseudoGradients) {
+  std::vector<SequenceClassifier> dense = trained(3, "sgd", {.sync = "diloco:2"}, 6, 0);
+  std::vector<SequenceClassifier> all =
+      trained(3, "sgd", {.compress = "topk:1", .compressMinElements = 1, .sync = "diloco:2"}, 6, 0);
+  std::vector<SequenceClassifier> tenth = trained(
+      3, "sgd", {.compress = "topk:0.1", .compressMinElements = 1, .sync = "diloco:2"}, 6, 0);
+  for (size_t r = 0; r < dense.size(); ++r) {
+    EXPECT_LT(maxRelativeDifference(dense[r], all[r]), 1e-5) << "rank " << r;
+    EXPECT_EQ(maxRelativeDifference(tenth[0], tenth[r]), 0.0) << "rank " << r;
+  }
+  const double difference = maxRelativeDifference(dense[0], tenth[0]);
+  std::printf("diloco:2 with top-k 0.1 pseudo-gradients against dense: %.3g\n", difference);
+  EXPECT_GT(difference, 1e-3);
 }
 
 // OD-SGD with compressed pushes: after the warm-up each worker steps on its own gradient while

@@ -37,12 +37,32 @@ std::vector<SequenceClassifier> naiveStreaming(int workers, int64_t steps, Strea
     momentum.push_back(torch::zeros_like(p));
   }
   const size_t tensors = global.size();
+  // The fragments: largest tensor first (model order on ties), each to the lightest fragment.
+  std::vector<int> fragmentOf(tensors);
+  std::vector<int64_t> load(static_cast<size_t>(s.fragments), 0);
+  std::vector<bool> placed(tensors, false);
+  for (size_t n = 0; n < tensors; ++n) {
+    size_t largest = tensors;
+    for (size_t i = 0; i < tensors; ++i) {
+      if (!placed[i] && (largest == tensors || global[i].numel() > global[largest].numel())) {
+        largest = i;
+      }
+    }
+    size_t lightest = 0;
+    for (size_t f = 1; f < load.size(); ++f) {
+      if (load[f] < load[lightest]) lightest = f;
+    }
+    placed[largest] = true;
+    fragmentOf[largest] = static_cast<int>(lightest);
+    load[lightest] += global[largest].numel();
+  }
   const int64_t share = kGlobalBatch / workers, stride = s.period / s.fragments;
   int pending = -1;
   int64_t launchedAt = 0;
   std::vector<torch::Tensor> averaged(tensors);  // the pending fragment's, by tensor
   auto merge = [&] {
-    for (size_t i = static_cast<size_t>(pending); i < tensors; i += s.fragments) {
+    for (size_t i = 0; i < tensors; ++i) {
+      if (fragmentOf[i] != pending) continue;
       momentum[i] = 0.9 * momentum[i] + averaged[i];
       global[i] -= 0.7 * (averaged[i] + 0.9 * momentum[i]);
       for (SequenceClassifier& m : models) {
@@ -66,7 +86,8 @@ std::vector<SequenceClassifier> naiveStreaming(int workers, int64_t steps, Strea
     if (done % stride == 0) {
       pending = static_cast<int>((done / stride - 1) % s.fragments);
       launchedAt = done;
-      for (size_t i = static_cast<size_t>(pending); i < tensors; i += s.fragments) {
+      for (size_t i = 0; i < tensors; ++i) {
+        if (fragmentOf[i] != pending) continue;
         averaged[i] = torch::zeros_like(global[i]);
         for (SequenceClassifier& m : models) averaged[i] += global[i] - m->parameters()[i];
         averaged[i] /= workers;
