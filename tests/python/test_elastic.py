@@ -20,13 +20,17 @@ DATA = Path("/usr/share/datasets/fashion-mnist")
 EXAMPLE = REPO / "examples" / "python" / "horovod_elastic.py"
 
 
+def example_env() -> dict:
+    """The environment of the example's workers: this checkout's package and examples."""
+    return dict(os.environ, PYTHONPATH=os.pathsep.join([str(PACKAGE), str(EXAMPLE.parent)]),
+                OMP_NUM_THREADS="1", GRADSYNC_TIMEOUT="30s", PYTHONDONTWRITEBYTECODE="1")
+
+
 def elastic_example(ranks: int, out: Path, *flags: str) -> dict:
     """horovod_elastic.py under `gradsync launch --elastic -n RANKS`, no failure: what it saved."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(PACKAGE), str(EXAMPLE.parent)]),
-               OMP_NUM_THREADS="1", GRADSYNC_TIMEOUT="30s", PYTHONDONTWRITEBYTECODE="1")
     done = subprocess.run([str(GRADSYNC), "launch", "--elastic", "-n", str(ranks), "--",
                            sys.executable, str(EXAMPLE), "--save", str(out), *flags],
-                          env=env, capture_output=True, text=True, timeout=240)
+                          env=example_env(), capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return torch.load(out)
 
@@ -71,12 +75,10 @@ def test_a_killed_worker_is_left_behind_and_comes_back(tmp_path):
     commit and go on as a job of 2; the launcher restarts the killed one, which comes in at a
     commit with the current state; the job ends with 3 workers holding one model that learned."""
     out = tmp_path / "elastic.pt"
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(PACKAGE), str(EXAMPLE.parent)]),
-               OMP_NUM_THREADS="1", GRADSYNC_TIMEOUT="30s", PYTHONDONTWRITEBYTECODE="1")
     launcher = subprocess.Popen(
         [str(GRADSYNC), "launch", "--elastic", "--max-restarts", "1", "-n", "3", "--",
          sys.executable, str(EXAMPLE), "--epochs", "2", "--samples", "24000", "--save", str(out)],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        env=example_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines = []
     deadline = time.monotonic() + 120
     try:
