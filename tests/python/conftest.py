@@ -144,20 +144,28 @@ def max_relative_difference(a: list[torch.Tensor], b: list[torch.Tensor]) -> flo
     return worst
 
 
-def live_processes(marker: str) -> list[str]:
-    """Processes (zombies included) whose command line holds `marker`."""
-    found = []
+def processes():
+    """(pid, stat fields after the command name, command line) of every process still listed."""
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
             cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-            state = (entry / "stat").read_text().split(") ")[1].split()[0]
+            fields = (entry / "stat").read_text().rsplit(") ", 1)[1].split()
         except OSError:
             continue
-        if marker in cmdline and int(entry.name) != os.getpid():
-            found.append(f"{entry.name} ({state}) {cmdline}")
-    return found
+        yield int(entry.name), fields, cmdline
+
+
+def live_processes(marker: str) -> list[str]:
+    """Processes (zombies included) whose command line holds `marker`."""
+    return [f"{pid} ({fields[0]}) {cmdline}" for pid, fields, cmdline in processes()
+            if marker in cmdline and pid != os.getpid()]
+
+
+def children(parent: int) -> list[int]:
+    """The processes whose parent is `parent`, in pid order."""
+    return sorted(pid for pid, fields, _ in processes() if int(fields[1]) == parent)
 
 
 def signal_name(code: int) -> str:

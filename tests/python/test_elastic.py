@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import PACKAGE, REPO, max_relative_difference
+from conftest import PACKAGE, REPO, children, max_relative_difference
 
 GRADSYNC = Path(os.environ.get("GRADSYNC_BIN", REPO / "build" / "apps" / "gradsync" / "gradsync"))
 DATA = Path("/usr/share/datasets/fashion-mnist")
@@ -50,21 +50,6 @@ def test_the_elastic_loop_gives_one_process_parameters(tmp_path):
         difference = max_relative_difference(alone, result["parameters"][0])
         print(f"{ranks} workers: {difference:.3g}")
         assert difference < 1e-5, ranks
-
-
-def children(pid: int) -> list[int]:
-    """The processes whose parent is `pid`, in pid order."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == pid:
-            found.append(int(entry.name))
-    return sorted(found)
 
 
 @pytest.mark.skipif(not GRADSYNC.exists(), reason=f"{GRADSYNC} not built")
