@@ -61,7 +61,9 @@ void allreduce(Transport& transport, std::span<float> data, ReduceOp op = Reduce
 // allgather unchanged, so every rank, the block's owner included, ends with the same bits: the
 // dequantized result. Bytes per rank: 2 (P-1)/P of int8WireBytes(count), about a quarter of the
 // float ring's. Each of the P hops adds at most half a quantization step of its chunk's
-// largest partial sum (max|partial| / 254). One message per hop (not pipelined).
+// largest partial sum (max|partial| / 254). One message per hop (not pipelined). A chunk whose
+// partial sum holds a NaN or infinity ends as NaNs on every rank; one whose largest value is
+// below 127 FLT_MIN (scale subnormal) ends as zeros.
 inline constexpr size_t kInt8ChunkElements = 1024;
 void allreduceInt8(Transport& transport, std::span<float> data, ReduceOp op = ReduceOp::kSum,
                    const CollectiveOptions& options = {});

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "collectives/guard.h"
@@ -33,10 +34,17 @@ void quantize(std::span<const float> values, uint8_t* out) {
     const size_t begin = c * kInt8ChunkElements;
     const size_t end = std::min(values.size(), begin + kInt8ChunkElements);
     float largest = 0;
-    for (size_t i = begin; i < end; ++i) largest = std::max(largest, std::fabs(values[i]));
-    const float scale = largest / 127.0f;
+    bool finite = true;
+    for (size_t i = begin; i < end; ++i) {
+      finite = finite && std::isfinite(values[i]);
+      largest = std::max(largest, std::fabs(values[i]));
+    }
+    // A NaN or infinity has no int8: its chunk travels as scale NaN, so that a diverged sum
+    // shows on every rank as NaN instead of being clamped into range.
+    const float scale = finite ? largest / 127.0f : std::numeric_limits<float>::quiet_NaN();
     std::memcpy(scales + c, &scale, sizeof scale);
-    const float inverse = scale > 0 ? 1.0f / scale : 0.0f;
+    // 1 / scale overflows when the scale is subnormal: such a chunk rounds to zeros.
+    const float inverse = std::isnormal(scale) ? 1.0f / scale : 0.0f;
     for (size_t i = begin; i < end; ++i) {
       q[i] = static_cast<int8_t>(std::clamp(std::nearbyint(values[i] * inverse), -127.0f, 127.0f));
     }

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -201,6 +202,18 @@ void codecSeeds() {
     const auto* bytes = reinterpret_cast<const uint8_t*>(x.data());
     seed.insert(seed.end(), bytes, bytes + x.size() * sizeof(float));
     put("codec_fuzz", fileName("roundtrip-" + cases[i].label() + "-" + std::to_string(n)), seed);
+  }
+  // What the fuzzer found in the int8 codec: a chunk whose scale is subnormal (1 / scale is
+  // infinite, and 0 * infinity is NaN).
+  for (size_t i = 0; i < cases.size(); ++i) {
+    if (cases[i].text != "int8" || !cases[i].push) continue;
+    const auto header = fuzz::codecHeader(i, 5, 0, false, true);
+    Bytes seed(header.begin(), header.end());
+    seed.insert(seed.end(), 8, 0);
+    const std::vector<float> tiny = {std::numeric_limits<float>::min() * 2, 0, 0, 0, 0};
+    const auto* bytes = reinterpret_cast<const uint8_t*>(tiny.data());
+    seed.insert(seed.end(), bytes, bytes + tiny.size() * sizeof(float));
+    put("codec_fuzz", "roundtrip-int8-subnormal-scale", seed);
   }
 }
 

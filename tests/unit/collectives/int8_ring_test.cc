@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "gradsync/collectives.h"
@@ -32,7 +33,7 @@ std::vector<float> roundTrip(const std::vector<float>& x) {
     float largest = 0;
     for (size_t i = begin; i < end; ++i) largest = std::max(largest, std::fabs(x[i]));
     const float scale = largest / 127.0f;
-    const float inverse = scale > 0 ? 1.0f / scale : 0.0f;
+    const float inverse = scale >= std::numeric_limits<float>::min() ? 1.0f / scale : 0.0f;
     for (size_t i = begin; i < end; ++i) {
       const auto q =
           static_cast<int8_t>(std::clamp(std::nearbyint(x[i] * inverse), -127.0f, 127.0f));
@@ -135,6 +136,34 @@ TEST(AllreduceInt8Error, StaysWithinHalfAStepPerHop) {
     }
   }
   std::printf("worst error: %.3g of the chunk's largest sum of magnitudes\n", worst);
+}
+
+// What has no int8: a NaN or infinity makes its chunk NaN on every rank (a diverged sum must
+// show), a subnormal scale rounds its chunk to zeros (1 / scale would overflow); the other
+// chunks are untouched. (The fuzzer found the subnormal case: 0 * inf was cast to int8.)
+TEST(AllreduceInt8Error, NonFiniteChunksBecomeNanAndSubnormalOnesZero) {
+  constexpr size_t kChunk = kInt8ChunkElements;
+  for (float odd : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+                    std::numeric_limits<float>::min() * 2}) {
+    std::vector<std::vector<float>> got(3, std::vector<float>(3 * kChunk, 1.0f));
+    runWithTransports(TransportKind::kLoopback, 3, [&](Transport& t) {
+      std::vector<float>& x = got[static_cast<size_t>(t.rank())];
+      std::fill(x.begin() + kChunk, x.begin() + 2 * kChunk, 0.0f);
+      if (t.rank() == 1) x[kChunk + 7] = odd;
+      allreduceInt8(t, x);
+    });
+    for (const std::vector<float>& x : got) {
+      for (size_t i = 0; i < x.size(); ++i) {
+        if (i < kChunk || i >= 2 * kChunk) {
+          ASSERT_EQ(x[i], 3.0f) << i;
+        } else if (std::isfinite(odd)) {
+          ASSERT_EQ(x[i], 0.0f) << i;
+        } else {
+          ASSERT_TRUE(std::isnan(x[i])) << i;
+        }
+      }
+    }
+  }
 }
 
 TEST(AllreduceInt8Error, SendsAboutAQuarterOfTheFloatRingsBytes) {
