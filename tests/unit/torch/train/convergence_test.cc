@@ -193,14 +193,15 @@ std::string strategyName(const ::testing::TestParamInfo<StrategyCase>& info) {
   return testName(std::string(info.param.sync) + (info.param.ps ? "_ps" : ""));
 }
 
-// make test runs the server path and the delayed strategy with compression; make test-long runs
-// the rest (Long/).
+// make test runs the delayed strategy with compression; make test-long runs the rest (Long/),
+// the server path among them: it is ring ssgd's math, which torch_test's
+// Strategies.ParameterServerSsgdGivesRingSsgdParameters checks to 1e-4 on every run.
 INSTANTIATE_TEST_SUITE_P(Strategies, ConvergenceStrategies,
-                         ::testing::Values(StrategyCase{"ssgd", true, {0.020, 0.850}},
-                                           StrategyCase{"cdsgd:5", false, {0.107, 0.772}, 0.005}),
+                         ::testing::Values(StrategyCase{"cdsgd:5", false, {0.107, 0.772}, 0.005}),
                          strategyName);
 INSTANTIATE_TEST_SUITE_P(Long, ConvergenceStrategies,
-                         ::testing::Values(StrategyCase{"odsgd", false, {0.025, 0.845}},
+                         ::testing::Values(StrategyCase{"ssgd", true, {0.020, 0.850}},
+                                           StrategyCase{"odsgd", false, {0.025, 0.845}},
                                            StrategyCase{"localsgd:4", false, {0.028, 0.842}},
                                            StrategyCase{"ssdsgd:5", false, {0.065, 0.807}},
                                            StrategyCase{"asgd", false, {0.086, 0.792}},
