@@ -126,6 +126,7 @@ double jobCpuSeconds(Transport& t, double cpuSeconds) {
 AllreduceAlgorithm algorithmNamed(const std::string& name) {
   if (name == "ring") return AllreduceAlgorithm::kRing;
   if (name == "hierarchical") return AllreduceAlgorithm::kHierarchical;
+  if (name == "doubling") return AllreduceAlgorithm::kRecursiveDoubling;
   return AllreduceAlgorithm::kAuto;
 }
 

@@ -52,8 +52,8 @@ void addBenchCommand(CLI::App& app, CommandContext& context) {
   bench->add_option("--json", flags->options.jsonPath, "write results as JSON");
   bench
       ->add_option("--algorithm", flags->options.algorithm,
-                   "allreduce: ring, hierarchical (across hosts) or auto")
-      ->check(CLI::IsMember({"auto", "ring", "hierarchical"}))
+                   "allreduce: ring, doubling (recursive), hierarchical (across hosts) or auto")
+      ->check(CLI::IsMember({"auto", "ring", "doubling", "hierarchical"}))
       ->capture_default_str();
   bench->add_option("--methods", flags->methods, "compress: specs to measure (default: all)");
   bench->add_option("--sizes", flags->sizes, "compress: gradient sizes in elements (1M = 2^20)");

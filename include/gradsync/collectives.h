@@ -23,10 +23,13 @@ enum class ReduceOp { kSum, kAverage };
 // collectives use tags below it.
 inline constexpr uint64_t kReservedTagBase = uint64_t{1} << 56;
 
-// How allreduce combines the ranks' data (gradsync/hierarchical.h): kAuto picks the faster of
-// the two for the transport's topology and the message size; without a topology (or with one
-// host, or hosts of unequal sizes) it is always the ring.
-enum class AllreduceAlgorithm { kAuto, kRing, kHierarchical };
+// How allreduce combines the ranks' data. kRing: reduce-scatter then allgather, 2 (P - 1)
+// messages of 1/P of the buffer (the bandwidth-bound sizes'). kRecursiveDoubling: log2 P swaps
+// of the whole buffer, two more where P is not a power of two (the latency-bound sizes').
+// kHierarchical: over the hosts of the transport's topology (gradsync/hierarchical.h; the ring
+// where there is no topology). kAuto picks the fastest by the alpha-beta model of
+// gradsync/hierarchical.h (chooseAllreduce) for the world size, topology and message size.
+enum class AllreduceAlgorithm { kAuto, kRing, kHierarchical, kRecursiveDoubling };
 
 struct CollectiveOptions {
   // Message stream of this collective; collectives running concurrently need distinct tags.
@@ -47,9 +50,11 @@ struct Block {
 };
 Block blockOf(size_t count, int size, int rank);
 
-// Allreduce: the ring (reduce-scatter then allgather, pipelined across both phases), or over a
-// transport whose topology has several hosts of several ranks each, hierarchical where that is
-// faster (options.algorithm; gradsync/hierarchical.h). Every rank ends with the same bits.
+// Allreduce: the ring (reduce-scatter then allgather, pipelined across both phases),
+// recursive doubling for small messages, or over a transport whose topology has several hosts
+// of several ranks each, hierarchical where that is faster (options.algorithm). Every rank ends
+// with the same bits; which algorithm ran changes the order of the additions, so the bits
+// depend on it (and, under kAuto, on the message size).
 void allreduce(Transport& transport, std::span<float> data, ReduceOp op = ReduceOp::kSum,
                const CollectiveOptions& options = {});
 

@@ -30,6 +30,9 @@ struct LinkModel {
   double intraLatencySec = 20e-6;
   double interBytesPerSec = 1.25e9;  // 10 Gbit/s unless the transport knows (--bandwidth)
   double interLatencySec = 50e-6;
+  // Adding a received buffer into one's own, bytes per second (one core; memory-bound). The
+  // ring hides its additions behind its transfers; recursive doubling waits for each.
+  double reduceBytesPerSec = 5e9;
 
   // The model for a transport: its --bandwidth and --latency, where set, are the NIC's.
   static LinkModel of(const TransportOptions& options);
@@ -42,10 +45,15 @@ bool hierarchicalApplies(const Topology& topology);
 // Modelled seconds of an allreduce of `bytes` by each algorithm (the ring over ranks in order).
 double ringAllreduceSeconds(const Topology& topology, size_t bytes, const LinkModel& links);
 double hierarchicalAllreduceSeconds(const Topology& topology, size_t bytes, const LinkModel& links);
+// Every message charged at the slowest link the topology has (a NIC once there are two hosts),
+// and every addition of a whole buffer at reduceBytesPerSec.
+double recursiveDoublingAllreduceSeconds(const Topology& topology, size_t bytes,
+                                         const LinkModel& links);
 
-// kRing or kHierarchical: the hierarchical algorithm where it applies and the model says it is
-// faster. Without a topology: kRing.
-AllreduceAlgorithm chooseAllreduce(const Topology* topology, size_t bytes, const LinkModel& links);
+// kAuto's pick: the fastest of the ring, recursive doubling and (where it applies)
+// hierarchical by the model. allreduce passes Topology::flat(P) for a transport without a
+// topology (every rank behind a NIC of its own).
+AllreduceAlgorithm chooseAllreduce(const Topology& topology, size_t bytes, const LinkModel& links);
 
 // The hierarchical allreduce on `topology`, which must be `transport`'s ranks with the same
 // number on every host (ConfigError otherwise; one host, or one rank per host, is allowed and

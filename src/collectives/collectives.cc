@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "collectives/guard.h"
+#include "collectives/recursive_doubling.h"
 #include "collectives/reduce.h"
 #include "collectives/ring.h"
 #include "common/half.h"
@@ -53,15 +54,17 @@ Block blockOf(size_t count, int size, int rank) {
 
 void allreduce(Transport& transport, std::span<float> data, ReduceOp op,
                const CollectiveOptions& options) {
-  if (const Topology* topology = transport.topology();
-      topology != nullptr && options.algorithm != AllreduceAlgorithm::kRing) {
-    const AllreduceAlgorithm chosen =
-        options.algorithm == AllreduceAlgorithm::kAuto
-            ? chooseAllreduce(topology, data.size_bytes(), LinkModel::of(transport.options()))
-            : options.algorithm;
-    if (chosen == AllreduceAlgorithm::kHierarchical) {
-      return hierarchicalAllreduce(transport, *topology, data, op, options);
-    }
+  const Topology* topology = transport.topology();
+  AllreduceAlgorithm chosen = options.algorithm;
+  if (chosen == AllreduceAlgorithm::kAuto) {
+    chosen = chooseAllreduce(topology != nullptr ? *topology : Topology::flat(transport.size()),
+                             data.size_bytes(), LinkModel::of(transport.options()));
+  }
+  if (chosen == AllreduceAlgorithm::kRecursiveDoubling) {
+    return recursiveDoublingAllreduce(transport, data, op, options);
+  }
+  if (chosen == AllreduceAlgorithm::kHierarchical && topology != nullptr) {
+    return hierarchicalAllreduce(transport, *topology, data, op, options);
   }
   detail::runCollective("allreduce", transport, [&] {
     auto blocks = floatBlocks(data.size(), transport.size());

@@ -45,12 +45,37 @@ double hierarchicalAllreduceSeconds(const Topology& topology, size_t bytes,
   return intra + inter;
 }
 
-AllreduceAlgorithm chooseAllreduce(const Topology* topology, size_t bytes, const LinkModel& links) {
-  if (topology == nullptr || !hierarchicalApplies(*topology)) return AllreduceAlgorithm::kRing;
-  return hierarchicalAllreduceSeconds(*topology, bytes, links) <
-                 ringAllreduceSeconds(*topology, bytes, links)
-             ? AllreduceAlgorithm::kHierarchical
-             : AllreduceAlgorithm::kRing;
+// log2 p2 swaps, and a fold and an unfold where P is not a power of two: each message carries the
+// whole buffer, each swap and the fold add one.
+double recursiveDoublingAllreduceSeconds(const Topology& topology, size_t bytes,
+                                         const LinkModel& links) {
+  const int p = topology.size();
+  if (p < 2) return 0;
+  int swaps = 0, p2 = 1;
+  for (; p2 * 2 <= p; p2 *= 2) ++swaps;
+  const int folds = p2 < p ? 1 : 0;
+  const bool crossesHosts = topology.hosts() > 1;
+  const double latency = crossesHosts ? links.interLatencySec : links.intraLatencySec;
+  const double bandwidth = crossesHosts ? links.interBytesPerSec : links.intraBytesPerSec;
+  const double d = static_cast<double>(bytes);
+  return (swaps + 2 * folds) * (latency + d / bandwidth) +
+         (swaps + folds) * d / links.reduceBytesPerSec;
+}
+
+// Ties go to the ring, then to recursive doubling: the simpler pattern where the model cannot
+// tell them apart.
+AllreduceAlgorithm chooseAllreduce(const Topology& topology, size_t bytes, const LinkModel& links) {
+  AllreduceAlgorithm best = AllreduceAlgorithm::kRing;
+  double fastest = ringAllreduceSeconds(topology, bytes, links);
+  if (const double s = recursiveDoublingAllreduceSeconds(topology, bytes, links); s < fastest) {
+    best = AllreduceAlgorithm::kRecursiveDoubling;
+    fastest = s;
+  }
+  if (hierarchicalApplies(topology) &&
+      hierarchicalAllreduceSeconds(topology, bytes, links) < fastest) {
+    best = AllreduceAlgorithm::kHierarchical;
+  }
+  return best;
 }
 
 void hierarchicalAllreduce(Transport& transport, const Topology& topology, std::span<float> data,

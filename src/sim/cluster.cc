@@ -144,8 +144,11 @@ double denseAllreduceSeconds(const ClusterSpec& cluster, size_t elements, size_t
                         .interBytesPerSec = cluster.bandwidth,
                         .interLatencySec = cluster.latency};
   const Topology topology = Topology::uniform(cluster.workers, cluster.gpusPerHost);
-  return chooseAllreduce(&topology, elements * elementBytes, links) ==
-                 AllreduceAlgorithm::kHierarchical
+  // The runtime's choice between these two (chooseAllreduce); the simulated clusters' ranks
+  // are accelerators, whose collectives (NCCL's) do not take recursive doubling.
+  const size_t bytes = elements * elementBytes;
+  return hierarchicalAllreduceSeconds(topology, bytes, links) <
+                 ringAllreduceSeconds(topology, bytes, links)
              ? hierarchicalAllreduceSeconds(cluster, elements, elementBytes)
              : ring;
 }

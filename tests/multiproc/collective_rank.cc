@@ -2,8 +2,9 @@
 // MASTER_ADDR, MASTER_PORT, GRADSYNC_JOB_TOKEN). Modes:
 //   verify [N]  run every collective at counts 0, 1, non-divisible and large (N elements, by
 //               default 4 Mi); exit 3 on a wrong element
-//   loop        allreduce 4 MiB forever, touching FILE.<rank> after the first iteration (the
-//               kill test waits for it); exits 1 with the error when a peer is lost
+//   loop FILE [N]  allreduce N floats (1 Mi: the ring; 256: recursive doubling) forever,
+//               touching FILE.<rank> after the first iteration (the kill test waits for it);
+//               exits 1 with the error when a peer is lost
 #include <cstdio>
 #include <fstream>
 #include <numeric>
@@ -68,8 +69,8 @@ int verify(Transport& t, size_t large) {
   return 0;
 }
 
-int loop(Transport& t, const std::string& marker) {
-  std::vector<float> data(1 << 20, 1.0f);
+int loop(Transport& t, const std::string& marker, size_t count) {
+  std::vector<float> data(count, 1.0f);
   for (long iteration = 0;; ++iteration) {
     allreduce(t, data, ReduceOp::kAverage);
     if (iteration == 0) std::ofstream(marker + "." + std::to_string(t.rank())) << "ready\n";
@@ -84,7 +85,10 @@ int main(int argc, char** argv) {
   std::string mode = argc > 1 ? argv[1] : "verify";
   try {
     Context context = init();
-    if (mode == "loop") return loop(context.transport(), argc > 2 ? argv[2] : "/tmp/gs-ready");
+    if (mode == "loop") {
+      return loop(context.transport(), argc > 2 ? argv[2] : "/tmp/gs-ready",
+                  argc > 3 ? std::stoul(argv[3]) : size_t{1} << 20);
+    }
     // Large: 4 Mi elements; 64 Ki under a sanitizer (tests/support/sanitized.h).
     const size_t large =
         argc > 2 ? std::stoul(argv[2]) : testing::sanitizedSize((1 << 22) + 3, (1 << 16) + 3);

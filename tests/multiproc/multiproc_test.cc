@@ -143,14 +143,18 @@ TEST(MultiProcessScale, ThirtyTwoProcessesVerifyEveryCollective) {
 }
 
 // Kill one rank mid-allreduce: every other rank must fail promptly (well within the timeout)
-// with an error naming the lost rank, never hang, and no shared memory may be left behind.
-class MultiProcessFailure : public ::testing::TestWithParam<Links> {};
+// with an error naming the lost rank, never hang, and no shared memory may be left behind. In
+// the ring (1 Mi floats) and in recursive doubling (256 floats, allreduce's pick for them).
+class MultiProcessFailure : public ::testing::TestWithParam<std::tuple<Links, size_t>> {};
 
 TEST_P(MultiProcessFailure, KilledRankIsNamedByEverySurvivor) {
   constexpr int kSize = 4;
   constexpr int kVictim = 2;
-  Job job = startJob(kSize, {"loop", (fs::temp_directory_path() / "gs-kill-ready").string()},
-                     /*timeout=*/"30", GetParam());
+  const auto [links, count] = GetParam();
+  Job job = startJob(
+      kSize,
+      {"loop", (fs::temp_directory_path() / "gs-kill-ready").string(), std::to_string(count)},
+      /*timeout=*/"30", links);
   auto ready = [&] {
     for (int r = 0; r < kSize; ++r) {
       if (!fs::exists(fs::temp_directory_path() / ("gs-kill-ready." + std::to_string(r)))) {
@@ -184,8 +188,13 @@ TEST_P(MultiProcessFailure, KilledRankIsNamedByEverySurvivor) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Links, MultiProcessFailure,
-                         ::testing::Values(Links::kShm, Links::kTcp, Links::kMixed),
-                         [](const auto& info) { return nameOf(info.param); });
+                         ::testing::Combine(::testing::Values(Links::kShm, Links::kTcp,
+                                                              Links::kMixed),
+                                            ::testing::Values(size_t{1} << 20, size_t{256})),
+                         [](const auto& info) {
+                           return nameOf(std::get<0>(info.param)) +
+                                  (std::get<1>(info.param) > 256 ? "_ring" : "_doubling");
+                         });
 
 }  // namespace
 }  // namespace gradsync

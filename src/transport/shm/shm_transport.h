@@ -6,7 +6,9 @@
 // Threading: one loop thread per transport owns the channels (channel.h); application threads
 // only queue sends and post receives, as with TCP. The loop sleeps on the rank's doorbell (a
 // futex in its segment) whenever there is nothing to move, so an idle transport costs no CPU;
-// peers ring it when they write to it or make room for it. It also wakes every 20 ms to check
+// peers ring it when they write to it or make room for it. A thread waiting for a message polls
+// for it a few tens of microseconds first where the host's ranks have a core each
+// (ShmTransportOptions::spinMicros). The loop also wakes every 20 ms to check
 // that the peers' processes still exist (pidfd): a rank killed by a signal is named as lost
 // within that period, as a closed socket names it over TCP.
 //
@@ -35,6 +37,12 @@ struct ShmTransportOptions {
   size_t ringBytes = 0;
   // Messages of at least this many bytes go single-copy where possible; 0 never.
   size_t singleCopyMinBytes = size_t{64} << 10;
+  // How long a thread waiting for a message polls for it before it sleeps on the futex, in
+  // microseconds; -1 picks kSpinMicros when this host's ranks have a core each (a peer's reply
+  // then comes within microseconds, and a futex wake-up costs tens) and 0 (sleep at once) when
+  // they share cores (the poller would take the core the peer needs to reply).
+  int spinMicros = -1;
+  static constexpr int kSpinMicros = 50;
   // Called once, on the loop thread and without its locks, when the transport breaks (a lost
   // peer, a malformed frame, abort()): the routed transport aborts its other transports then.
   std::function<void(std::exception_ptr)> onBroken;

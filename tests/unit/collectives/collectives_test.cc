@@ -98,22 +98,38 @@ class Collectives : public ::testing::TestWithParam<Case> {
   size_t count() const { return GetParam().count; }
 };
 
+// kAuto (recursive doubling for the small counts, the ring or hierarchical for the large one),
+// and each flat algorithm forced at every count.
+constexpr AllreduceAlgorithm kFlatAlgorithms[] = {
+    AllreduceAlgorithm::kAuto, AllreduceAlgorithm::kRing, AllreduceAlgorithm::kRecursiveDoubling};
+
 TEST_P(Collectives, AllreduceSumEqualsNaiveSum) {
-  run([&](Transport& t) {
-    std::vector<float> data = inputs(t.rank(), count());
-    allreduce(t, data, ReduceOp::kSum, options());
-    for (size_t i = 0; i < count(); ++i) ASSERT_EQ(data[i], naiveSum(t.size(), i)) << i;
-  });
+  for (AllreduceAlgorithm algorithm : kFlatAlgorithms) {
+    run([&](Transport& t) {
+      std::vector<float> data = inputs(t.rank(), count());
+      CollectiveOptions o = options();
+      o.algorithm = algorithm;
+      allreduce(t, data, ReduceOp::kSum, o);
+      for (size_t i = 0; i < count(); ++i) {
+        ASSERT_EQ(data[i], naiveSum(t.size(), i)) << i << ", algorithm " << int(algorithm);
+      }
+    });
+  }
 }
 
 TEST_P(Collectives, AllreduceAverage) {
-  run([&](Transport& t) {
-    std::vector<float> data = inputs(t.rank(), count());
-    allreduce(t, data, ReduceOp::kAverage, options());
-    for (size_t i = 0; i < count(); ++i) {
-      ASSERT_FLOAT_EQ(data[i], naiveSum(t.size(), i) / static_cast<float>(t.size())) << i;
-    }
-  });
+  for (AllreduceAlgorithm algorithm : kFlatAlgorithms) {
+    run([&](Transport& t) {
+      std::vector<float> data = inputs(t.rank(), count());
+      CollectiveOptions o = options();
+      o.algorithm = algorithm;
+      allreduce(t, data, ReduceOp::kAverage, o);
+      for (size_t i = 0; i < count(); ++i) {
+        ASSERT_FLOAT_EQ(data[i], naiveSum(t.size(), i) / static_cast<float>(t.size()))
+            << i << ", algorithm " << int(algorithm);
+      }
+    });
+  }
 }
 
 TEST_P(Collectives, ReduceScatterOwnBlock) {

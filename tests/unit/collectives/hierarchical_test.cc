@@ -112,8 +112,8 @@ INSTANTIATE_TEST_SUITE_P(Shapes, Hierarchical,
 TEST(HierarchicalModel, ChoosesHierarchicalWhereTheNicIsTheBottleneck) {
   const Topology two = Topology::uniform(4, 2);
   LinkModel slow = LinkModel::of({.bandwidthBytesPerSec = 12.5e6});  // 100 Mbit/s between hosts
-  EXPECT_EQ(chooseAllreduce(&two, 64 << 20, slow), AllreduceAlgorithm::kHierarchical);
-  EXPECT_EQ(chooseAllreduce(&two, 4096, slow), AllreduceAlgorithm::kHierarchical);
+  EXPECT_EQ(chooseAllreduce(two, 64 << 20, slow), AllreduceAlgorithm::kHierarchical);
+  EXPECT_EQ(chooseAllreduce(two, 4096, slow), AllreduceAlgorithm::kHierarchical);
   // Flat ring: 2(P-1)/P = 1.5 d over the NIC; hierarchical: 2(N-1)/N = d, plus d over memory.
   EXPECT_NEAR(
       ringAllreduceSeconds(two, 1 << 30, slow) / hierarchicalAllreduceSeconds(two, 1 << 30, slow),
@@ -121,13 +121,39 @@ TEST(HierarchicalModel, ChoosesHierarchicalWhereTheNicIsTheBottleneck) {
   // As fast between hosts as inside them, the two extra intra-host passes cost more than the
   // NIC saves: the ring.
   LinkModel even{.intraBytesPerSec = 1e9, .interBytesPerSec = 1e9};
-  EXPECT_EQ(chooseAllreduce(&two, 64 << 20, even), AllreduceAlgorithm::kRing);
+  EXPECT_EQ(chooseAllreduce(two, 64 << 20, even), AllreduceAlgorithm::kRing);
   // One host, one rank per host, hosts of unequal sizes, no topology: the ring.
   for (const Topology& t :
        {Topology::uniform(4, 4), Topology::uniform(4, 1), Topology::uniform(5, 2)}) {
-    EXPECT_EQ(chooseAllreduce(&t, 64 << 20, slow), AllreduceAlgorithm::kRing) << t.describe();
+    EXPECT_EQ(chooseAllreduce(t, 64 << 20, slow), AllreduceAlgorithm::kRing) << t.describe();
   }
-  EXPECT_EQ(chooseAllreduce(nullptr, 64 << 20, slow), AllreduceAlgorithm::kRing);
+  EXPECT_EQ(chooseAllreduce(Topology::flat(4), 64 << 20, slow), AllreduceAlgorithm::kRing);
+}
+
+// Recursive doubling sends log2 P whole buffers (a fold and an unfold more where P is not a
+// power of two) and waits for each addition; the ring sends 2 (P - 1) of 1/P each and hides its
+// additions: recursive doubling wins where latency dominates. With the default model (50 us,
+// 1.25 GB/s, additions at 5 GB/s) the two cross on 4 ranks where the 4 latencies saved equal
+// the half buffer more sent and the two additions: 200 us = d (0.5 / 1.25e9 + 2 / 5e9), d = 250 kB.
+TEST(AllreduceModel, ChoosesRecursiveDoublingBelowTheLatencyCrossover) {
+  const LinkModel links;
+  const Topology four = Topology::flat(4);
+  EXPECT_EQ(chooseAllreduce(four, 4, links), AllreduceAlgorithm::kRecursiveDoubling);
+  EXPECT_EQ(chooseAllreduce(four, 240'000, links), AllreduceAlgorithm::kRecursiveDoubling);
+  EXPECT_EQ(chooseAllreduce(four, 260'000, links), AllreduceAlgorithm::kRing);
+  const double message = links.interLatencySec + 1000 / links.interBytesPerSec;
+  const double addition = 1000 / links.reduceBytesPerSec;
+  EXPECT_DOUBLE_EQ(recursiveDoublingAllreduceSeconds(four, 1000, links),
+                   2 * message + 2 * addition);
+  // 5 ranks: 2 swaps among 4, a fold and an unfold.
+  EXPECT_DOUBLE_EQ(recursiveDoublingAllreduceSeconds(Topology::flat(5), 1000, links),
+                   4 * message + 3 * addition);
+  // Two ranks: one swap against the ring's two half messages; the same crossover of one latency
+  // against one addition, at 250 kB.
+  EXPECT_EQ(chooseAllreduce(Topology::flat(2), 240'000, links),
+            AllreduceAlgorithm::kRecursiveDoubling);
+  EXPECT_EQ(chooseAllreduce(Topology::flat(2), 260'000, links), AllreduceAlgorithm::kRing);
+  EXPECT_EQ(recursiveDoublingAllreduceSeconds(Topology::flat(1), 1000, links), 0);
 }
 
 TEST(HierarchicalModel, UnequalHostsAreRefused) {
