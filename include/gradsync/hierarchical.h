@@ -26,8 +26,11 @@ namespace gradsync {
 // The alpha-beta model kAuto decides with: per-message latency and bandwidth of a link inside a
 // host and of a host's NIC.
 struct LinkModel {
-  double intraBytesPerSec = 3e9;  // shared memory between processes here (docs/performance.md)
-  double intraLatencySec = 20e-6;
+  // Shared memory between processes here (docs/performance.md). The latency is what puts the
+  // measured crossover of the ring and recursive doubling on one host of 4 ranks (between 32
+  // and 64 KiB: "Small messages") where the model puts it.
+  double intraBytesPerSec = 3e9;
+  double intraLatencySec = 7e-6;
   double interBytesPerSec = 1.25e9;  // 10 Gbit/s unless the transport knows (--bandwidth)
   double interLatencySec = 50e-6;
   // Adding a received buffer into one's own, bytes per second (one core; memory-bound). The

@@ -40,6 +40,8 @@ using MonotonicClock = std::chrono::steady_clock;
 // How often the loop looks whether the peers' processes still exist, and so the longest anyone
 // sleeps on the doorbell.
 constexpr std::chrono::milliseconds kLivenessPeriod{20};
+// How long after the last wait the loop thread starts reading for the application (loop()).
+constexpr std::chrono::microseconds kHandover{200};
 // How long a closing transport waits for its queued sends before saying goodbye anyway.
 constexpr std::chrono::milliseconds kCloseWait{10'000};
 // Payload bytes read from one peer before the reader turns to the next.
@@ -88,6 +90,8 @@ class ShmTransport final : public Transport {
   void loop();
   bool pump(bool byWaiter);                        // REQUIRES: readMutex_
   bool takeAbortRequest();                         // REQUIRES: readMutex_
+  bool waiterActive() const;                       // a thread waits, or waited within kHandover
+  bool requested() const;                          // an abort, a close not drained yet, or a stop
   void checkLiveness();                            // REQUIRES: readMutex_
   void breakAll(const std::exception_ptr& error);  // REQUIRES: readMutex_
   bool drained() const;
@@ -112,6 +116,7 @@ class ShmTransport final : public Transport {
   bool broken_ = false;
   bool saidFarewell_ = false;
   std::atomic<int> waiters_{0};
+  std::atomic<MonotonicClock::rep> lastWaitEnded_{0};  // time_since_epoch of the last wait's end
 
   // Shared with application threads.
   mutable std::mutex mutex_;
@@ -276,10 +281,9 @@ void ShmTransport::waitProgress(const Work& work, MonotonicClock::time_point dea
         std::chrono::duration_cast<std::chrono::microseconds>(deadline - MonotonicClock::now());
     bell_.sleep(seen, std::clamp<std::chrono::microseconds>(left, {}, kLivenessPeriod));
   }
-  if (waiters_.fetch_sub(1, std::memory_order_seq_cst) == 1) {
-    std::lock_guard<std::mutex> lock(mutex_);  // the loop may be between its check and its wait
-    cv_.notify_all();
-  }
+  // The loop takes over kHandover after the last wait ends (loop()); no wake-up needed.
+  lastWaitEnded_.store(MonotonicClock::now().time_since_epoch().count(), std::memory_order_relaxed);
+  waiters_.fetch_sub(1, std::memory_order_seq_cst);
 }
 
 // Polls the doorbell (a pause instruction between looks) for up to spinMicros_: true if it rang
@@ -314,17 +318,23 @@ bool ShmTransport::pump(bool byWaiter) {
   return progress;
 }
 
+// While application threads wait (or waited within kHandover), they read, and the loop keeps
+// off the channels and readMutex_ except for its liveness checks and requests (abort, close):
+// a collective's back-to-back waits then cost no wake-up of the loop thread, which would take a
+// core and a system call per message. Once no thread has waited for kHandover the loop reads
+// for them, sleeping on the doorbell.
 void ShmTransport::loop() {
   auto lastCheck = MonotonicClock::now();
   for (;;) {
     const uint32_t seen = bell_.current();
+    const bool waited = waiterActive();
+    const bool checkDue = MonotonicClock::now() - lastCheck >= kLivenessPeriod;
     bool progress = false;
-    {
+    if (!waited || checkDue || requested()) {
       std::lock_guard<std::mutex> reader(readMutex_);
       progress = takeAbortRequest();
-      // While threads wait, they read: the loop only steps in when nobody does.
-      if (waiters_.load(std::memory_order_seq_cst) == 0) progress = pump(false) || progress;
-      if (MonotonicClock::now() - lastCheck >= kLivenessPeriod) {
+      if (!waited) progress = pump(false) || progress;
+      if (checkDue) {
         checkLiveness();
         lastCheck = MonotonicClock::now();
       }
@@ -339,15 +349,28 @@ void ShmTransport::loop() {
         return;
       }
     }
+    // A waiter that found readMutex_ taken just now may have gone to sleep on what arrived.
+    if (waited) bell_.ring();
     if (progress) continue;
-    if (waiters_.load(std::memory_order_seq_cst) > 0) {
+    if (waited) {
       std::unique_lock<std::mutex> lock(mutex_);
-      cv_.wait_for(lock, kLivenessPeriod,
-                   [this] { return waiters_.load() == 0 || abortRequest_ || closing_ || stop_; });
+      cv_.wait_for(lock, kHandover, [this] { return abortRequest_ || stop_; });
     } else {
       bell_.sleep(seen, kLivenessPeriod);
     }
   }
+}
+
+bool ShmTransport::waiterActive() const {
+  if (waiters_.load(std::memory_order_seq_cst) > 0) return true;
+  const auto ended = MonotonicClock::time_point(
+      MonotonicClock::duration(lastWaitEnded_.load(std::memory_order_relaxed)));
+  return MonotonicClock::now() - ended < kHandover;
+}
+
+bool ShmTransport::requested() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return abortRequest_ || stop_ || (closing_ && !drained_);
 }
 
 bool ShmTransport::takeAbortRequest() {

@@ -154,6 +154,11 @@ TEST(AllreduceModel, ChoosesRecursiveDoublingBelowTheLatencyCrossover) {
             AllreduceAlgorithm::kRecursiveDoubling);
   EXPECT_EQ(chooseAllreduce(Topology::flat(2), 260'000, links), AllreduceAlgorithm::kRing);
   EXPECT_EQ(recursiveDoublingAllreduceSeconds(Topology::flat(1), 1000, links), 0);
+  // One host of 4 (shared memory, 7 us): 28 us = d (0.5 / 3e9 + 2 / 5e9), d = 49 kB, where
+  // the two were measured to cross (between 32 and 64 KiB).
+  const Topology host = Topology::uniform(4, 4);
+  EXPECT_EQ(chooseAllreduce(host, 32 << 10, links), AllreduceAlgorithm::kRecursiveDoubling);
+  EXPECT_EQ(chooseAllreduce(host, 64 << 10, links), AllreduceAlgorithm::kRing);
 }
 
 TEST(HierarchicalModel, UnequalHostsAreRefused) {
