@@ -141,6 +141,7 @@ Settings trainSettings(const TrainOptions& o, const std::string& transport) {
           {"--compress-min-elements", text(c.minElements)},
           {"--compress-warmup", warmupFlagText(c.warmupSteps)},
           {"--guard", c.guard ? "on" : "off"},
+          {"--compress-momentum", text(c.momentum)},
           {"--eval-every", text(o.evalEvery)},
           {"--eval-samples", text(o.evalSamples)},
           {"--checkpoint-every", text(o.checkpointEvery)},
@@ -270,6 +271,9 @@ void addTrainCommand(CLI::App& app, CommandContext& context) {
           "compression guardrail: a unit whose sent values stop pointing along its gradient, or "
           "whose residual or bursts grow past the thresholds, goes dense (default on)")
       ->check(CLI::IsMember({"on", "off"}));
+  train->add_flag("--compress-momentum", o.compression.momentum,
+                  "1-bit Adam: after the dense warm-up freeze Adam's second moment and compress "
+                  "each rank's momentum instead of its gradient (--optimizer adamw)");
   train->add_option("--metrics", o.metricsPath, "write metrics as JSON");
   train->add_option("--eval-every", o.evalEvery, "also evaluate every N steps (0: per epoch)");
   train->add_option("--eval-samples", o.evalSamples,

@@ -24,6 +24,13 @@ struct SyncOptions {
   std::vector<std::string> compressOverrides;  // GLOB=SPEC by parameter name, first match wins
   size_t compressMinElements = 1024;           // smaller tensors go dense
   int64_t compressWarmup = 0;                  // dense steps before compressing
+  // 1-bit Adam (--compress-momentum; docs/algorithms.md, "Compression under Adam"): with an Adam
+  // or AdamW optimizer in gradient mode, the dense warm-up (compressWarmup >= 1 steps) is plain
+  // Adam; from then on the second moment is frozen and what the engine compresses (with its
+  // error feedback) and averages is each rank's momentum, which step() applies over the frozen
+  // second moment. ConfigError without compression, with another optimizer, with localsgd or
+  // diloco, or where the engine updates (p3, sharded, servers).
+  bool compressMomentum = false;
   // The compression guardrail (--guard on|off; docs/algorithms.md): a compressed unit whose
   // error-feedback residual or sent bursts grow past documented thresholds goes dense for the
   // rest of the run, logged and listed in DistributedOptimizer::guardEvents(). Over the ring;

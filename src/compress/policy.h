@@ -23,6 +23,8 @@ struct CompressionConfig {
   // --guard on|off: the compression guardrail (compress/guard.h) makes a compressed unit dense when
   // its error-feedback residual or its sent bursts grow past documented thresholds.
   bool guard = true;
+  // --compress-momentum: 1-bit Adam (SyncOptions::compressMomentum).
+  bool momentum = false;
 };
 
 struct CompressionPlan {

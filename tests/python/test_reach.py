@@ -51,6 +51,7 @@ def test_bad_specs_raise_value_error_listing_the_choices(alone):
     assert "sharded" in message and "localsgd" in message, message
     assert "topk" in refusal(compression="topk:2")
     assert "backward passes" in refusal(backward_passes_per_step=0)
+    assert "not available from Python yet" in refusal(compression="onebit", compress_momentum=True)
     with pytest.raises(ValueError, match="powersgd"):
         gs.ddp_comm_hook("zip")
     with pytest.raises(ValueError, match="gs.Average"):

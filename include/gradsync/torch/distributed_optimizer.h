@@ -34,6 +34,7 @@
 
 namespace gradsync {
 
+class CompressedMomentum;
 class DistributedModel;
 class OuterOptimizer;
 class ScheduleTuning;
@@ -98,7 +99,9 @@ class DistributedOptimizer {
   // updates); throws ConfigError if the optimizer's learning rate changed since construction
   // (the engine would not follow a schedule). Parameters no rank used this step get a zero
   // average. localsgd and diloco: steps the optimizer on this rank's own gradients, then
-  // endLocalStep().
+  // endLocalStep(). SyncOptions::compressMomentum, past the dense warm-up: exchanges the ranks'
+  // momenta instead and applies Adam's update over the frozen second moment itself (the
+  // optimizer's step() is not called; its state is updated).
   void step();
   // localsgd and diloco, for a loop that steps its optimizer itself (clipping, schedules): after
   // each local step, the outer work due then (every H steps the outer step; Streaming DiLoCo a
@@ -106,8 +109,12 @@ class DistributedOptimizer {
   // the other strategies.
   void endLocalStep();
   // Gradient mode: as step() without stepping, e.g. to clip the averaged gradients first; then
-  // call the optimizer's step() directly.
+  // call the optimizer's step() directly. ConfigError once exchangesMomenta().
   void synchronize();
+  // SyncOptions::compressMomentum past its dense warm-up: the ranks' momenta are averaged
+  // (during backward) and step() applies Adam's update; synchronize() is refused. Before that,
+  // and without the option, false.
+  bool exchangesMomenta() const;
   // Update mode: waits for the parameters of `layer` (a submodule) only; call it in a forward
   // before each layer runs, to overlap the previous step's communication. No-op otherwise.
   void waitFor(const torch::nn::Module& layer);
@@ -212,6 +219,12 @@ class DistributedOptimizer {
  private:
   // With join: how many ranks still have data this step (a collective).
   int ranksWithData(bool mine);
+  // synchronize() without its checks: the averaged gradients into .grad (with
+  // compressMomentum, then counts the step).
+  void averageGradients();
+  // SyncOptions::compressMomentum's step(), and its gradient transform once past the warm-up.
+  void compressedMomentumStep();
+  void installMomentumTransform();
 
   torch::optim::Optimizer& optimizer_;
   std::unique_ptr<Transport> workerView_;  // with separate servers: the training ranks
@@ -220,7 +233,8 @@ class DistributedOptimizer {
   double engineLr_ = 0;  // update mode: the learning rate the engine applies
   int localPeriod_ = 0;  // localsgd, diloco: H (local steps between outer steps); else 0
   int64_t localSteps_ = 0;
-  std::unique_ptr<OuterOptimizer> outer_;  // localsgd, diloco
+  std::unique_ptr<OuterOptimizer> outer_;         // localsgd, diloco
+  std::unique_ptr<CompressedMomentum> momentum_;  // SyncOptions::compressMomentum
   std::unique_ptr<DistributedModel> model_;
   std::string schedule_;                    // what the engine was built with
   std::unique_ptr<ScheduleTuning> tuning_;  // with schedule "auto", until the run ends

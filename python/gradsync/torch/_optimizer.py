@@ -74,6 +74,12 @@ def _sync_options(schedule, compression, sync, passes, extra) -> "_C.SyncOptions
     options.sync = str(sync)
     options.backward_passes_per_step = int(passes)
     for key, value in extra.items():
+        if key == "compress_momentum" and value:
+            # The C++ mode reads and writes Adam's state in the torch optimizer it steps; here
+            # that state lives in Python's optimizer, which the C++ twin does not share.
+            raise ConfigError("compress_momentum (1-bit Adam) is not available from Python yet: "
+                              "use `gradsync train --compress-momentum` or the C++ "
+                              "DistributedOptimizer (SyncOptions::compressMomentum)")
         if not hasattr(options, key):
             raise ConfigError(f"unknown option {key!r}")
         setattr(options, key, list(value) if key == "compress_overrides" else value)

@@ -148,12 +148,24 @@ void DistributedModel::onGradient(int index, const torch::Tensor& grad) {
   } else {
     for (size_t k = 0; k < slot.size(); ++k) slot[k] += values[k];
   }
-  if (++seen == passes_) engine_->markReady(index);
+  if (++seen == passes_) {
+    if (transform_) transform_(static_cast<size_t>(index), slot);
+    engine_->markReady(index);
+  }
 }
 
 void DistributedModel::endPasses() {
   for (size_t i = 0; i < passesSeen_.size(); ++i) {
-    if (passesSeen_[i] > 0 && passesSeen_[i] < passes_) engine_->markReady(static_cast<int>(i));
+    const int index = static_cast<int>(i);
+    if (passesSeen_[i] == 0 && transform_) {  // unused by this rank: a zero gradient
+      std::span<float> slot = engine_->slot(index);
+      std::fill(slot.begin(), slot.end(), 0.0f);
+      transform_(i, slot);
+      engine_->markReady(index);
+    } else if (passesSeen_[i] > 0 && passesSeen_[i] < passes_) {
+      if (transform_) transform_(i, engine_->slot(index));
+      engine_->markReady(index);
+    }
     passesSeen_[i] = 0;
   }
 }

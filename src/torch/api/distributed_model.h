@@ -21,6 +21,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <unordered_map>
 
 #include "gradsync/transport.h"
@@ -143,6 +144,13 @@ class DistributedModel {
   void setStep(uint64_t step) {
     if (engine_) engine_->setStep(step);
   }
+  // Whether gradients go through the engine (more than one worker, gradient or update mode).
+  bool communicates() const { return engine_ != nullptr; }
+  // Applied to this rank's gradient of each parameter (by index into parameters(), summed over
+  // the step's backward passes) before the engine takes it, on the thread running backward; to
+  // a parameter no pass used this step as a zero gradient. Null: none.
+  using GradientTransform = std::function<void(size_t index, std::span<float> gradient)>;
+  void setGradientTransform(GradientTransform transform) { transform_ = std::move(transform); }
 
  private:
   void checkParameter(const std::string& name, const torch::Tensor& parameter) const;
@@ -161,6 +169,7 @@ class DistributedModel {
   Transport& transport_;
   const Clock* clock_;
   std::vector<torch::Tensor> parameters_;
+  GradientTransform transform_;
   std::unique_ptr<Engine> engine_;  // null for a world of one, and for localsgd
   EngineOptions engineOptions_;     // what engine_ was built with (reschedule builds anew)
   std::vector<TensorShape> tensors_;

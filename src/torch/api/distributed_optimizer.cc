@@ -14,6 +14,7 @@
 #include "job/agreement.h"
 #include "sync/strategy.h"
 #include "torch/api/archive_bytes.h"
+#include "torch/api/compressed_momentum.h"
 #include "torch/api/distributed_model.h"
 #include "torch/api/schedule_tuning.h"
 #include "torch/api/sync_setup.h"
@@ -146,6 +147,27 @@ std::unique_ptr<ScheduleTuning> tuningFor(const SyncOptions& options,
   return std::make_unique<ScheduleTuning>(options.schedule, largest, workers);
 }
 
+// SyncOptions::compressMomentum: gradient mode, compressed, not a local strategy.
+std::unique_ptr<CompressedMomentum> compressedMomentumFor(torch::optim::Optimizer& optimizer,
+                                                          const SyncOptions& options,
+                                                          const DistributedModel& model) {
+  if (CompressSpec::parse(options.compress).dense()) {
+    refuseSyncSetup(
+        "compressed momentum (1-bit Adam) compresses the momentum, and --compress is "
+        "none",
+        "choose a compressor, e.g. --compress onebit");
+  }
+  if (SyncStrategy::parse(options.sync).kind != SyncStrategy::Kind::kSsgd ||
+      model.updatesParameters()) {
+    refuseSyncSetup(fmt::format("compressed momentum (1-bit Adam) is for gradient mode (ssgd "
+                                "with fifo, wfbp or fusion), not sync {} with schedule {}",
+                                options.sync, options.schedule),
+                    "use --sync ssgd --schedule wfbp");
+  }
+  return std::make_unique<CompressedMomentum>(optimizer, model.parameters(),
+                                              options.compressWarmup);
+}
+
 }  // namespace
 
 DistributedOptimizer::DistributedOptimizer(torch::optim::Optimizer& optimizer,
@@ -183,6 +205,10 @@ DistributedOptimizer::DistributedOptimizer(torch::optim::Optimizer& optimizer,
   model_ = std::make_unique<DistributedModel>(std::move(module), transport_, std::move(setup));
   if (tuning_) ScheduleTuning::checkRunCanSwitch(model_->whyNotReschedulable());
   checkMomentumAppliedOnce(optimizer, absorbs, options.compress);
+  if (options.compressMomentum) {
+    momentum_ = compressedMomentumFor(optimizer, options, *model_);
+    installMomentumTransform();
+  }
 }
 
 std::string DistributedOptimizer::schedule() const {
@@ -209,6 +235,7 @@ void DistributedOptimizer::step() {
     return;
   }
   if (!model_->updatesParameters()) {
+    if (momentum_) return compressedMomentumStep();
     synchronize();
     optimizer_.step();
     return;
@@ -222,6 +249,26 @@ void DistributedOptimizer::step() {
   }
   model_->endBackward();
   if (tuning_) tuning_->afterStep(*model_);
+}
+
+// Past the warm-up the gradients the engine took are already momenta (the transform installed
+// below runs in the backward hooks); alone, without an engine, they are turned here.
+void DistributedOptimizer::compressedMomentumStep() {
+  if (!momentum_->frozen()) {
+    averageGradients();
+    optimizer_.step();
+    return;
+  }
+  if (!model_->communicates()) momentum_->gradientsToMomenta();
+  averageGradients();
+  momentum_->applyUpdate();
+}
+
+void DistributedOptimizer::installMomentumTransform() {
+  if (!momentum_->frozen()) return;
+  model_->setGradientTransform([momentum = momentum_.get()](size_t index, std::span<float> g) {
+    momentum->toMomentum(index, g);
+  });
 }
 
 void DistributedOptimizer::endLocalStep() {
@@ -258,12 +305,30 @@ void DistributedOptimizer::synchronize() {
     refuseSyncSetup("synchronize() is for gradient mode: with p3 and sharded the engine updates",
                     "call step() after backward");
   }
+  if (exchangesMomenta()) {
+    refuseSyncSetup(
+        "past its warm-up, compressed momentum (1-bit Adam) averages momenta, not "
+        "gradients, and step() applies the update",
+        "call step() (exchangesMomenta() says when)");
+  }
+  averageGradients();
+}
+
+bool DistributedOptimizer::exchangesMomenta() const {
+  return momentum_ && momentum_->frozen();
+}
+
+void DistributedOptimizer::averageGradients() {
   // With join, the average is over the ranks that had data (the others sent zeros).
   const float scale =
       joinable_ ? static_cast<float>(transport_.size()) / static_cast<float>(ranksWithData(true))
                 : 1.0f;
   model_->synchronizeGradients(scale);
   if (tuning_) tuning_->afterStep(*model_);
+  if (momentum_) {  // the step's exchange is over: the next one may be past the warm-up
+    momentum_->endStep();
+    installMomentumTransform();
+  }
 }
 
 void DistributedOptimizer::synchronizeModel() {
@@ -322,6 +387,10 @@ void DistributedOptimizer::setTrace(TraceRecorder* trace) {
 
 void DistributedOptimizer::setStep(int64_t step) {
   model_->setStep(static_cast<uint64_t>(step));
+  if (momentum_) {
+    momentum_->setStep(step);
+    installMomentumTransform();
+  }
   localSteps_ = step;
   beginOuter(outer_.get(), *model_);
 }

@@ -141,6 +141,15 @@ double Trainer::updateParameters(int64_t globalStep, TraceRecorder* trace,
     distributed_.endLocalStep();  // the outer work due (most steps: none)
     return secondsSince(start);
   }
+  if (distributed_.exchangesMomenta()) {  // 1-bit Adam past its warm-up: step() updates
+    // The schedule's learning rate; its clipping of .grad changes nothing here (the gradients
+    // became momenta in the backward hooks).
+    prepareOptimizerStep(*optimizer_, options_, globalStep, totalSteps());
+    auto start = MonotonicClock::now();
+    ScopedEvent event(trace, kMainLane, "communication", "wait");
+    distributed_.step();
+    return secondsSince(start);
+  }
   auto start = MonotonicClock::now();
   {
     ScopedEvent event(trace, kMainLane, "communication", "wait");

@@ -17,13 +17,15 @@ struct Case {
   const char* schedule;
   const char* sync;
   const char* compress;
-  bool ps = false;  // ssgd through co-located parameter servers
-  int servers = 0;  // separate server ranks
+  bool ps = false;        // ssgd through co-located parameter servers
+  int servers = 0;        // separate server ranks
+  bool momentum = false;  // AdamW with --compress-momentum (1-bit Adam), its warm-up 2 steps
 };
 
 std::string caseName(const Case& c) {
   std::string name = std::string(c.schedule) + "_" + c.sync + "_" + c.compress +
-                     (c.ps ? "_ps" : "") + (c.servers > 0 ? "_servers" : "");
+                     (c.ps ? "_ps" : "") + (c.servers > 0 ? "_servers" : "") +
+                     (c.momentum ? "_momentum" : "");
   for (char& ch : name) {
     if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
   }
@@ -45,6 +47,12 @@ TrainOptions optionsFor(const Case& c) {
   o.strategy.ps = c.ps;
   o.strategy.servers = c.servers;
   o.strategy.warmup = 2;
+  if (c.momentum) {
+    o.optimizer = "adamw";
+    o.lr = 0.003;  // quickOptions' is SGD's
+    o.compression.momentum = true;
+    o.compression.warmupSteps = 2;
+  }
   return o;
 }
 
@@ -117,7 +125,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"wfbp", "ssgd", "gradiveq:2,slice=16,train=3,refresh=5"},
                       Case{"p3", "ssgd", "topk:0.05"}, Case{"fusion:0.1", "ssgd", "qsgd:4"},
                       Case{"wfbp", "ssgd", "topk:0.05", true}, Case{"p3", "ssgd", "onebit", true},
-                      Case{"wfbp", "odsgd", "topk:0.05"}, Case{"wfbp", "ssdsgd:3", "qsgd:4"}),
+                      Case{"wfbp", "odsgd", "topk:0.05"}, Case{"wfbp", "ssdsgd:3", "qsgd:4"},
+                      Case{"wfbp", "ssgd", "onebit", false, 0, true}),
     [](const auto& info) { return caseName(info.param); });
 
 // A resume of the checkpoint in `dir` on `ranks` ranks with `changed` settings is refused with
