@@ -330,7 +330,8 @@ void ShmTransport::loop() {
     const bool waited = waiterActive();
     const bool checkDue = MonotonicClock::now() - lastCheck >= kLivenessPeriod;
     bool progress = false;
-    if (!waited || checkDue || requested()) {
+    const bool reads = !waited || checkDue || requested();
+    if (reads) {
       std::lock_guard<std::mutex> reader(readMutex_);
       progress = takeAbortRequest();
       if (!waited) progress = pump(false) || progress;
@@ -350,7 +351,7 @@ void ShmTransport::loop() {
       }
     }
     // A waiter that found readMutex_ taken just now may have gone to sleep on what arrived.
-    if (waited) bell_.ring();
+    if (waited && reads) bell_.ring();
     if (progress) continue;
     if (waited) {
       std::unique_lock<std::mutex> lock(mutex_);
