@@ -209,7 +209,12 @@ TEST_P(TransportConformance, AbortFailsPendingAndLaterOperations) {
     // rank 0's abort, not from rank 1's start, which under load can be far apart.
     int ready = 1;
     if (t.rank() == 1) {
-      t.recv(0, 3, &ready, sizeof ready)->wait();
+      // Rank 0's abort may overtake its handshake (an abort fails everything at once, messages
+      // not yet read included: seen over shared memory under TSan); rank 1 stays alive either way.
+      try {
+        t.recv(0, 3, &ready, sizeof ready)->wait();
+      } catch (const Error&) {
+      }
       std::this_thread::sleep_for(300ms);
       return;
     }
