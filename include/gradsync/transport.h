@@ -11,8 +11,9 @@
 //  - Once a peer is lost, every pending and later operation fails with PeerLostError naming the
 //    lost rank: one lost rank breaks every collective, so failing fast beats timing out.
 //  - Every wait is bounded by TransportOptions::timeout (TimeoutError names the peer). A timeout
-//    leaves the operation pending (its buffer still in use): a caller that gives up on it must
-//    call abort() before releasing the buffer. The collectives do.
+//    leaves the operation pending (its buffer still in use), and a peer that said goodbye fails
+//    only the operations that involve it: a caller that gives up on a set of operations after
+//    one failed must call abort() before releasing their buffers. The collectives do.
 // send, recv and Work methods are thread-safe.
 #pragma once
 

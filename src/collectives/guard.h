@@ -1,6 +1,9 @@
 // Runs the body of a collective: re-raises transport errors with the collective's name in their
-// context (keeping the type), and on a timeout aborts the transport before unwinding, because the
-// collective's buffers are about to be released while its sends and receives are still pending.
+// context (keeping the type), and aborts the transport before unwinding. The collective's buffers
+// are about to be released while some of its sends and receives may still be pending: a timeout
+// leaves its own operation pending, and a peer that failed or said goodbye fails only the
+// operations that involve it, while a send to a live peer is still being written from the
+// caller's buffer. abort() returns once the transport no longer touches any buffer.
 #pragma once
 
 #include <fmt/format.h>
@@ -23,11 +26,13 @@ void runCollective(const char* operation, Transport& transport, Body&& body) {
   try {
     body();
   } catch (const PeerLostError& e) {
+    transport.abort(std::current_exception());
     throw PeerLostError(e.detail(), rename(e));
   } catch (const TimeoutError& e) {
     transport.abort(std::current_exception());
     throw TimeoutError(e.detail(), rename(e));
   } catch (const ProtocolError& e) {
+    transport.abort(std::current_exception());
     throw ProtocolError(e.detail(), rename(e));
   }
 }

@@ -95,7 +95,7 @@ Engine::Engine(Transport& transport, const std::vector<TensorShape>& tensors, En
                !options_.servers && transport.rank() != 0 ? StepPlanner::Role::kFollower
                                                           : StepPlanner::Role::kLeader,
                [this](const PlannedOp& pick) { announce(pick); }),
-      decisions_(layout_.units.size()),
+      announcements_(layout_.units.size()),
       ready_(tensors.size(), false),
       waitingIn_(layout_.units.size()),
       readyAt_(layout_.units.size(), Nanos{0}),
@@ -209,6 +209,7 @@ Engine::~Engine() {
   }
   cv_.notify_all();
   for (std::thread& thread : threads_) thread.join();
+  for (Announcement& announcement : announcements_) settleSends(announcement.sends);
   executor_.reset();  // a server client tells the servers it is done; its threads still report
 }
 

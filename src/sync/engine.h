@@ -195,6 +195,7 @@ class Engine final : private EngineEvents {
   // How many operations may be in flight at once (communication threads).
   size_t lanes() const;
   void announce(const PlannedOp& pick);  // p3's leader over the ring, with the lock held
+  void settleSends(std::vector<WorkPtr>& sends) noexcept;
   void followPick(std::unique_lock<std::mutex>& lock);
   void finishOp(const PlannedOp& op, const OpOutcome& outcome);  // with the lock held
   void markTensorReady(int t);                                   // with the lock held
@@ -221,7 +222,11 @@ class Engine final : private EngineEvents {
   mutable std::mutex mutex_;  // guards everything below
   std::condition_variable cv_;
   StepPlanner planner_;
-  std::vector<uint64_t> decisions_;  // p3's leader over the ring: picks being announced
+  struct Announcement {  // p3's leader over the ring: a pick being announced
+    uint64_t decision = 0;
+    std::vector<WorkPtr> sends;  // read `decision` until done
+  };
+  std::vector<Announcement> announcements_;
   size_t picks_ = 0;
   std::vector<bool> ready_;          // by tensor, this backward
   std::vector<size_t> waitingIn_;    // by unit: tensors not ready yet this backward

@@ -68,14 +68,33 @@ std::optional<PlannedOp> Engine::nextOp(std::unique_lock<std::mutex>& lock) {
   }
 }
 
-// No wait for the sends: the transport keeps their Work, and a decision's slot is reused only a
-// step later, when every follower has received it (an operation cannot complete without them).
+// No wait for the sends: a slot is reused only a step later, when every follower has received
+// its pick (an operation cannot complete without them). Settling the sends then costs nothing,
+// and orders the transport's reads of the slot before this write (causality through the network
+// is invisible to the memory model, and to TSan).
 void Engine::announce(const PlannedOp& pick) {
-  uint64_t& decision = decisions_[picks_++ % decisions_.size()];
-  decision = pick.unit | (static_cast<uint64_t>(pick.overtook) << 32);
+  Announcement& slot = announcements_[picks_++ % announcements_.size()];
+  settleSends(slot.sends);
+  slot.decision = pick.unit | (static_cast<uint64_t>(pick.overtook) << 32);
   for (int peer = 1; peer < transport_.size(); ++peer) {
-    transport_.send(peer, tags::kP3Decision, &decision, sizeof decision);
+    slot.sends.push_back(
+        transport_.send(peer, tags::kP3Decision, &slot.decision, sizeof slot.decision));
   }
+}
+
+// Returns once the transport no longer reads the sends' buffers: done, failed (the operations
+// that need them report the failure), or still pending at the timeout, when the transport is
+// aborted rather than left reading memory about to change.
+void Engine::settleSends(std::vector<WorkPtr>& sends) noexcept {
+  for (const WorkPtr& work : sends) {
+    try {
+      work->wait();
+    } catch (const TimeoutError&) {
+      transport_.abort(std::current_exception());
+    } catch (...) {
+    }
+  }
+  sends.clear();
 }
 
 // A follower receives rank 0's next pick; the planner starts it once the unit is ready here.
