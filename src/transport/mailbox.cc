@@ -50,6 +50,11 @@ WorkPtr Mailbox::postRecv(int peer, uint64_t tag, void* data, size_t bytes) {
     work->fail(sizeMismatch(peer, tag, bytes, message->size));
     return work;
   }
+  if (message->abandoned) {
+    lock.unlock();
+    work->fail(message->abandoned);
+    return work;
+  }
   if (!message->filled) {  // still arriving: endDelivery completes it
     message->waiter = work;
     message->waiterData = dest;
@@ -116,7 +121,9 @@ void Mailbox::deliver(int peer, uint64_t tag, const void* data, size_t bytes) {
 void Mailbox::abandonDelivery(Delivery& delivery, const std::exception_ptr& error) {
   WorkPtr waiter = std::move(delivery.work);
   if (delivery.buffered) {
+    // A receive posted between now and a failAll() would otherwise wait for it forever.
     std::lock_guard<std::mutex> lock(mutex_);
+    delivery.buffered->abandoned = error;
     if (!waiter) waiter = std::move(delivery.buffered->waiter);
   }
   delivery = {};

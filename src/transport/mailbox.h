@@ -29,6 +29,7 @@ struct Unexpected {
   bool filled = false;  // the whole payload has arrived
   WorkPtr waiter;       // a receive posted while the payload was still arriving
   uint8_t* waiterData = nullptr;
+  std::exception_ptr abandoned;  // it will never complete (abandonDelivery): its receive fails
 };
 
 class Mailbox {
@@ -52,7 +53,8 @@ class Mailbox {
   // Delivers a whole message that is already in memory (loopback sends, messages to oneself).
   void deliver(int peer, uint64_t tag, const void* data, size_t bytes);
 
-  // Fails the receive a half-arrived message was going to (the message will never complete).
+  // Fails the receive a half-arrived message was going to (the message will never complete),
+  // or, if none is posted yet, the receive that will match it.
   void abandonDelivery(Delivery& delivery, const std::exception_ptr& error);
   // Fails every posted receive, and every later one, with `error` (a lost peer). Receives
   // matched to a message still arriving are failed through abandonDelivery.

@@ -157,6 +157,19 @@ void Connection::readAvailable() {
   }
 }
 
+std::exception_ptr Connection::peerAbortReason() {
+  try {
+    for (uint64_t before = ~uint64_t{0}; !closed_ && bytesRead_ != before;) {
+      before = bytesRead_;
+      readAvailable();
+    }
+  } catch (const PeerLostError&) {
+    if (abortIncoming_) return std::current_exception();
+  } catch (const Error&) {
+  }
+  return nullptr;
+}
+
 void Connection::sendAbort(const std::string& reason) {
   if (closed_) return;
   // Mid-frame (or mid-record): no room for a reason, but still end the stream so that the peer

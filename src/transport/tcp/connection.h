@@ -54,6 +54,10 @@ class Connection {
   // must be called again without waiting for epoll, which cannot see it.
   bool hasBufferedInput() const { return !closed_ && link_->hasBufferedInput(); }
 
+  // After a write to this peer failed: reads what it sent before closing, and returns the
+  // failure its abort frame reports if one was there (the peer failed because it lost another
+  // rank, which the reason names), else null. Messages read on the way are delivered.
+  std::exception_ptr peerAbortReason();
   // Fails every queued send, and the receive of a message half read, with `error`.
   void failQueued(const std::exception_ptr& error);
   // Best effort, never blocks: tells the peer why this rank is failing (an abort frame), unless a

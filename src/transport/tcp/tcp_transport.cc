@@ -350,7 +350,10 @@ void TcpTransport::flushAll() {
       setWriteInterest(*connection, result.socketFull);
       if (result.wakeAt && (!wakeAt || *result.wakeAt < *wakeAt)) wakeAt = result.wakeAt;
     } catch (const Error&) {
-      breakAll(std::current_exception());
+      // A peer that aborted (it lost another rank) closes at once, so this rank's write may
+      // fail before it read why: its abort frame names the rank that was lost, not the peer.
+      std::exception_ptr reason = connection->peerAbortReason();
+      breakAll(reason ? reason : std::current_exception());
       return;
     }
   }
