@@ -84,9 +84,13 @@ class Job {
   // Stops the queue (after what is queued), then closes the transport and the store (gs.shutdown;
   // call without the GIL: the transport waits up to 10 s for its peers' goodbyes). Idempotent.
   void close();
+  // Stops the queue as close() does and hands over the Context (gs.shrink makes the survivors'
+  // from it); the Job is closed after. ConfigError if it was closed already.
+  Context release();
 
  private:
   void runQueue();
+  std::unique_ptr<Context> stopQueue();  // null if closed already
 
   const BootstrapConfig config_;
   std::unique_ptr<Context> context_;  // null once closed

@@ -177,6 +177,21 @@ std::shared_ptr<Job> joinNextRound(ElasticSession& session, int64_t progress, bo
   return job;
 }
 
+// gs.shrink: the survivors' Job (gradsync::shrink) made from `job`'s Context; `job` is closed.
+std::shared_ptr<Job> shrinkJob(Job& job, double windowSeconds, int minSize, bool watchCtrlC) {
+  std::optional<Context> shrunk;
+  {
+    py::gil_scoped_release noGil;
+    const ShrinkOptions options{
+        .window = std::chrono::milliseconds(static_cast<int64_t>(windowSeconds * 1000)),
+        .minSize = minSize};
+    shrunk = shrink(job.release(), options);
+  }
+  auto result = std::make_shared<Job>(std::move(*shrunk));
+  if (watchCtrlC) watchJob(result);
+  return result;
+}
+
 }  // namespace
 
 void Handle::wait() {
@@ -219,20 +234,28 @@ Job::Job(Context context)
       context_(std::make_unique<Context>(std::move(context))),
       thread_([this] { runQueue(); }) {}
 
-void Job::close() {
+std::unique_ptr<Context> Job::stopQueue() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (stopping_) return;
+    if (stopping_) return nullptr;
     stopping_ = true;
   }
   cv_.notify_all();
   thread_.join();
-  std::unique_ptr<Context> closing;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);  // abort() may run on the Ctrl-C watch's thread
-    closing = std::move(context_);
+  std::lock_guard<std::mutex> lock(mutex_);  // abort() may run on the Ctrl-C watch's thread
+  return std::move(context_);
+}
+
+void Job::close() {
+  stopQueue().reset();
+}
+
+Context Job::release() {
+  std::unique_ptr<Context> context = stopQueue();
+  if (!context) {
+    throw ConfigError("gradsync was shut down", {.rank = rank(), .hint = "call gs.init() first"});
   }
-  closing.reset();
+  return std::move(*context);
 }
 
 Transport& Job::transport() {
@@ -312,6 +335,8 @@ PYBIND11_MODULE(_C, m) {
   m.def("init", &init, py::arg("rank"), py::arg("size"), py::arg("master_addr"),
         py::arg("master_port"), py::arg("timeout"), py::arg("job_token"), py::arg("tls"),
         py::arg("bandwidth"), py::arg("watch_ctrl_c"), py::arg("keep_freed_memory"));
+  m.def("shrink", &shrinkJob, py::arg("job"), py::arg("window"), py::arg("min_size"),
+        py::arg("watch_ctrl_c"));
   py::class_<ElasticSession, std::shared_ptr<ElasticSession>>(m, "ElasticSession")
       .def("join", &joinNextRound, py::arg("progress"), py::arg("watch_ctrl_c"))
       .def_property_readonly("round", &ElasticSession::round)

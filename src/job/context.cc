@@ -12,11 +12,12 @@
 namespace gradsync {
 
 Context::Context(BootstrapConfig config, std::unique_ptr<TcpStoreServer> server,
-                 std::shared_ptr<Store> store, std::unique_ptr<Transport> transport)
+                 std::shared_ptr<Store> store, std::unique_ptr<Transport> transport, int generation)
     : config_(std::move(config)),
       server_(std::move(server)),
       store_(std::move(store)),
-      transport_(std::move(transport)) {}
+      transport_(std::move(transport)),
+      generation_(generation) {}
 
 Context::Context(Context&&) noexcept = default;
 Context& Context::operator=(Context&&) noexcept = default;

@@ -88,6 +88,31 @@ def killed(victim: str, at_step: str) -> list:
     return losses
 
 
+def shrunk(victim: str, at_step: str) -> dict:
+    """Trains (wfbp); rank `victim` kills itself with SIGKILL at step `at_step`; the survivors
+    catch the failure, gs.shrink() to a job of their own, make their parameters equal again
+    (broadcast from the new rank 0) and train 5 steps more."""
+    model = gs.DistributedModel(fresh_model())
+    opt = gs.DistributedOptimizer(make_optimizer("sgd", model), model.named_parameters())
+    old_rank, step, lost = gs.rank(), 0, None
+    while step < int(at_step) + 5:
+        if gs.rank() == int(victim) and step == int(at_step) and lost is None:
+            os.kill(os.getpid(), signal.SIGKILL)
+        x, y = share(step % 8)
+        opt.zero_grad()
+        try:
+            F.cross_entropy(model(x), y).backward()
+            opt.step()
+        except gs.PeerLostError as e:
+            lost = str(e)
+            gs.shrink(window=1.0)
+            gs.broadcast_parameters(model.state_dict(), root_rank=0)
+            continue
+        step += 1
+    return {"old_rank": old_rank, "rank": gs.rank(), "size": gs.size(), "lost": lost,
+            "parameters": parameters(model)}
+
+
 def interrupted() -> int:
     """Trains until a signal stops it (wfbp with top-k); ready after 3 steps."""
     model = gs.DistributedModel(fresh_model())
@@ -273,6 +298,7 @@ def extras(trace_path: str) -> dict:
 
 
 SCENARIOS = {"accumulated": accumulated, "extras": extras, "equivalence": equivalence, "reach": reach, "killed": killed,
+             "shrunk": shrunk,
              "interrupted": interrupted, "collectives": collectives, "ddp": ddp,
              "resume_first": resume_first, "resume_second": resume_second,
              **HOROVOD_SCENARIOS}
@@ -285,6 +311,7 @@ def main() -> int:
     if scenario == "ddp":  # torch.distributed first: gradsync then takes MASTER_PORT + 1
         torch.distributed.init_process_group("gloo")
     gs.init()
+    rank = gs.rank()  # its file's name, whatever rank gs.shrink gives it
     code = 0
     try:
         result = {"value": SCENARIOS[scenario](*args)}
@@ -294,9 +321,9 @@ def main() -> int:
                   "is_gradsync": isinstance(e, gs.GradsyncError),
                   "seconds_after_start": time.monotonic() - START}
         code = 1
-    torch.save(result, OUT / f"rank{gs.rank()}.pt")
+    torch.save(result, OUT / f"rank{rank}.pt")
     if code:
-        print(f"rank {gs.rank()}: {result['error']}: {result['message']}", flush=True)
+        print(f"rank {rank}: {result['error']}: {result['message']}", flush=True)
     return code
 
 

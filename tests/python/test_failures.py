@@ -1,9 +1,12 @@
 """Failures end every rank with an error naming who failed, never a hang: a rank killed in the
-middle of training (SIGKILL, 3 ranks, p3), Ctrl-C (SIGINT) on one rank and on every rank. Each
+middle of training (SIGKILL, 3 ranks, p3), a killed rank the others shrink away from
+(gs.shrink, 4 ranks), Ctrl-C (SIGINT) on one rank and on every rank. Each
 job's waits are bounded by GRADSYNC_TIMEOUT=20s (conftest.JOB_TIMEOUT); a lost connection is
 noticed at once, so the jobs end in seconds; every process is reaped (no zombie left)."""
 
 import signal
+
+import torch
 
 from conftest import live_processes
 
@@ -20,6 +23,23 @@ def test_a_killed_rank_is_named_by_every_other_rank(job):
         # Within the timeout: the lost connection is seen at once, not after 20 s.
         assert error["seconds_after_start"] < 20, error
     assert result.seconds < 25
+    assert live_processes(str(result.directory)) == []
+
+
+def test_survivors_shrink_to_a_job_of_their_own_and_train_on(job):
+    result = job(4, "shrunk", "2", "3", timeout=90)
+    assert result.codes[2] == -signal.SIGKILL
+    survivors = [result.results[rank] for rank in (0, 1, 3)]
+    for rank, out in zip((0, 1, 3), survivors):
+        assert out is not None and "value" in out, result.outputs[rank]
+        value = out["value"]
+        assert "rank 2" in value["lost"], value["lost"]
+        assert (value["old_rank"], value["size"]) == (rank, 3), value
+    assert [out["value"]["rank"] for out in survivors] == [0, 1, 2]
+    first = survivors[0]["value"]["parameters"]
+    for out in survivors[1:]:
+        for a, b in zip(first, out["value"]["parameters"]):
+            assert torch.equal(a, b)
     assert live_processes(str(result.directory)) == []
 
 

@@ -28,8 +28,8 @@ from ._errors import CLASSES as _ERROR_CLASSES
 
 _C._register_errors(_ERROR_CLASSES)
 
-from ._job import (init, is_initialized, local_rank, local_size, rank, shutdown,  # noqa: E402
-                   size)
+from ._job import (init, is_initialized, local_rank, local_size, rank, shrink,  # noqa: E402
+                   shutdown, size)
 from ._ops import Handle  # noqa: E402
 from ._collectives import (Adasum, Average, Max, Min, Product, ReduceOp, Sum,  # noqa: E402
                            allgather, allgather_async, allgather_object, allreduce, allreduce_,
@@ -58,7 +58,7 @@ from . import _backend, elastic  # noqa: E402
 _backend.register()  # torch.distributed.init_process_group("gradsync")
 
 __all__ = [
-    "init", "is_initialized", "shutdown", "rank", "size", "local_rank", "local_size",
+    "init", "is_initialized", "shutdown", "shrink", "rank", "size", "local_rank", "local_size",
     "cross_rank", "cross_size", "is_homogeneous",
     "DistributedOptimizer", "DistributedModel", "ddp_comm_hook", "DdpHookState",
     "allreduce", "allreduce_", "allreduce_async", "allreduce_async_", "grouped_allreduce",

@@ -170,6 +170,39 @@ def next_round(progress: int, failure: str | None) -> bool:
     return True
 
 
+def shrink(window: float = 2.0, min_size: int = 1) -> None:
+    """Goes on without the lost ranks (ULFM's revoke and shrink; C++ gradsync::shrink): after a
+    collective raised PeerLostError or TimeoutError, every survivor calls it. The old
+    connections are aborted (ranks still inside a collective fail at once), the survivors agree
+    through the job's store on who is left, and connect a job of their own: rank() and size()
+    are then this process's among them (ranks in the order of the old ones), and every
+    DistributedOptimizer works on it. The model's state is the program's to make equal again
+    (gs.broadcast_parameters from rank 0). The group closes `window` seconds after this rank
+    arrived, or at once when every rank did: a survivor arriving later is left out with
+    PeerLostError (gradsync is then shut down in it). Raises PeerLostError when the store is
+    gone (rank 0 served it and was lost; `gradsync launch --elastic` serves one that outlives
+    any rank), ConfigError when fewer than `min_size` are left, or in an elastic job (it
+    re-forms through hvd.elastic) or with process sets added (their ranks would be stale)."""
+    global _job
+    current = job()
+    if _session is not None:
+        raise ConfigError("gs.shrink is for a fixed job: an elastic one re-forms through "
+                          "hvd.elastic.run")
+    from . import _process_sets
+
+    if _process_sets._added:
+        raise ConfigError("gs.shrink with process sets added: remove them first "
+                          "(gs.remove_process_set), then add them again among the survivors")
+    _job = None
+    _job = _C.shrink(current, window=float(window), min_size=int(min_size), watch_ctrl_c=_watch)
+    _joined()
+    from ._optimizer import DistributedOptimizer  # it uses this module
+
+    for closable in list(_closables):
+        if isinstance(closable, DistributedOptimizer):
+            closable._rebind()
+
+
 def job():
     """The _C.Job of gs.init(); ConfigError if init() was not called."""
     if _job is None:
