@@ -62,6 +62,7 @@ def _horovod_options(extra: dict) -> dict:
     if process_set is not None and process_set.ranks:
         raise ConfigError("process_set: gs.DistributedOptimizer averages over the whole job")
     extra.pop("groups", None)  # fusion is the schedule's (fusion:MB, p3), not the caller's
+    extra.pop("num_groups", None)
     extra.pop("sparse_as_dense", None)  # gradients reach gradsync dense
     return extra
 
