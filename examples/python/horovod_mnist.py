@@ -9,7 +9,8 @@ became `import gradsync.torch as hvd`. The data are Debian's Fashion-MNIST (no t
 What it uses of Horovod's API: hvd.init, rank/size/local_rank, hvd.SyncBatchNorm,
 broadcast_parameters, broadcast_optimizer_state, DistributedOptimizer with
 hvd.Compression.fp16 or .none and op=hvd.Average, metric averaging with
-hvd.allreduce(name=...), and hvd.join() at the end of unequal data.
+hvd.allreduce(name=...), and hvd.join() at the end (every rank has the same number of steps
+here; for unequal data gradsync's DistributedOptimizer needs join=True, docs/python.md).
 
 As Horovod's example, each rank takes --batch-size samples per step and the learning rate
 scales with the ranks; --global-batch-size G instead gives each rank G / size samples at an
@@ -77,7 +78,7 @@ def main():
     hvd.broadcast_optimizer_state(optimizer, root_rank=0)
     compression = hvd.Compression.fp16 if args.fp16_allreduce else hvd.Compression.none
     optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(),
-                                         compression=compression, op=hvd.Average, join=True)
+                                         compression=compression, op=hvd.Average)
 
     # A sampler as DistributedSampler(shuffle=False) is: rank r takes every size-th sample.
     mine = torch.arange(hvd.rank(), len(train_y), hvd.size())
@@ -92,7 +93,7 @@ def main():
             average = metric_average(loss.item(), "avg_loss")
             if hvd.rank() == 0:
                 print(f"step {step}: loss {average:.4f}", flush=True)
-    last = hvd.join()  # every rank is done (with unequal data, the others would step on)
+    last = hvd.join()  # every rank is done
 
     model.eval()
     with torch.no_grad():

@@ -87,16 +87,21 @@ def rocm_built() -> bool:
 
 
 def join(device: int = -1) -> int:
-    """For a rank out of data: takes part in the other ranks' remaining steps of the live
-    gs.DistributedOptimizer (built with join=True) with zero gradients until every rank has
-    joined; returns the rank that joined last (the one that took the most steps)."""
+    """Horovod's hvd.join(): this rank is out of data; returns the rank that joined last (the one
+    that took the most steps). With a gs.DistributedOptimizer built with join=True it takes part
+    in the other ranks' remaining steps with zero gradients until every rank has joined. Without
+    it (what a Horovod program passes: Horovod's coordinator counts the ranks with data for free,
+    gradsync only with join=True, one small allreduce per step), no rank can step on after
+    another joined, so it is the barrier that equal data needs: a rank still stepping waits for
+    the joined one and fails after the timeout, naming it."""
     from ._optimizer import DistributedOptimizer
 
     live = [c for c in list(_job._closables) if isinstance(c, DistributedOptimizer)]
-    if len(live) != 1:
-        raise ConfigError(f"gs.join() needs exactly one live gs.DistributedOptimizer built with "
-                          f"join=True (there are {len(live)})")
-    optimizer = live[0]
-    optimizer.join()
-    steps = allgather_object(optimizer._steps)
+    if len(live) > 1:
+        raise ConfigError(f"gs.join() needs at most one live gs.DistributedOptimizer (there are "
+                          f"{len(live)}): it takes part in that one's steps")
+    optimizer = live[0] if live else None
+    if optimizer is not None and optimizer._arguments[1].join:
+        optimizer.join()
+    steps = allgather_object(optimizer._steps if optimizer is not None else 0)
     return max(range(len(steps)), key=lambda r: (steps[r], r))
