@@ -5,6 +5,7 @@ with gradsync's compressors over gradsync's transport (docs/python.md).
 
     gradsync launch -n 4 -- python3 examples/python/train_ddp.py --compression powersgd:4
     torchrun --nproc_per_node 4 examples/python/train_ddp.py   (GRADSYNC_JOB_TOKEN set)
+    torchrun --nproc_per_node 4 examples/python/train_ddp.py --backend gradsync
 """
 
 import argparse
@@ -42,11 +43,16 @@ def main():
     parser.add_argument("--lr", type=float, default=0.05)
     parser.add_argument("--data-dir", default="/usr/share/datasets/fashion-mnist")
     parser.add_argument("--compression", default="none", help="none, fp16, topk:D, powersgd:R...")
+    parser.add_argument("--backend", default="gloo", choices=["gloo", "gradsync"],
+                        help="torch.distributed's backend for DDP's own group")
     args = parser.parse_args()
     if "WORLD_SIZE" not in os.environ:  # alone, without a launcher
         os.environ.update(RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT="29500")
-    dist.init_process_group("gloo")  # DDP's own group (its start-up broadcast), on MASTER_PORT
-    gs.init()  # gradsync's transport for the gradients (its store on a port rank 0 picks)
+    # DDP's own group (its start-up broadcast), on MASTER_PORT. On the "gradsync" backend the
+    # group is the gradsync job itself; beside gloo, gs.init() joins one (its store on a port
+    # rank 0 picks) for the hook's transport.
+    dist.init_process_group(args.backend)
+    gs.init()
     torch.manual_seed(0)
     train_x, train_y = load(args.data_dir, "train")
     test_x, test_y = load(args.data_dir, "t10k")

@@ -171,6 +171,11 @@ def collectives() -> dict:
     work = dist.all_reduce(t, async_op=True)
     work.wait()
     result["async"] = t
+    t = values(dist.get_rank(), 9, torch.float32)
+    result["future"] = dist.all_reduce(t, async_op=True).get_future().wait()[0]
+    coalesced = [values(dist.get_rank(), n, torch.float32) for n in (0, 1, 7)]
+    dist.all_reduce_coalesced(coalesced)
+    result["coalesced"] = coalesced
     return result
 
 
@@ -219,7 +224,11 @@ def point_to_point() -> dict:
               dist.isend(values(rank, 3, torch.float32, salt=7), right, tag=7)]
     for w in works:
         w.wait()
-    return {"ring": got, "tagged": tagged}
+    batched = torch.empty(4, dtype=torch.int64)
+    for w in dist.batch_isend_irecv([dist.P2POp(dist.irecv, batched, left),
+                                     dist.P2POp(dist.isend, values(rank, 4, torch.int64), right)]):
+        w.wait()
+    return {"ring": got, "tagged": tagged, "batched": batched}
 
 
 def ddp(steps: str) -> dict:

@@ -52,6 +52,32 @@ def exchanges() -> dict:
     out["hosts"] = (hvd.cross_rank(), hvd.cross_size(), hvd.is_homogeneous(),
                     hvd.local_rank(), hvd.local_size())
     out["built"] = (hvd.mpi_built(), hvd.gloo_built(), hvd.nccl_built())
+    out["reducescatter_fp16"] = hvd.reducescatter(values(r, n * 4).view(n, 4), op=hvd.Sum,
+                                                  compression=hvd.Compression.fp16)
+    return out
+
+
+def compressed_optimizer() -> dict:
+    """hvd.DistributedOptimizer with Horovod's Compression.none and with gradsync's compressors
+    in Compression's shape (.topk(d), .spec(text)): 3 steps each, the bytes each sent."""
+    from workload import fresh_model, make_optimizer, parameters, share
+    import torch.nn.functional as F
+
+    out = {}
+    for name, compression in (("none", hvd.Compression.none),
+                              ("topk", hvd.Compression.topk(0.05)),
+                              ("qsgd", hvd.Compression.spec("qsgd:16"))):
+        model = fresh_model()
+        optimizer = hvd.DistributedOptimizer(make_optimizer("sgd", model),
+                                             named_parameters=model.named_parameters(),
+                                             compression=compression, num_groups=0)
+        for step in range(3):
+            x, y = share(step)
+            optimizer.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            optimizer.step()
+        out[name] = {"bytes": optimizer.metrics()["bytes_sent"], "parameters": parameters(model)}
+        optimizer._close()
     return out
 
 
@@ -128,4 +154,5 @@ def timeline(path: str) -> dict:
 
 
 HOROVOD_SCENARIOS = {"hvd_timeline": timeline, "hvd_sync_batch_norm": sync_batch_norm, "hvd_reductions": reductions, "hvd_exchanges": exchanges,
-                     "hvd_process_sets": process_sets}
+                     "hvd_process_sets": process_sets,
+                     "hvd_compressed_optimizer": compressed_optimizer}

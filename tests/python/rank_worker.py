@@ -300,6 +300,7 @@ def extras(trace_path: str) -> dict:
 SCENARIOS = {"accumulated": accumulated, "extras": extras, "equivalence": equivalence, "reach": reach, "killed": killed,
              "shrunk": shrunk,
              "interrupted": interrupted, "collectives": collectives, "ddp": ddp,
+             "ddp_gradsync": ddp,
              "resume_first": resume_first, "resume_second": resume_second,
              **HOROVOD_SCENARIOS}
 
@@ -310,6 +311,8 @@ def main() -> int:
     OUT = Path(out_dir)
     if scenario == "ddp":  # torch.distributed first: gradsync then takes MASTER_PORT + 1
         torch.distributed.init_process_group("gloo")
+    if scenario == "ddp_gradsync":  # the same on gradsync's own backend (it joins the job)
+        torch.distributed.init_process_group("gradsync")
     gs.init()
     rank = gs.rank()  # its file's name, whatever rank gs.shrink gives it
     code = 0

@@ -1,16 +1,18 @@
-"""gs.ddp_comm_hook under PyTorch's DistributedDataParallel (gloo for its own set-up, gradsync's
-transport for the gradients), 2 ranks, buckets of a few KB (several per step), 2 steps: with
+"""gs.ddp_comm_hook under PyTorch's DistributedDataParallel (on gloo for its own set-up, or on
+gradsync's torch.distributed backend; gradsync's transport for the gradients), 2 ranks, buckets of a few KB (several per step), 2 steps: with
 compression "none" every gradient is bitwise what DDP's own gloo average gives; with a
 compressor, bitwise what gs.DistributedOptimizer's engine (wfbp) gives for the same seed. The
 hook's state_dict resumes a run bitwise."""
 
+import pytest
 import torch
 
 METHODS = ["topk:0.05", "powersgd:2", "qsgd:16", "randomk:0.05", "fp16"]
 
 
-def test_ddp_hook_equals_ddp_and_the_engine(job):
-    result = job(2, "ddp", ",".join(METHODS), env={"GLOO_SOCKET_IFNAME": "lo"}).check()
+@pytest.mark.parametrize("scenario", ["ddp", "ddp_gradsync"])
+def test_ddp_hook_equals_ddp_and_the_engine(job, scenario):
+    result = job(2, scenario, ",".join(METHODS), env={"GLOO_SOCKET_IFNAME": "lo"}).check()
     for rank in range(2):
         grads = result.results[rank]["value"]
         for step in range(2):

@@ -41,6 +41,9 @@ def test_every_collective_equals_gloos(job, size):
         assert_same(value["gradsync"], value["gloo"], f"rank {rank}")
         expected = sum(values(q, 9, torch.float32) for q in range(size))
         assert torch.equal(value["async"], expected)
+        assert torch.equal(value["future"], expected)
+        for n, t in zip((0, 1, 7), value["coalesced"]):
+            assert torch.equal(t, sum(values(q, n, torch.float32) for q in range(size)))
         check_beyond_gloo(value["beyond_gloo"], size)
 
 
@@ -79,6 +82,7 @@ def test_send_and_recv(job, size):
         assert torch.equal(v["ring"], ((torch.arange(5) * 3) % 7 + left + 1))
         for i, salt in enumerate((3, 7)):
             assert torch.equal(v["tagged"][i], ((torch.arange(3) * 3 + salt) % 7 + left + 1).float())
+        assert torch.equal(v["batched"], ((torch.arange(4) * 3) % 7 + left + 1))
 
 
 @pytest.mark.parametrize("size", [2, 3])

@@ -1,6 +1,7 @@
 """The Python examples as a user runs them (examples/python/), on the real Fashion-MNIST, a few
 dozen steps each: train.py (p3, top-k) under `gradsync launch`, train_ddp.py (DDP with
-gs.ddp_comm_hook, PowerSGD) under torchrun, parameter_server.py with a separate server rank.
+gs.ddp_comm_hook, PowerSGD) under torchrun, and on the "gradsync" backend under torchrun and
+`gradsync launch`, parameter_server.py with a separate server rank.
 Each must end with its test accuracy well above chance (10%). train_gpt.py (the language model
 on Debian's fortunes) must end with a held-out loss far below uniform bytes' ln 256 = 5.55."""
 
@@ -59,6 +60,18 @@ def test_train_under_gradsync_launch():
 
 def test_ddp_hook_under_torchrun():
     assert accuracy(torchrun("train_ddp.py", "--steps", "40", "--compression", "powersgd:4")) > 50
+
+
+def test_ddp_on_the_gradsync_backend_under_torchrun():
+    assert accuracy(torchrun("train_ddp.py", "--steps", "40", "--backend", "gradsync")) > 50
+
+
+@pytest.mark.skipif(not GRADSYNC.exists(), reason=f"{GRADSYNC} not built")
+def test_ddp_on_the_gradsync_backend_under_gradsync_launch():
+    output = run([str(GRADSYNC), "launch", "-n", "2", "--", sys.executable,
+                  str(EXAMPLES / "train_ddp.py"), "--steps", "40", "--backend", "gradsync",
+                  "--compression", "topk:0.05"])
+    assert accuracy(output) > 50, output
 
 
 @pytest.mark.skipif(not GRADSYNC.exists(), reason=f"{GRADSYNC} not built")
