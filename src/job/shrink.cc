@@ -26,7 +26,6 @@
 namespace gradsync {
 namespace {
 
-using SteadyTime = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
 std::string keyOf(int generation, const std::string& what) {
@@ -35,12 +34,13 @@ std::string keyOf(int generation, const std::string& what) {
 
 // Waits until every rank of the old group arrived, another survivor closed the group, or the
 // window ended; then closes it unless another survivor did first. Returns K.
-int64_t closeGroup(Store& store, int generation, int oldSize, SteadyTime::time_point windowEnd,
+int64_t closeGroup(Store& store, int generation, int oldSize,
+                   std::chrono::steady_clock::time_point windowEnd,
                    std::chrono::milliseconds timeout) {
   const std::string arrivals = keyOf(generation, "arrivals");
   const std::string closed = keyOf(generation, "closed");
   const std::string members = keyOf(generation, "members");
-  while (SteadyTime::now() < windowEnd && store.add(arrivals, 0) < oldSize &&
+  while (std::chrono::steady_clock::now() < windowEnd && store.add(arrivals, 0) < oldSize &&
          store.add(closed, 0) == 0) {
     std::this_thread::sleep_for(10ms);
   }
@@ -88,7 +88,7 @@ Context shrink(Context context, const ShrinkOptions& options) {
   context.transport_.reset();
   const int generation = context.generation() + 1;
   Store& store = *context.store_;
-  const auto windowEnd = SteadyTime::now() + options.window;
+  const auto windowEnd = std::chrono::steady_clock::now() + options.window;
   std::vector<int> survivors;
   int64_t slot = 0;
   try {
