@@ -49,11 +49,16 @@ def torchrun(script: str, *args: str) -> str:
                GRADSYNC_JOB_TOKEN=secrets.token_hex(16), GLOO_SOCKET_IFNAME="lo")
 
 
+def launch(ranks: int, script: str, *args: str) -> str:
+    """`gradsync launch -n RANKS -- python3 examples/python/SCRIPT ARGS`: its output."""
+    return run([str(GRADSYNC), "launch", "-n", str(ranks), "--", sys.executable,
+                str(EXAMPLES / script), *args])
+
+
 @pytest.mark.skipif(not GRADSYNC.exists(), reason=f"{GRADSYNC} not built")
 def test_train_under_gradsync_launch():
-    output = run([str(GRADSYNC), "launch", "-n", "2", "--", sys.executable,
-                  str(EXAMPLES / "train.py"), "--steps", "40", "--schedule", "p3",
-                  "--compression", "topk:0.05"])
+    output = launch(2, "train.py", "--steps", "40", "--schedule", "p3", "--compression",
+                    "topk:0.05")
     assert accuracy(output) > 50, output
     assert live_processes(str(EXAMPLES / "train.py")) == []
 
@@ -68,17 +73,15 @@ def test_ddp_on_the_gradsync_backend_under_torchrun():
 
 @pytest.mark.skipif(not GRADSYNC.exists(), reason=f"{GRADSYNC} not built")
 def test_ddp_on_the_gradsync_backend_under_gradsync_launch():
-    output = run([str(GRADSYNC), "launch", "-n", "2", "--", sys.executable,
-                  str(EXAMPLES / "train_ddp.py"), "--steps", "40", "--backend", "gradsync",
-                  "--compression", "topk:0.05"])
+    output = launch(2, "train_ddp.py", "--steps", "40", "--backend", "gradsync",
+                    "--compression", "topk:0.05")
     assert accuracy(output) > 50, output
 
 
 @pytest.mark.skipif(not GRADSYNC.exists(), reason=f"{GRADSYNC} not built")
 def test_parameter_server_with_a_separate_server_rank():
-    output = run([str(GRADSYNC), "launch", "-n", "3", "--", sys.executable,
-                  str(EXAMPLES / "parameter_server.py"), "--steps", "40", "--servers", "1",
-                  "--sync", "ssgd"])
+    output = launch(3, "parameter_server.py", "--steps", "40", "--servers", "1", "--sync",
+                    "ssgd")
     assert accuracy(output) > 50, output
 
 
@@ -87,9 +90,8 @@ def test_parameter_server_with_a_separate_server_rank():
                     reason="Debian's fortunes not installed (scripts/setup.sh installs it)")
 def test_gpt_with_adamw_under_gradsync_launch():
     # 60 steps of 2 x 16 windows: 2.85 nats/token here (a letter-frequency model: about 3.0).
-    output = run([str(GRADSYNC), "launch", "-n", "2", "--", sys.executable,
-                  str(EXAMPLES / "train_gpt.py"), "--steps", "60", "--batch-size", "16",
-                  "--warmup-steps", "10"])
+    output = launch(2, "train_gpt.py", "--steps", "60", "--batch-size", "16", "--warmup-steps",
+                    "10")
     found = re.findall(r"held-out loss ([0-9.]+) nats/token", output)
     assert found, output[-2000:]
     assert float(found[-1]) < 3.1, output

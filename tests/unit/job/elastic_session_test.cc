@@ -13,6 +13,7 @@
 #include "gradsync/collectives.h"
 #include "gradsync/error.h"
 #include "support/free_port.h"
+#include "support/local_job.h"
 
 namespace gradsync {
 namespace {
@@ -22,13 +23,7 @@ using namespace std::chrono_literals;
 ElasticSessionOptions sessionOptions(int slot, int launched, int port) {
   ElasticSessionOptions options;
   options.range = "2:4";
-  BootstrapFlags& flags = options.init.bootstrap;
-  flags.rank = slot;
-  flags.worldSize = launched;
-  flags.masterAddr = "127.0.0.1";
-  flags.masterPort = port;
-  flags.jobToken = "elastic-session-test";
-  flags.timeout = "10s";
+  options.init.bootstrap = testing::localJobFlags(slot, launched, port, "elastic-session-test");
   return options;
 }
 

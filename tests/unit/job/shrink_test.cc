@@ -13,6 +13,7 @@
 #include "gradsync/context.h"
 #include "gradsync/error.h"
 #include "support/free_port.h"
+#include "support/local_job.h"
 
 namespace gradsync {
 namespace {
@@ -21,14 +22,8 @@ using namespace std::chrono_literals;
 
 Context joinOverTcp(int rank, int size, int port) {
   InitOptions options;
-  BootstrapFlags& flags = options.bootstrap;
-  flags.rank = rank;
-  flags.worldSize = size;
-  flags.masterAddr = "127.0.0.1";
-  flags.masterPort = port;
-  flags.jobToken = "shrink-test";
-  flags.timeout = "10s";
-  flags.sharedMemory = false;
+  options.bootstrap = testing::localJobFlags(rank, size, port, "shrink-test");
+  options.bootstrap.sharedMemory = false;
   return init(options);
 }
 
