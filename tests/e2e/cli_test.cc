@@ -626,8 +626,6 @@ TEST_F(CliTrain, BadFlagsGiveAOneLineErrorWithTheChoices) {
            {{"train", "--elastic", "4:3"}, "1 <= MIN <= MAX"},
            {{"train", "--elastic", "2:4", "--schedule", "p3"},
             "--elastic does not support --schedule p3"},
-           {{"train", "--elastic", "2:4", "--compress", "topk:0.01"},
-            "--elastic does not support --compress topk:0.01"},
            {{"train", "--elastic", "2:4", "--sync", "asgd"}, "--elastic does not support --sync"},
            {{"train", "--elastic", "2:4", "--sync", "sharded"}, "optimizer state of its shard"},
            {{"train", "--elastic", "2:4", "--transport", "loopback"}, "processes over TCP"},

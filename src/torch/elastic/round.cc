@@ -8,9 +8,11 @@
 #include <fmt/format.h>
 
 #include "common/elapsed.h"
+#include "common/logging.h"
 #include "common/stop_request.h"
 #include "common/tags.h"
 #include "gradsync/collectives.h"
+#include "torch/elastic/checkpoint.h"
 #include "torch/loop/evaluation.h"
 
 namespace gradsync {
@@ -28,21 +30,63 @@ int64_t stepsLeft(const ElasticMember& m) {
   return static_cast<int64_t>(std::ceil(std::max(0.0, samples) / stepSamples));
 }
 
+// A round's DistributedOptimizer, and so its compressors, start afresh (docs/cluster.md,
+// "Compression under --elastic"): error feedback's residuals at zero on every member, PowerSGD's
+// Q and random-k's draws from a seed of the round's own (the same on every member), the dense
+// warm-up counted in the job's steps, not the round's.
+SyncOptions roundSyncOptions(const ElasticMember& m, int64_t round) {
+  SyncOptions sync = syncOptionsOf(m.options);
+  sync.compressWarmup = std::max<int64_t>(0, sync.compressWarmup - m.progress.step);
+  sync.seed = m.options.seed + 0x9E3779B97F4A7C15ull * static_cast<uint64_t>(round);
+  return sync;
+}
+
 }  // namespace
 
-ElasticMember::ElasticMember(const TrainOptions& options, ElasticRange range)
-    : options(options),
-      range(range),
-      data(
-          openDataSource(options.dataset, options.dataDir, options.syntheticSamples, options.seed)),
-      sampler(data->trainSize(), options.batchSize, range.max, options.seed),
+ElasticMember::ElasticMember(const TrainOptions& given, ElasticRange range)
+    : range(range),
+      data(openDataSource(given.dataset, given.dataDir, given.syntheticSamples, given.seed)),
+      sampler(data->trainSize(), given.batchSize, range.max, given.seed),
+      // --compress-warmup auto: a tenth of an epoch of the job's global batch
+      options(withResolvedWarmup(
+          given, std::max<size_t>(1, sampler.datasetSize() / sampler.globalBatch()))),
       net([&] {
         std::shared_ptr<Model> model = makeModel(options.model);
         initializeParameters(*model, options.seed);
         return model;
       }()),
-      optimizer(net->parameters(),
-                torch::optim::SGDOptions(options.lr).momentum(options.momentum)) {}
+      optimizer(net->parameters(), torch::optim::SGDOptions(options.lr).momentum(options.momentum)),
+      checkpoints(options.checkpointDir.empty()
+                      ? nullptr
+                      : std::make_unique<CheckpointDir>(options.checkpointDir)) {}
+
+namespace {
+
+ElasticIdentity identityOf(const ElasticMember& m) {
+  return {m.options.model, m.options.dataset, m.options.batchSize, m.range.max, m.options.seed};
+}
+
+}  // namespace
+
+void ElasticMember::checkpoint(bool last) {
+  if (!checkpoints || checkpoints->latest() == progress.step) return;
+  try {
+    saveElasticCheckpoint(*checkpoints, *net, optimizer, identityOf(*this), progress);
+  } catch (const SystemError& e) {
+    if (last) throw;
+    GS_LOG(kError, "checkpoint of step {} not written, training goes on: {}", progress.step,
+           e.what());
+  }
+}
+
+bool ElasticMember::resume() {
+  if (!checkpoints) return false;
+  std::optional<ElasticProgress> saved =
+      loadElasticCheckpoint(*checkpoints, *net, optimizer, identityOf(*this));
+  if (!saved) return false;
+  progress = std::move(*saved);
+  return true;
+}
 
 ElasticRound::ElasticRound(ElasticMember& member, Transport& transport,
                            ElasticRendezvous& rendezvous, int64_t round)
@@ -50,7 +94,7 @@ ElasticRound::ElasticRound(ElasticMember& member, Transport& transport,
       transport_(transport),
       rendezvous_(rendezvous),
       round_(round),
-      distributed_(member.optimizer, member.net, transport, syncOptionsOf(member.options)),
+      distributed_(member.optimizer, member.net, transport, roundSyncOptions(member, round)),
       display_(transport.rank() == 0 && !member.options.quiet,
                member.progress.step + stepsLeft(member),
                member.options.steps > 0 ? 1 : member.options.epochs),
@@ -73,6 +117,8 @@ RoundEnd ElasticRound::run() {
     }
     if (trainingOver()) return RoundEnd::kFinished;
     const float loss = trainStep();
+    const int64_t every = member_.options.checkpointEvery;
+    if (transport_.rank() == 0 && every > 0 && p.step % every == 0) member_.checkpoint(false);
     const bool epochEnds = p.data.offset == member_.sampler.datasetSize() ||
                            (member_.options.steps > 0 && p.step >= member_.options.steps);
     const size_t global = member_.sampler.globalBatch();

@@ -13,6 +13,7 @@
 #include <optional>
 #include <vector>
 
+#include "ckpt/checkpoint_dir.h"
 #include "data/elastic_sampler.h"
 #include "data/sample_log.h"
 #include "gradsync/torch/distributed_optimizer.h"
@@ -34,16 +35,25 @@ enum class RoundEnd {
 // What a worker keeps from round to round: the shared state (model, optimizer, progress), the
 // data, and its own measures.
 struct ElasticMember {
-  ElasticMember(const TrainOptions& options, ElasticRange range);
+  ElasticMember(const TrainOptions& given, ElasticRange range);
 
-  const TrainOptions options;
   const ElasticRange range;
   std::unique_ptr<DataSource> data;
   ElasticSampler sampler;
+  const TrainOptions options;  // as given, with --compress-warmup auto resolved
   std::shared_ptr<Model> net;
   torch::optim::SGD optimizer;
   ElasticProgress progress;
-  std::unique_ptr<SampleLog> samples;  // null without --record-samples
+  std::unique_ptr<SampleLog> samples;          // null without --record-samples
+  std::unique_ptr<CheckpointDir> checkpoints;  // null without --checkpoint-dir
+
+  // Writes the shared state as the checkpoint of progress.step (torch/elastic/checkpoint.h),
+  // unless that step's is written already. Rank 0's alone (one writer per directory). A
+  // periodic one that cannot be written (SystemError: disk full...) is logged and training goes
+  // on; the `last` one (the run finished or stops) throws.
+  void checkpoint(bool last);
+  // Takes the newest checkpoint's state (--resume); false if there is none.
+  bool resume();
 
   // This process's own: its losses, and its step profile's sums over the steps it ran.
   std::vector<float> losses;

@@ -64,6 +64,16 @@ class ElasticTrainer {
       member_.samples = std::make_unique<SampleLog>(options.recordSamples, me_.slot,
                                                     job.restartCount, me_.name + ", " + me_.where);
     }
+    // Every worker reads the checkpoint (a directory all of them see, as without --elastic); the
+    // rendezvous then ranks them by their steps, so the most advanced state leads the round.
+    if (options.resume && member_.resume()) {
+      hasState_ = true;
+      if (!options.quiet) {
+        std::printf("gradsync train: %s resumes from step %lld (%s)\n", me_.name.c_str(),
+                    static_cast<long long>(member_.progress.step),
+                    member_.checkpoints->pathForStep(member_.progress.step).c_str());
+      }
+    }
   }
 
   ElasticOutcome run();
@@ -115,6 +125,7 @@ ElasticOutcome ElasticTrainer::run() {
                   me_.name.c_str(), static_cast<long long>(member_.progress.step));
       return {.result = result(true)};
     }
+    if (m.rank == 0) member_.checkpoint(true);  // the last state: finished, or to resume
     if (end == RoundEnd::kFinished && m.rank == 0) rendezvous_.finish();
     ElasticOutcome outcome{result(end == RoundEnd::kStopped), m.rank, m.size()};
     if (m.rank == 0 && !member_.options.metricsPath.empty()) {
@@ -169,6 +180,7 @@ TrainResult ElasticTrainer::result(bool stopped) const {
   for (const EpochRecord& e : p.epochs) r.seconds += e.seconds;
   r.samplesPerSecond = r.seconds > 0 ? static_cast<double>(p.samples) / r.seconds : 0;
   r.finalTestAccuracy = p.epochs.empty() ? 0 : p.epochs.back().testAccuracy;
+  r.compressWarmupSteps = member_.options.compression.warmupSteps;
   for (const torch::Tensor& t : member_.net->parameters()) {
     const float* data = t.data_ptr<float>();
     r.parameters.insert(r.parameters.end(), data, data + t.numel());
@@ -205,17 +217,6 @@ void validateElasticOptions(const TrainOptions& options) {
         "--schedule " + options.schedule,
         "p3 applies a step's update slice by slice as the averages arrive, so a worker lost "
         "mid-step leaves every survivor with a partly updated model. Use fifo, wfbp or fusion");
-  }
-  if (options.compression.spec != "none" || !options.compression.overrides.empty()) {
-    refuseElastic(
-        "--compress " + options.compression.spec,
-        "compressors keep state per worker (error feedback's residuals, PowerSGD's Q) that a "
-        "lost worker takes with it and a new one does not have");
-  }
-  if (!options.checkpointDir.empty() || options.resume) {
-    refuseElastic("--checkpoint-dir",
-                  "an elastic run keeps its state in the workers' memory; "
-                  "checkpoints record a fixed world size");
   }
   if (!options.tracePath.empty())
     refuseElastic("--trace", "a trace gathers the ranks of one fixed run");

@@ -12,9 +12,11 @@
 // or a new one) waits for the next round, which the members start at their next step-boundary
 // check, and gets the current state there.
 //
-// What it runs: ring ssgd in gradient mode (--schedule fifo, wfbp, fusion:MB), dense, any model
-// and dataset, over TCP (--tls too). Refused, with the reason (validateElasticOptions): p3 and
-// sharded, parameter servers and the other strategies, compression, checkpoints, traces.
+// What it runs: ring ssgd in gradient mode (--schedule fifo, wfbp, fusion:MB), dense or with any
+// compressor (each round's compressors start afresh: torch/elastic/round.cc), any model and
+// dataset, over TCP (--tls too), with checkpoints that resume on any number of workers within
+// the range (torch/elastic/checkpoint.h). Refused, with the reason (validateElasticOptions): p3
+// and sharded, parameter servers and the other strategies, traces, --eval-every.
 #pragma once
 
 #include "gradsync/bootstrap.h"

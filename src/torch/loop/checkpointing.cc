@@ -92,6 +92,12 @@ std::optional<RunPosition> loadCheckpoint(const CheckpointDir& dir, torch::nn::M
   if (run.is_discarded() || !run.is_object()) {
     throw DataError(fmt::format("{}: the run section is not a gradsync run", checkpoint.path));
   }
+  if (run.contains("elastic")) {
+    throw ConfigError(
+        fmt::format("checkpoint {} was written by an elastic run (--elastic)", checkpoint.path),
+        {.hint = "resume it with --elastic MIN:MAX (any number of workers within "
+                 "its range), or use another --checkpoint-dir"});
+  }
   if (run.value("format", 0) != kRunFormat) {
     throw DataError(
         fmt::format("{}: run format {} (this gradsync reads {}; format 1 was "

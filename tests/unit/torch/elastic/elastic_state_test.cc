@@ -1,7 +1,8 @@
 // What the members of an elastic round share (torch/elastic/state.h): rank 0's model (its
 // parameters kept in their storage), optimizer state and progress reach every member, whatever
 // each held before (a joiner holds no momentum yet); and a member whose round fails during the
-// transfer keeps its own state whole.
+// transfer keeps its own state whole. An elastic checkpoint (torch/elastic/checkpoint.h) holds the
+// same state and refuses another run's.
 #include "torch/elastic/state.h"
 
 #include <gtest/gtest.h>
@@ -13,7 +14,10 @@
 #include "common/tags.h"
 #include "gradsync/collectives.h"
 #include "gradsync/error.h"
+#include "support/scratch_dir.h"
 #include "support/transports.h"
+#include "torch/elastic/checkpoint.h"
+#include "torch/loop/checkpointing.h"
 
 namespace gradsync::testing {
 namespace {
@@ -109,6 +113,74 @@ TEST(ElasticState, AFailedTransferLeavesAMembersStateWhole) {
                       EXPECT_EQ(member.bytes(), before);
                     },
                     {.timeout = 300ms});
+}
+
+const ElasticIdentity kIdentity{"cnn", "fashion-mnist", 64, 4, 7};
+
+TEST(ElasticCheckpoint, TheStateRoundTripsIntoAnotherMember) {
+  const auto dir = scratchDir("gradsync-elastic-checkpoint", "round-trip");
+  CheckpointDir checkpoints(dir.string());
+  Member saved(1);
+  saveElasticCheckpoint(checkpoints, *saved.net, saved.optimizer, kIdentity, saved.progress);
+  Member joiner(2);  // another initialisation, no momentum yet
+  std::vector<float*> storage;
+  for (const torch::Tensor& p : joiner.net->parameters()) storage.push_back(p.data_ptr<float>());
+  std::optional<ElasticProgress> progress =
+      loadElasticCheckpoint(checkpoints, *joiner.net, joiner.optimizer, kIdentity);
+  ASSERT_TRUE(progress.has_value());
+  joiner.progress = *progress;
+  EXPECT_EQ(joiner.bytes(), saved.bytes());
+  size_t i = 0;
+  for (const torch::Tensor& p : joiner.net->parameters()) {
+    EXPECT_EQ(p.data_ptr<float>(), storage[i++]) << "a parameter moved to new storage";
+  }
+  removeScratch(dir);
+}
+
+TEST(ElasticCheckpoint, AnEmptyDirectoryHasNone) {
+  Member member(0);
+  CheckpointDir checkpoints((std::filesystem::temp_directory_path() / "gradsync-none").string());
+  EXPECT_FALSE(loadElasticCheckpoint(checkpoints, *member.net, member.optimizer, kIdentity));
+}
+
+// Another global batch (MAX) or data order is refused naming the setting; so is a fixed run's
+// checkpoint in an elastic run, and the other way round.
+TEST(ElasticCheckpoint, AnotherRunsCheckpointIsRefusedNamingWhy) {
+  const auto dir = scratchDir("gradsync-elastic-checkpoint", "refused");
+  Member member(1);
+  CheckpointDir elastic((dir / "elastic").string());
+  saveElasticCheckpoint(elastic, *member.net, member.optimizer, kIdentity, member.progress);
+  auto refusal = [&](const CheckpointDir& from, const ElasticIdentity& identity) -> std::string {
+    try {
+      loadElasticCheckpoint(from, *member.net, member.optimizer, identity);
+    } catch (const ConfigError& e) {
+      return e.what();
+    }
+    return "(loaded)";
+  };
+  ElasticIdentity wider = kIdentity;
+  wider.maxWorkers = 8;
+  EXPECT_NE(refusal(elastic, wider).find("--elastic's MAX"), std::string::npos)
+      << refusal(elastic, wider);
+  ElasticIdentity reseeded = kIdentity;
+  reseeded.seed = 8;
+  EXPECT_NE(refusal(elastic, reseeded).find("seed 7 but this run has 8"), std::string::npos)
+      << refusal(elastic, reseeded);
+
+  CheckpointDir fixed((dir / "fixed").string());
+  const RunIdentity run{"cnn", "fashion-mnist", 4, 64, 7, "ssgd", "none", "wfbp"};
+  saveCheckpoint(fixed, *member.net, member.optimizer, run, {.step = 5}, {0, 0, 0, 0},
+                 {{}, {}, {}, {}});
+  EXPECT_NE(refusal(fixed, kIdentity).find("4 fixed workers, without --elastic"), std::string::npos)
+      << refusal(fixed, kIdentity);
+  try {
+    loadCheckpoint(elastic, *member.net, member.optimizer, run, 0);
+    ADD_FAILURE() << "a fixed run loaded an elastic checkpoint";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("written by an elastic run"), std::string::npos)
+        << e.what();
+  }
+  removeScratch(dir);
 }
 
 }  // namespace

@@ -1,0 +1,46 @@
+// Checkpoints of an elastic run (`--elastic` with `--checkpoint-dir`; docs/checkpoints.md): rank 0
+// of the round writes the state every member shares (model, optimizer, progress:
+// torch/elastic/state.h) after a complete step, so that a job that fell below MIN, or was stopped,
+// goes on with --resume on any number of workers within its range. The state holds no world size:
+// the global batch is MAX x B whatever the number of workers, and the data position is a count of
+// the epoch's samples (data/elastic_sampler.h). The compressors' state is not saved: every round
+// starts them afresh (torch/elastic/round.cc), a resumed run's first round too.
+//
+// Blocking (disk I/O); not thread-safe: one writer per directory (rank 0).
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "ckpt/checkpoint_dir.h"
+#include "torch/elastic/state.h"
+
+namespace gradsync {
+
+// The settings an elastic checkpoint must agree with to be resumed: those that fix the data order
+// and the global batch. The number of workers is not one of them.
+struct ElasticIdentity {
+  std::string model;
+  std::string dataset;
+  size_t batchSize = 0;
+  int maxWorkers = 0;
+  uint64_t seed = 0;
+};
+
+void saveElasticCheckpoint(CheckpointDir& dir, torch::nn::Module& model,
+                           torch::optim::Optimizer& optimizer, const ElasticIdentity& identity,
+                           const ElasticProgress& progress);
+
+// Loads the newest checkpoint into model (in place) and optimizer and returns its progress;
+// nullopt if the directory holds none. Throws DataError for a corrupt file (CheckpointDir says
+// which older one is intact), ConfigError for a checkpoint of a run without --elastic or with
+// other settings (naming the setting).
+std::optional<ElasticProgress> loadElasticCheckpoint(const CheckpointDir& dir,
+                                                     torch::nn::Module& model,
+                                                     torch::optim::Optimizer& optimizer,
+                                                     const ElasticIdentity& identity);
+
+}  // namespace gradsync
