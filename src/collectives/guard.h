@@ -4,6 +4,11 @@
 // leaves its own operation pending, and a peer that failed or said goodbye fails only the
 // operations that involve it, while a send to a live peer is still being written from the
 // caller's buffer. abort() returns once the transport no longer touches any buffer.
+//
+// So every buffer that the body's sends and receives use must be declared before the call, never
+// inside `body`: the body's locals are destroyed as the exception leaves it, before the handler
+// here aborts, while the transport may still be writing into them (a receive buffer freed under
+// a pending receive corrupted the heap of a rank woken from SIGSTOP after its peers timed out).
 #pragma once
 
 #include <fmt/format.h>

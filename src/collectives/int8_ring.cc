@@ -127,15 +127,16 @@ size_t int8WireBytes(size_t count) {
 
 void allreduceInt8(Transport& transport, std::span<float> data, ReduceOp op,
                    const CollectiveOptions& options) {
-  detail::runCollective("allreduceInt8", transport, [&] {
-    if (transport.size() == 1) {
-      std::vector<uint8_t> packed(int8::wireBytes(data.size()));
-      int8::quantize(data, packed.data());
-      int8::dequantize(packed.data(), data.size(), data.data(), false);
-      return;
-    }
-    Int8Ring(transport, data, options.tag).run(op);
-  });
+  if (transport.size() == 1) {  // no messages: the same rounding as more ranks'
+    std::vector<uint8_t> packed(int8::wireBytes(data.size()));
+    int8::quantize(data, packed.data());
+    int8::dequantize(packed.data(), data.size(), data.data(), false);
+    return;
+  }
+  // Outside the body: its packed blocks are receive buffers, which must outlive the abort of a
+  // failed run (guard.h).
+  Int8Ring ring(transport, data, options.tag);
+  detail::runCollective("allreduceInt8", transport, [&] { ring.run(op); });
 }
 
 }  // namespace gradsync

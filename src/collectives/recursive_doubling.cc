@@ -74,8 +74,9 @@ class RecursiveDoubling {
 void recursiveDoublingAllreduce(Transport& transport, std::span<float> data, ReduceOp op,
                                 const CollectiveOptions& options) {
   if (transport.size() == 1 || data.empty()) return;  // the sum (and average) of one rank
-  detail::runCollective("allreduce (recursive doubling)", transport,
-                        [&] { RecursiveDoubling(transport, data, options.tag).run(op); });
+  // Outside the body: its receive buffer must outlive the abort of a failed run (guard.h).
+  RecursiveDoubling doubling(transport, data, options.tag);
+  detail::runCollective("allreduce (recursive doubling)", transport, [&] { doubling.run(op); });
 }
 
 }  // namespace gradsync

@@ -27,22 +27,33 @@ void putU32(std::string& out, uint32_t value) {
   for (int shift = 24; shift >= 0; shift -= 8) out.push_back(static_cast<char>(value >> shift));
 }
 
+// Waits for an operation on a local buffer of the caller's: a timeout leaves it pending, so the
+// transport is aborted before the error unwinds the buffer (as collectives/guard.h does).
+void waitHere(Transport& t, const WorkPtr& work) {
+  try {
+    work->wait();
+  } catch (const TimeoutError&) {
+    t.abort(std::current_exception());
+    throw;
+  }
+}
+
 // Sends a length-prefixed string.
 void sendString(Transport& t, int peer, const std::string& text) {
   uint64_t length = text.size();
-  t.send(peer, tags::kAgreement, &length, sizeof length)->wait();
-  t.send(peer, tags::kAgreement, text.data(), text.size())->wait();
+  waitHere(t, t.send(peer, tags::kAgreement, &length, sizeof length));
+  waitHere(t, t.send(peer, tags::kAgreement, text.data(), text.size()));
 }
 
 std::string recvString(Transport& t, int peer) {
   uint64_t length = 0;
-  t.recv(peer, tags::kAgreement, &length, sizeof length)->wait();
+  waitHere(t, t.recv(peer, tags::kAgreement, &length, sizeof length));
   if (length > (uint64_t{1} << 24)) {
     throw ProtocolError(fmt::format("rank {} sent {} bytes of settings", peer, length),
                         {.rank = t.rank(), .peer = peer, .operation = "startup check"});
   }
   std::string text(length, '\0');
-  t.recv(peer, tags::kAgreement, text.data(), text.size())->wait();
+  waitHere(t, t.recv(peer, tags::kAgreement, text.data(), text.size()));
   return text;
 }
 

@@ -104,6 +104,10 @@ void Engine::followPick(std::unique_lock<std::mutex>& lock) {
   std::exception_ptr failure;
   try {
     transport_.recv(0, tags::kP3Decision, &decision, sizeof decision)->wait();
+  } catch (const TimeoutError&) {
+    // The receive is still posted into `decision`, which this frame is about to release.
+    failure = std::current_exception();
+    transport_.abort(failure);
   } catch (...) {
     failure = std::current_exception();
   }

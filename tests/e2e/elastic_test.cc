@@ -11,7 +11,9 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -44,9 +46,9 @@ fs::path scratch(const std::string& name) {
   return dir;
 }
 
-// `workers` workers of mlp on Fashion-MNIST for one epoch (234 steps of 4 x 64 samples whatever
-// the number of workers: --elastic's MAX is 4), each a process started by `gradsync launch`,
-// which serves the store.
+// `workers` workers of mlp on Fashion-MNIST for one epoch unless `extra` says (234 steps of 4 x 64
+// samples whatever the number of workers: --elastic's MAX is 4), each a process started by
+// `gradsync launch`, which serves the store.
 pid_t launch(const fs::path& dir, const std::string& range, int restarts,
              const std::vector<std::string>& extra = {}, int workers = 4) {
   SpawnOptions spawn;
@@ -64,14 +66,15 @@ pid_t launch(const fs::path& dir, const std::string& range, int restarts,
                 range,
                 "--model",
                 "mlp",
-                "--epochs",
-                "1",
                 "--quiet",
                 "--record-samples",
                 (dir / "samples").string(),
                 "--metrics",
                 (dir / "metrics.json").string()};
   spawn.argv.insert(spawn.argv.end(), extra.begin(), extra.end());
+  if (std::find(extra.begin(), extra.end(), "--epochs") == extra.end()) {
+    spawn.argv.insert(spawn.argv.end(), {"--epochs", "1"});
+  }
   spawn.stdoutPath = (dir / "out").string();
   spawn.stderrPath = (dir / "err").string();
   return spawnProcess(spawn);
@@ -107,12 +110,21 @@ pid_t killAfter(const fs::path& dir, int slot, size_t steps, int signal = SIGKIL
   return -1;
 }
 
+// The local time of day in seconds, as gradsync's log lines print it.
+double secondsOfDay(std::chrono::system_clock::time_point t) {
+  const double since = std::chrono::duration<double>(t.time_since_epoch()).count();
+  const auto whole = static_cast<std::time_t>(since);
+  std::tm local{};
+  localtime_r(&whole, &local);
+  return local.tm_hour * 3600.0 + local.tm_min * 60.0 + local.tm_sec + (since - whole);
+}
+
 nlohmann::json metricsOf(const fs::path& dir) {
   return nlohmann::json::parse(readFile(dir / "metrics.json"));
 }
 
-// (round, step) -> rank -> the dataset indices that rank trained on, from the sample logs in
-// `samples` of the steps in [from, to).
+// (round, step) -> rank -> the samples that rank trained on, from the sample logs in `samples` of
+// the steps in [from, to); sample i of epoch e is e * kTrainSamples + i.
 using StepLines = std::map<std::pair<int64_t, int64_t>, std::map<int, std::vector<size_t>>>;
 
 StepLines sampleLines(const fs::path& samples, int64_t from = 0,
@@ -126,10 +138,12 @@ StepLines sampleLines(const fs::path& samples, int64_t from = 0,
       int64_t round, step, epoch;
       int rank, size;
       fields >> round >> step >> epoch >> rank >> size;
-      EXPECT_EQ(epoch, 0);
       if (step < from || step >= to) continue;
       std::vector<size_t> indices;
-      for (size_t index; fields >> index;) indices.push_back(index);
+      for (size_t index; fields >> index;) {
+        EXPECT_LT(index, kTrainSamples);
+        indices.push_back(static_cast<size_t>(epoch) * kTrainSamples + index);
+      }
       lines[{round, step}][rank] = indices;  // a rank writes a step's line once
     }
   }
@@ -137,10 +151,10 @@ StepLines sampleLines(const fs::path& samples, int64_t from = 0,
 }
 
 // Every step of the run, by the round that trained it (from the metrics' rounds), must have one
-// line from each rank of that round; the steps of the epoch together must use every sample once.
-void expectEverySampleOnce(const nlohmann::json& metrics, const StepLines& lines) {
+// line from each rank of that round; the steps of each epoch together must use every sample once.
+void expectEverySampleOnce(const nlohmann::json& metrics, const StepLines& lines, int epochs = 1) {
   const nlohmann::json& rounds = metrics["elastic"]["rounds"];
-  std::vector<int> uses(kTrainSamples, 0);
+  std::vector<int> uses(epochs * kTrainSamples, 0);
   const int64_t steps = metrics["summary"]["steps"];
   size_t r = 0;
   for (int64_t step = 0; step < steps; ++step) {
@@ -153,19 +167,19 @@ void expectEverySampleOnce(const nlohmann::json& metrics, const StepLines& lines
         << "round " << round << " step " << step;
     for (const auto& [rank, indices] : found->second) {
       ASSERT_LT(rank, workers);
-      for (size_t index : indices) {
-        ASSERT_LT(index, kTrainSamples);
-        ++uses[index];
+      for (size_t sample : indices) {
+        ASSERT_LT(sample, uses.size());
+        ++uses[sample];
       }
     }
   }
-  for (size_t i = 0; i < kTrainSamples; ++i) {
+  for (size_t i = 0; i < uses.size(); ++i) {
     ASSERT_EQ(uses[i], 1) << "sample " << i << " was used " << uses[i] << " times";
   }
 }
 
-void expectEverySampleOnce(const fs::path& dir) {
-  expectEverySampleOnce(metricsOf(dir), sampleLines(dir / "samples"));
+void expectEverySampleOnce(const fs::path& dir, int epochs = 1) {
+  expectEverySampleOnce(metricsOf(dir), sampleLines(dir / "samples"), epochs);
 }
 
 class Elastic : public ::testing::Test {
@@ -214,7 +228,8 @@ TEST_F(Elastic, AWorkerKilledMidEpochLeavesTheJobToTheOthers) {
 
 // Compression under --elastic: every round's compressors start afresh (error feedback's residuals
 // at zero, the dense warm-up counted in the job's steps), and the job trains through a kill as
-// a dense one does, ending no more than a point below the unfailed compressed run.
+// a dense one does, ending no more than a point below the unfailed compressed run; its
+// evaluations (--eval-every) outlive the round they were made in.
 TEST_F(Elastic, ACompressedJobTrainsThroughAKill) {
 #ifndef GRADSYNC_HAVE_TORCH
   GTEST_SKIP() << "built without LibTorch: no gradsync train";
@@ -222,7 +237,9 @@ TEST_F(Elastic, ACompressedJobTrainsThroughAKill) {
   const std::vector<std::string> topk = {"--compress", "topk:0.01"};
   const double unfailed = unfailedAccuracy(topk);
   const fs::path dir = scratch("compressed");
-  const pid_t job = launch(dir, "3:4", 0, topk);
+  std::vector<std::string> flags = topk;
+  flags.insert(flags.end(), {"--eval-every", "50", "--eval-samples", "1000"});
+  const pid_t job = launch(dir, "3:4", 0, flags);
   killAfter(dir, 1, 100);
   const ExitStatus status = finish(job);
   const std::string err = readFile(dir / "err");
@@ -231,6 +248,13 @@ TEST_F(Elastic, ACompressedJobTrainsThroughAKill) {
   ASSERT_GE(metrics["elastic"]["rounds"].size(), 2u) << metrics["elastic"].dump();
   EXPECT_EQ(metrics["elastic"]["final_workers"], 3);
   EXPECT_EQ(metrics["summary"]["compress_warmup_steps"], 23) << "a tenth of the 234 steps";
+  // The evaluations of every round, in the shared progress: those before the kill survive it.
+  const nlohmann::json& evaluations = metrics["evaluations"];
+  ASSERT_EQ(evaluations.size(), 4u) << evaluations.dump();
+  for (size_t i = 0; i < evaluations.size(); ++i) {
+    EXPECT_EQ(evaluations[i]["step"], 50 * static_cast<int64_t>(i + 1));
+    EXPECT_GT(evaluations[i]["test_accuracy"].get<double>(), 0.5) << evaluations.dump();
+  }
   const nlohmann::json& perStep = metrics["per_step"];
   EXPECT_LT(perStep["bytes_sent"].get<double>(), 0.2 * perStep["dense_bytes"].get<double>())
       << perStep.dump();
@@ -288,6 +312,48 @@ TEST_F(Elastic, AWorkerAskedToStopLeavesAndTheOthersGoOn) {
   EXPECT_EQ(metrics["elastic"]["final_workers"], 3) << "pid " << victim;
   expectEverySampleOnce(dir);
   EXPECT_NEAR(metrics["summary"]["final_test_accuracy"].get<double>(), unfailed, 0.01);
+}
+
+// A hung worker (SIGSTOP: alive, connected, silent) is evicted as a lost one is: the others' wait
+// for its share of a step ends at --timeout, and they go on without it. Woken (SIGCONT), it finds
+// its round gone (its peers aborted it) and comes back as a new member at the next round, with
+// the current state; every sample of the two epochs is used once.
+TEST_F(Elastic, AHungWorkerIsEvictedAfterTheTimeoutAndRejoinsWhenItWakes) {
+#ifndef GRADSYNC_HAVE_TORCH
+  GTEST_SKIP() << "built without LibTorch: no gradsync train";
+#endif
+  const fs::path dir = scratch("stopped");
+  const pid_t job = launch(dir, "3:4", 0, {"--timeout", "3s", "--epochs", "2"});
+  const pid_t victim = killAfter(dir, 2, 30, SIGSTOP);
+  const auto stopped = std::chrono::system_clock::now();
+  std::this_thread::sleep_for(6s);
+  ::kill(victim, SIGCONT);
+  const ExitStatus status = finish(job);
+  const std::string err = readFile(dir / "err");
+  ASSERT_TRUE(status.ok()) << status.describe() << "\n" << err;
+  const nlohmann::json metrics = metricsOf(dir);
+  const nlohmann::json& rounds = metrics["elastic"]["rounds"];
+  ASSERT_GE(rounds.size(), 3u) << "4, then 3 without the hung one, then 4 again: " << rounds.dump();
+  EXPECT_EQ(rounds[1]["workers"], 3) << rounds.dump();
+  EXPECT_EQ(metrics["elastic"]["final_workers"], 4) << rounds.dump();
+  // The survivors' first report of the eviction, against the stop: the timeout and a margin.
+  std::smatch at;
+  ASSERT_TRUE(std::regex_search(
+      err, at,
+      std::regex(R"(([0-9]{2}):([0-9]{2}):([0-9.]+) \S+ pid [0-9]+: worker [0-9]: )"
+                 R"(elastic round 0 (timed out|lost a worker))")))
+      << err;
+  double late = std::stoi(at[1]) * 3600.0 + std::stoi(at[2]) * 60.0 + std::stod(at[3]) -
+                secondsOfDay(stopped);
+  if (late < -43200) late += 86400;  // across midnight
+  EXPECT_LT(late, 3.0 + 1.5) << "evicted later than --timeout allows";
+  // The woken worker trained again, in a round after the eviction.
+  const std::string woken = readFile(dir / "samples" / "worker-2-0.txt");
+  std::istringstream last(woken.substr(woken.rfind('\n', woken.size() - 2) + 1));
+  int64_t round = -1;
+  last >> round;
+  EXPECT_GE(round, 2) << woken.substr(0, 200);
+  expectEverySampleOnce(dir, 2);
 }
 
 // --elastic 4:4 cannot lose anyone: the survivors wait --timeout for a replacement, then fail,

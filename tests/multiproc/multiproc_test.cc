@@ -341,5 +341,46 @@ TEST(MultiProcessChaos, RandomKillsFailEverySurvivorWithinTheBound) {
   std::printf("\n");
 }
 
+// A rank that hangs (SIGSTOP: alive, connected, silent) mid-collective: the others' waits end at
+// the timeout (1 s) and they fail; woken (SIGCONT) once they are gone, it fails as cleanly, with
+// an error, never a crash or a hang, whatever it was doing when it stopped (an elastic job's hung
+// worker wakes into the same: docs/cluster.md). GRADSYNC_STOP_TRIALS sets the number of trials,
+// GRADSYNC_STOP_SEED the first seed.
+TEST(MultiProcessChaos, AStoppedRankFailsCleanlyWhenItWakesAfterTheOthersTimedOut) {
+  const int trials = envOr("GRADSYNC_STOP_TRIALS", testing::kSanitized ? 2 : 5);
+  const int firstSeed = envOr("GRADSYNC_STOP_SEED", 5000);
+  const fs::path marker = fs::temp_directory_path() / "gs-chaos-ready";
+  for (int i = 0; i < trials && !HasFailure(); ++i) {
+    const Trial trial = drawTrial(static_cast<uint64_t>(firstSeed + i));
+    Job job = startJob(trial.size, {"chaos", marker.string(), std::to_string(trial.seed)},
+                       /*timeout=*/"1", trial.links);
+    const pid_t victim = job.pids[trial.victim];
+    if (!waitReady(job, marker)) {
+      for (pid_t pid : job.pids) ::kill(pid, SIGKILL);
+      waitAll(job, 10s);
+      FAIL() << describe(trial) << ": the job never started: " << job.log(0);
+    }
+    std::this_thread::sleep_for(trial.delay);
+    ::kill(victim, SIGSTOP);
+    std::vector<pid_t> others = job.pids;
+    std::erase(others, victim);
+    while (!others.empty()) {
+      const auto ended = waitAny(others, 20s);
+      if (!ended) break;
+      EXPECT_EQ(ended->second.code, 1) << describe(trial) << ": " << ended->second.describe();
+      std::erase(others, ended->first);
+    }
+    EXPECT_TRUE(others.empty()) << describe(trial) << ": the others did not time out";
+    for (pid_t pid : others) ::kill(pid, SIGKILL);
+    ::kill(victim, SIGCONT);
+    const auto woken = waitAny({victim}, 20s);
+    if (!woken) ::kill(victim, SIGKILL);
+    ASSERT_TRUE(woken.has_value()) << describe(trial) << ": the woken rank hung";
+    EXPECT_EQ(woken->second.code, 1)
+        << describe(trial) << ": the woken rank " << woken->second.describe() << "\n"
+        << job.log(trial.victim);
+  }
+}
+
 }  // namespace
 }  // namespace gradsync

@@ -80,8 +80,8 @@ std::optional<ElasticProgress> loadElasticCheckpoint(const CheckpointDir& dir,
   try {
     checkElasticIdentity(run, identity, checkpoint.path);
   } catch (const nlohmann::json::exception& e) {
-    throw DataError(fmt::format("{}: the run section lacks a setting: {}", checkpoint.path,
-                                e.what()));
+    throw DataError(
+        fmt::format("{}: the run section lacks a setting: {}", checkpoint.path, e.what()));
   }
   ElasticProgress progress = decodeProgress(findSection(checkpoint.sections, "progress").data);
   loadModuleInPlace(model, findSection(checkpoint.sections, "model").data,

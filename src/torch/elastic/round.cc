@@ -126,8 +126,26 @@ RoundEnd ElasticRound::run() {
                   static_cast<int64_t>((p.data.offset + global - 1) / global),
                   static_cast<int64_t>(member_.sampler.datasetSize() / global), loss,
                   static_cast<double>(global) / std::max(member_.stepSeconds, 1e-9));
-    if (std::optional<RoundEnd> end = check(epochEnds)) return *end;
+    // An evaluation's training time is the sum of the checks' (below), so a check comes first.
+    const int64_t evalEvery = member_.options.evalEvery;
+    const bool evaluate = evalEvery > 0 && p.step % evalEvery == 0 && !epochEnds;
+    if (std::optional<RoundEnd> end = check(epochEnds || evaluate)) return *end;
+    if (evaluate) evaluateBetweenSteps();
   }
+}
+
+// As the fixed trainer's --eval-every: the first --eval-samples test samples, training time so
+// far (evaluations excluded), into the shared progress, so that it outlives rounds and resumes.
+void ElasticRound::evaluateBetweenSteps() {
+  ElasticProgress& p = member_.progress;
+  double seconds = p.epochSeconds;
+  for (const EpochRecord& e : p.epochs) seconds += e.seconds;
+  distributed_.averageBuffers();
+  const size_t samples = member_.options.evalSamples > 0 ? member_.options.evalSamples : SIZE_MAX;
+  const double accuracy = testAccuracy(*member_.net, *member_.data, transport_, samples);
+  p.evaluations.push_back({p.step, seconds, accuracy, std::nan("")});
+  display_.line(fmt::format("step {}: test accuracy {:.2f}% after {:.1f} s", p.step, 100 * accuracy,
+                            seconds));
 }
 
 bool ElasticRound::trainingOver() const {

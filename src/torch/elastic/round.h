@@ -81,6 +81,7 @@ class ElasticRound {
   // the last check; returns how the round ends, if it does.
   std::optional<RoundEnd> check(bool force);
   void finishEpoch();
+  void evaluateBetweenSteps();
 
   ElasticMember& member_;
   Transport& transport_;

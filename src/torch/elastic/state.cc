@@ -1,5 +1,7 @@
 #include "torch/elastic/state.h"
 
+#include <cmath>
+
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -20,6 +22,10 @@ std::vector<uint8_t> encodeProgress(const ElasticProgress& p) {
   for (const RoundRecord& r : p.rounds) {
     rounds.push_back({r.round, r.workers, r.firstStep, r.epoch, r.offset});
   }
+  nlohmann::json evaluations = nlohmann::json::array();
+  for (const Evaluation& e : p.evaluations) {
+    evaluations.push_back({e.step, e.seconds, e.testAccuracy});  // images only: no held-out loss
+  }
   const std::string text = nlohmann::json{
       {"step", p.step},
       {"samples", p.samples},
@@ -29,7 +35,9 @@ std::vector<uint8_t> encodeProgress(const ElasticProgress& p) {
       {"loss_count", p.epochLossCount},
       {"epoch_seconds", p.epochSeconds},
       {"epochs", epochs},
-      {"rounds", rounds}}.dump();
+      {"rounds", rounds},
+      {"evaluations",
+       evaluations}}.dump();
   return {text.begin(), text.end()};
 }
 
@@ -48,6 +56,9 @@ ElasticProgress decodeProgress(const std::vector<uint8_t>& bytes) {
     }
     for (const auto& r : doc.at("rounds")) {
       p.rounds.push_back({r.at(0), r.at(1), r.at(2), r.at(3), r.at(4)});
+    }
+    for (const auto& e : doc.at("evaluations")) {
+      p.evaluations.push_back({e.at(0), e.at(1), e.at(2), std::nan("")});
     }
   } catch (const nlohmann::json::exception& e) {
     throw DataError(fmt::format("an elastic run's progress does not decode: {}", e.what()));

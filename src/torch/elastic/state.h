@@ -24,8 +24,9 @@ struct ElasticProgress {
   double epochLossSum = 0;    // the epoch's losses reported at the step-boundary checks so far
   double epochLossCount = 0;  // how many (one per rank and step)
   double epochSeconds = 0;    // training time of the epoch so far (rank 0's clock)
-  std::vector<EpochRecord> epochs;  // finished epochs
-  std::vector<RoundRecord> rounds;  // the rounds this state went through
+  std::vector<EpochRecord> epochs;      // finished epochs
+  std::vector<RoundRecord> rounds;      // the rounds this state went through
+  std::vector<Evaluation> evaluations;  // --eval-every's, in step order
 };
 
 // Makes every member's model (parameters and buffers), optimizer state and progress rank 0's,

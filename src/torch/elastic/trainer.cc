@@ -181,6 +181,7 @@ TrainResult ElasticTrainer::result(bool stopped) const {
   r.samplesPerSecond = r.seconds > 0 ? static_cast<double>(p.samples) / r.seconds : 0;
   r.finalTestAccuracy = p.epochs.empty() ? 0 : p.epochs.back().testAccuracy;
   r.compressWarmupSteps = member_.options.compression.warmupSteps;
+  r.evaluations = p.evaluations;
   for (const torch::Tensor& t : member_.net->parameters()) {
     const float* data = t.data_ptr<float>();
     r.parameters.insert(r.parameters.end(), data, data + t.numel());
@@ -220,7 +221,6 @@ void validateElasticOptions(const TrainOptions& options) {
   }
   if (!options.tracePath.empty())
     refuseElastic("--trace", "a trace gathers the ranks of one fixed run");
-  if (options.evalEvery > 0) refuseElastic("--eval-every", "it evaluates at each epoch's end");
   if (options.freezeBatchNorm)
     refuseElastic("frozen BatchNorm", "only the equivalence tests use it");
 }

@@ -16,7 +16,7 @@
 // compressor (each round's compressors start afresh: torch/elastic/round.cc), any model and
 // dataset, over TCP (--tls too), with checkpoints that resume on any number of workers within
 // the range (torch/elastic/checkpoint.h). Refused, with the reason (validateElasticOptions): p3
-// and sharded, parameter servers and the other strategies, traces, --eval-every.
+// and sharded, parameter servers and the other strategies, traces.
 #pragma once
 
 #include "gradsync/bootstrap.h"

@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -45,6 +46,7 @@ struct Member {
     progress.epochLossSum = 1.5 * rank;
     progress.epochs.push_back({rank, 0.5, 0.25, 2.0, 1e4});
     progress.rounds.push_back({rank, 4, 0, 0, 0});
+    progress.evaluations.push_back({5 * rank, 1.5, 0.75, std::nan("")});
   }
 
   // The member's whole state as bytes: its progress, then every parameter, buffer and
