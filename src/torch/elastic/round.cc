@@ -30,8 +30,8 @@ int64_t stepsLeft(const ElasticMember& m) {
   return static_cast<int64_t>(std::ceil(std::max(0.0, samples) / stepSamples));
 }
 
-// A round's DistributedOptimizer, and so its compressors, start afresh (docs/cluster.md,
-// "Compression under --elastic"): error feedback's residuals at zero on every member, PowerSGD's
+// A round's DistributedOptimizer, and so its compressors, start afresh (docs/cluster.md, "Elastic
+// workers", Compression): error feedback's residuals at zero on every member, PowerSGD's
 // Q and random-k's draws from a seed of the round's own (the same on every member), the dense
 // warm-up counted in the job's steps, not the round's.
 SyncOptions roundSyncOptions(const ElasticMember& m, int64_t round) {
