@@ -41,6 +41,10 @@ SyncOptions roundSyncOptions(const ElasticMember& m, int64_t round) {
   return sync;
 }
 
+ElasticIdentity identityOf(const ElasticMember& m) {
+  return {m.options.model, m.options.dataset, m.options.batchSize, m.range.max, m.options.seed};
+}
+
 }  // namespace
 
 ElasticMember::ElasticMember(const TrainOptions& given, ElasticRange range)
@@ -59,14 +63,6 @@ ElasticMember::ElasticMember(const TrainOptions& given, ElasticRange range)
       checkpoints(options.checkpointDir.empty()
                       ? nullptr
                       : std::make_unique<CheckpointDir>(options.checkpointDir)) {}
-
-namespace {
-
-ElasticIdentity identityOf(const ElasticMember& m) {
-  return {m.options.model, m.options.dataset, m.options.batchSize, m.range.max, m.options.seed};
-}
-
-}  // namespace
 
 void ElasticMember::checkpoint(bool last) {
   if (!checkpoints || checkpoints->latest() == progress.step) return;
