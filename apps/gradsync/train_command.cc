@@ -288,6 +288,10 @@ void addTrainCommand(CLI::App& app, CommandContext& context) {
                     "MIN:MAX workers: go on without lost workers, take in new ones");
   train->add_option("--record-samples", o.recordSamples,
                     "--elastic: write each step's sample indices of every worker to DIR");
+  train
+      ->add_option("--hang-timeout", o.hangTimeout,
+                   "--elastic: evict a worker silent this long (stopped, frozen; 0: off)")
+      ->capture_default_str();
   train->add_option("--waves", o.waves, "Wavelet's tick-tock waves per worker (1: none)")
       ->capture_default_str();
   train
@@ -337,6 +341,10 @@ void addTrainCommand(CLI::App& app, CommandContext& context) {
     }
     if (!flags->options.recordSamples.empty()) {
       throw ConfigError("--record-samples records elastic runs", {.hint = "add --elastic MIN:MAX"});
+    }
+    if (train->count("--hang-timeout") > 0) {
+      throw ConfigError("--hang-timeout watches elastic runs",
+                        {.hint = "add --elastic MIN:MAX; a fixed job's bound is --timeout"});
     }
     if (flags->options.pipeline.enabled()) {  // its own trainer (torch/pipeline/pipeline.h)
       if (flags->options.compute != "real") {

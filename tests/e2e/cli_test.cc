@@ -630,6 +630,8 @@ TEST_F(CliTrain, BadFlagsGiveAOneLineErrorWithTheChoices) {
            {{"train", "--elastic", "2:4", "--sync", "sharded"}, "optimizer state of its shard"},
            {{"train", "--elastic", "2:4", "--transport", "loopback"}, "processes over TCP"},
            {{"train", "--record-samples", "/tmp/x"}, "--record-samples records elastic runs"},
+           {{"train", "--hang-timeout", "2s"}, "--hang-timeout watches elastic runs"},
+           {{"train", "--elastic", "2:4", "--hang-timeout", "-1s"}, "a duration such as"},
            {{"train", "--data-dir", "/nonexistent", "--steps", "1"}, "dataset-fashion-mnist"}}) {
     Result r = gradsync(c.args);
     EXPECT_NE(r.status.code, 0) << c.args[1];

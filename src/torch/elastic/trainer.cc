@@ -3,15 +3,18 @@
 #include <cstdio>
 #include <exception>
 #include <memory>
+#include <optional>
 #include <thread>
 
 #include <fmt/format.h>
 
 #include "common/logging.h"
 #include "common/stop_request.h"
+#include "common/units.h"
 #include "gradsync/error.h"
 #include "gradsync/tcp.h"
 #include "job/elastic_worker.h"
+#include "job/hang_watch.h"
 #include "rendezvous/tcp_store.h"
 #include "schedule/schedule.h"
 #include "sync/strategy.h"
@@ -59,7 +62,9 @@ class ElasticTrainer {
                               .initialWorkers = job.bootstrap.size,
                               .timeout = job.bootstrap.timeout}),
         member_(options, parseElasticRange(options.elastic)),
-        me_(workerOf(job)) {
+        me_(workerOf(job)),
+        hangBound_(std::chrono::milliseconds(static_cast<int64_t>(
+            1000 * parseDurationSeconds(options.hangTimeout, "--hang-timeout")))) {
     if (!options.recordSamples.empty()) {
       member_.samples = std::make_unique<SampleLog>(options.recordSamples, me_.slot,
                                                     job.restartCount, me_.name + ", " + me_.where);
@@ -89,6 +94,7 @@ class ElasticTrainer {
   ElasticRendezvous rendezvous_;
   ElasticMember member_;
   ElasticWorker me_;
+  const std::chrono::milliseconds hangBound_;  // --hang-timeout; 0: no watch
   bool hasState_ = false;  // holds the job's state (received in a round): its progress counts
 };
 
@@ -137,12 +143,19 @@ ElasticOutcome ElasticTrainer::run() {
 
 // The round's transport outlives the round's optimizer, and a failure aborts it before the
 // optimizer goes: its engine's waits then end at once, and every other member's transport hears
-// of the abort and fails too, so the whole round notices within the step.
+// of the abort and fails too, so the whole round notices within the step. The hang watch (of the
+// next rank's heartbeats) aborts it the same way when that member stands still; it goes first.
 RoundEnd ElasticTrainer::trainRound(const ElasticMembership& m) {
   std::unique_ptr<Transport> transport = connectTcpTransport(
       *store_, m.rank, m.size(), roundMeshOptions(job_.bootstrap, job_.link, m.round));
   std::unique_ptr<ElasticRound> round;
+  std::optional<HangWatch> watch;
   try {
+    if (m.size() > 1 && hangBound_.count() > 0) {
+      const int next = (m.rank + 1) % m.size();
+      watch.emplace(*store_, m.round, m.rank, m.size(), describeMember(m.members[next], next),
+                    hangBound_, [&t = *transport](std::exception_ptr e) { t.abort(e); });
+    }
     checkSameSettings(*transport, job_.settings);
     shareState(*transport, *member_.net, member_.optimizer, member_.progress);
     hasState_ = true;
@@ -223,6 +236,7 @@ void validateElasticOptions(const TrainOptions& options) {
     refuseElastic("--trace", "a trace gathers the ranks of one fixed run");
   if (options.freezeBatchNorm)
     refuseElastic("frozen BatchNorm", "only the equivalence tests use it");
+  parseDurationSeconds(options.hangTimeout, "--hang-timeout");  // ConfigError if it is none
 }
 
 ElasticOutcome runElasticTraining(const ElasticJob& job, const TrainOptions& options) {

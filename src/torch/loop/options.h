@@ -98,6 +98,9 @@ struct TrainOptions {
   // --record-samples DIR (elastic runs): each worker writes the dataset indices of every step it
   // trains, so that a run can be checked to use every sample once per epoch.
   std::string recordSamples;
+  // --hang-timeout (elastic runs; a duration, "0": off): a member whose heartbeats stop this long
+  // (SIGSTOP, frozen, swapping) is evicted within it, whatever --timeout says (job/hang_watch.h).
+  std::string hangTimeout = "10s";
   // --waves K: Wavelet's tick-tock waves per worker (torch/waves/wavelet_trainer.h; 1: none),
   // training one set of weights per worker as --wave-consistency says: "shared" or "accumulate".
   // With
