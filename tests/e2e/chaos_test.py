@@ -1,0 +1,81 @@
+#!/usr/bin/env python3
+"""scripts/chaos.py on a real elastic job (docs/cluster.md, "Chaos harness"):
+
+  tests/e2e/chaos_test.py GRADSYNC_BINARY
+
+One epoch of mlp on Fashion-MNIST, 4 workers under `gradsync launch --elastic --max-restarts`,
+faults at a high rate for the first seconds (seed 1 draws a kill, then a stop): the harness must
+inject both kinds on real processes, the job must become whole again after each (the killed worker
+restarted, the stopped one evicted after --timeout and back when woken), commit the fault-free
+run's steps with every sample of the epoch once, end within a point of its test accuracy, and
+count more attempted steps than committed ones only by steps a fault cut. Bad arguments exit 2.
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+CHAOS = os.path.join(ROOT, "scripts", "chaos.py")
+
+
+def chaos(binary, out, *args):
+    return subprocess.run([sys.executable, CHAOS, "--gradsync", binary, "--out", out, *args],
+                          capture_output=True, text=True, timeout=240)
+
+
+def expect(condition, message, run=None):
+    if not condition:
+        detail = f"\n--- stdout:\n{run.stdout}\n--- stderr:\n{run.stderr}" if run else ""
+        sys.exit(f"FAILED: {message}{detail}")
+
+
+def bad_arguments_exit_2(binary, out):
+    for args, reason in ((["--faults", "kill,flood", "--", "--model", "mlp"], "kill and/or stop"),
+                         (["--", "--model", "mlp", "--elastic", "2:4"], "--elastic is the harness's own"),
+                         (["--workers", "1"], "at least 2")):
+        run = chaos(binary, out, *args)
+        expect(run.returncode == 2 and reason in run.stderr,
+               f"{args} should exit 2 saying '{reason}'", run)
+
+
+def faults_cost_nothing_but_time(binary, out):
+    run = chaos(binary, out, "--seed", "1", "--per-minute", "40", "--duration", "6",
+                "--stop-seconds", "4", "--", "--model", "mlp", "--epochs", "1", "--hang-timeout", "1s",
+                "--quiet")
+    expect(run.returncode == 0, f"chaos.py exited {run.returncode}", run)
+    with open(os.path.join(out, "report.json")) as f:
+        report = json.load(f)
+    kinds = sorted({f["kind"] for f in report["faults"]})
+    expect(kinds == ["kill", "stop"], f"faults of both kinds, got {report['faults']}", run)
+    for fault in report["faults"]:
+        # whole again: a restart or a wake-up, a rendezvous, and a round of 4 training; a stop
+        # costs its 4 s (the others evict it after --hang-timeout's 1 s, and go on).
+        expect(fault["whole_after"] is not None and fault["whole_after"] < 20,
+               f"the job should be whole again within 20 s of {fault}", run)
+    reference = report["reference"]
+    expect(report["ok"] and "each once" in report["samples"], report["samples"], run)
+    expect(report["faulty"]["rounds"][0].startswith("4@0") and len(report["faulty"]["rounds"]) >= 3,
+           f"rounds {report['faulty']['rounds']}: each fault should end a round", run)
+    expect(report["committed_steps"] == reference["steps"],
+           f"{report['committed_steps']} steps committed, the fault-free run's {reference['steps']}", run)
+    lost = report["attempted_steps"] - report["committed_steps"]
+    expect(0 <= lost <= len(report["faults"]) * 2,
+           f"{lost} steps begun and not committed for {len(report['faults'])} faults", run)
+    gap = reference["final_test_accuracy"] - report["faulty"]["final_test_accuracy"]
+    expect(gap <= 0.01, f"accuracy {gap:.4f} below the fault-free run's", run)
+    expect(os.path.getsize(os.path.join(out, "timeline.svg")) > 0, "no timeline.svg", run)
+    print(run.stdout, end="")
+
+
+def main():
+    binary = os.path.abspath(sys.argv[1])
+    with tempfile.TemporaryDirectory(prefix="gradsync-chaos-test-") as out:
+        bad_arguments_exit_2(binary, out)
+        faults_cost_nothing_but_time(binary, out)
+    print("chaos_test: passed")
+
+
+if __name__ == "__main__":
+    main()
