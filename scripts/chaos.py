@@ -20,7 +20,7 @@ newest round trains with MAX workers, none stopped): one that falls due during t
 the last waits for it, so every fault hits a running job and none can push it below MIN.
 
 Report (printed, and OUT/report.json): the faults with the time each took until the job was
-whole again; committed steps (the job's) against attempted steps (every (round, step) any worker
+whole again (null when the job ended first); committed steps (the job's) against attempted steps (every (round, step) any worker
 began: a step cut by a fault is begun again by the next round), the step efficiency
 committed/attempted; training time and steps per second against the fault-free run, and the
 time lost per fault; final test accuracy and training loss against it; whether every sample of
