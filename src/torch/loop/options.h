@@ -99,7 +99,8 @@ struct TrainOptions {
   // trains, so that a run can be checked to use every sample once per epoch.
   std::string recordSamples;
   // --hang-timeout (elastic runs; a duration, "0": off): a member whose heartbeats stop this long
-  // (SIGSTOP, frozen, swapping) is evicted within it, whatever --timeout says (job/hang_watch.h).
+  // (SIGSTOP, frozen, swapping) is evicted within about 1.5 times it, whatever --timeout says
+  // (job/hang_watch.h).
   std::string hangTimeout = "10s";
   // --waves K: Wavelet's tick-tock waves per worker (torch/waves/wavelet_trainer.h; 1: none),
   // training one set of weights per worker as --wave-consistency says: "shared" or "accumulate".
