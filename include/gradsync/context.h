@@ -18,6 +18,9 @@
 
 namespace gradsync {
 
+class ElasticSession;
+class HangWatch;
+
 struct InitOptions {
   // Values that override the environment (unset fields are taken from it).
   BootstrapFlags bootstrap;
@@ -62,9 +65,13 @@ class Context {
   std::unique_ptr<TcpStoreServer> server_;  // rank 0 of a job of several only
   std::shared_ptr<Store> store_;
   std::unique_ptr<Transport> transport_;
+  // An elastic round's watch of a hung member (ElasticSession): it aborts transport_, so it is
+  // declared after it (destroyed first). Null elsewhere.
+  std::unique_ptr<HangWatch> watch_;
   int generation_ = 0;
 
   friend Context shrink(Context context, const ShrinkOptions& options);
+  friend class ElasticSession;
 };
 
 // Resolves the job from options and the process environment (GRADSYNC_LOG_LEVEL included),

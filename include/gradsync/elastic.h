@@ -34,6 +34,13 @@ struct ElasticSessionOptions {
   // The job as gradsync::init takes it (launcher environment, flags). The ranks of a round always
   // talk over TCP (TLS with bootstrap.tls); link emulation applies.
   InitOptions init;
+  // A member of a round whose heartbeats (a thread of each member's own, through the job's
+  // store) stop this long is named, within about 1.5 times it, by the member before it, which
+  // aborts its round's transport: every member's collective then throws (TimeoutError on that
+  // member, naming the hung one; PeerLostError elsewhere) and the job re-forms without it, as
+  // for a lost member, whatever the bootstrap timeout is. 0: no watch (the timeout bounds a
+  // silent member). docs/cluster.md, "Elastic workers".
+  std::chrono::milliseconds hangTimeout{10'000};
 };
 
 class ElasticSession {

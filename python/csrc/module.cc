@@ -149,17 +149,19 @@ std::shared_ptr<Job> init(std::optional<int> rank, std::optional<int> size,
 
 // gs.init in an elastic job (python/gradsync/torch/elastic.py): the session, whose rounds give
 // the Jobs.
-std::shared_ptr<ElasticSession> elasticSession(std::string range, std::optional<int> rank,
-                                               std::optional<int> size,
-                                               std::optional<std::string> masterAddr,
-                                               std::optional<int> masterPort,
-                                               std::optional<std::string> timeout,
-                                               std::optional<std::string> jobToken, bool tls,
-                                               double bandwidth, bool keepFreedMemory) {
+std::shared_ptr<ElasticSession> elasticSession(
+    std::string range, std::optional<int> rank, std::optional<int> size,
+    std::optional<std::string> masterAddr, std::optional<int> masterPort,
+    std::optional<std::string> timeout, std::optional<std::string> jobToken, bool tls,
+    double bandwidth, bool keepFreedMemory, std::optional<double> hangTimeoutSeconds) {
   if (keepFreedMemory) keepFreedMemoryInHeap();
   ElasticSessionOptions options{
       .range = std::move(range),
       .init = initOptions(rank, size, masterAddr, masterPort, timeout, jobToken, tls, bandwidth)};
+  if (hangTimeoutSeconds) {
+    options.hangTimeout =
+        std::chrono::milliseconds(static_cast<int64_t>(1000 * *hangTimeoutSeconds));
+  }
   py::gil_scoped_release noGil;
   return std::make_shared<ElasticSession>(options);
 }
@@ -346,7 +348,8 @@ PYBIND11_MODULE(_C, m) {
       .def("finish", &ElasticSession::finish, py::call_guard<py::gil_scoped_release>());
   m.def("elastic_session", &elasticSession, py::arg("range"), py::arg("rank"), py::arg("size"),
         py::arg("master_addr"), py::arg("master_port"), py::arg("timeout"), py::arg("job_token"),
-        py::arg("tls"), py::arg("bandwidth"), py::arg("keep_freed_memory"));
+        py::arg("tls"), py::arg("bandwidth"), py::arg("keep_freed_memory"),
+        py::arg("hang_timeout_seconds") = std::nullopt);
   bindCollectives(m);
   bindOptimizer(m);
   bindAverager(m);

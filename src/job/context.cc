@@ -6,6 +6,7 @@
 #include "common/socket.h"
 #include "gradsync/tcp.h"
 #include "job/agreement.h"
+#include "job/hang_watch.h"
 #include "job/host_transport.h"
 #include "rendezvous/tcp_store.h"
 
@@ -20,7 +21,19 @@ Context::Context(BootstrapConfig config, std::unique_ptr<TcpStoreServer> server,
       generation_(generation) {}
 
 Context::Context(Context&&) noexcept = default;
-Context& Context::operator=(Context&&) noexcept = default;
+
+Context& Context::operator=(Context&& other) noexcept {
+  if (this == &other) return *this;
+  watch_.reset();  // it aborts transport_ when a member hangs: it must go before transport_ does
+  config_ = std::move(other.config_);
+  server_ = std::move(other.server_);
+  store_ = std::move(other.store_);
+  transport_ = std::move(other.transport_);
+  watch_ = std::move(other.watch_);
+  generation_ = other.generation_;
+  return *this;
+}
+
 Context::~Context() = default;
 
 TcpTransportOptions tcpOptionsFor(const BootstrapConfig& config, const TransportOptions& link) {

@@ -10,6 +10,7 @@
 #include "gradsync/tcp.h"
 #include "job/agreement.h"
 #include "job/elastic_worker.h"
+#include "job/hang_watch.h"
 #include "rendezvous/tcp_store.h"
 
 namespace gradsync {
@@ -24,9 +25,10 @@ ElasticRange rangeOf(const std::string& text, const BootstrapConfig& config) {
 
 struct ElasticSession::State {
   State(const BootstrapConfig& config, const TransportOptions& link, ElasticRange range,
-        int restartCount)
+        int restartCount, std::chrono::milliseconds hangTimeout)
       : config(config),
         link(link),
+        hangTimeout(hangTimeout),
         store(connectStore(config, &server)),
         rendezvous(*store,
                    {.range = range, .initialWorkers = config.size, .timeout = config.timeout}),
@@ -37,6 +39,7 @@ struct ElasticSession::State {
 
   const BootstrapConfig config;
   const TransportOptions link;
+  const std::chrono::milliseconds hangTimeout;
   std::unique_ptr<TcpStoreServer> server;  // worker 0's, when no launcher serves the store
   std::shared_ptr<Store> store;
   ElasticRendezvous rendezvous;
@@ -50,7 +53,7 @@ ElasticSession::ElasticSession(const ElasticSessionOptions& options) {
   setLogLevel(env.logLevel);
   BootstrapConfig config = resolveBootstrap(options.init.bootstrap, env);
   state_ = std::make_unique<State>(config, options.init.link, rangeOf(options.range, config),
-                                   env.restartCount);
+                                   env.restartCount, options.hangTimeout);
 }
 
 ElasticSession::~ElasticSession() = default;
@@ -71,7 +74,15 @@ std::optional<Context> ElasticSession::joinNextRound(int64_t progress) {
   config.size = m.size();
   config.source = fmt::format("elastic round {}", m.round);
   GS_LOG(kInfo, "{}: rank {} of {} in elastic round {}", s.me.name, m.rank, m.size(), m.round);
-  return Context(config, nullptr, s.store, std::move(transport));
+  Context context(config, nullptr, s.store, std::move(transport));
+  if (m.size() > 1 && s.hangTimeout.count() > 0) {
+    const int next = (m.rank + 1) % m.size();
+    Transport& t = context.transport();  // moving the Context keeps the Transport where it is
+    context.watch_ = std::make_unique<HangWatch>(
+        *s.store, m.round, m.rank, m.size(), describeMember(m.members[next], next), s.hangTimeout,
+        [&t](std::exception_ptr e) { t.abort(e); });
+  }
+  return context;
 }
 
 int64_t ElasticSession::round() const {

@@ -1,8 +1,10 @@
 """hvd.elastic on gradsync's elastic rounds: Horovod's elastic example under `gradsync launch
---elastic`, with a worker killed (SIGKILL) while it trains; and what elastic refuses."""
+--elastic`, with a worker killed (SIGKILL) or stopped (SIGSTOP) while it trains; and what elastic
+refuses."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -88,6 +90,57 @@ def test_a_killed_worker_is_left_behind_and_comes_back(tmp_path):
     for other in result["parameters"][1:]:  # one model on every worker, the newcomer's too
         assert all(torch.equal(a, b) for a, b in zip(first, other))
     assert result["accuracy"] > 0.75  # 2 epochs of a small MLP: 81-82% without a failure
+
+
+@pytest.mark.skipif(not GRADSYNC.exists(), reason=f"{GRADSYNC} not built")
+@pytest.mark.skipif(not (DATA / "t10k-images-idx3-ubyte.gz").exists(),
+                    reason=f"Fashion-MNIST not in {DATA} (dataset-fashion-mnist)")
+def test_a_stopped_worker_is_evicted_within_the_hang_timeout_and_comes_back(tmp_path):
+    """3 workers; one is stopped (SIGSTOP) at step 50 for 5 s, under a 30 s timeout and
+    GRADSYNC_HANG_TIMEOUT=1s: the member before it sees its heartbeats stop and the round
+    re-forms with 2 within 2.5 s of the stop (the bound is about 1.5 x 1 s), not after the
+    timeout; woken, the worker comes back in a later round, and the job ends with 3 workers
+    holding one model."""
+    out = tmp_path / "elastic.pt"
+    launcher = subprocess.Popen(
+        [str(GRADSYNC), "launch", "--elastic", "-n", "3", "--", sys.executable, str(EXAMPLE),
+         "--epochs", "2", "--samples", "24000", "--save", str(out)],
+        env=dict(example_env(), GRADSYNC_HANG_TIMEOUT="1s"), stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True)
+    lines, stopped, regrouped = [], None, None
+    deadline = time.monotonic() + 120
+    try:
+        for line in launcher.stdout:
+            lines.append(line)
+            if stopped is None and "step 50:" in line:
+                workers = children(launcher.pid)
+                assert len(workers) == 3, workers
+                os.kill(workers[1], signal.SIGSTOP)
+                stopped = time.monotonic()
+            elif stopped is not None and regrouped is None and ": 2 workers from commit" in line:
+                regrouped = time.monotonic()
+                os.kill(workers[1], signal.SIGCONT)
+            elif stopped is not None and regrouped is None and time.monotonic() > stopped + 5:
+                os.kill(workers[1], signal.SIGCONT)  # not evicted: wake it, and fail below
+                break
+            assert time.monotonic() < deadline, "".join(lines)
+        rest, _ = launcher.communicate(timeout=180)
+    finally:
+        if stopped is not None:
+            with contextlib.suppress(ProcessLookupError):  # never leave it stopped
+                os.kill(workers[1], signal.SIGCONT)
+        launcher.kill()
+    output = "".join(lines) + rest
+    assert regrouped is not None, output[-4000:]
+    print(f"the round of 2 formed {regrouped - stopped:.2f} s after the stop")
+    assert regrouped - stopped < 2.5, output[-4000:]
+    assert "gave no sign of life" in output, output[-4000:]
+    assert launcher.returncode == 0, output[-4000:]
+    result = torch.load(out)
+    assert result["sizes"][0] == 3 and result["sizes"][-1] == 3 and 2 in result["sizes"], output
+    first = result["parameters"][0]
+    for other in result["parameters"][1:]:
+        assert all(torch.equal(a, b) for a, b in zip(first, other))
 
 
 REFUSALS = """

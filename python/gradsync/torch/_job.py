@@ -41,6 +41,20 @@ def _parse_rate(rate) -> float:
     return float(match.group(1)) * scale / 8
 
 
+def _parse_seconds(duration, what: str) -> float | None:
+    """Seconds of a duration: a number (seconds) or "500ms", "2s", "1.5min"; None stays None."""
+    if duration is None or isinstance(duration, (int, float)):
+        seconds = duration
+    else:
+        match = re.fullmatch(r"\s*([0-9.]+)\s*(ms|s|min)?\s*", str(duration))
+        if not match:
+            raise ConfigError(f"{what} {duration!r}: give seconds or e.g. '500ms', '2s', '1min'")
+        seconds = float(match.group(1)) * {"ms": 1e-3, "s": 1, None: 1, "min": 60}[match.group(2)]
+    if seconds is not None and seconds < 0:
+        raise ConfigError(f"{what} {duration!r} is negative (0 turns it off)")
+    return seconds
+
+
 def _port_beside_torch() -> int | None:
     """A port for gradsync's store when torch.distributed's holds MASTER_PORT already (its
     init_process_group came first): rank 0 picks a free one and tells the others through
@@ -64,7 +78,7 @@ def init(*, rank: int | None = None, size: int | None = None, master_addr: str |
          master_port: int | None = None, timeout: str | float | None = None,
          job_token: str | None = None, process_sets=None, tls: bool = False,
          bandwidth=None, handle_ctrl_c: bool = True, keep_freed_memory: bool = True,
-         elastic: str | None = None) -> None:
+         elastic: str | None = None, hang_timeout: str | float | None = None) -> None:
     """Joins this process to its job; blocks until every rank has called it.
 
     The job comes from the arguments, else the launcher's environment: `gradsync launch` and
@@ -86,7 +100,10 @@ def init(*, rank: int | None = None, size: int | None = None, master_addr: str |
     freed and faults them back in at every step, which halved CPU training throughput here
     (docs/performance.md). `elastic` ("MIN:MAX"; GRADSYNC_ELASTIC; under `gradsync launch
     --elastic` by default 1:N) makes the job elastic: it runs in rounds that hvd.elastic.run
-    re-forms when a rank is lost or a worker comes in (elastic.py). Calling init() again does
+    re-forms when a rank is lost or a worker comes in (elastic.py); in it, a worker that is
+    alive but silent (stopped, frozen) for `hang_timeout` ("10s" by default;
+    GRADSYNC_HANG_TIMEOUT; 0: off) is found by heartbeats and the round re-forms without it,
+    whatever `timeout` is (docs/cluster.md, "Elastic workers"). Calling init() again does
     nothing.
     """
     global _job, _session, _watch
@@ -107,7 +124,11 @@ def init(*, rank: int | None = None, size: int | None = None, master_addr: str |
         if process_sets:
             raise ConfigError("process sets do not combine with an elastic job: its ranks "
                               "change from round to round")
-        _session = _C.elastic_session(range=elastic, **arguments)
+        if hang_timeout is None:
+            hang_timeout = os.environ.get("GRADSYNC_HANG_TIMEOUT")
+        _session = _C.elastic_session(
+            range=elastic, hang_timeout_seconds=_parse_seconds(hang_timeout, "hang_timeout"),
+            **arguments)
         _job = _session.join(progress=-1, watch_ctrl_c=_watch)
         if _job is None:  # nothing left for this worker to do: it ends as the job did
             print(f"gradsync: {_session.name}: the elastic job finished before this worker "
