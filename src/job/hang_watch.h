@@ -7,9 +7,10 @@
 // count of the next rank of the round (ring order: two store requests per member per period,
 // whatever the round's size). A count that has not moved for `bound` names that member hung:
 // onHung gets a TimeoutError saying so (its context's peer is that rank), once, and the watch
-// beats on without watching; the caller aborts the round's transport, which
-// fails every member's round, and the job re-forms without the hung worker. A slow step does
-// not look hung: the heartbeats come from a thread of their own.
+// beats on without watching; the caller aborts the round's transport, which fails every
+// member's round, and the job re-forms without the hung worker. A slow step does not look hung:
+// the heartbeats come from a thread of their own. Blocking: the destructor waits for the thread,
+// which may be in a store request (bounded by the store's timeout).
 //
 // A watcher whose own thread was held up for more than half the bound (it was stopped itself,
 // or starved) restarts its clock instead of naming anyone: it cannot tell who stood still. A
