@@ -75,13 +75,8 @@ std::optional<Context> ElasticSession::joinNextRound(int64_t progress) {
   config.source = fmt::format("elastic round {}", m.round);
   GS_LOG(kInfo, "{}: rank {} of {} in elastic round {}", s.me.name, m.rank, m.size(), m.round);
   Context context(config, nullptr, s.store, std::move(transport));
-  if (m.size() > 1 && s.hangTimeout.count() > 0) {
-    const int next = (m.rank + 1) % m.size();
-    Transport& t = context.transport();  // moving the Context keeps the Transport where it is
-    context.watch_ = std::make_unique<HangWatch>(
-        *s.store, m.round, m.rank, m.size(), describeMember(m.members[next], next), s.hangTimeout,
-        [&t](std::exception_ptr e) { t.abort(e); });
-  }
+  // Moving the Context keeps the Transport where it is, so the watch's reference stays good.
+  context.watch_ = watchRound(*s.store, m, s.hangTimeout, context.transport());
   return context;
 }
 

@@ -91,4 +91,13 @@ void HangWatch::beat(std::chrono::steady_clock::time_point now) {
                "--hang-timeout, or 0: then only --timeout bounds a silent worker"})));
 }
 
+std::unique_ptr<HangWatch> watchRound(Store& store, const ElasticMembership& m,
+                                      std::chrono::milliseconds bound, Transport& transport) {
+  if (m.size() < 2 || bound.count() <= 0) return nullptr;
+  const int next = (m.rank + 1) % m.size();
+  return std::make_unique<HangWatch>(store, m.round, m.rank, m.size(),
+                                     describeMember(m.members[next], next), bound,
+                                     [&transport](std::exception_ptr e) { transport.abort(e); });
+}
+
 }  // namespace gradsync

@@ -26,11 +26,14 @@
 #include <cstdint>
 #include <exception>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
 
 #include "gradsync/store.h"
+#include "gradsync/transport.h"
+#include "job/elastic_rendezvous.h"
 
 namespace gradsync {
 
@@ -70,5 +73,11 @@ class HangWatch {
   bool stopping_ = false;  // guarded by mutex_
   std::thread thread_;     // last: started once every member above is set
 };
+
+// The watch of this member of round `m` over the next rank, which aborts `transport` (the round's)
+// when that rank hangs; null when the round has one member or `bound` is 0. Destroy it before
+// the transport.
+std::unique_ptr<HangWatch> watchRound(Store& store, const ElasticMembership& m,
+                                      std::chrono::milliseconds bound, Transport& transport);
 
 }  // namespace gradsync

@@ -3,7 +3,6 @@
 #include <cstdio>
 #include <exception>
 #include <memory>
-#include <optional>
 #include <thread>
 
 #include <fmt/format.h>
@@ -149,13 +148,9 @@ RoundEnd ElasticTrainer::trainRound(const ElasticMembership& m) {
   std::unique_ptr<Transport> transport = connectTcpTransport(
       *store_, m.rank, m.size(), roundMeshOptions(job_.bootstrap, job_.link, m.round));
   std::unique_ptr<ElasticRound> round;
-  std::optional<HangWatch> watch;
+  std::unique_ptr<HangWatch> watch;
   try {
-    if (m.size() > 1 && hangBound_.count() > 0) {
-      const int next = (m.rank + 1) % m.size();
-      watch.emplace(*store_, m.round, m.rank, m.size(), describeMember(m.members[next], next),
-                    hangBound_, [&t = *transport](std::exception_ptr e) { t.abort(e); });
-    }
+    watch = watchRound(*store_, m, hangBound_, *transport);
     checkSameSettings(*transport, job_.settings);
     shareState(*transport, *member_.net, member_.optimizer, member_.progress);
     hasState_ = true;
