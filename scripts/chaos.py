@@ -217,7 +217,7 @@ def inject_fault(args, draws, watcher, at):
             "round": process["round"], "whole_after": None}
 
 
-def committed_steps(metrics, watcher):
+def committed_steps(metrics):
     """(round, step) of every step the job committed: round r's steps run from its first_step to
     the next round's (docs/metrics.md)."""
     rounds = metrics["elastic"]["rounds"]
@@ -252,7 +252,7 @@ def samples_once(committed, watcher):
 
 
 def summarize(metrics, watcher):
-    committed = committed_steps(metrics, watcher)
+    committed = committed_steps(metrics)
     times = sorted(watcher.first_seen[(r, s)] for r, s, _ in committed if (r, s) in watcher.first_seen)
     span = times[-1] - times[0] if len(times) > 1 else 0.0
     epochs = metrics.get("epochs") or [{}]

@@ -43,9 +43,10 @@ run() {
 }
 
 report() {
-  python3 - "$@" <<'PY'
-import collections, glob, json, os, re, sys
+  PYTHONPATH="$(dirname "$0")" python3 - "$@" <<'PY'
+import json, os, re, sys
 from datetime import datetime
+from chaos import SampleWatcher, committed_steps, samples_once  # scripts/chaos.py
 base, dirs = sys.argv[1], sys.argv[2:]
 unfailed = json.load(open(f"{base}/metrics.json"))["summary"]["final_test_accuracy"]
 def seconds(text):
@@ -56,20 +57,9 @@ for d in [base] + dirs:
     rounds = m["elastic"]["rounds"]
     acc = m["summary"]["final_test_accuracy"]
     # every sample of every epoch once, each step by every rank of its round
-    lines = collections.defaultdict(dict)
-    for f in glob.glob(f"{d}/samples/*.txt"):
-        for line in open(f):
-            if line.startswith("#"): continue
-            v = list(map(int, line.split()))
-            lines[(v[0], v[1])][v[3]] = (v[2], v[5:])
-    uses = collections.Counter()
-    for step in range(m["summary"]["steps"]):
-        r = [x for x in rounds if x["first_step"] <= step][-1]
-        ranks = lines[(r["round"], step)]
-        assert sorted(ranks) == list(range(r["workers"])), (d, step, sorted(ranks))
-        for epoch, indices in ranks.values():
-            for i in indices: uses[(epoch, i)] += 1
-    once = set(uses.values()) == {1}
+    watcher = SampleWatcher(f"{d}/samples")
+    watcher.poll(0)
+    once, samples = samples_once(committed_steps(m), watcher)
     recovery = ""
     if os.path.exists(f"{d}/kill_time"):
         killed = seconds(open(f"{d}/kill_time").read())
@@ -84,7 +74,7 @@ for d in [base] + dirs:
             recovery += f", -> restarted worker trains {seconds(joined[0]) - killed:.2f} s"
     shape = " ".join(f"{x['workers']}@{x['first_step']}" for x in rounds)
     print(f"{os.path.basename(d):14} acc {100*acc:6.2f}%  gap {100*(acc-unfailed):+5.2f}  "
-          f"rounds {shape}  samples once: {once} ({len(uses)}){recovery}")
+          f"rounds {shape}  samples once: {once} ({samples}){recovery}")
 PY
 }
 

@@ -124,11 +124,11 @@ def init(*, rank: int | None = None, size: int | None = None, master_addr: str |
         if process_sets:
             raise ConfigError("process sets do not combine with an elastic job: its ranks "
                               "change from round to round")
+        given = "hang_timeout"
         if hang_timeout is None:
-            hang_timeout = os.environ.get("GRADSYNC_HANG_TIMEOUT")
+            hang_timeout, given = os.environ.get("GRADSYNC_HANG_TIMEOUT"), "GRADSYNC_HANG_TIMEOUT"
         _session = _C.elastic_session(
-            range=elastic, hang_timeout_seconds=_parse_seconds(hang_timeout, "hang_timeout"),
-            **arguments)
+            range=elastic, hang_timeout_seconds=_parse_seconds(hang_timeout, given), **arguments)
         _job = _session.join(progress=-1, watch_ctrl_c=_watch)
         if _job is None:  # nothing left for this worker to do: it ends as the job did
             print(f"gradsync: {_session.name}: the elastic job finished before this worker "
