@@ -19,6 +19,7 @@
 #include "sync/strategy.h"
 #include "torch/elastic/round.h"
 #include "torch/loop/metrics.h"
+#include "torch/loop/training_model.h"
 
 namespace gradsync {
 namespace {
@@ -190,15 +191,8 @@ TrainResult ElasticTrainer::result(bool stopped) const {
   r.finalTestAccuracy = p.epochs.empty() ? 0 : p.epochs.back().testAccuracy;
   r.compressWarmupSteps = member_.options.compression.warmupSteps;
   r.evaluations = p.evaluations;
-  for (const torch::Tensor& t : member_.net->parameters()) {
-    const float* data = t.data_ptr<float>();
-    r.parameters.insert(r.parameters.end(), data, data + t.numel());
-  }
-  const double steps = static_cast<double>(std::max<int64_t>(member_.stepsRun, 1));
-  const StepProfile& s = member_.sums;
-  r.perStep = {s.computeMs / steps,   s.commMs / steps,   s.exposedCommMs / steps,
-               s.optimizerMs / steps, s.stepMs / steps,   s.bytesSent / steps,
-               s.denseBytes / steps,  s.encodeMs / steps, s.decodeMs / steps};
+  r.parameters = flatParameters(*member_.net);
+  r.perStep = perStepOf(member_.sums, member_.stepsRun);
   return r;
 }
 

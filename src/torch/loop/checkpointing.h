@@ -12,17 +12,10 @@
 #include <string>
 
 #include "ckpt/checkpoint_dir.h"
+#include "torch/loop/epoch_loop.h"
 #include "torch/loop/options.h"
 
 namespace gradsync {
-
-// Where a run stands after `step` completed steps.
-struct RunPosition {
-  int64_t step = 0;                 // steps completed
-  double epochLossSum = 0;          // this rank's sum of this epoch's losses so far
-  std::vector<EpochRecord> epochs;  // finished epochs
-  std::vector<uint8_t> syncState;   // loaded: this rank's DistributedOptimizer::syncState()
-};
 
 // The settings a checkpoint must agree with to be resumed (the rest may change, e.g. --steps).
 struct RunIdentity {

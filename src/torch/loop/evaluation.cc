@@ -11,6 +11,12 @@
 
 namespace gradsync {
 
+double meanOverRanks(Transport& transport, double sum, double count) {
+  std::array<float, 2> sums = {static_cast<float>(sum), static_cast<float>(count)};
+  allreduce(transport, sums, ReduceOp::kSum, {.tag = tags::kTrainer});
+  return sums[1] > 0 ? sums[0] / sums[1] : 0.0;  // in float, as the sums are
+}
+
 double testAccuracy(Model& net, const DataSource& data, Transport& transport, size_t samples) {
   const size_t testSize = std::min(samples, data.testSize());
   const auto rank = static_cast<size_t>(transport.rank());
@@ -35,9 +41,7 @@ double testAccuracy(Model& net, const DataSource& data, Transport& transport, si
     seen += indices.size();
     indices.clear();
   }
-  std::array<float, 2> sums = {static_cast<float>(correct), static_cast<float>(seen)};
-  allreduce(transport, sums, ReduceOp::kSum, {.tag = tags::kTrainer});
-  return sums[1] > 0 ? sums[0] / sums[1] : 0.0;
+  return meanOverRanks(transport, static_cast<double>(correct), static_cast<double>(seen));
 }
 
 double heldOutLoss(Model& net, const DataSource& data, Transport& transport, size_t samples) {

@@ -11,6 +11,10 @@
 
 namespace gradsync {
 
+// The sum of every rank's `sum` over the sum of their `count`s (0 if those are 0), through one
+// allreduce of two floats on the trainers' tag (counts up to 2^24 are exact). Collective.
+double meanOverRanks(Transport& transport, double sum, double count);
+
 // Accuracy of `net` (in evaluation mode, without gradients) on the first `samples` test samples
 // (all of them by default): each rank of `transport` evaluates every size()-th one and the counts
 // are summed across ranks. Collective; leaves `net` in evaluation mode.
@@ -23,13 +27,7 @@ double testAccuracy(Model& net, const DataSource& data, Transport& transport,
 double heldOutLoss(Model& net, const DataSource& data, Transport& transport,
                    size_t samples = SIZE_MAX);
 
-// What an evaluation measured: a classifier's accuracy or a language model's held-out loss (the
-// other NaN).
-struct Quality {
-  double testAccuracy;
-  double heldOutLoss;
-};
-// testAccuracy or heldOutLoss, as `data` is images or text.
+// testAccuracy or heldOutLoss, as `data` is images or text (Quality: torch/loop/options.h).
 Quality evaluateModel(Model& net, const DataSource& data, Transport& transport,
                       size_t samples = SIZE_MAX);
 

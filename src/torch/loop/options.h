@@ -148,6 +148,21 @@ struct StepProfile {
   double deviceMs = 0;
 };
 
+// `sums` over a run's steps divided by `steps` (at least 1): a TrainResult's perStep.
+inline StepProfile perStepOf(const StepProfile& sums, int64_t steps) {
+  const double n = static_cast<double>(steps > 1 ? steps : 1);
+  return {sums.computeMs / n, sums.commMs / n,    sums.exposedCommMs / n, sums.optimizerMs / n,
+          sums.stepMs / n,    sums.bytesSent / n, sums.denseBytes / n,    sums.encodeMs / n,
+          sums.decodeMs / n,  sums.deviceMs / n};
+}
+
+// What an evaluation measured: a classifier's accuracy or a language model's held-out loss (the
+// other NaN).
+struct Quality {
+  double testAccuracy;
+  double heldOutLoss;
+};
+
 // A test-set evaluation during training (--eval-every, and every epoch's end).
 struct Evaluation {
   int64_t step = 0;         // steps completed

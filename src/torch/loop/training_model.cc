@@ -13,4 +13,14 @@ std::shared_ptr<Model> makeTrainingModel(const TrainOptions& options, int rank) 
   return model;
 }
 
+std::vector<float> flatParameters(Model& net) {
+  std::vector<float> flat;
+  for (const torch::Tensor& p : net.parameters()) {
+    const torch::Tensor values = p.detach().contiguous();
+    const float* data = values.data_ptr<float>();
+    flat.insert(flat.end(), data, data + values.numel());
+  }
+  return flat;
+}
+
 }  // namespace gradsync

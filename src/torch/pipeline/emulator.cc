@@ -1,8 +1,10 @@
 // The single-process pipeline emulator (torch/pipeline/pipeline.h).
+#include <cmath>
 #include <map>
 
 #include "common/check.h"
-#include "torch/pipeline/loop.h"
+#include "torch/loop/epoch_loop.h"
+#include "torch/loop/progress.h"
 #include "torch/pipeline/pipeline.h"
 #include "torch/pipeline/setup.h"
 #include "torch/pipeline/stage.h"
@@ -27,18 +29,22 @@ class Emulator {
   }
 
   TrainResult run() {
-    PipelineLoopHooks hooks{
-        .segment = [this](int64_t first, int64_t steps,
-                          std::vector<float>& losses) { return segment(first, steps, losses); },
-        .evaluate = [this] { return evaluate(); },
+    const LoopHooks hooks{
+        .train = [this](int64_t first, int64_t steps,
+                        std::vector<float>& losses) { return segment(first, steps, losses); },
+        .evaluate =
+            [this](size_t) {
+              return Quality{evaluate(), std::nan("")};
+            },
         // Rounded through float as the real pipeline's allreduce does, so both report the same.
         .globalMean =
             [](double sum, double count) {
               const float s = static_cast<float>(sum), n = static_cast<float>(count);
               return n > 0 ? static_cast<double>(s) / n : 0.0;
-            }};
-    TrainResult result =
-        runPipelineLoop(options_, data_.stepsPerEpoch(), data_.globalBatch(), true, hooks);
+            },
+        .describe = [](const EpochRecord& record,
+                       int epochs) { return describeEpoch(record, epochs, 0); }};
+    TrainResult result = runEpochLoop(pipelineLoopShape(options_, data_, true), {}, hooks).result;
     result.perStep.computeMs = result.perStep.stepMs;  // one thread: nothing waits
     for (const auto& stage : stages_) {
       std::vector<float> flat = stage->flatParameters();

@@ -277,4 +277,14 @@ std::pair<torch::Tensor, torch::Tensor> gatherSamples(const DataSource& data, bo
   return {x, y};
 }
 
+LoopShape pipelineLoopShape(const TrainOptions& options, const MicroBatches& data, bool show) {
+  const auto perEpoch = static_cast<int64_t>(data.stepsPerEpoch());
+  return {.stepsPerEpoch = perEpoch,
+          .totalSteps = options.steps > 0 ? options.steps : perEpoch * options.epochs,
+          .globalBatch = data.globalBatch(),
+          .evalEvery = options.evalEvery,
+          .segmentSteps = perEpoch,
+          .show = show && !options.quiet};
+}
+
 }  // namespace gradsync

@@ -14,6 +14,7 @@
 #include "pipeline/stage_optimizer.h"
 #include "pipeline/wave_placement.h"
 #include "torch/loop/data_source.h"
+#include "torch/loop/epoch_loop.h"
 #include "torch/loop/options.h"
 #include "torch/models/models.h"
 
@@ -68,6 +69,10 @@ class MicroBatches {
   size_t microBatch_;
   int microBatches_;
 };
+
+// The shared epoch loop's shape for a pipeline (segments up to an epoch's end or an --eval-every
+// point: the pipeline drains at their ends); `show`: this process prints the progress.
+LoopShape pipelineLoopShape(const TrainOptions& options, const MicroBatches& data, bool show);
 
 // The test samples replica `replica` of `replicas` evaluates (i ≡ replica mod replicas), in
 // batches of at most 500.

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <optional>
 #include <span>
@@ -12,7 +13,8 @@
 #include "gradsync/collectives.h"
 #include "gradsync/error.h"
 #include "pipeline/device_pinning.h"
-#include "torch/pipeline/loop.h"
+#include "torch/loop/epoch_loop.h"
+#include "torch/loop/progress.h"
 #include "torch/pipeline/pipeline.h"
 #include "torch/pipeline/setup.h"
 #include "torch/pipeline/stage.h"
@@ -43,7 +45,7 @@ class PipelineRank {
   double segment(int64_t first, int64_t steps, std::vector<float>& losses);
   void forward(const StageOp& op, int64_t first, std::vector<double>& stepLoss);
   void backward(const StageOp& op);
-  double evaluate();
+  Quality evaluate();
   double globalMean(double sum, double count);
   // Replica 0's stages' parameters in stage order, and its last stage's losses, on every rank.
   void gatherResult(TrainResult& result);
@@ -137,7 +139,7 @@ double PipelineRank::segment(int64_t first, int64_t steps, std::vector<float>& l
 
 // Each pipeline evaluates the test samples of its replica index through its stages; the last
 // stages' hits are summed over the job.
-double PipelineRank::evaluate() {
+Quality PipelineRank::evaluate() {
   const double trainingWaits = waited_;
   model_->eval();
   size_t hits = 0;
@@ -166,7 +168,7 @@ double PipelineRank::evaluate() {
   // Counts up to 2^24 are exact in float.
   std::vector<float> counts = {static_cast<float>(hits), static_cast<float>(seen)};
   allreduce(transport_, counts, ReduceOp::kSum, {.tag = tags::kTrainer});
-  return counts[1] > 0 ? static_cast<double>(counts[0]) / counts[1] : 0.0;
+  return {counts[1] > 0 ? static_cast<double>(counts[0]) / counts[1] : 0.0, std::nan("")};
 }
 
 double PipelineRank::globalMean(double sum, double count) {
@@ -194,13 +196,15 @@ void PipelineRank::gatherResult(TrainResult& result) {
 }
 
 TrainResult PipelineRank::run() {
-  PipelineLoopHooks hooks{
-      .segment = [this](int64_t first, int64_t steps,
-                        std::vector<float>& losses) { return segment(first, steps, losses); },
-      .evaluate = [this] { return evaluate(); },
-      .globalMean = [this](double sum, double count) { return globalMean(sum, count); }};
-  TrainResult result = runPipelineLoop(options_, data_.stepsPerEpoch(), data_.globalBatch(),
-                                       transport_.rank() == 0, hooks);
+  const LoopHooks hooks{
+      .train = [this](int64_t first, int64_t steps,
+                      std::vector<float>& losses) { return segment(first, steps, losses); },
+      .evaluate = [this](size_t) { return evaluate(); },  // the whole test set
+      .globalMean = [this](double sum, double count) { return globalMean(sum, count); },
+      .describe = [](const EpochRecord& record,
+                     int epochs) { return describeEpoch(record, epochs, 0); }};
+  const LoopShape shape = pipelineLoopShape(options_, data_, transport_.rank() == 0);
+  TrainResult result = runEpochLoop(shape, {}, hooks).result;
   const double steps = static_cast<double>(std::max<int64_t>(result.steps, 1));
   result.perStep.exposedCommMs = waited_ * 1e3 / steps;
   result.perStep.computeMs = result.perStep.stepMs - result.perStep.exposedCommMs;

@@ -25,6 +25,7 @@
 #include "torch/loop/batch_loss.h"
 #include "torch/loop/checkpointing.h"
 #include "torch/loop/data_source.h"
+#include "torch/loop/epoch_loop.h"
 #include "torch/loop/evaluation.h"
 #include "torch/loop/metrics.h"
 #include "torch/loop/progress.h"
@@ -91,15 +92,11 @@ class Trainer {
   // at the same steps; not with the servers' asynchronous and delayed strategies, whose workers
   // do not wait for each other and would, at each exchange).
   void watchStragglers(int64_t step);
-  // Accuracy (or a language model's held-out loss) on the first `samples` test samples (all of
-  // them by default).
-  Quality evaluate(size_t samples = SIZE_MAX);
-  double globalMean(double localSum, double localCount);
+  // Accuracy (or a language model's held-out loss) on the first `samples` test samples.
+  Quality evaluate(size_t samples);
   RunIdentity identity() const;
   RunPosition startingPosition();
   void maybeCheckpoint(const RunPosition& position, bool last);
-  EpochRecord finishEpoch(int epoch, double lossSum, int64_t steps, double seconds);
-  double evaluateBetweenSteps(int64_t step, double trainingSeconds, TrainResult& result);
 
   Transport& transport_;
   const SyncStrategy strategy_;
@@ -252,12 +249,6 @@ float Trainer::trainStep(int64_t epoch, size_t step, int64_t globalStep) {
   return lossValue;
 }
 
-double Trainer::globalMean(double localSum, double localCount) {
-  std::vector<float> sums = {static_cast<float>(localSum), static_cast<float>(localCount)};
-  allreduce(transport_, sums, ReduceOp::kSum, {.tag = tags::kTrainer});
-  return sums[1] > 0 ? sums[0] / sums[1] : 0.0;
-}
-
 // Each rank evaluates every size()-th test sample; the counts are summed across ranks.
 Quality Trainer::evaluate(size_t samples) {
   if (!net_->predicts()) return {std::nan(""), std::nan("")};  // emulated compute: nothing
@@ -324,95 +315,54 @@ void Trainer::maybeCheckpoint(const RunPosition& position, bool last) {
   if (failure) std::rethrow_exception(failure);
 }
 
-// --eval-every: records the accuracy at `step`; returns the seconds the evaluation took, which
-// the caller keeps out of the training time.
-double Trainer::evaluateBetweenSteps(int64_t step, double trainingSeconds, TrainResult& result) {
-  auto start = MonotonicClock::now();
-  size_t samples = options_.evalSamples > 0 ? options_.evalSamples : SIZE_MAX;
-  const Quality quality = evaluate(samples);
-  result.evaluations.push_back({step, trainingSeconds, quality.testAccuracy, quality.heldOutLoss});
-  return secondsSince(start);
-}
-
-EpochRecord Trainer::finishEpoch(int epoch, double lossSum, int64_t steps, double seconds) {
-  EpochRecord record;
-  record.epoch = epoch + 1;
-  record.seconds = seconds;
-  record.samplesPerSecond = static_cast<double>(sampler_->globalBatch() * steps) / seconds;
-  record.trainLoss = globalMean(lossSum, static_cast<double>(steps));
-  const Quality quality = evaluate();
-  record.testAccuracy = quality.testAccuracy;
-  record.heldOutLoss = quality.heldOutLoss;
-  return record;
-}
-
 TrainResult Trainer::run() {
-  TrainResult result;
-  const int64_t total = totalSteps();
-  const auto perEpoch = static_cast<int64_t>(sampler_->stepsPerEpoch());
-  const int epochs = static_cast<int>((total + perEpoch - 1) / perEpoch);
-  RunPosition position = startingPosition();
-  distributed_.setStep(position.step);
-  Progress progress(transport_.rank() == 0 && !options_.quiet, total, epochs);
-  int64_t stepsRun = 0;
-  while (position.step < total && !result.stopped) {
-    const int epoch = static_cast<int>(position.step / perEpoch);
-    const int64_t epochEnd = std::min(total, (epoch + 1) * perEpoch);
-    const int64_t epochFirst = position.step;
-    auto epochStart = MonotonicClock::now();
-    double evalSeconds = 0;  // spent in --eval-every evaluations this epoch
-    const double dataBefore = dataSeconds_;
-    for (; position.step < epochEnd; ++stepsRun) {
-      const int64_t inEpoch = position.step % perEpoch;
-      const auto stepStart = MonotonicClock::now();
-      float loss = trainStep(epoch, static_cast<size_t>(inEpoch), position.step);
-      const double stepSeconds = secondsSince(stepStart);
-      result.losses.push_back(loss);
-      position.epochLossSum += loss;
-      ++position.step;
-      result.stopped = stopAgreed(position.step, stepSeconds);
-      watchStragglers(position.step);
-      const bool last = position.step == total || result.stopped;
-      // When the epoch is complete the checkpoint waits for its record (below); a run stopping
-      // mid-epoch (--steps, or asked to stop) saves the partial epoch, so a resume continues it.
-      if (position.step % perEpoch != 0) maybeCheckpoint(position, last);
-      double trained = secondsSince(epochStart) - evalSeconds;
-      double rate =
-          static_cast<double>(sampler_->globalBatch() * (position.step - epochFirst)) / trained;
-      progress.step(position.step, epoch + 1, inEpoch + 1, perEpoch, loss, rate);
-      if (result.stopped) break;
-      if (options_.evalEvery > 0 && position.step % options_.evalEvery == 0 &&
-          position.step < epochEnd) {
-        settle();
-        trained = secondsSince(epochStart) - evalSeconds;
-        evalSeconds += evaluateBetweenSteps(position.step, result.seconds + trained, result);
-      }
-    }
-    settle();
-    double seconds = secondsSince(epochStart) - evalSeconds;
-    result.seconds += seconds;
-    if (result.stopped && position.step % perEpoch != 0) break;  // a partial epoch: no record
-    EpochRecord record =
-        finishEpoch(epoch, position.epochLossSum, position.step - epoch * perEpoch, seconds);
-    // The epoch's throughput counts only the steps this process ran.
-    record.samplesPerSecond =
-        static_cast<double>(sampler_->globalBatch() * (position.step - epochFirst)) / seconds;
-    record.dataSeconds = dataSeconds_ - dataBefore;
-    progress.line(describeEpoch(record, epochs, data_->windowTokens()));
-    position.epochs.push_back(record);
-    result.evaluations.push_back(
-        {position.step, result.seconds, record.testAccuracy, record.heldOutLoss});
-    position.epochLossSum = 0;
-    if (position.step % perEpoch == 0) {
-      maybeCheckpoint(position, position.step == total || result.stopped);
-    }
-  }
-  if (result.stopped) {
-    progress.line(fmt::format(
-        "stopped by signal {} after step {}{}", stopRequested(), position.step,
-        checkpoints_ ? fmt::format("; checkpoint {}", checkpoints_->pathForStep(position.step))
-                     : ""));
-  }
+  RunPosition start = startingPosition();
+  distributed_.setStep(start.step);
+  const LoopShape shape{.stepsPerEpoch = static_cast<int64_t>(sampler_->stepsPerEpoch()),
+                        .totalSteps = totalSteps(),
+                        .globalBatch = sampler_->globalBatch(),
+                        .evalEvery = options_.evalEvery,
+                        .evalSamples = options_.evalSamples > 0 ? options_.evalSamples : SIZE_MAX,
+                        .segmentSteps = 1,
+                        .show = transport_.rank() == 0 && !options_.quiet};
+  double dataBefore = 0;  // dataSeconds_ at the epoch's start
+  const LoopHooks hooks{
+      .train =
+          [&](int64_t step, int64_t, std::vector<float>& losses) {
+            const auto perEpoch = static_cast<int64_t>(sampler_->stepsPerEpoch());
+            losses.push_back(
+                trainStep(step / perEpoch, static_cast<size_t>(step % perEpoch), step));
+            return static_cast<double>(losses.back());
+          },
+      .evaluate = [this](size_t samples) { return evaluate(samples); },
+      .globalMean = [this](double sum,
+                           double count) { return meanOverRanks(transport_, sum, count); },
+      .describe = [this](
+                      const EpochRecord& record,
+                      int epochs) { return describeEpoch(record, epochs, data_->windowTokens()); },
+      .stopAfter =
+          [this](int64_t step, double seconds) {
+            const bool stop = stopAgreed(step, seconds);
+            watchStragglers(step);
+            return stop;
+          },
+      .settle = [this] { settle(); },
+      .describeStop =
+          [this](int64_t step) {
+            return fmt::format("stopped by signal {} after step {}{}", stopRequested(), step,
+                               checkpoints_
+                                   ? fmt::format("; checkpoint {}", checkpoints_->pathForStep(step))
+                                   : "");
+          },
+      .completeEpoch =
+          [&](EpochRecord& record) {
+            record.dataSeconds = dataSeconds_ - dataBefore;
+            dataBefore = dataSeconds_;
+          },
+      .checkpoint = [this](const RunPosition& position,
+                           bool last) { maybeCheckpoint(position, last); }};
+  LoopOutcome outcome = runEpochLoop(shape, std::move(start), hooks);
+  TrainResult& result = outcome.result;
   if (trace_) writeRunTrace(*trace_, transport_, options_);
   result.stragglers = stragglers_.reports();
   result.guard = distributed_.guardEvents();
@@ -423,20 +373,9 @@ TrainResult Trainer::run() {
   result.compressWarmupSteps = options_.compression.warmupSteps;
   result.compressSpec = options_.compression.spec;
   result.dataCache = data_->cacheStats();
-  result.epochs = position.epochs;
-  result.steps = position.step;
-  double stepsHere = static_cast<double>(std::max<int64_t>(stepsRun, 1));
-  result.samplesPerSecond =
-      result.seconds > 0 ? static_cast<double>(sampler_->globalBatch()) * stepsHere / result.seconds
-                         : 0;
   result.tokensPerSecond =
       result.samplesPerSecond * static_cast<double>(gptContextOf(options_.model));
-  result.finalTestAccuracy = result.epochs.empty() ? 0 : result.epochs.back().testAccuracy;
-  result.finalHeldOutLoss = result.epochs.empty() ? 0 : result.epochs.back().heldOutLoss;
-  for (const torch::Tensor& p : net_->parameters()) {
-    const float* data = p.data_ptr<float>();
-    result.parameters.insert(result.parameters.end(), data, data + p.numel());
-  }
+  result.parameters = flatParameters(*net_);
   const SyncStats totals = distributed_.stats();
   const StalenessCounts mine{totals.asyncPushes, totals.stalenessSum, totals.stalenessMax};
   result.staleness = gatherStaleness(transport_, strategy_, mine, tags::kTrainer);
@@ -447,12 +386,9 @@ TrainResult Trainer::run() {
   sums_.denseBytes = static_cast<double>(totals.denseBytes);
   sums_.encodeMs = totals.encodeSeconds * 1e3;
   sums_.decodeMs = totals.decodeSeconds * 1e3;
-  result.perStep = {sums_.computeMs / stepsHere,     sums_.commMs / stepsHere,
-                    sums_.exposedCommMs / stepsHere, sums_.optimizerMs / stepsHere,
-                    sums_.stepMs / stepsHere,        sums_.bytesSent / stepsHere,
-                    sums_.denseBytes / stepsHere,    sums_.encodeMs / stepsHere,
-                    sums_.decodeMs / stepsHere,      net_->deviceSeconds() * 1e3 / stepsHere};
-  return result;
+  sums_.deviceMs = net_->deviceSeconds() * 1e3;
+  result.perStep = perStepOf(sums_, outcome.stepsRun);
+  return std::move(result);
 }
 
 }  // namespace

@@ -18,6 +18,7 @@
 #include "gradsync/torch/distributed_optimizer.h"
 #include "torch/api/sync_setup.h"
 #include "torch/loop/data_source.h"
+#include "torch/loop/epoch_loop.h"
 #include "torch/loop/evaluation.h"
 #include "torch/loop/progress.h"
 #include "torch/loop/training_model.h"
@@ -60,8 +61,8 @@ class WaveletTrainer {
   float waveStep(Wave& wave, int epoch, int64_t round);
   void abortAll(std::exception_ptr error);
   double evaluate();
-  double globalMean(double localSum, double localCount);
-  void finish(TrainResult& result, int64_t steps);
+  // The result's parameters, per-step profile and the waves' own records.
+  void finish(TrainResult& result);
 
   Transport& transport_;
   const TrainOptions options_;
@@ -190,12 +191,6 @@ void WaveletTrainer::runRounds(int epoch, int64_t first, int64_t end) {
   }
 }
 
-double WaveletTrainer::globalMean(double localSum, double localCount) {
-  std::vector<float> sums = {static_cast<float>(localSum), static_cast<float>(localCount)};
-  allreduce(transport_, sums, ReduceOp::kSum, {.tag = tags::kTrainer});
-  return sums[1] > 0 ? sums[0] / sums[1] : 0.0;
-}
-
 // On wave 0's replica holding the master's weights and the waves' mean BatchNorm statistics
 // (each replica's running statistics saw only its own wave's batches), averaged across workers.
 double WaveletTrainer::evaluate() {
@@ -218,57 +213,55 @@ double WaveletTrainer::evaluate() {
   return testAccuracy(eval, *data_, transport_);
 }
 
+// The shared epoch loop (torch/loop/epoch_loop.h) in wave steps: a round is one step of each
+// wave, and a segment the rounds of one epoch.
 TrainResult WaveletTrainer::run() {
-  TrainResult result;
   const int64_t totalRounds =
       options_.steps > 0 ? options_.steps / waves_ : roundsPerEpoch_ * options_.epochs;
-  const int epochs = static_cast<int>((totalRounds + roundsPerEpoch_ - 1) / roundsPerEpoch_);
-  Progress progress(transport_.rank() == 0 && !options_.quiet, totalRounds * waves_, epochs);
-  progress.line(fmt::format("waves: {} per worker ({}), batch {} each, {} rounds", waves_,
-                            options_.waveConsistency, options_.batchSize, totalRounds));
-  for (int epoch = 0; epoch < epochs; ++epoch) {
-    const int64_t first = epoch * roundsPerEpoch_;
-    const int64_t end = std::min(totalRounds, first + roundsPerEpoch_);
-    const auto start = MonotonicClock::now();
-    runRounds(epoch, first, end);
-    const double seconds = secondsSince(start);
-    result.seconds += seconds;
-    double lossSum = 0;
-    for (int64_t i = 0; i < end - first; ++i) {
-      for (const Wave& wave : wave_) {
-        result.losses.push_back(wave.losses[i]);
-        lossSum += wave.losses[i];
-      }
-    }
-    EpochRecord record;
-    record.epoch = epoch + 1;
-    record.seconds = seconds;
-    const int64_t steps = (end - first) * waves_;
-    record.samplesPerSecond = static_cast<double>(sampler_->globalBatch() * steps) / seconds;
-    record.trainLoss = globalMean(lossSum, static_cast<double>(steps));
-    record.testAccuracy = evaluate();
-    progress.line(fmt::format(
-        "epoch {}/{}: train loss {:.4f}, test accuracy {:.2f}%, {:.0f} samples/s ({} waves, {})",
-        record.epoch, epochs, record.trainLoss, 100 * record.testAccuracy, record.samplesPerSecond,
-        waves_, options_.waveConsistency));
-    result.epochs.push_back(record);
-    result.evaluations.push_back({end * waves_, result.seconds, record.testAccuracy});
+  const LoopShape shape{.stepsPerEpoch = roundsPerEpoch_ * waves_,
+                        .totalSteps = totalRounds * waves_,
+                        .globalBatch = sampler_->globalBatch(),
+                        .segmentSteps = roundsPerEpoch_ * waves_,
+                        .show = transport_.rank() == 0 && !options_.quiet};
+  if (shape.show) {
+    std::printf("waves: %d per worker (%s), batch %zu each, %lld rounds\n", waves_,
+                options_.waveConsistency.c_str(), options_.batchSize,
+                static_cast<long long>(totalRounds));
   }
-  finish(result, totalRounds * waves_);
+  const LoopHooks hooks{
+      .train =
+          [this](int64_t first, int64_t count, std::vector<float>& losses) {
+            const int64_t firstRound = first / waves_;
+            runRounds(static_cast<int>(firstRound / roundsPerEpoch_), firstRound,
+                      firstRound + count / waves_);
+            double sum = 0;
+            for (size_t i = 0; i < wave_[0].losses.size(); ++i) {
+              for (const Wave& wave : wave_) {
+                losses.push_back(wave.losses[i]);
+                sum += wave.losses[i];
+              }
+            }
+            return sum;
+          },
+      .evaluate =
+          [this](size_t) {
+            return Quality{evaluate(), std::nan("")};
+          },
+      .globalMean = [this](double sum,
+                           double count) { return meanOverRanks(transport_, sum, count); },
+      .describe =
+          [this](const EpochRecord& record, int epochs) {
+            return fmt::format("{} ({} waves, {})", describeEpoch(record, epochs, 0), waves_,
+                               options_.waveConsistency);
+          }};
+  TrainResult result = runEpochLoop(shape, {}, hooks).result;
+  finish(result);
   return result;
 }
 
-void WaveletTrainer::finish(TrainResult& result, int64_t steps) {
-  result.steps = steps;
-  const double perStep = 1.0 / static_cast<double>(std::max<int64_t>(steps, 1));
-  result.samplesPerSecond =
-      result.seconds > 0 ? static_cast<double>(sampler_->globalBatch() * steps) / result.seconds
-                         : 0;
-  result.finalTestAccuracy = result.epochs.empty() ? 0 : result.epochs.back().testAccuracy;
-  for (const torch::Tensor& p : master_->net().parameters()) {
-    const float* data = p.data_ptr<float>();
-    result.parameters.insert(result.parameters.end(), data, data + p.numel());
-  }
+void WaveletTrainer::finish(TrainResult& result) {
+  const double perStep = 1.0 / static_cast<double>(std::max<int64_t>(result.steps, 1));
+  result.parameters = flatParameters(master_->net());
   StepProfile& profile = result.perStep;
   for (const Wave& wave : wave_) {
     const SyncStats stats = wave.distributed->stats();
@@ -283,7 +276,6 @@ void WaveletTrainer::finish(TrainResult& result, int64_t steps) {
     result.guard.insert(result.guard.end(), guard.begin(), guard.end());
   }
   profile.optimizerMs = master_->optimizerSeconds() * 1e3 * perStep;
-  profile.stepMs = result.seconds * 1e3 * perStep;  // wall time per wave step
   result.schedule = wave_[0].distributed->schedule();
   result.fusedUpdateSteps = master_->optimizer().fusedSteps();
   result.waveIntervals = intervals_;
