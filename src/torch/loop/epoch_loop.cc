@@ -26,8 +26,8 @@ class EpochLoop {
         hooks_(hooks),
         position_(std::move(start)),
         firstStep_(position_.step),
-        epochs_(static_cast<int>((shape.totalSteps + shape.stepsPerEpoch - 1) /
-                                 shape.stepsPerEpoch)),
+        epochs_(
+            static_cast<int>((shape.totalSteps + shape.stepsPerEpoch - 1) / shape.stepsPerEpoch)),
         progress_(shape.show, shape.totalSteps, epochs_) {}
 
   LoopOutcome run();
@@ -133,7 +133,8 @@ LoopOutcome EpochLoop::run() {
   r.epochs = position_.epochs;
   r.steps = position_.step;
   const auto run = static_cast<double>(outcome.stepsRun);
-  r.samplesPerSecond = r.seconds > 0 ? static_cast<double>(shape_.globalBatch) * run / r.seconds : 0;
+  r.samplesPerSecond =
+      r.seconds > 0 ? static_cast<double>(shape_.globalBatch) * run / r.seconds : 0;
   r.perStep.stepMs = outcome.stepsRun > 0 ? r.seconds * 1e3 / run : 0;
   r.finalTestAccuracy = r.epochs.empty() ? 0 : r.epochs.back().testAccuracy;
   r.finalHeldOutLoss = r.epochs.empty() ? 0 : r.epochs.back().heldOutLoss;

@@ -20,32 +20,31 @@ struct Recorder {
   int64_t stoppedAt = -1;
 
   LoopHooks hooks() {
-    return {
-        .train =
-            [this](int64_t first, int64_t count, std::vector<float>& losses) {
-              segments.emplace_back(first, count);
-              double sum = 0;
-              for (int64_t s = first; s < first + count; ++s) {
-                losses.push_back(static_cast<float>(s));
-                sum += static_cast<double>(s);
-              }
-              return sum;
-            },
-        .evaluate =
-            [this](size_t samples) {
-              evaluatedSamples.push_back(samples);
-              return Quality{0.5, std::nan("")};
-            },
-        .globalMean = [](double sum, double count) { return sum / count; },
-        .describe = [](const EpochRecord&, int) { return std::string(); },
-        .stopAfter = [this](int64_t step, double) { return step == stopAt; },
-        .describeStop =
-            [this](int64_t step) {
-              stoppedAt = step;
-              return std::string();
-            },
-        .checkpoint = [this](const RunPosition& position,
-                             bool last) { checkpoints.emplace_back(position.step, last); }};
+    return {.train =
+                [this](int64_t first, int64_t count, std::vector<float>& losses) {
+                  segments.emplace_back(first, count);
+                  double sum = 0;
+                  for (int64_t s = first; s < first + count; ++s) {
+                    losses.push_back(static_cast<float>(s));
+                    sum += static_cast<double>(s);
+                  }
+                  return sum;
+                },
+            .evaluate =
+                [this](size_t samples) {
+                  evaluatedSamples.push_back(samples);
+                  return Quality{0.5, std::nan("")};
+                },
+            .globalMean = [](double sum, double count) { return sum / count; },
+            .describe = [](const EpochRecord&, int) { return std::string(); },
+            .stopAfter = [this](int64_t step, double) { return step == stopAt; },
+            .describeStop =
+                [this](int64_t step) {
+                  stoppedAt = step;
+                  return std::string();
+                },
+            .checkpoint = [this](const RunPosition& position,
+                                 bool last) { checkpoints.emplace_back(position.step, last); }};
   }
 };
 
@@ -64,12 +63,13 @@ TEST(EpochLoop, SegmentsEndAtEpochEndsAndEvaluationPoints) {
                         .evalSamples = 100,
                         .segmentSteps = 10};
   const LoopOutcome outcome = runEpochLoop(shape, {}, recorder.hooks());
-  const std::vector<std::pair<int64_t, int64_t>> segments = {
-      {0, 4}, {4, 4}, {8, 2}, {10, 2}, {12, 4}, {16, 4}, {20, 4}, {24, 1}};
+  const std::vector<std::pair<int64_t, int64_t>> segments = {{0, 4},  {4, 4},  {8, 2},  {10, 2},
+                                                             {12, 4}, {16, 4}, {20, 4}, {24, 1}};
   EXPECT_EQ(recorder.segments, segments);
   // --eval-every points inside an epoch on 100 samples, each epoch's end (the last one partial)
   // on all of them.
-  EXPECT_EQ(stepsOf(outcome.result.evaluations), (std::vector<int64_t>{4, 8, 10, 12, 16, 20, 24, 25}));
+  EXPECT_EQ(stepsOf(outcome.result.evaluations),
+            (std::vector<int64_t>{4, 8, 10, 12, 16, 20, 24, 25}));
   const std::vector<size_t> samples = {100, 100, SIZE_MAX, 100, 100, SIZE_MAX, 100, SIZE_MAX};
   EXPECT_EQ(recorder.evaluatedSamples, samples);
   ASSERT_EQ(outcome.result.epochs.size(), 3u);
@@ -95,8 +95,8 @@ TEST(EpochLoop, StepwiseRunsCheckpointAsDueAndStopWithoutAPartialRecord) {
     EXPECT_EQ(recorder.segments[i], std::make_pair(static_cast<int64_t>(i), int64_t{1}));
   }
   // After each step within an epoch; after the record at an epoch's end; the stop's is the last.
-  const std::vector<std::pair<int64_t, bool>> checkpoints = {
-      {1, false}, {2, false}, {3, false}, {4, false}, {5, false}, {6, true}};
+  const std::vector<std::pair<int64_t, bool>> checkpoints = {{1, false}, {2, false}, {3, false},
+                                                             {4, false}, {5, false}, {6, true}};
   EXPECT_EQ(recorder.checkpoints, checkpoints);
   EXPECT_TRUE(outcome.result.stopped);
   EXPECT_EQ(outcome.result.steps, 6);
