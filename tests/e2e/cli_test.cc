@@ -628,6 +628,8 @@ TEST_F(CliTrain, BadFlagsGiveAOneLineErrorWithTheChoices) {
             "--elastic does not support --schedule p3"},
            {{"train", "--elastic", "2:4", "--sync", "asgd"}, "--elastic does not support --sync"},
            {{"train", "--elastic", "2:4", "--sync", "sharded"}, "optimizer state of its shard"},
+           {{"train", "--elastic", "2:4", "--sync", "diloco:20,fragments=2"},
+            "--elastic does not support Streaming DiLoCo"},
            {{"train", "--elastic", "2:4", "--transport", "loopback"}, "processes over TCP"},
            {{"train", "--record-samples", "/tmp/x"}, "--record-samples records elastic runs"},
            {{"train", "--hang-timeout", "2s"}, "--hang-timeout watches elastic runs"},

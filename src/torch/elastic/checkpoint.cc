@@ -55,19 +55,22 @@ void checkElasticIdentity(const nlohmann::json& run, const ElasticIdentity& iden
 
 void saveElasticCheckpoint(CheckpointDir& dir, torch::nn::Module& model,
                            torch::optim::Optimizer& optimizer, const ElasticIdentity& identity,
-                           const ElasticProgress& progress) {
+                           const ElasticProgress& progress, const std::vector<uint8_t>& sync) {
   const std::string run = elasticRunJson(identity, progress.step).dump();
-  dir.write(progress.step,
-            {{"run", {run.begin(), run.end()}},
-             {"progress", encodeProgress(progress)},
-             {"model", archiveBytes([&](auto& archive) { model.save(archive); })},
-             {"optimizer", archiveBytes([&](auto& archive) { optimizer.save(archive); })}});
+  std::vector<Section> sections = {
+      {"run", {run.begin(), run.end()}},
+      {"progress", encodeProgress(progress)},
+      {"model", archiveBytes([&](auto& archive) { model.save(archive); })},
+      {"optimizer", archiveBytes([&](auto& archive) { optimizer.save(archive); })}};
+  if (!sync.empty()) sections.push_back({"sync", sync});
+  dir.write(progress.step, sections);
 }
 
 std::optional<ElasticProgress> loadElasticCheckpoint(const CheckpointDir& dir,
                                                      torch::nn::Module& model,
                                                      torch::optim::Optimizer& optimizer,
-                                                     const ElasticIdentity& identity) {
+                                                     const ElasticIdentity& identity,
+                                                     std::vector<uint8_t>& sync) {
   if (!dir.latest()) return std::nullopt;
   const LoadedCheckpoint checkpoint = dir.loadLatest();
   const Section& runSection = findSection(checkpoint.sections, "run");
@@ -89,6 +92,10 @@ std::optional<ElasticProgress> loadElasticCheckpoint(const CheckpointDir& dir,
   loadArchiveBytes(findSection(checkpoint.sections, "optimizer").data,
                    fmt::format("{}: section 'optimizer'", checkpoint.path),
                    [&](auto& archive) { optimizer.load(archive); });
+  sync.clear();
+  for (const Section& section : checkpoint.sections) {
+    if (section.name == "sync") sync = section.data;
+  }
   return progress;
 }
 

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "ckpt/checkpoint_dir.h"
 #include "torch/elastic/state.h"
@@ -30,17 +31,20 @@ struct ElasticIdentity {
   uint64_t seed = 0;
 };
 
+// `sync`: localsgd's and diloco's committed synchronization state (the outer optimizer's;
+// torch/elastic/round.h), saved as a section of its own when not empty.
 void saveElasticCheckpoint(CheckpointDir& dir, torch::nn::Module& model,
                            torch::optim::Optimizer& optimizer, const ElasticIdentity& identity,
-                           const ElasticProgress& progress);
+                           const ElasticProgress& progress, const std::vector<uint8_t>& sync = {});
 
-// Loads the newest checkpoint into model (in place) and optimizer and returns its progress;
-// nullopt if the directory holds none. Throws DataError for a corrupt file (CheckpointDir says
-// which older one is intact), ConfigError for a checkpoint of a run without --elastic or with
-// other settings (naming the setting).
+// Loads the newest checkpoint into model (in place), optimizer and `sync` (empty if the checkpoint
+// has none) and returns its progress; nullopt if the directory holds none. Throws DataError for a
+// corrupt file (CheckpointDir says which older one is intact), ConfigError for a checkpoint of a
+// run without --elastic or with other settings (naming the setting).
 std::optional<ElasticProgress> loadElasticCheckpoint(const CheckpointDir& dir,
                                                      torch::nn::Module& model,
                                                      torch::optim::Optimizer& optimizer,
-                                                     const ElasticIdentity& identity);
+                                                     const ElasticIdentity& identity,
+                                                     std::vector<uint8_t>& sync);
 
 }  // namespace gradsync

@@ -12,6 +12,8 @@
 #include "common/stop_request.h"
 #include "common/tags.h"
 #include "gradsync/collectives.h"
+#include "sync/strategy.h"
+#include "torch/api/archive_bytes.h"
 #include "torch/elastic/checkpoint.h"
 #include "torch/loop/evaluation.h"
 
@@ -62,12 +64,32 @@ ElasticMember::ElasticMember(const TrainOptions& given, ElasticRange range)
       optimizer(net->parameters(), torch::optim::SGDOptions(options.lr).momentum(options.momentum)),
       checkpoints(options.checkpointDir.empty()
                       ? nullptr
-                      : std::make_unique<CheckpointDir>(options.checkpointDir)) {}
+                      : std::make_unique<CheckpointDir>(options.checkpointDir)) {
+  const SyncStrategy strategy = SyncStrategy::parse(options.sync);
+  if (strategy.kind == SyncStrategy::Kind::kLocalSgd) localPeriod_ = strategy.parameter;
+}
+
+void ElasticMember::commit(std::vector<uint8_t> state) {
+  sync = std::move(state);
+  committed_ = Commit{archiveBytes([&](auto& archive) { net->save(archive); }),
+                      archiveBytes([&](auto& archive) { optimizer.save(archive); }), progress,
+                      losses.size()};
+}
+
+int64_t ElasticMember::rollback() {
+  if (!committed_) return -1;
+  loadModuleInPlace(*net, committed_->model, "the last commit's model");
+  loadArchiveBytes(committed_->optimizer, "the last commit's optimizer state",
+                   [&](auto& archive) { optimizer.load(archive); });
+  progress = committed_->progress;
+  losses.resize(committed_->losses);
+  return progress.step;
+}
 
 void ElasticMember::checkpoint(bool last) {
   if (!checkpoints || checkpoints->latest() == progress.step) return;
   try {
-    saveElasticCheckpoint(*checkpoints, *net, optimizer, identityOf(*this), progress);
+    saveElasticCheckpoint(*checkpoints, *net, optimizer, identityOf(*this), progress, sync);
   } catch (const SystemError& e) {
     if (last) throw;
     GS_LOG(kError, "checkpoint of step {} not written, training goes on: {}", progress.step,
@@ -78,7 +100,7 @@ void ElasticMember::checkpoint(bool last) {
 bool ElasticMember::resume() {
   if (!checkpoints) return false;
   std::optional<ElasticProgress> saved =
-      loadElasticCheckpoint(*checkpoints, *net, optimizer, identityOf(*this));
+      loadElasticCheckpoint(*checkpoints, *net, optimizer, identityOf(*this), sync);
   if (!saved) return false;
   progress = std::move(*saved);
   return true;
@@ -94,7 +116,14 @@ ElasticRound::ElasticRound(ElasticMember& member, Transport& transport,
       display_(transport.rank() == 0 && !member.options.quiet,
                member.progress.step + stepsLeft(member),
                member.options.steps > 0 ? 1 : member.options.epochs),
-      nextCheck_(member.progress.step + 1) {}
+      nextCheck_(member.progress.step + 1) {
+  if (member.localPeriod() == 0) return;
+  // The outer steps fall on the job's steps; the committed outer state (rank 0's, shareState)
+  // continues, and the round's start is a commit.
+  distributed_.setStep(member.progress.step);
+  if (!member.sync.empty()) distributed_.loadSyncState(member.sync);
+  member.commit(distributed_.syncState());
+}
 
 ElasticRound::~ElasticRound() {
   const SyncStats stats = distributed_.stats();
@@ -108,13 +137,24 @@ RoundEnd ElasticRound::run() {
   for (;;) {
     const bool stepsDone = member_.options.steps > 0 && p.step >= member_.options.steps;
     if (p.data.offset == member_.sampler.datasetSize() || (stepsDone && p.data.offset > 0)) {
+      // The run's last outer step comes before its last evaluation.
+      if (stepsDone || p.data.epoch + 1 >= member_.options.epochs) finishLocal();
       finishEpoch();  // also a partial last epoch of --steps
       continue;
     }
-    if (trainingOver()) return RoundEnd::kFinished;
+    if (trainingOver()) {
+      finishLocal();
+      return RoundEnd::kFinished;
+    }
     const float loss = trainStep();
+    const int period = member_.localPeriod();
+    const bool outerStep = period > 0 && p.step % period == 0;
+    if (outerStep) member_.commit(distributed_.syncState());
+    // At each multiple of --checkpoint-every; with a local period at the first commit from it on.
     const int64_t every = member_.options.checkpointEvery;
-    if (transport_.rank() == 0 && every > 0 && p.step % every == 0) member_.checkpoint(false);
+    const bool due =
+        every > 0 && (period > 0 ? outerStep && p.step % every < period : p.step % every == 0);
+    if (transport_.rank() == 0 && due) member_.checkpoint(false);
     const bool epochEnds = p.data.offset == member_.sampler.datasetSize() ||
                            (member_.options.steps > 0 && p.step >= member_.options.steps);
     const size_t global = member_.sampler.globalBatch();
@@ -125,7 +165,10 @@ RoundEnd ElasticRound::run() {
     // An evaluation's training time is the sum of the checks' (below), so a check comes first.
     const int64_t evalEvery = member_.options.evalEvery;
     const bool evaluate = evalEvery > 0 && p.step % evalEvery == 0 && !epochEnds;
-    if (std::optional<RoundEnd> end = check(epochEnds || evaluate)) return *end;
+    const bool canEnd = period == 0 || outerStep;
+    if (std::optional<RoundEnd> end = check(epochEnds || evaluate || outerStep, canEnd)) {
+      return *end;
+    }
     if (evaluate) evaluateBetweenSteps();
   }
 }
@@ -142,6 +185,14 @@ void ElasticRound::evaluateBetweenSteps() {
   p.evaluations.push_back({p.step, seconds, accuracy, std::nan("")});
   display_.line(fmt::format("step {}: test accuracy {:.2f}% after {:.1f} s", p.step, 100 * accuracy,
                             seconds));
+}
+
+// An outer step of the last, shorter period, unless the last step was an outer step (the last
+// commit is of this step: one after an outer step, or a round's start from one).
+void ElasticRound::finishLocal() {
+  if (member_.localPeriod() == 0 || member_.committedStep() == member_.progress.step) return;
+  distributed_.synchronizeModel();
+  member_.commit(distributed_.syncState());
 }
 
 bool ElasticRound::trainingOver() const {
@@ -173,9 +224,20 @@ float ElasticRound::trainStep() {
       static_cast<double>(indices.size()) * size / static_cast<double>(stepSamples);
   (weight == 1.0 ? loss : loss * weight).backward();
   const auto computed = WallClock::now();
-  distributed_.synchronize();
-  const auto synchronized = WallClock::now();
-  member_.optimizer.step();
+  double waited = 0;  // for the communication (ms)
+  const auto timed = [](auto&& work) {
+    const auto begin = WallClock::now();
+    work();
+    return secondsSince(begin) * 1e3;
+  };
+  double optimizerMs = 0;
+  if (member_.localPeriod() > 0) {  // this member's own step, then the outer step if due
+    optimizerMs = timed([&] { member_.optimizer.step(); });
+    waited = timed([&] { distributed_.endLocalStep(); });
+  } else {
+    waited = timed([&] { distributed_.synchronize(); });
+    optimizerMs = timed([&] { member_.optimizer.step(); });
+  }
   // The step is complete here: from now on nothing throws before the progress says so.
   const double seconds = secondsSince(start);
   p.step += 1;
@@ -190,8 +252,8 @@ float ElasticRound::trainStep() {
   member_.stepsRun += 1;
   StepProfile& sums = member_.sums;
   sums.computeMs += std::chrono::duration<double, std::milli>(computed - start).count();
-  sums.exposedCommMs += std::chrono::duration<double, std::milli>(synchronized - computed).count();
-  sums.optimizerMs += secondsSince(synchronized) * 1e3;
+  sums.exposedCommMs += waited;
+  sums.optimizerMs += optimizerMs;
   sums.stepMs += seconds * 1e3;
   return value;
 }
@@ -199,7 +261,7 @@ float ElasticRound::trainStep() {
 // As the fixed trainer's stop check (trainer.cc), about every kCheckSeconds of training, so that
 // it costs well under 0.1% of a step however short the steps; also where rank 0 looks for
 // workers waiting to come in (one store request) and gives waiting workers a sign of life.
-std::optional<RoundEnd> ElasticRound::check(bool force) {
+std::optional<RoundEnd> ElasticRound::check(bool force, bool canEnd) {
   constexpr double kCheckSeconds = 0.5;
   constexpr double kMostStepsBetweenChecks = 64;
   ElasticProgress& p = member_.progress;
@@ -223,6 +285,7 @@ std::optional<RoundEnd> ElasticRound::check(bool force) {
   p.epochSeconds += votes[5] / static_cast<float>(size);
   lossSinceCheck_ = stepsSinceCheck_ = secondsSinceCheck_ = 0;
   if (lead) rendezvous_.heartbeat();
+  if (!canEnd) return std::nullopt;  // the next outer step's check decides (votes are cast again)
   if (const int stopping = static_cast<int>(votes[0]); stopping > 0) {
     // Those asked leave; the others go on without them while enough remain, or stop too.
     if (stopping == size || size - stopping < member_.range.min) return RoundEnd::kStopped;

@@ -2,9 +2,15 @@
 // a DistributedOptimizer over the round's own transport, from the state they share
 // (torch/elastic/state.h), until the training is over, a worker waits to come in, or a stop is
 // asked for. A lost member makes run() throw what the transport throws (PeerLostError,
-// TimeoutError); the caller aborts the transport and re-forms the job from the state as it stood
-// after the last step this member completed (gradient mode: a step's update is applied whole, after
-// every average arrived, or not at all).
+// TimeoutError); the caller aborts the transport, rolls the member back to its last commit
+// (ElasticMember::rollback) and re-forms the job from there.
+//
+// What a commit is (docs/cluster.md, "Elastic workers"): with ssgd every step (gradient mode: a
+// step's update is applied whole, after every average arrived, or not at all, so the state after
+// the last complete step is always committed); with localsgd and diloco, whose members train alone
+// between outer steps, the state after each outer step (and at a round's start): the steps since
+// are trained again by the next round, which starts there. Such a round regroups and stops only at
+// outer steps, and ends with an outer step.
 #pragma once
 
 #include <torch/torch.h>
@@ -55,11 +61,35 @@ struct ElasticMember {
   // Takes the newest checkpoint's state (--resume); false if there is none.
   bool resume();
 
+  // localsgd and diloco: H, the local steps between outer steps; 0 for ssgd.
+  int localPeriod() const { return localPeriod_; }
+  // Local period: keeps the state as it is now (the model, the optimizer, the progress, the
+  // losses' count) and `sync`, the round's DistributedOptimizer::syncState() (the outer
+  // optimizer's state), as the last commit. After each outer step and at a round's start.
+  void commit(std::vector<uint8_t> sync);
+  // Local period: goes back to the last commit (after a failed round); returns its step, or -1 if
+  // there is none (no commit yet, or ssgd: every complete step is committed).
+  int64_t rollback();
+  // The step of the last commit; -1 if none.
+  int64_t committedStep() const { return committed_ ? committed_->progress.step : -1; }
+  // The committed synchronization state (local period; empty before the first round): rank 0 of a
+  // round gives its own to the others (shareState), and the round loads it.
+  std::vector<uint8_t> sync;
+
   // This process's own: its losses, and its step profile's sums over the steps it ran.
   std::vector<float> losses;
   StepProfile sums;
   int64_t stepsRun = 0;
   double stepSeconds = 0;  // the latest step's duration
+
+ private:
+  struct Commit {
+    std::vector<uint8_t> model, optimizer;  // archives
+    ElasticProgress progress;
+    size_t losses = 0;
+  };
+  int localPeriod_ = 0;
+  std::optional<Commit> committed_;
 };
 
 class ElasticRound {
@@ -79,7 +109,12 @@ class ElasticRound {
   // At a step boundary (every ~0.5 s of training, and at an epoch's end when `force`), one
   // allreduce agrees on stops, on a worker waiting to come in, and on the losses and time since
   // the last check; returns how the round ends, if it does.
-  std::optional<RoundEnd> check(bool force);
+  // Local period: the round may end only at an outer step (`canEnd`); elsewhere a check agrees
+  // and records, and its decisions wait for the next outer step.
+  std::optional<RoundEnd> check(bool force, bool canEnd = true);
+  // Local period, at the run's end: an outer step now, if the last step was not one, then a
+  // commit.
+  void finishLocal();
   void finishEpoch();
   void evaluateBetweenSteps();
 

@@ -67,13 +67,14 @@ ElasticProgress decodeProgress(const std::vector<uint8_t>& bytes) {
 }
 
 void shareState(Transport& transport, Model& net, torch::optim::Optimizer& optimizer,
-                ElasticProgress& progress) {
+                ElasticProgress& progress, std::vector<uint8_t>* sync) {
   const bool source = transport.rank() == 0;
   StateWriter writer;
   if (source) {
     writer.write(encodeProgress(progress));
     writer.write(archiveBytes([&](auto& archive) { net.save(archive); }));
     writer.write(archiveBytes([&](auto& archive) { optimizer.save(archive); }));
+    if (sync != nullptr) writer.write(*sync);
   }
   const std::vector<uint8_t> bytes =
       broadcastBytes(transport, writer.bytes(), 0, {.tag = tags::kModelState});
@@ -83,12 +84,15 @@ void shareState(Transport& transport, Model& net, torch::optim::Optimizer& optim
   reader.read(progressBytes);
   reader.read(model);
   reader.read(optimizerBytes);
+  std::vector<uint8_t> syncBytes;
+  if (sync != nullptr) reader.read(syncBytes);
   reader.expectEnd();
   ElasticProgress shared = decodeProgress(progressBytes);
   loadModuleInPlace(net, model, "rank 0's model");
   loadArchiveBytes(optimizerBytes, "rank 0's optimizer state",
                    [&](auto& archive) { optimizer.load(archive); });
   progress = std::move(shared);
+  if (sync != nullptr) *sync = std::move(syncBytes);
 }
 
 }  // namespace gradsync

@@ -30,12 +30,13 @@ struct ElasticProgress {
 };
 
 // Makes every member's model (parameters and buffers), optimizer state and progress rank 0's,
-// with one broadcast of their bytes. A member replaces its own only once every byte arrived, so a
-// failure midway leaves its state as it was (still its own, consistent). Collective over
-// `transport`; throws what the transport throws (PeerLostError, TimeoutError), DataError for
-// bytes that do not load.
+// with one broadcast of their bytes; with `sync` (localsgd and diloco: the committed
+// synchronization state, torch/elastic/round.h) rank 0's bytes too. A member replaces its own
+// only once every byte arrived, so a failure midway leaves its state as it was (still its own,
+// consistent). Collective over `transport`; throws what the transport throws (PeerLostError,
+// TimeoutError), DataError for bytes that do not load.
 void shareState(Transport& transport, Model& net, torch::optim::Optimizer& optimizer,
-                ElasticProgress& progress);
+                ElasticProgress& progress, std::vector<uint8_t>* sync = nullptr);
 
 // The progress as bytes and back (exposed for tests).
 std::vector<uint8_t> encodeProgress(const ElasticProgress& progress);

@@ -85,6 +85,9 @@ class ElasticTrainer {
 
  private:
   RoundEnd trainRound(const ElasticMembership& m);
+  // After a failed round: back to the member's last commit (localsgd, diloco); says so for the
+  // log line ("" if there is nothing to roll back).
+  std::string rollBack();
   void announce(const ElasticMembership& m) const;
   TrainResult result(bool stopped) const;
 
@@ -117,12 +120,12 @@ ElasticOutcome ElasticTrainer::run() {
     try {
       end = trainRound(m);
     } catch (const PeerLostError& e) {
-      GS_LOG(kWarn, "{}: elastic round {} lost a worker ({}); the job re-forms", me_.name, m.round,
-             e.what());
+      GS_LOG(kWarn, "{}: elastic round {} lost a worker ({}); the job re-forms{}", me_.name,
+             m.round, e.what(), rollBack());
       continue;
     } catch (const TimeoutError& e) {
-      GS_LOG(kWarn, "{}: elastic round {} timed out ({}); the job re-forms", me_.name, m.round,
-             e.what());
+      GS_LOG(kWarn, "{}: elastic round {} timed out ({}); the job re-forms{}", me_.name, m.round,
+             e.what(), rollBack());
       continue;
     }
     if (end == RoundEnd::kRegroup) continue;
@@ -153,7 +156,8 @@ RoundEnd ElasticTrainer::trainRound(const ElasticMembership& m) {
   try {
     watch = watchRound(*store_, m, hangBound_, *transport);
     checkSameSettings(*transport, job_.settings);
-    shareState(*transport, *member_.net, member_.optimizer, member_.progress);
+    shareState(*transport, *member_.net, member_.optimizer, member_.progress,
+               member_.localPeriod() > 0 ? &member_.sync : nullptr);
     hasState_ = true;
     ElasticProgress& p = member_.progress;
     p.rounds.push_back({m.round, m.size(), p.step, p.data.epoch, p.data.offset});
@@ -164,6 +168,15 @@ RoundEnd ElasticTrainer::trainRound(const ElasticMembership& m) {
     transport->abort(std::current_exception());
     throw;
   }
+}
+
+std::string ElasticTrainer::rollBack() {
+  const int64_t before = member_.progress.step;
+  const int64_t step = member_.rollback();
+  if (step < 0) return "";
+  if (step == before) return fmt::format(" from the last outer step, step {}", step);
+  return fmt::format(" from the last outer step, step {}: steps {}-{} are trained again", step,
+                     step + 1, before);
 }
 
 void ElasticTrainer::announce(const ElasticMembership& m) const {
@@ -208,12 +221,20 @@ void validateElasticOptions(const TrainOptions& options) {
         "each worker keeps the optimizer state of its shard only, which a lost worker takes "
         "with it, and a step's update is applied shard by shard. Use ring ssgd");
   }
-  if (options.sync != "ssgd" || k.ps || k.servers > 0) {
+  const SyncStrategy strategy = SyncStrategy::parse(options.sync);
+  const bool local = strategy.kind == SyncStrategy::Kind::kLocalSgd;
+  if ((options.sync != "ssgd" && !local) || k.ps || k.servers > 0) {
     refuseElastic(
         fmt::format("--sync {}{}", options.sync, k.ps || k.servers > 0 ? " through servers" : ""),
-        "parameter servers hold the model apart from the workers, and asgd, ssp, the delayed "
-        "strategies and localsgd let each worker train its own copy: a lost worker's part "
-        "would need a recovery of its own. Use ring ssgd");
+        "parameter servers hold the model apart from the workers, and asgd, ssp and the delayed "
+        "strategies let each worker train its own copy, updated by pushes a lost worker may leave "
+        "half applied. Use ring ssgd, localsgd or diloco");
+  }
+  if (local && strategy.outer.streams()) {
+    refuseElastic("Streaming DiLoCo (fragments, delay)",
+                  "a fragment's outer step commits only that fragment, so a round has no step at "
+                  "which the whole state is committed to roll back to. Use diloco:H without "
+                  "fragments or delay");
   }
   if (ScheduleSpec::parse(options.schedule).prioritized()) {
     refuseElastic(

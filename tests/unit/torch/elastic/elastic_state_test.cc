@@ -96,6 +96,16 @@ TEST(ElasticState, EveryMemberGetsRankZerosState) {
   });
 }
 
+// localsgd's and diloco's committed synchronization state comes with the rest, rank 0's to all.
+TEST(ElasticState, TheSynchronizationStateIsRankZeros) {
+  runWithTransports(TransportKind::kLoopback, 3, [](Transport& t) {
+    Member member(t.rank());
+    std::vector<uint8_t> sync(static_cast<size_t>(10 + t.rank()), static_cast<uint8_t>(t.rank()));
+    shareState(t, *member.net, member.optimizer, member.progress, &sync);
+    EXPECT_EQ(sync, std::vector<uint8_t>(10, 0)) << "rank " << t.rank();
+  });
+}
+
 // Rank 0 sends the length of its state and fails: the others give up waiting for the bytes
 // (time out, or hear of their neighbour's failure) and keep their own state, bitwise.
 TEST(ElasticState, AFailedTransferLeavesAMembersStateWhole) {
@@ -127,9 +137,11 @@ TEST(ElasticCheckpoint, TheStateRoundTripsIntoAnotherMember) {
   Member joiner(2);  // another initialisation, no momentum yet
   std::vector<float*> storage;
   for (const torch::Tensor& p : joiner.net->parameters()) storage.push_back(p.data_ptr<float>());
+  std::vector<uint8_t> sync = {9};
   std::optional<ElasticProgress> progress =
-      loadElasticCheckpoint(checkpoints, *joiner.net, joiner.optimizer, kIdentity);
+      loadElasticCheckpoint(checkpoints, *joiner.net, joiner.optimizer, kIdentity, sync);
   ASSERT_TRUE(progress.has_value());
+  EXPECT_TRUE(sync.empty()) << "ssgd's checkpoint has no synchronization state";
   joiner.progress = *progress;
   EXPECT_EQ(joiner.bytes(), saved.bytes());
   size_t i = 0;
@@ -139,10 +151,25 @@ TEST(ElasticCheckpoint, TheStateRoundTripsIntoAnotherMember) {
   removeScratch(dir);
 }
 
+// localsgd's and diloco's outer state travels in a section of its own, byte for byte.
+TEST(ElasticCheckpoint, TheCommittedSynchronizationStateRoundTrips) {
+  const auto dir = scratchDir("gradsync-elastic-checkpoint", "sync");
+  CheckpointDir checkpoints(dir.string());
+  Member saved(1);
+  const std::vector<uint8_t> outer = {0, 1, 2, 254, 255, 7};
+  saveElasticCheckpoint(checkpoints, *saved.net, saved.optimizer, kIdentity, saved.progress, outer);
+  Member loaded(2);
+  std::vector<uint8_t> sync;
+  ASSERT_TRUE(loadElasticCheckpoint(checkpoints, *loaded.net, loaded.optimizer, kIdentity, sync));
+  EXPECT_EQ(sync, outer);
+  removeScratch(dir);
+}
+
 TEST(ElasticCheckpoint, AnEmptyDirectoryHasNone) {
   Member member(0);
   CheckpointDir checkpoints((std::filesystem::temp_directory_path() / "gradsync-none").string());
-  EXPECT_FALSE(loadElasticCheckpoint(checkpoints, *member.net, member.optimizer, kIdentity));
+  std::vector<uint8_t> sync;
+  EXPECT_FALSE(loadElasticCheckpoint(checkpoints, *member.net, member.optimizer, kIdentity, sync));
 }
 
 // Another global batch (MAX) or data order is refused naming the setting; so is a fixed run's
@@ -154,7 +181,8 @@ TEST(ElasticCheckpoint, AnotherRunsCheckpointIsRefusedNamingWhy) {
   saveElasticCheckpoint(elastic, *member.net, member.optimizer, kIdentity, member.progress);
   auto refusal = [&](const CheckpointDir& from, const ElasticIdentity& identity) -> std::string {
     try {
-      loadElasticCheckpoint(from, *member.net, member.optimizer, identity);
+      std::vector<uint8_t> sync;
+      loadElasticCheckpoint(from, *member.net, member.optimizer, identity, sync);
     } catch (const ConfigError& e) {
       return e.what();
     }
