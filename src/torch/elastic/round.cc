@@ -15,7 +15,11 @@
 #include "sync/strategy.h"
 #include "torch/api/archive_bytes.h"
 #include "torch/elastic/checkpoint.h"
+#include "torch/loop/batch_loss.h"
 #include "torch/loop/evaluation.h"
+#include "torch/loop/progress.h"
+#include "torch/loop/training_optimizer.h"
+#include "torch/models/gpt_config.h"
 
 namespace gradsync {
 namespace {
@@ -51,7 +55,8 @@ ElasticIdentity identityOf(const ElasticMember& m) {
 
 ElasticMember::ElasticMember(const TrainOptions& given, ElasticRange range)
     : range(range),
-      data(openDataSource(given.dataset, given.dataDir, given.syntheticSamples, given.seed)),
+      data(openDataSource(given.dataset, given.dataDir, given.syntheticSamples, given.seed,
+                          gptContextOf(given.model))),
       sampler(data->trainSize(), given.batchSize, range.max, given.seed),
       // --compress-warmup auto: a tenth of an epoch of the job's global batch
       options(withResolvedWarmup(
@@ -61,7 +66,11 @@ ElasticMember::ElasticMember(const TrainOptions& given, ElasticRange range)
         initializeParameters(*model, options.seed);
         return model;
       }()),
-      optimizer(net->parameters(), torch::optim::SGDOptions(options.lr).momentum(options.momentum)),
+      optimizer(options.optimizer == "adamw"
+                    ? makeTrainingOptimizer(*net, options)
+                    : std::make_unique<torch::optim::SGD>(
+                          net->parameters(),
+                          torch::optim::SGDOptions(options.lr).momentum(options.momentum))),
       checkpoints(options.checkpointDir.empty()
                       ? nullptr
                       : std::make_unique<CheckpointDir>(options.checkpointDir)) {
@@ -69,10 +78,17 @@ ElasticMember::ElasticMember(const TrainOptions& given, ElasticRange range)
   if (strategy.kind == SyncStrategy::Kind::kLocalSgd) localPeriod_ = strategy.parameter;
 }
 
+int64_t ElasticMember::totalSteps() const {
+  if (options.steps > 0) return options.steps;
+  const auto perEpoch =
+      static_cast<int64_t>(std::max<size_t>(1, sampler.datasetSize() / sampler.globalBatch()));
+  return perEpoch * options.epochs;  // the last step of an epoch takes the remainder
+}
+
 void ElasticMember::commit(std::vector<uint8_t> state) {
   sync = std::move(state);
   committed_ = Commit{archiveBytes([&](auto& archive) { net->save(archive); }),
-                      archiveBytes([&](auto& archive) { optimizer.save(archive); }), progress,
+                      archiveBytes([&](auto& archive) { optimizer->save(archive); }), progress,
                       losses.size()};
 }
 
@@ -80,7 +96,7 @@ int64_t ElasticMember::rollback() {
   if (!committed_) return -1;
   loadModuleInPlace(*net, committed_->model, "the last commit's model");
   loadArchiveBytes(committed_->optimizer, "the last commit's optimizer state",
-                   [&](auto& archive) { optimizer.load(archive); });
+                   [&](auto& archive) { optimizer->load(archive); });
   progress = committed_->progress;
   losses.resize(committed_->losses);
   return progress.step;
@@ -89,7 +105,7 @@ int64_t ElasticMember::rollback() {
 void ElasticMember::checkpoint(bool last) {
   if (!checkpoints || checkpoints->latest() == progress.step) return;
   try {
-    saveElasticCheckpoint(*checkpoints, *net, optimizer, identityOf(*this), progress, sync);
+    saveElasticCheckpoint(*checkpoints, *net, *optimizer, identityOf(*this), progress, sync);
   } catch (const SystemError& e) {
     if (last) throw;
     GS_LOG(kError, "checkpoint of step {} not written, training goes on: {}", progress.step,
@@ -100,7 +116,7 @@ void ElasticMember::checkpoint(bool last) {
 bool ElasticMember::resume() {
   if (!checkpoints) return false;
   std::optional<ElasticProgress> saved =
-      loadElasticCheckpoint(*checkpoints, *net, optimizer, identityOf(*this), sync);
+      loadElasticCheckpoint(*checkpoints, *net, *optimizer, identityOf(*this), sync);
   if (!saved) return false;
   progress = std::move(*saved);
   return true;
@@ -112,7 +128,7 @@ ElasticRound::ElasticRound(ElasticMember& member, Transport& transport,
       transport_(transport),
       rendezvous_(rendezvous),
       round_(round),
-      distributed_(member.optimizer, member.net, transport, roundSyncOptions(member, round)),
+      distributed_(*member.optimizer, member.net, transport, roundSyncOptions(member, round)),
       display_(transport.rank() == 0 && !member.options.quiet,
                member.progress.step + stepsLeft(member),
                member.options.steps > 0 ? 1 : member.options.epochs),
@@ -181,10 +197,13 @@ void ElasticRound::evaluateBetweenSteps() {
   for (const EpochRecord& e : p.epochs) seconds += e.seconds;
   distributed_.averageBuffers();
   const size_t samples = member_.options.evalSamples > 0 ? member_.options.evalSamples : SIZE_MAX;
-  const double accuracy = testAccuracy(*member_.net, *member_.data, transport_, samples);
-  p.evaluations.push_back({p.step, seconds, accuracy, std::nan("")});
-  display_.line(fmt::format("step {}: test accuracy {:.2f}% after {:.1f} s", p.step, 100 * accuracy,
-                            seconds));
+  const Quality quality = evaluateModel(*member_.net, *member_.data, transport_, samples);
+  p.evaluations.push_back({p.step, seconds, quality.testAccuracy, quality.heldOutLoss});
+  display_.line(member_.data->windowTokens() > 0
+                    ? fmt::format("step {}: held-out loss {:.4f} nats/token after {:.1f} s", p.step,
+                                  quality.heldOutLoss, seconds)
+                    : fmt::format("step {}: test accuracy {:.2f}% after {:.1f} s", p.step,
+                                  100 * quality.testAccuracy, seconds));
 }
 
 // An outer step of the last, shorter period, unless the last step was an outer step (the last
@@ -210,14 +229,12 @@ float ElasticRound::trainStep() {
   if (member_.samples) member_.samples->record(round_, p.step, p.data.epoch, rank, size, indices);
   const auto start = WallClock::now();
   inputs_.resize(indices.size() * member_.data->sampleElements());
-  labels_.resize(indices.size());
+  labels_.resize(indices.size() * member_.data->labelsPerSample());
   member_.data->batch(true, indices, inputs_, labels_);
-  const auto batch = static_cast<int64_t>(indices.size());
-  torch::Tensor x = torch::from_blob(inputs_.data(), {batch, 1, 28, 28});
-  torch::Tensor y = torch::from_blob(labels_.data(), {batch}, torch::kLong);
   member_.net->train();
   distributed_.zeroGrad();
-  torch::Tensor loss = torch::nn::functional::cross_entropy(member_.net->forward(x), y);
+  torch::Tensor loss = batchLoss(*member_.net, *member_.data, inputs_, labels_,
+                                 static_cast<int64_t>(indices.size()));
   // An epoch's last step may give the ranks shares one sample apart: weighting each rank's mean
   // by its share makes the average over the ranks the mean over the step's samples.
   const double weight =
@@ -231,12 +248,18 @@ float ElasticRound::trainStep() {
     return secondsSince(begin) * 1e3;
   };
   double optimizerMs = 0;
+  // The schedule's learning rate and clipping: of this member's own gradients with a local
+  // period, of the averaged ones otherwise.
+  const auto step = [&] {
+    prepareOptimizerStep(*member_.optimizer, member_.options, p.step, member_.totalSteps());
+    member_.optimizer->step();
+  };
   if (member_.localPeriod() > 0) {  // this member's own step, then the outer step if due
-    optimizerMs = timed([&] { member_.optimizer.step(); });
+    optimizerMs = timed(step);
     waited = timed([&] { distributed_.endLocalStep(); });
   } else {
     waited = timed([&] { distributed_.synchronize(); });
-    optimizerMs = timed([&] { member_.optimizer.step(); });
+    optimizerMs = timed(step);
   }
   // The step is complete here: from now on nothing throws before the progress says so.
   const double seconds = secondsSince(start);
@@ -304,14 +327,16 @@ void ElasticRound::finishEpoch() {
   record.samplesPerSecond =
       p.epochSeconds > 0 ? static_cast<double>(p.data.offset) / p.epochSeconds : 0;
   distributed_.averageBuffers();
-  record.testAccuracy = testAccuracy(*member_.net, *member_.data, transport_);
+  const Quality quality = evaluateModel(*member_.net, *member_.data, transport_);
+  record.testAccuracy = quality.testAccuracy;
+  record.heldOutLoss = quality.heldOutLoss;
   p.epochs.push_back(record);
   p.data = {p.data.epoch + 1, 0};
   p.epochLossSum = p.epochLossCount = p.epochSeconds = 0;
-  display_.line(fmt::format(
-      "epoch {}/{}: train loss {:.4f}, test accuracy {:.2f}%, {:.0f} samples/s ({} workers)",
-      record.epoch, member_.options.steps > 0 ? record.epoch : member_.options.epochs,
-      record.trainLoss, 100 * record.testAccuracy, record.samplesPerSecond, transport_.size()));
+  const int epochs = member_.options.steps > 0 ? record.epoch : member_.options.epochs;
+  display_.line(fmt::format("{} ({} workers)",
+                            describeEpoch(record, epochs, member_.data->windowTokens()),
+                            transport_.size()));
 }
 
 }  // namespace gradsync

@@ -48,7 +48,9 @@ struct ElasticMember {
   ElasticSampler sampler;
   const TrainOptions options;  // as given, with --compress-warmup auto resolved
   std::shared_ptr<Model> net;
-  torch::optim::SGD optimizer;
+  // --optimizer's: SGD with momentum, or AdamW (a language model's); stepped after
+  // prepareOptimizerStep (the learning-rate schedule, clipping) as the data-parallel trainer does.
+  std::unique_ptr<torch::optim::Optimizer> optimizer;
   ElasticProgress progress;
   std::unique_ptr<SampleLog> samples;          // null without --record-samples
   std::unique_ptr<CheckpointDir> checkpoints;  // null without --checkpoint-dir
@@ -60,6 +62,9 @@ struct ElasticMember {
   void checkpoint(bool last);
   // Takes the newest checkpoint's state (--resume); false if there is none.
   bool resume();
+
+  // The steps of the whole run (--steps, or the epochs' at the global batch): the schedule's.
+  int64_t totalSteps() const;
 
   // localsgd and diloco: H, the local steps between outer steps; 0 for ssgd.
   int localPeriod() const { return localPeriod_; }

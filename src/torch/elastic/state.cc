@@ -12,11 +12,23 @@
 #include "torch/api/archive_bytes.h"
 
 namespace gradsync {
+namespace {
+
+// JSON has no NaN (a classifier's held-out loss, a language model's accuracy): null stands for it.
+nlohmann::json orNull(double value) {
+  return std::isnan(value) ? nlohmann::json() : nlohmann::json(value);
+}
+double orNaN(const nlohmann::json& value) {
+  return value.is_null() ? std::nan("") : value.get<double>();
+}
+
+}  // namespace
 
 std::vector<uint8_t> encodeProgress(const ElasticProgress& p) {
   nlohmann::json epochs = nlohmann::json::array();
   for (const EpochRecord& e : p.epochs) {
-    epochs.push_back({e.epoch, e.trainLoss, e.testAccuracy, e.seconds, e.samplesPerSecond});
+    epochs.push_back({e.epoch, e.trainLoss, orNull(e.testAccuracy), e.seconds, e.samplesPerSecond,
+                      orNull(e.heldOutLoss)});
   }
   nlohmann::json rounds = nlohmann::json::array();
   for (const RoundRecord& r : p.rounds) {
@@ -24,7 +36,7 @@ std::vector<uint8_t> encodeProgress(const ElasticProgress& p) {
   }
   nlohmann::json evaluations = nlohmann::json::array();
   for (const Evaluation& e : p.evaluations) {
-    evaluations.push_back({e.step, e.seconds, e.testAccuracy});  // images only: no held-out loss
+    evaluations.push_back({e.step, e.seconds, orNull(e.testAccuracy), orNull(e.heldOutLoss)});
   }
   const std::string text = nlohmann::json{
       {"step", p.step},
@@ -52,13 +64,16 @@ ElasticProgress decodeProgress(const std::vector<uint8_t>& bytes) {
     p.epochLossCount = doc.at("loss_count");
     p.epochSeconds = doc.at("epoch_seconds");
     for (const auto& e : doc.at("epochs")) {
-      p.epochs.push_back({e.at(0), e.at(1), e.at(2), e.at(3), e.at(4)});
+      EpochRecord record{e.at(0), e.at(1), orNaN(e.at(2)), e.at(3), e.at(4)};
+      record.heldOutLoss = e.size() > 5 ? orNaN(e.at(5)) : std::nan("");
+      p.epochs.push_back(record);
     }
     for (const auto& r : doc.at("rounds")) {
       p.rounds.push_back({r.at(0), r.at(1), r.at(2), r.at(3), r.at(4)});
     }
     for (const auto& e : doc.at("evaluations")) {
-      p.evaluations.push_back({e.at(0), e.at(1), e.at(2), std::nan("")});
+      p.evaluations.push_back(
+          {e.at(0), e.at(1), orNaN(e.at(2)), e.size() > 3 ? orNaN(e.at(3)) : std::nan("")});
     }
   } catch (const nlohmann::json::exception& e) {
     throw DataError(fmt::format("an elastic run's progress does not decode: {}", e.what()));

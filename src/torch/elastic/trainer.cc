@@ -20,6 +20,7 @@
 #include "torch/elastic/round.h"
 #include "torch/loop/metrics.h"
 #include "torch/loop/training_model.h"
+#include "torch/models/gpt_config.h"
 
 namespace gradsync {
 namespace {
@@ -156,7 +157,7 @@ RoundEnd ElasticTrainer::trainRound(const ElasticMembership& m) {
   try {
     watch = watchRound(*store_, m, hangBound_, *transport);
     checkSameSettings(*transport, job_.settings);
-    shareState(*transport, *member_.net, member_.optimizer, member_.progress,
+    shareState(*transport, *member_.net, *member_.optimizer, member_.progress,
                member_.localPeriod() > 0 ? &member_.sync : nullptr);
     hasState_ = true;
     ElasticProgress& p = member_.progress;
@@ -202,6 +203,8 @@ TrainResult ElasticTrainer::result(bool stopped) const {
   for (const EpochRecord& e : p.epochs) r.seconds += e.seconds;
   r.samplesPerSecond = r.seconds > 0 ? static_cast<double>(p.samples) / r.seconds : 0;
   r.finalTestAccuracy = p.epochs.empty() ? 0 : p.epochs.back().testAccuracy;
+  r.finalHeldOutLoss = p.epochs.empty() ? 0 : p.epochs.back().heldOutLoss;
+  r.tokensPerSecond = r.samplesPerSecond * static_cast<double>(gptContextOf(member_.options.model));
   r.compressWarmupSteps = member_.options.compression.warmupSteps;
   r.evaluations = p.evaluations;
   r.parameters = flatParameters(*member_.net);

@@ -60,13 +60,12 @@ void validatePipelineOnlyFlags(const TrainOptions& options) {
   }
 }
 
-// The data-parallel trainer alone trains gpt and steps AdamW, a schedule or clipping: the
-// pipeline, Wavelet's waves and the elastic trainer step FusedSGD at a fixed rate, and the
-// parameter servers apply SGD.
+// The data-parallel and the elastic trainers alone train gpt and step AdamW, a schedule or
+// clipping: the pipeline and Wavelet's waves step FusedSGD at a fixed rate, and the parameter
+// servers apply SGD.
 const char* otherTrainer(const TrainOptions& options) {
   if (options.pipeline.enabled()) return "--pipeline";
   if (options.waves > 1) return "--waves";
-  if (!options.elastic.empty()) return "--elastic";
   return nullptr;
 }
 
