@@ -260,6 +260,7 @@ def summarize(metrics, watcher):
             "span_seconds": round(span, 3),
             "steps_per_second": round((len(times) - 1) / span, 3) if span else 0.0,
             "final_test_accuracy": metrics["summary"].get("final_test_accuracy"),
+            "final_held_out_loss": metrics["summary"].get("final_held_out_loss"),
             "final_train_loss": epochs[-1].get("train_loss"),
             "rounds": [f"{x['workers']}@{x['first_step']}" for x in metrics["elastic"]["rounds"]]}
 
@@ -349,6 +350,15 @@ def print_report(result):
 
     def percent(value):
         return f"{100 * value:.2f}%" if value is not None else "?"
+    held_out = faulty.get("final_held_out_loss")
+    if held_out is not None:  # a language model: its held-out loss (accuracy is null)
+        line = f"final held-out loss {held_out:.4f} nats/token, train loss {faulty['final_train_loss']}"
+        if reference and reference.get("final_held_out_loss"):
+            theirs = reference["final_held_out_loss"]
+            line += (f" (fault-free: {theirs:.4f}, {100 * (held_out / theirs - 1):+.2f}%;"
+                     f" {reference['final_train_loss']})")
+        print(line)
+        return
     line = f"final test accuracy {percent(faulty['final_test_accuracy'])}, train loss {faulty['final_train_loss']}"
     if reference:
         line += (f" (fault-free: {percent(reference['final_test_accuracy'])},"
