@@ -119,6 +119,15 @@ const std::vector<MethodInfo>& compressionMethods() {
        false,
        "int8 with a scale per 1,024 values, summed in float32 in the int8 ring",
        makeInt8},
+      {"rtn",
+       "B",
+       4,
+       {"bucket"},
+       true,
+       false,
+       "B-bit round-to-nearest with a max-abs scale per bucket, error feedback (4-bit outer "
+       "gradients)",
+       makeRtn},
   };
   return table;
 }

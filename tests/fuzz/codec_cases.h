@@ -47,6 +47,7 @@ struct CodecCase {
 inline constexpr const char* kCodecVariants[] = {
     "topk:0.5",          "mstopk:0.5,iters=3", "dgc:0.5,warmup=4", "qsgd:1,bucket=3",
     "qsgd:127,bucket=0", "onebit,bucket=5",    "signsgd,bucket=5", "twobit:2",
+    "rtn:2,bucket=3",    "rtn:8,bucket=0",
 };
 
 inline bool isCodec(const CompressSpec& spec) {
