@@ -76,8 +76,8 @@ std::unique_ptr<Compressor> makeRtn(const MethodArgs& args, std::span<const Tens
                       {.hint = "rtn:4 sends 4 bits per element and a scale per bucket"});
   }
   const size_t bucket = bucketOption(args, "rtn", 128);
-  return std::make_unique<BucketCodec<RoundToNearest>>(RoundToNearest(static_cast<int>(bits)),
-                                                       unit, bucket);
+  return std::make_unique<BucketCodec<RoundToNearest>>(RoundToNearest(static_cast<int>(bits)), unit,
+                                                       bucket);
 }
 
 }  // namespace gradsync::methods

@@ -3,7 +3,9 @@
 // encoding to corrupt it. Deliberately naive: one bit or one element at a time.
 #pragma once
 
+#include <cstdint>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -13,6 +15,15 @@
 #include "exchange_harness.h"
 
 namespace gradsync::testing {
+
+// A method's ":value" and, when `bucket` >= 0, its ",bucket=" option.
+inline MethodArgs valueArgs(double value, double bucket = -1) {
+  MethodArgs args;
+  args.value = value;
+  args.hasValue = true;
+  if (bucket >= 0) args.keys.emplace_back("bucket", std::to_string(static_cast<int64_t>(bucket)));
+  return args;
+}
 
 inline CodecCompressor& asCodec(Compressor& compressor) {
   return dynamic_cast<CodecCompressor&>(compressor);

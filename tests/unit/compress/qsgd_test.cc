@@ -19,14 +19,6 @@ using testing::decodeOnce;
 using testing::encodeOnce;
 using testing::gaussian;
 
-MethodArgs qsgdArgs(double levels, double bucket = -1) {
-  MethodArgs args;
-  args.value = levels;
-  args.hasValue = true;
-  if (bucket >= 0) args.keys.emplace_back("bucket", fmt::format("{}", bucket));
-  return args;
-}
-
 struct RefBucket {
   size_t begin, size;
   float norm;  // as the encoder rounds it
@@ -84,7 +76,7 @@ TEST(Qsgd, BytesAreOneNormPerBucketAndSignPlusLevelBitsPerElement) {
   for (int levels : {1, 3, 16, 127}) {
     for (size_t bucket : {size_t{1}, size_t{100}, size_t{512}}) {
       for (size_t n : {0, 1, 99, 100, 101, 511, 512, 513, 1000}) {
-        auto q = methods::makeQsgd(qsgdArgs(levels, static_cast<double>(bucket)), {});
+        auto q = methods::makeQsgd(testing::valueArgs(levels, static_cast<double>(bucket)), {});
         const size_t buckets = (n + bucket - 1) / bucket;
         const size_t expected = 4 * buckets + (n * (1 + levelBits(levels)) + 7) / 8;
         EXPECT_EQ(encodeOnce(*q, gaussian(n, n), 1).size(), expected) << levels << " " << n;
@@ -95,10 +87,10 @@ TEST(Qsgd, BytesAreOneNormPerBucketAndSignPlusLevelBitsPerElement) {
   // Buckets restart at every tensor: 3 | 512 + 188 | (empty) | 10 -> 4 buckets.
   std::vector<TensorShape> unit = {testing::tensorShape(3), testing::tensorShape(700),
                                    testing::tensorShape(0), testing::tensorShape(10)};
-  auto q = methods::makeQsgd(qsgdArgs(16), unit);
+  auto q = methods::makeQsgd(testing::valueArgs(16), unit);
   EXPECT_EQ(encodeOnce(*q, gaussian(713, 1), 1).size(), 4 * 4 + (713 * 6 + 7) / 8);
   EXPECT_EQ(q->encodedBytes(713), 4 * 4 + (713 * 6 + 7) / 8);
-  auto perTensor = methods::makeQsgd(qsgdArgs(16, 0), unit);
+  auto perTensor = methods::makeQsgd(testing::valueArgs(16, 0), unit);
   EXPECT_EQ(encodeOnce(*perTensor, gaussian(713, 1), 1).size(), 4 * 3 + (713 * 6 + 7) / 8);
 }
 
@@ -108,7 +100,7 @@ TEST(Qsgd, DecodesOntoTheNeighbouringLevelsOfEachBucket) {
       std::vector<float> x = gaussian(n, n + levels);
       for (size_t i = 0; i < n; i += 7) x[i] = 0;
       if (n > 600) std::fill(x.begin() + 512, x.begin() + 1024, 0.0f);  // a zero bucket
-      auto q = methods::makeQsgd(qsgdArgs(levels), {});
+      auto q = methods::makeQsgd(testing::valueArgs(levels), {});
       std::vector<float> decoded = decodeOnce(*q, encodeOnce(*q, x, levels), n);
       expectOnNeighbouringLevels(x, decoded, levels, refBuckets(x, 512));
       if (n == 1) {  // the element is its bucket's norm: level L
@@ -123,7 +115,7 @@ TEST(Qsgd, MeanOfManyDecodesIsTheInput) {
   const int levels = 4;
   const int trials = 4000;
   std::vector<float> x = gaussian(n, 3);
-  auto q = methods::makeQsgd(qsgdArgs(levels), {});
+  auto q = methods::makeQsgd(testing::valueArgs(levels), {});
   std::vector<double> sum(n, 0.0);
   for (int t = 0; t < trials; ++t) {
     std::vector<float> decoded = decodeOnce(*q, encodeOnce(*q, x, rng::mixSeed(123, t)), n);
@@ -159,7 +151,7 @@ TEST(Qsgd, VarianceIsTheBernoulliVarianceWithinThePaperBound) {
     for (size_t bucket : {size_t{64}, size_t{512}}) {
       const size_t n = 2 * bucket + 17;
       std::vector<float> x = gaussian(n, bucket + levels);
-      auto q = methods::makeQsgd(qsgdArgs(levels, static_cast<double>(bucket)), {});
+      auto q = methods::makeQsgd(testing::valueArgs(levels, static_cast<double>(bucket)), {});
       std::vector<RefBucket> buckets = refBuckets(x, bucket);
       std::vector<double> error(buckets.size(), 0.0);
       for (int t = 0; t < trials; ++t) {
@@ -196,7 +188,7 @@ TEST(Qsgd, ExchangeAveragesTheSameQuantizationOnEveryRank) {
     for (size_t n :
          {size_t{0}, size_t{1}, size_t{511}, size_t{512}, size_t{513}, (size_t{1} << 20) + 3}) {
       if (n > 100000 && ranks != 3) continue;  // the large size once, on the most ranks
-      auto make = [] { return methods::makeQsgd(qsgdArgs(16), {}); };
+      auto make = [] { return methods::makeQsgd(testing::valueArgs(16), {}); };
       auto input = [n](int rank) { return gaussian(n, 100 + rank); };
       auto out = testing::runExchange(ranks, make, [&](int, int rank) { return input(rank); });
       testing::expectConsistentExchange(out);
@@ -217,7 +209,7 @@ TEST(Qsgd, BucketsFollowTensorBoundaries) {
   std::vector<float> x = gaussian(703, 5, 10.0f);
   x[0] = 1e-3f, x[1] = -2e-3f, x[2] = 3e-3f;
   std::vector<TensorShape> unit = {testing::tensorShape(3), testing::tensorShape(700)};
-  auto q = methods::makeQsgd(qsgdArgs(16), unit);
+  auto q = methods::makeQsgd(testing::valueArgs(16), unit);
   for (uint64_t seed = 0; seed < 20; ++seed) {
     std::vector<float> decoded = decodeOnce(*q, encodeOnce(*q, x, seed), x.size());
     expectOnNeighbouringLevels(x, decoded, 16, refBuckets(x, 512, {3, 700}));
@@ -228,7 +220,7 @@ TEST(Qsgd, BucketsFollowTensorBoundaries) {
 TEST(Qsgd, TinyNormsStillQuantize) {
   // L / ||v|| overflows float here: the encoder divides first instead.
   std::vector<float> x = {3e-39f, -1e-39f, 2e-39f, 5e-40f, 0.0f};
-  auto q = methods::makeQsgd(qsgdArgs(16), {});
+  auto q = methods::makeQsgd(testing::valueArgs(16), {});
   for (uint64_t seed = 0; seed < 20; ++seed) {
     std::vector<float> decoded = decodeOnce(*q, encodeOnce(*q, x, seed), x.size());
     expectOnNeighbouringLevels(x, decoded, 16, refBuckets(x, 512));
@@ -241,7 +233,7 @@ TEST(Qsgd, NonFiniteInputPoisonsOnlyItsBucket) {
        {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
     std::vector<float> x = gaussian(1024, 8);
     x[100] = bad;
-    auto q = methods::makeQsgd(qsgdArgs(16), {});
+    auto q = methods::makeQsgd(testing::valueArgs(16), {});
     std::vector<float> decoded = decodeOnce(*q, encodeOnce(*q, x, 1), x.size());
     for (size_t i = 0; i < 512; ++i) ASSERT_TRUE(std::isnan(decoded[i])) << i;
     std::vector<float> tail(x.begin() + 512, x.end());
@@ -252,14 +244,14 @@ TEST(Qsgd, NonFiniteInputPoisonsOnlyItsBucket) {
 
 TEST(Qsgd, SameSeedSameBytesOtherSeedOtherBytes) {
   std::vector<float> x = gaussian(2000, 4);
-  auto q = methods::makeQsgd(qsgdArgs(16), {});
+  auto q = methods::makeQsgd(testing::valueArgs(16), {});
   EXPECT_EQ(encodeOnce(*q, x, 5), encodeOnce(*q, x, 5));
   EXPECT_NE(encodeOnce(*q, x, 5), encodeOnce(*q, x, 6));
 }
 
 TEST(Qsgd, RejectsMalformedEncodings) {
   const size_t n = 5000;  // codes in two staging chunks
-  auto q = methods::makeQsgd(qsgdArgs(16), {});
+  auto q = methods::makeQsgd(testing::valueArgs(16), {});
   std::vector<uint8_t> good = encodeOnce(*q, gaussian(n, 2), 1);
   const size_t codesStart = 4 * 10;  // 10 norms
   std::vector<float> out(n);
@@ -280,18 +272,18 @@ TEST(Qsgd, RejectsMalformedEncodings) {
 
 TEST(Qsgd, RejectsInvalidParameters) {
   for (double levels : {0.0, -1.0, 1.5, 128.0, 1e300, std::numeric_limits<double>::quiet_NaN()}) {
-    EXPECT_THROW(methods::makeQsgd(qsgdArgs(levels), {}), ConfigError) << levels;
+    EXPECT_THROW(methods::makeQsgd(testing::valueArgs(levels), {}), ConfigError) << levels;
   }
   EXPECT_THROW(methods::makeQsgd(MethodArgs{}, {}), ConfigError);  // no L
   for (double bucket : {-1.0, 1.5, 1e20}) {
-    MethodArgs args = qsgdArgs(16);
+    MethodArgs args = testing::valueArgs(16);
     args.keys.emplace_back("bucket", fmt::format("{}", bucket));
     EXPECT_THROW(methods::makeQsgd(args, {}), ConfigError) << bucket;
   }
-  EXPECT_NO_THROW(methods::makeQsgd(qsgdArgs(1), {}));
-  EXPECT_NO_THROW(methods::makeQsgd(qsgdArgs(127, 0), {}));
+  EXPECT_NO_THROW(methods::makeQsgd(testing::valueArgs(1), {}));
+  EXPECT_NO_THROW(methods::makeQsgd(testing::valueArgs(127, 0), {}));
   try {
-    methods::makeQsgd(qsgdArgs(200), {});
+    methods::makeQsgd(testing::valueArgs(200), {});
     ADD_FAILURE() << "accepted L = 200";
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("qsgd:L"), std::string::npos) << e.what();

@@ -19,14 +19,6 @@ using testing::decodeOnce;
 using testing::encodeOnce;
 using testing::gaussian;
 
-MethodArgs rtnArgs(double bits, double bucket = -1) {
-  MethodArgs args;
-  args.value = bits;
-  args.hasValue = true;
-  if (bucket >= 0) args.keys.emplace_back("bucket", fmt::format("{}", bucket));
-  return args;
-}
-
 // What rtn:B should decode `x` to, buckets of `bucket` elements (0: one) within one tensor.
 std::vector<float> naiveRtn(const std::vector<float>& x, int bits, size_t bucket) {
   const int levels = (1 << (bits - 1)) - 1;
@@ -51,7 +43,7 @@ TEST(Rtn, DecodesToTheNearestLevelOfEachBucketsLargestMagnitude) {
     for (size_t bucket : {size_t{3}, size_t{128}, size_t{0}}) {
       for (size_t n : {size_t{0}, size_t{1}, size_t{127}, size_t{128}, size_t{1001}}) {
         const std::vector<float> x = gaussian(n, 40 + n);
-        auto q = methods::makeRtn(rtnArgs(bits, static_cast<double>(bucket)), {});
+        auto q = methods::makeRtn(testing::valueArgs(bits, static_cast<double>(bucket)), {});
         const std::vector<float> decoded = decodeOnce(*q, encodeOnce(*q, x, 1), n);
         const std::vector<float> expected = naiveRtn(x, bits, bucket);
         for (size_t i = 0; i < n; ++i) {
@@ -66,7 +58,7 @@ TEST(Rtn, DecodesToTheNearestLevelOfEachBucketsLargestMagnitude) {
 TEST(Rtn, BytesAreAScalePerBucketAndBBitsPerElement) {
   for (int bits : {2, 4, 8}) {
     for (size_t n : {size_t{1}, size_t{128}, size_t{1000}}) {
-      auto q = methods::makeRtn(rtnArgs(bits), {});
+      auto q = methods::makeRtn(testing::valueArgs(bits), {});
       const size_t buckets = (n + 127) / 128;
       EXPECT_EQ(encodeOnce(*q, gaussian(n, 3), 1).size(), buckets * 4 + (n * bits + 7) / 8)
           << "rtn:" << bits << " n " << n;
@@ -76,7 +68,7 @@ TEST(Rtn, BytesAreAScalePerBucketAndBBitsPerElement) {
 
 TEST(Rtn, EncodesTheSameBytesWhateverTheSeed) {
   const std::vector<float> x = gaussian(2000, 4);
-  auto q = methods::makeRtn(rtnArgs(4), {});
+  auto q = methods::makeRtn(testing::valueArgs(4), {});
   EXPECT_EQ(encodeOnce(*q, x, 5), encodeOnce(*q, x, 6));
 }
 
@@ -84,7 +76,7 @@ TEST(Rtn, ExchangeGivesEveryRankTheSameBits) {
   for (int ranks : {1, 2, 3}) {
     for (size_t n : {size_t{0}, size_t{1}, size_t{129}, (size_t{1} << 20) + 3}) {
       if (n > 100000 && ranks != 3) continue;  // the large size once, on the most ranks
-      auto make = [] { return methods::makeRtn(rtnArgs(4), {}); };
+      auto make = [] { return methods::makeRtn(testing::valueArgs(4), {}); };
       auto input = [n](int rank) { return gaussian(n, 200 + rank); };
       auto out = testing::runExchange(ranks, make, [&](int, int rank) { return input(rank); });
       testing::expectConsistentExchange(out);
@@ -98,7 +90,7 @@ TEST(Rtn, NonFiniteInputPoisonsOnlyItsBucket) {
        {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
     std::vector<float> x = gaussian(256, 8);
     x[100] = bad;
-    auto q = methods::makeRtn(rtnArgs(4), {});
+    auto q = methods::makeRtn(testing::valueArgs(4), {});
     const std::vector<float> decoded = decodeOnce(*q, encodeOnce(*q, x, 1), x.size());
     for (size_t i = 0; i < 128; ++i) ASSERT_TRUE(std::isnan(decoded[i])) << i;
     const std::vector<float> tail(x.begin() + 128, x.end());
@@ -108,14 +100,14 @@ TEST(Rtn, NonFiniteInputPoisonsOnlyItsBucket) {
 }
 
 TEST(Rtn, RejectsMalformedEncodingsAndParameters) {
-  auto q = methods::makeRtn(rtnArgs(4), {});
+  auto q = methods::makeRtn(testing::valueArgs(4), {});
   const std::vector<uint8_t> good = encodeOnce(*q, gaussian(300, 2), 1);
   std::vector<float> out(300);
   EXPECT_NO_THROW(testing::asCodec(*q).decodeAdd(good, out));
   const std::vector<uint8_t> shorter(good.begin(), good.end() - 1);
   EXPECT_THROW(testing::asCodec(*q).decodeAdd(shorter, out), ProtocolError);
   for (double bits : {1.0, 9.0, 2.5, std::numeric_limits<double>::quiet_NaN()}) {
-    EXPECT_THROW(methods::makeRtn(rtnArgs(bits), {}), ConfigError) << bits;
+    EXPECT_THROW(methods::makeRtn(testing::valueArgs(bits), {}), ConfigError) << bits;
   }
 }
 
