@@ -121,12 +121,14 @@ ElasticOutcome ElasticTrainer::run() {
     try {
       end = trainRound(m);
     } catch (const PeerLostError& e) {
+      const std::string back = rollBack();  // not inside GS_LOG: it may skip its arguments
       GS_LOG(kWarn, "{}: elastic round {} lost a worker ({}); the job re-forms{}", me_.name,
-             m.round, e.what(), rollBack());
+             m.round, e.what(), back);
       continue;
     } catch (const TimeoutError& e) {
+      const std::string back = rollBack();
       GS_LOG(kWarn, "{}: elastic round {} timed out ({}); the job re-forms{}", me_.name, m.round,
-             e.what(), rollBack());
+             e.what(), back);
       continue;
     }
     if (end == RoundEnd::kRegroup) continue;
