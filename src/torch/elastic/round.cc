@@ -86,10 +86,10 @@ int64_t ElasticMember::totalSteps() const {
 }
 
 void ElasticMember::commit(std::vector<uint8_t> state) {
-  sync = std::move(state);
+  sync = state;
   committed_ = Commit{archiveBytes([&](auto& archive) { net->save(archive); }),
-                      archiveBytes([&](auto& archive) { optimizer->save(archive); }), progress,
-                      losses.size()};
+                      archiveBytes([&](auto& archive) { optimizer->save(archive); }),
+                      std::move(state), progress, losses.size()};
 }
 
 int64_t ElasticMember::rollback() {
@@ -97,6 +97,7 @@ int64_t ElasticMember::rollback() {
   loadModuleInPlace(*net, committed_->model, "the last commit's model");
   loadArchiveBytes(committed_->optimizer, "the last commit's optimizer state",
                    [&](auto& archive) { optimizer->load(archive); });
+  sync = committed_->sync;
   progress = committed_->progress;
   losses.resize(committed_->losses);
   return progress.step;

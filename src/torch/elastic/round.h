@@ -72,8 +72,8 @@ struct ElasticMember {
   // losses' count) and `sync`, the round's DistributedOptimizer::syncState() (the outer
   // optimizer's state), as the last commit. After each outer step and at a round's start.
   void commit(std::vector<uint8_t> sync);
-  // Local period: goes back to the last commit (after a failed round); returns its step, or -1 if
-  // there is none (no commit yet, or ssgd: every complete step is committed).
+  // Local period: goes back to the last commit (after a failed round), `sync` included; returns
+  // its step, or -1 if there is none (no commit yet, or ssgd: every complete step is committed).
   int64_t rollback();
   // The step of the last commit; -1 if none.
   int64_t committedStep() const { return committed_ ? committed_->progress.step : -1; }
@@ -90,6 +90,7 @@ struct ElasticMember {
  private:
   struct Commit {
     std::vector<uint8_t> model, optimizer;  // archives
+    std::vector<uint8_t> sync;  // `sync` then: a round's shareState may replace it before failing
     ElasticProgress progress;
     size_t losses = 0;
   };

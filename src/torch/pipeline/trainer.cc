@@ -2,7 +2,6 @@
 // (pipeline/schedule.h) and exchanges tensors with its neighbours (torch/pipeline/wire.h).
 #include <fmt/format.h>
 
-#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <optional>
