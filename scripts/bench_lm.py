@@ -11,7 +11,8 @@ against ssgd (data-parallel, DDP's algorithm). Real CPU training on this host.
 
 A method is a --sync value, or SYNC/COMPRESS for --sync SYNC --compress COMPRESS (diloco's
 compressed pseudo-gradients: "diloco:50,outer_lr=1,outer_momentum=0/topk:0.05"); COMPRESS+momentum
-adds --compress-momentum (1-bit Adam: "ssgd/onebit+momentum").
+adds --compress-momentum (1-bit Adam: "ssgd/onebit+momentum"), and COMPRESS+sign --optimizer
+sign with --compress-warmup 0 (DeMo, which has no dense start: "ssgd/demo:32,ef_decay=0.999+sign").
 
 With --bandwidth every rank is an emulated host of its own whose TCP links are shaped to it
 (`gradsync train --bandwidth`). Runs already in OUT are kept (delete OUT to measure again).
@@ -31,11 +32,15 @@ def run(build, out, method, args):
         command = [os.path.join(build, "apps", "gradsync", "gradsync"), "train", "--model", "gpt",
                    "--workers", str(args.workers), "--steps", str(args.steps), "--batch-size",
                    str(args.batch), "--sync", sync, "--quiet", "--metrics", path]
-        compress, momentum, _ = compress.partition("+momentum")
+        compress, plus, mode = compress.partition("+")
         if compress:
             command += ["--compress", compress]
-        if momentum:
+        if mode == "momentum":
             command += ["--compress-momentum"]
+        elif mode == "sign":
+            command += ["--optimizer", "sign", "--compress-warmup", "0"]
+        elif plus:
+            sys.exit(f"unknown mode '+{mode}' in {method}: +momentum or +sign")
         if args.bandwidth:
             command += ["--bandwidth", args.bandwidth]
         print("$", " ".join(command), flush=True)

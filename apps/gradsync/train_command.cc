@@ -207,7 +207,8 @@ void addTrainCommand(CLI::App& app, CommandContext& context) {
   train->add_option("--batch-size", o.batchSize, "per worker")->capture_default_str();
   train->add_option("--lr", o.lr, "learning rate")->capture_default_str();
   train->add_option("--momentum", o.momentum, "SGD momentum")->capture_default_str();
-  train->add_option("--optimizer", o.optimizer, "sgd | adamw")->capture_default_str();
+  train->add_option("--optimizer", o.optimizer, "sgd | adamw | sign (DeMo's update)")
+      ->capture_default_str();
   train->add_option("--weight-decay", o.weightDecay, "adamw's decoupled weight decay")
       ->capture_default_str();
   train->add_option("--warmup-steps", o.warmupSteps, "the learning rate rises over these steps")

@@ -17,9 +17,9 @@ struct SyncOptions {
   // fixed (DistributedOptimizer::schedule() says the choice); dense ring runs with SGD in the
   // engine only (ConfigError else).
   std::string schedule = "wfbp";
-  // none | fp16 | topk:D | mstopk:D | gtopk:D | dgc:D | randomk:D | qsgd:L | terngrad | twobit:T |
-  // onebit | signsgd | powersgd:R | gradiveq:R, each with ,ef=on|off where it applies
-  // (--compress).
+  // none | fp16 | int8 | topk:D | mstopk:D | hitopk:D | gtopk:D | dgc:D | randomk:D | qsgd:L |
+  // rtn:B | sparseloco:D | terngrad | twobit:T | onebit | signsgd | powersgd:R | gradiveq:R, each
+  // with ,ef=on|off and ,ef_decay=β where error feedback applies (--compress).
   std::string compress = "none";
   std::vector<std::string> compressOverrides;  // GLOB=SPEC by parameter name, first match wins
   size_t compressMinElements = 1024;           // smaller tensors go dense

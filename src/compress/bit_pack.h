@@ -4,6 +4,9 @@
 // bytes), so `count` codes take exactly packedBytes(count, bits) bytes, with no padding but the
 // last byte's unused high bits (written as zero).
 //
+// WideWriter and WideReader do the same for codes of 1..32 bits, one code at a time (the
+// sparse-and-quantized encodings pack an index and a value code together, up to 24 bits).
+//
 // PackedWriter and PackedReader stream codes through a small staging buffer, so that a method
 // quantizes and packs (or unpacks and dequantizes) in one pass without a code array the size
 // of the unit. Neither allocates; both are single-threaded.
@@ -82,6 +85,58 @@ class PackedReader {
   size_t pos_ = 0;
   size_t avail_ = 0;
   uint8_t staging_[kCodeChunk];
+};
+
+// Writes codes of `bits` bits (1..32; higher bits of a code are ignored) to `out`, which holds
+// packedBytes(count, bits) bytes for `count` codes. Single-threaded, no allocation.
+class WideWriter {
+ public:
+  WideWriter(int bits, uint8_t* out) : bits_(bits), mask_(lowMask(bits)), out_(out) {}
+
+  void put(uint32_t code) {
+    word_ |= (code & mask_) << fill_;
+    fill_ += bits_;
+    for (; fill_ >= 8; fill_ -= 8, word_ >>= 8) *out_++ = static_cast<uint8_t>(word_);
+  }
+  // Writes the last partial byte; call once after the last put.
+  void finish() {
+    if (fill_ > 0) *out_++ = static_cast<uint8_t>(word_);
+    word_ = 0;
+    fill_ = 0;
+  }
+
+  static uint64_t lowMask(int bits) { return (uint64_t{1} << bits) - 1; }
+
+ private:
+  int bits_;
+  uint64_t mask_;
+  uint8_t* out_;
+  uint64_t word_ = 0;
+  int fill_ = 0;  // bits in word_ not yet written
+};
+
+// Reads codes of `bits` bits (1..32) written by WideWriter. Reads a byte only when a code needs
+// it, so reading `count` codes touches exactly packedBytes(count, bits) bytes (the caller checks
+// that the input holds them).
+class WideReader {
+ public:
+  WideReader(int bits, const uint8_t* in)
+      : bits_(bits), mask_(WideWriter::lowMask(bits)), in_(in) {}
+
+  uint32_t get() {
+    for (; fill_ < bits_; fill_ += 8) word_ |= static_cast<uint64_t>(*in_++) << fill_;
+    const auto code = static_cast<uint32_t>(word_ & mask_);
+    word_ >>= bits_;
+    fill_ -= bits_;
+    return code;
+  }
+
+ private:
+  int bits_;
+  uint64_t mask_;
+  const uint8_t* in_;
+  uint64_t word_ = 0;
+  int fill_ = 0;  // bits in word_ not yet read
 };
 
 }  // namespace gradsync

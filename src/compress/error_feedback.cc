@@ -4,15 +4,16 @@
 
 namespace gradsync {
 
-ErrorFeedback::ErrorFeedback(std::unique_ptr<Compressor> inner, size_t elements)
-    : inner_(std::move(inner)), residual_(elements, 0.0f) {}
+ErrorFeedback::ErrorFeedback(std::unique_ptr<Compressor> inner, size_t elements, float decay)
+    : inner_(std::move(inner)), residual_(elements, 0.0f), decay_(decay) {}
 
 // The residual buffer holds the corrected input during the exchange, then input - sent.
 void ErrorFeedback::exchange(ExchangeContext& context, std::span<float> grad, std::span<float> sent,
                              ExchangeStats& stats) {
   GS_CHECK_EQ(grad.size(), residual_.size());
+  // decay_ * r is r exactly at 1, so plain error feedback keeps its bits.
   for (size_t i = 0; i < grad.size(); ++i) {
-    grad[i] += residual_[i];
+    grad[i] += decay_ * residual_[i];
     residual_[i] = grad[i];
   }
   inner_->exchange(context, grad, sent, stats);

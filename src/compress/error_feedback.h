@@ -1,6 +1,8 @@
 // Error feedback (Seide et al. 2014; Karimireddy et al. 2019): what a compressor failed to send
 // is kept per unit and added to the next step's gradient, so no gradient is lost, only delayed.
 // Invariant after every exchange: residual + (sum of what was sent so far) == sum of inputs.
+// With a decay β < 1 (SparseLoCo's accumulator, e <- βe + Δ) the residual is scaled by β before
+// it is added: what waits too long fades instead of being sent in full, and β = 1 is the above.
 #pragma once
 
 #include <memory>
@@ -12,7 +14,7 @@ namespace gradsync {
 
 class ErrorFeedback : public Compressor {
  public:
-  ErrorFeedback(std::unique_ptr<Compressor> inner, size_t elements);
+  ErrorFeedback(std::unique_ptr<Compressor> inner, size_t elements, float decay = 1);
 
   Aggregation aggregation() const override { return inner_->aggregation(); }
   size_t encodedBytes(size_t elements) const override { return inner_->encodedBytes(elements); }
@@ -29,6 +31,7 @@ class ErrorFeedback : public Compressor {
  private:
   std::unique_ptr<Compressor> inner_;
   std::vector<float> residual_;
+  float decay_;
 };
 
 }  // namespace gradsync

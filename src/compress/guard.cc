@@ -140,7 +140,8 @@ void CompressionGuard::record(size_t unit, uint64_t step, double gradNorm, doubl
   std::lock_guard<std::mutex> lock(mutex_);
   Record& r = records_[unit];
   if (r.step != step) r = Record{step, {}};
-  r.signals = {ratio(residualNorm, gradNorm), ratio(sentNorm, gradNorm * units_[unit].sentScale),
+  const double scale = units_[unit].momentumScale;
+  r.signals = {ratio(residualNorm, gradNorm * scale), ratio(sentNorm, gradNorm * scale),
                units_[unit].watchAlignment && gradNorm > 0 && sentNorm > 0
                    ? 1 - sentDotGradient / (gradNorm * sentNorm)
                    : -1};

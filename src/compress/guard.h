@@ -100,11 +100,13 @@ struct GuardedUnit {
   std::vector<int> tensors;  // registration indices (p3's slices of one tensor go dense together)
   std::vector<std::string> names;  // the tensors' names
   std::string method;              // "randomk:0.01"
-  // What the sent norm is divided by besides the gradient's: 1, or 1 / (1 - momentum) for a
-  // method that applies the optimizer's momentum itself (DGC sends accumulated velocity, about
-  // 1 / (1 - momentum) gradients' worth per element even when it works as it should).
-  double sentScale = 1;
-  // Whether its alignment is watched: not for such a method, whose accumulated velocity is
+  // What the sent and residual norms are divided by besides the gradient's: 1, or 1 / (1 - μ)
+  // for a unit that accumulates a momentum μ: a method that applies the optimizer's momentum
+  // itself (DGC sends accumulated velocity, about 1 / (1 - momentum) gradients' worth per element
+  // even when it works as it should), or error feedback with ef_decay=μ (DeMo's momentum, whose
+  // residual is that momentum).
+  double momentumScale = 1;
+  // Whether its alignment is watched: not for such a unit, whose accumulated velocity is
   // rightly far from the step's noisy gradient (DGC measured cos 0.0 +- 0.1, as randomk:0.01).
   bool watchAlignment = true;
 };

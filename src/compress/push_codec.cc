@@ -59,6 +59,7 @@ PushCodec::PushCodec(const CompressSpec& spec, std::span<const TensorShape> unit
     throw InternalError(fmt::format("compressor {} has no one-rank encoding", spec.method));
   }
   if (spec.errorFeedback) residual_.assign(elements_, 0.0f);
+  decay_ = static_cast<float>(spec.errorFeedbackDecay);
   input_.resize(elements_);
   sent_.resize(elements_);
 }
@@ -77,7 +78,7 @@ size_t PushCodec::maxBytes() const {
 void PushCodec::encode(std::span<const float> grad, std::vector<uint8_t>& out, uint64_t seed) {
   std::span<const float> x = grad;
   if (!residual_.empty()) {  // error feedback: the corrected input
-    for (size_t i = 0; i < elements_; ++i) input_[i] = grad[i] + residual_[i];
+    for (size_t i = 0; i < elements_; ++i) input_[i] = grad[i] + decay_ * residual_[i];
     x = input_;
   }
   if (codec_ != nullptr) {

@@ -63,6 +63,7 @@ class PushCodec {
   LinearCompressor* linear_ = nullptr;
   const size_t elements_;
   std::vector<float> residual_;  // empty without error feedback
+  float decay_ = 1;              // ef_decay: the residual is scaled by it before it is added
   std::vector<float> input_, sent_;
   mutable std::vector<float> code_, decoded_;
   mutable std::vector<uint16_t> half_;

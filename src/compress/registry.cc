@@ -128,6 +128,22 @@ const std::vector<MethodInfo>& compressionMethods() {
        "B-bit round-to-nearest with a max-abs scale per bucket, error feedback (4-bit outer "
        "gradients)",
        makeRtn},
+      {"sparseloco",
+       "R",
+       1.0 / 64,
+       {"chunk", "bits"},
+       true,
+       false,
+       "SparseLoCo's codec: top-k of each chunk of 4,096 with 2-bit values, error feedback",
+       makeSparseLoCo},
+      {"demo",
+       "K",
+       32,
+       {"side"},
+       true,
+       false,
+       "DeMo's codec: the top K DCT coefficients of each 64x64 chunk, error feedback",
+       makeDemo},
   };
   return table;
 }

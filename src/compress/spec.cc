@@ -43,14 +43,36 @@ void applyKeys(CompressSpec& spec, const MethodInfo& method, const std::vector<s
       spec.errorFeedback = parseOnOff(value, what);
       continue;
     }
+    if (key == "ef_decay") {
+      spec.errorFeedbackDecay = parseNumber(value, what + " option ef_decay");
+      continue;
+    }
     if (std::find(method.keys.begin(), method.keys.end(), key) == method.keys.end()) {
-      std::string known = "ef";
+      std::string known = "ef, ef_decay";
       for (const auto& k : method.keys) known += ", " + k;
       throw ConfigError(fmt::format("{}: {} has no option '{}'", what, method.name, key),
                         {.hint = "its options are: " + known});
     }
     parseNumber(value, fmt::format("{} option {}", what, key));
     spec.args.keys.emplace_back(key, value);
+  }
+}
+
+// ef_decay needs the ErrorFeedback decorator: error feedback on, and not a method that keeps
+// its residual itself.
+void checkDecay(const CompressSpec& spec, const MethodInfo& method, const std::string& what) {
+  const double decay = spec.errorFeedbackDecay;
+  if (!(decay >= 0 && decay <= 1)) {
+    throw ConfigError(fmt::format("{}: ef_decay needs 0 <= β <= 1, got {}", what, decay));
+  }
+  if (decay == 1) return;
+  if (!spec.errorFeedback) {
+    throw ConfigError(fmt::format("{}: ef_decay applies to error feedback, which is off", what),
+                      {.hint = "drop ef=off, or ef_decay"});
+  }
+  if (method.ownErrorFeedback) {
+    throw ConfigError(
+        fmt::format("{}: {} keeps its residual itself and has no ef_decay", what, method.name));
   }
 }
 
@@ -73,6 +95,7 @@ CompressSpec CompressSpec::parse(const std::string& text, const std::string& wha
     spec.args.hasValue = true;
   }
   applyKeys(spec, method, parts, what);
+  checkDecay(spec, method, what);
   spec.args.errorFeedback = spec.errorFeedback;
   TensorShape probe{"probe", {64, 64}, 4096};
   try {
@@ -90,6 +113,7 @@ std::string CompressSpec::toString() const {
   if (*method.valueName != '\0') text += fmt::format(":{}", args.value);
   for (const auto& [k, v] : args.keys) text += fmt::format(",{}={}", k, v);
   if (errorFeedback != method.errorFeedback) text += errorFeedback ? ",ef=on" : ",ef=off";
+  if (errorFeedbackDecay != 1) text += fmt::format(",ef_decay={}", errorFeedbackDecay);
   return text;
 }
 
@@ -103,7 +127,8 @@ std::unique_ptr<Compressor> makeCompressor(const CompressSpec& spec,
   if (!spec.errorFeedback || method.ownErrorFeedback) return compressor;
   size_t elements = 0;
   for (const TensorShape& t : unit) elements += t.elements;
-  return std::make_unique<ErrorFeedback>(std::move(compressor), elements);
+  return std::make_unique<ErrorFeedback>(std::move(compressor), elements,
+                                         static_cast<float>(spec.errorFeedbackDecay));
 }
 
 }  // namespace gradsync

@@ -1,6 +1,8 @@
 // A compression choice as written on the command line: "name[:value][,key=value...]", e.g.
 // "topk:0.01", "qsgd:16,bucket=512", "powersgd:4,ef=off". The key "ef" (on|off) overrides the
-// method's default use of error feedback; other keys are the method's own (registry.h).
+// method's default use of error feedback, and "ef_decay" (0 <= β <= 1, default 1) scales the
+// residual before it is added back (SparseLoCo's e <- βe + Δ); other keys are the method's own
+// (registry.h).
 #pragma once
 
 #include <memory>
@@ -15,6 +17,7 @@ struct CompressSpec {
   std::string method = "none";
   MethodArgs args;
   bool errorFeedback = false;
+  double errorFeedbackDecay = 1;  // β of ef_decay; 1 is plain error feedback
 
   // Throws ConfigError naming `what` and the valid forms; also builds one compressor for a
   // small probe tensor so that out-of-range values fail here, at startup.

@@ -160,9 +160,11 @@ std::unique_ptr<CompressionGuard> Engine::makeGuard() const {
                         .tensors = unit.tensors,
                         .method = spec.dense() ? "" : spec.toString()};
     for (int t : unit.tensors) guarded.names.push_back(tensors_[t].name);
-    const double momentum = options_.update.momentum;
-    if (plan_.absorbsMomentum(unit.tensors.front()) && momentum < 1) {
-      guarded.sentScale = 1 / (1 - momentum);
+    const double momentum = plan_.absorbsMomentum(unit.tensors.front()) ? options_.update.momentum
+                            : spec.errorFeedback                        ? spec.errorFeedbackDecay
+                                                                        : 0;
+    if (momentum > 0 && momentum < 1) {
+      guarded.momentumScale = 1 / (1 - momentum);
       guarded.watchAlignment = false;
     }
     units.push_back(std::move(guarded));

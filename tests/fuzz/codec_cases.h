@@ -45,9 +45,18 @@ struct CodecCase {
 // Non-default options that change the decoder's layout or acceptance (bucket sizes, code
 // widths, densities). A spec the registry refuses (an option renamed) is left out.
 inline constexpr const char* kCodecVariants[] = {
-    "topk:0.5",          "mstopk:0.5,iters=3", "dgc:0.5,warmup=4", "qsgd:1,bucket=3",
-    "qsgd:127,bucket=0", "onebit,bucket=5",    "signsgd,bucket=5", "twobit:2",
-    "rtn:2,bucket=3",    "rtn:8,bucket=0",
+    "topk:0.5",
+    "mstopk:0.5,iters=3",
+    "dgc:0.5,warmup=4",
+    "qsgd:1,bucket=3",
+    "qsgd:127,bucket=0",
+    "onebit,bucket=5",
+    "signsgd,bucket=5",
+    "twobit:2",
+    "rtn:2,bucket=3",
+    "rtn:8,bucket=0",
+    "sparseloco:0.5,chunk=3,bits=8",
+    "sparseloco:1,chunk=1",
 };
 
 inline bool isCodec(const CompressSpec& spec) {

@@ -14,6 +14,9 @@ std::unique_ptr<Compressor> makeGTopK(const MethodArgs& args, std::span<const Te
 std::unique_ptr<Compressor> makeRandomK(const MethodArgs& args, std::span<const TensorShape> unit);
 std::unique_ptr<Compressor> makeDgc(const MethodArgs& args, std::span<const TensorShape> unit);
 std::unique_ptr<Compressor> makeQsgd(const MethodArgs& args, std::span<const TensorShape> unit);
+std::unique_ptr<Compressor> makeDemo(const MethodArgs& args, std::span<const TensorShape> unit);
+std::unique_ptr<Compressor> makeSparseLoCo(const MethodArgs& args,
+                                           std::span<const TensorShape> unit);
 std::unique_ptr<Compressor> makeRtn(const MethodArgs& args, std::span<const TensorShape> unit);
 std::unique_ptr<Compressor> makeTernGrad(const MethodArgs& args, std::span<const TensorShape> unit);
 std::unique_ptr<Compressor> makeTwoBit(const MethodArgs& args, std::span<const TensorShape> unit);

@@ -66,7 +66,7 @@ ElasticMember::ElasticMember(const TrainOptions& given, ElasticRange range)
         initializeParameters(*model, options.seed);
         return model;
       }()),
-      optimizer(options.optimizer == "adamw"
+      optimizer(options.optimizer != "sgd"
                     ? makeTrainingOptimizer(*net, options)
                     : std::make_unique<torch::optim::SGD>(
                           net->parameters(),

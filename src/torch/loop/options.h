@@ -51,8 +51,8 @@ struct TrainOptions {
   size_t batchSize = 64;  // per worker; the global batch is workers x this
   double lr = 0.05;
   double momentum = 0.9;  // sgd's
-  // --optimizer sgd | adamw (torch/loop/training_optimizer.h); --weight-decay: adamw's
-  // decoupled weight decay.
+  // --optimizer sgd | adamw | sign (torch/loop/training_optimizer.h); --weight-decay: adamw's
+  // and sign's decoupled weight decay.
   std::string optimizer = "sgd";
   double weightDecay = 0.01;
   // --warmup-steps W: the learning rate rises linearly over the first W steps; --lr-schedule

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "gradsync/torch/distributed_optimizer.h"
+#include "gradsync/torch/sign_descent.h"
 
 namespace gradsync {
 
@@ -34,6 +35,10 @@ std::unique_ptr<torch::optim::Optimizer> makeTrainingOptimizer(const Model& net,
   if (options.optimizer == "adamw") {
     return std::make_unique<torch::optim::AdamW>(
         net.parameters(), torch::optim::AdamWOptions(options.lr).weight_decay(options.weightDecay));
+  }
+  if (options.optimizer == "sign") {
+    return std::make_unique<SignDescent>(
+        net.parameters(), SignDescentOptions(options.lr).weight_decay(options.weightDecay));
   }
   return makeFusedSgd(net, options);
 }

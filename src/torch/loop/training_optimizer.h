@@ -1,7 +1,8 @@
 // The optimizer of `gradsync train` (--optimizer): SGD with momentum, stepped through FusedSGD
 // (Shi et al.'s parallel tensor operator, include/gradsync/torch/fused_sgd.h: one pass over each
 // group's flat buffers, bitwise torch's SGD) unless --fused-update is off, with LARS's trust
-// ratio when --lars > 0; or torch's AdamW (--weight-decay), the language models' optimizer. And
+// ratio when --lars > 0; or torch's AdamW (--weight-decay), the language models' optimizer; or
+// SignDescent (DeMo's sign update, include/gradsync/torch/sign_descent.h). And
 // what the trainer does before each step: the learning-rate schedule (--warmup-steps,
 // --lr-schedule) and gradient clipping (--clip-grad-norm). It steps in gradient mode only; in
 // update mode (p3, sharded, servers) the engine applies the rule and the optimizer never steps.
@@ -21,7 +22,8 @@ namespace gradsync {
 // stay).
 std::unique_ptr<FusedSGD> makeFusedSgd(const Model& net, const TrainOptions& options);
 // --optimizer's: makeFusedSgd's for sgd, torch's AdamW (betas 0.9 and 0.999, eps 1e-8: torch's
-// defaults; --weight-decay, decoupled) for adamw.
+// defaults; --weight-decay, decoupled) for adamw, SignDescent (DeMo's update, --weight-decay
+// decoupled) for sign.
 std::unique_ptr<torch::optim::Optimizer> makeTrainingOptimizer(const Model& net,
                                                                const TrainOptions& options);
 

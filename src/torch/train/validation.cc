@@ -83,9 +83,9 @@ void validateLanguageModel(const TrainOptions& options) {
     throw ConfigError("--model gpt computes on this host from local text",
                       {.hint = "drop --compute emulate:... and --data-url"});
   }
-  if (options.optimizer != "sgd" && options.optimizer != "adamw") {
+  if (options.optimizer != "sgd" && options.optimizer != "adamw" && options.optimizer != "sign") {
     throw ConfigError(fmt::format("unknown --optimizer '{}'", options.optimizer),
-                      {.hint = "choose sgd or adamw"});
+                      {.hint = "choose sgd, adamw or sign"});
   }
   if (options.lrSchedule != "constant" && options.lrSchedule != "cosine") {
     throw ConfigError(fmt::format("unknown --lr-schedule '{}'", options.lrSchedule),
@@ -94,24 +94,24 @@ void validateLanguageModel(const TrainOptions& options) {
   if (options.warmupSteps < 0) throw ConfigError("--warmup-steps must be >= 0");
   if (!(options.clipGradNorm >= 0)) throw ConfigError("--clip-grad-norm must be >= 0");
   if (!(options.weightDecay >= 0)) throw ConfigError("--weight-decay must be >= 0");
-  const bool adamw = options.optimizer == "adamw";
+  const bool torchOptimizer = options.optimizer != "sgd";  // adamw or sign
   const bool stepsItself =
       options.warmupSteps > 0 || options.lrSchedule != "constant" || options.clipGradNorm > 0;
-  if (!gpt && !adamw && !stepsItself) return;
-  const char* what = gpt     ? "--model gpt"
-                     : adamw ? "--optimizer adamw"
-                             : "a learning-rate "
-                               "schedule or clipping";
+  if (!gpt && !torchOptimizer && !stepsItself) return;
+  const std::string what = gpt              ? "--model gpt"
+                           : torchOptimizer ? "--optimizer " + options.optimizer
+                                            : "a learning-rate schedule or clipping";
   if (const char* other = otherTrainer(options)) {
     throw ConfigError(fmt::format("{} is not supported with {}", what, other),
                       {.hint = "the data-parallel trainer runs it"});
   }
   const SyncStrategy strategy = SyncStrategy::parse(options.sync);
-  if (adamw && (strategy.needsServers() || options.strategy.ps)) {
-    throw ConfigError(fmt::format("--optimizer adamw with --sync {}{}: the parameter servers "
-                                  "apply SGD",
-                                  options.sync, options.strategy.ps ? " --ps" : ""),
-                      {.hint = "use the ring (ssgd, sharded, localsgd)"});
+  if (torchOptimizer && (strategy.needsServers() || options.strategy.ps)) {
+    throw ConfigError(
+        fmt::format("--optimizer {} with --sync {}{}: the parameter servers "
+                    "apply SGD",
+                    options.optimizer, options.sync, options.strategy.ps ? " --ps" : ""),
+        {.hint = "use the ring (ssgd, sharded, localsgd)"});
   }
   if (stepsItself && updatesInEngine(syncOptionsOf(options))) {
     throw ConfigError(

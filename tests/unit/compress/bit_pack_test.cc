@@ -136,5 +136,35 @@ TEST(BitPack, ReaderRejectsCodesAboveTheLargestValidOne) {
   }
 }
 
+// Wide codes (1..32 bits) against the bit-by-bit layout of the narrow ones: bit b of code i is
+// stream bit i * bits + b.
+TEST(BitPack, WideWriterAndReaderFollowTheSameBitLayout) {
+  for (int bits : {1, 2, 7, 8, 9, 12, 14, 17, 24, 31, 32}) {
+    for (size_t count : {size_t{0}, size_t{1}, size_t{7}, size_t{8}, size_t{9}, size_t{1001}}) {
+      std::mt19937_64 engine(100 * bits + count);
+      std::vector<uint32_t> codes(count);
+      for (uint32_t& c : codes) c = static_cast<uint32_t>(engine());  // high bits to ignore
+      std::vector<uint8_t> out(packedBytes(count, bits) + 8, 0xa5);
+      WideWriter writer(bits, out.data());
+      for (uint32_t c : codes) writer.put(c);
+      writer.finish();
+      for (size_t i = packedBytes(count, bits); i < out.size(); ++i) {
+        ASSERT_EQ(out[i], 0xa5) << "bits " << bits << " count " << count << " wrote byte " << i;
+      }
+      const uint32_t mask = bits == 32 ? ~0u : (1u << bits) - 1;
+      WideReader reader(bits, out.data());
+      for (size_t i = 0; i < count; ++i) {
+        uint32_t expected = 0;
+        for (int b = 0; b < bits; ++b) {
+          const size_t bit = i * bits + b;
+          expected |= static_cast<uint32_t>((out[bit / 8] >> (bit % 8)) & 1) << b;
+        }
+        ASSERT_EQ(expected, codes[i] & mask) << "bits " << bits << " code " << i;
+        ASSERT_EQ(reader.get(), codes[i] & mask) << "bits " << bits << " code " << i;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace gradsync

@@ -71,5 +71,28 @@ TEST(ErrorFeedback, ResidualPlusEverythingSentEqualsTheSumOfInputs) {
   });
 }
 
+// With decay β the residual is scaled before it is added: an element never sent holds
+// Σ_s β^(S-1-s) g_s after S steps (SparseLoCo's accumulator), and one always sent holds nothing.
+TEST(ErrorFeedback, ADecayScalesTheResidualBeforeItIsAdded) {
+  const size_t n = 6;
+  const int steps = 4;
+  const float decay = 0.5f;
+  testing::runWithTransports(testing::TransportKind::kLoopback, 1, [&](Transport& transport) {
+    ErrorFeedback ef(std::make_unique<EvenIndices>(), n, decay);
+    std::vector<float> expected(n, 0);
+    ExchangeStats stats;
+    for (int s = 0; s < steps; ++s) {
+      std::vector<float> grad = gaussian(n, 50 + s);
+      for (size_t i = 1; i < n; i += 2) expected[i] = decay * expected[i] + grad[i];
+      std::vector<float> mine(n);
+      ExchangeContext context{transport, {}, static_cast<uint64_t>(s), 1};
+      ef.exchange(context, grad, mine, stats);
+    }
+    for (size_t i = 0; i < n; ++i) {
+      EXPECT_EQ(ef.residual()[i], i % 2 == 1 ? expected[i] : 0.0f) << i;
+    }
+  });
+}
+
 }  // namespace
 }  // namespace gradsync

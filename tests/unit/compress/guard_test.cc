@@ -163,6 +163,32 @@ TEST(CompressionGuard, CheckAloneDecidesForThisRanksPushesOnly) {
   }
 }
 
+// A unit that accumulates a momentum μ (DGC's velocity, or error feedback with ef_decay=μ: DeMo)
+// has its residual and sent norms read in units of 1 / (1 - μ) gradients and its alignment
+// unwatched: the same numbers trip a plain unit and not it, until they pass the scaled threshold.
+TEST(CompressionGuard, AMomentumUnitsNormsAreReadInItsAccumulatedGradients) {
+  std::vector<GuardedUnit> units = twoUnits();
+  units[0].momentumScale = 100;  // μ = 0.99
+  units[0].watchAlignment = false;
+  CompressionGuard guard(kOptions, /*warmupSteps=*/0, units);
+  std::vector<GuardEvent> events;
+  for (uint64_t step = 0; step < 60; ++step) {
+    if (guard.samples(step)) {
+      // 50x residual, 10x sent, orthogonal to the gradient: each past a plain unit's threshold.
+      const double residual = step >= 30 ? 5000.0 : 50.0;
+      for (size_t unit : {size_t{0}, size_t{1}}) guard.record(unit, step, 1.0, 10.0, residual, 0.0);
+    }
+    if (!guard.checksAt(step + 1)) continue;
+    for (const GuardEvent& e : guard.checkAlone(0, step + 1)) events.push_back(e);
+  }
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[0].step, 20);  // the plain unit: three windows past, sampled at 0, 10 and 20
+  EXPECT_NE(events[0].reason.find("out.weight"), std::string::npos) << events[0].reason;
+  EXPECT_EQ(events[1].step, 50);  // the momentum unit: its residual 50 of its 100x from step 30
+  EXPECT_EQ(events[1].signal, "residual");
+  EXPECT_NE(events[1].reason.find("fc.weight"), std::string::npos) << events[1].reason;
+}
+
 // The loss signal over servers: this rank's own losses against its own warm-up's.
 TEST(CompressionGuard, CheckAloneWatchesThisRanksLossAgainstItsWarmup) {
   CompressionGuard guard(kOptions, /*warmupSteps=*/10, twoUnits());

@@ -62,6 +62,20 @@ TEST(CompressSpec, ErrorFeedbackWrapsOnlyWhenAsked) {
   EXPECT_EQ(makeCompressor(CompressSpec::parse("none"), {&shape, 1}), nullptr);
 }
 
+TEST(CompressSpec, ErrorFeedbackDecayIsParsedCheckedAndPassedOn) {
+  const CompressSpec spec = CompressSpec::parse("sparseloco,ef_decay=0.95");
+  EXPECT_DOUBLE_EQ(spec.errorFeedbackDecay, 0.95);
+  EXPECT_EQ(CompressSpec::parse(spec.toString()).toString(), spec.toString());
+  EXPECT_EQ(CompressSpec::parse("topk:0.1").errorFeedbackDecay, 1);
+  EXPECT_NE(configErrorOf("topk,ef_decay=1.5").find("0 <= β <= 1"), std::string::npos);
+  EXPECT_NE(configErrorOf("topk,ef_decay=-0.1").find("0 <= β <= 1"), std::string::npos);
+  EXPECT_NE(configErrorOf("topk,ef=off,ef_decay=0.9").find("error feedback, which is off"),
+            std::string::npos);
+  EXPECT_NE(configErrorOf("hitopk,ef_decay=0.9").find("keeps its residual itself"),
+            std::string::npos);
+  EXPECT_NE(configErrorOf("topk,ef_decay=x").find("ef_decay"), std::string::npos);
+}
+
 const std::vector<TensorShape> kModel = {
     tensorShape("features.0.weight", {64, 1, 3, 3}), tensorShape("features.0.bias", {64}),
     tensorShape("classifier.0.weight", {128, 3136}), tensorShape("classifier.0.bias", {128}),

@@ -130,6 +130,12 @@ TEST(LanguageModel, WhatCannotRunIsRefusedWithTheReason) {
   EXPECT_TRUE(says(refusal([](TrainOptions& o) { o.optimizer = "adam"; }), "unknown --optimizer"));
   EXPECT_TRUE(says(refusal([](TrainOptions& o) { o.lrSchedule = "step"; }), "--lr-schedule"));
   EXPECT_TRUE(says(refusal([](TrainOptions& o) { o.sync = "asgd"; }), "servers apply SGD"));
+  EXPECT_TRUE(says(refusal([](TrainOptions& o) {
+                     o.optimizer = "sign";
+                     o.sync = "ssp:2";
+                   }),
+                   "--optimizer sign with --sync ssp:2: the parameter servers apply SGD"));
+  EXPECT_EQ(refusal([](TrainOptions& o) { o.optimizer = "sign"; }), "accepted");
   EXPECT_TRUE(says(refusal([](TrainOptions& o) { o.schedule = "p3"; }), "engine applies"));
   EXPECT_TRUE(says(refusal([](TrainOptions& o) { o.waves = 2; }), "not supported with --waves"));
   EXPECT_TRUE(says(refusal([](TrainOptions& o) { o.warmupSteps = -1; }), "--warmup-steps"));
