@@ -174,9 +174,9 @@ std::unique_ptr<Compressor> makeDemo(const MethodArgs& args, std::span<const Ten
   }
   const double k = args.value;
   if (!(k >= 1 && k <= side * side) || k != std::floor(k)) {
-    throw ConfigError(fmt::format("demo:K needs a whole number 1 <= K <= side² = {}, got {}",
-                                  side * side, k),
-                      {.hint = "demo:32 sends 32 of each chunk's 4,096 coefficients"});
+    throw ConfigError(
+        fmt::format("demo:K needs a whole number 1 <= K <= side² = {}, got {}", side * side, k),
+        {.hint = "demo:32 sends 32 of each chunk's 4,096 coefficients"});
   }
   return std::make_unique<DctTopK>(static_cast<size_t>(k), static_cast<size_t>(side), unit);
 }

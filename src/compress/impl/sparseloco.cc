@@ -142,9 +142,9 @@ class SparseLoCoCodec final : public CodecCompressor {
         const uint32_t code = reader.get();
         const size_t index = code & indexMask;
         if (index >= size || (j > 0 && index <= previous)) {
-          throw ProtocolError(fmt::format(
-              "sparseloco encoding: index {} of a chunk of {} elements {}", index, size,
-              index >= size ? "is outside it" : "is not above the one before"));
+          throw ProtocolError(
+              fmt::format("sparseloco encoding: index {} of a chunk of {} elements {}", index, size,
+                          index >= size ? "is outside it" : "is not above the one before"));
         }
         previous = index;
         fn(begin + index, grid, code >> indexBits_);
@@ -179,10 +179,9 @@ std::unique_ptr<Compressor> makeSparseLoCo(const MethodArgs& args,
   const double density = checkedDensity(args, "sparseloco");
   const double chunk = args.number("chunk", 4096);
   if (!(chunk >= 1 && chunk <= static_cast<double>(kMaxChunk)) || chunk != std::floor(chunk)) {
-    throw ConfigError(
-        fmt::format("sparseloco chunk needs a whole number 1 <= chunk <= {}, got {}", kMaxChunk,
-                    chunk),
-        {.hint = "chunk=4096 selects the top-k of every 4,096 elements"});
+    throw ConfigError(fmt::format("sparseloco chunk needs a whole number 1 <= chunk <= {}, got {}",
+                                  kMaxChunk, chunk),
+                      {.hint = "chunk=4096 selects the top-k of every 4,096 elements"});
   }
   const double bits = args.number("bits", 2);
   if (!(bits >= 2 && bits <= 8) || bits != std::floor(bits)) {

@@ -40,7 +40,8 @@ void naiveDemoChunk(std::span<const float> chunk, size_t k, size_t n, double* ou
   for (size_t u = 0; u < n; ++u) {
     for (size_t v = 0; v < n; ++v) {
       for (size_t i = 0; i < n; ++i) {
-        for (size_t j = 0; j < n; ++j) y[u * n + v] += dctBasis(n, u, i) * x[i * n + j] * dctBasis(n, v, j);
+        for (size_t j = 0; j < n; ++j)
+          y[u * n + v] += dctBasis(n, u, i) * x[i * n + j] * dctBasis(n, v, j);
       }
     }
   }
@@ -72,8 +73,8 @@ std::vector<double> naiveDemo(const std::vector<float>& x, const std::vector<siz
 
 // Close to the reference, relative to the input's scale. The inputs are continuous, so a float
 // rounding never changes which coefficients are kept (their magnitudes are not near ties).
-void expectCloseToReference(const std::vector<float>& got, const std::vector<double>& expected, double scale,
-                const std::string& what) {
+void expectCloseToReference(const std::vector<float>& got, const std::vector<double>& expected,
+                            double scale, const std::string& what) {
   ASSERT_EQ(got.size(), expected.size()) << what;
   for (size_t i = 0; i < got.size(); ++i) {
     ASSERT_NEAR(got[i], expected[i], 2e-5 * scale) << what << " at " << i;
@@ -88,9 +89,9 @@ TEST(Demo, DecodesTheLargestDctCoefficientsOfEachChunk) {
         const std::vector<float> x = gaussian(n, 70 + n);
         auto q = methods::makeDemo(demoArgs(k, side), {});
         const std::vector<float> decoded = decodeOnce(*q, encodeOnce(*q, x, 1), n);
-        expectCloseToReference(decoded, naiveDemo(x, {n}, k, side), 1 + testing::maxAbs(x),
-                   "side " + std::to_string(side) + " k " + std::to_string(k) + " n " +
-                       std::to_string(n));
+        expectCloseToReference(
+            decoded, naiveDemo(x, {n}, k, side), 1 + testing::maxAbs(x),
+            "side " + std::to_string(side) + " k " + std::to_string(k) + " n " + std::to_string(n));
       }
     }
   }
@@ -108,7 +109,8 @@ TEST(Demo, ChunksNeverStraddleTwoTensors) {
   const std::vector<float> x = gaussian(27, 9);
   auto q = methods::makeDemo(demoArgs(2, 4), unit);
   const std::vector<float> decoded = decodeOnce(*q, encodeOnce(*q, x, 1), x.size());
-  expectCloseToReference(decoded, naiveDemo(x, {20, 7}, 2, 4), 1 + testing::maxAbs(x), "two tensors");
+  expectCloseToReference(decoded, naiveDemo(x, {20, 7}, 2, 4), 1 + testing::maxAbs(x),
+                         "two tensors");
 }
 
 TEST(Demo, BytesAreAnIndexAndAFloatPerKeptCoefficient) {
@@ -124,8 +126,8 @@ TEST(Demo, ExchangeGivesEveryRankTheSameBits) {
     for (size_t n : {size_t{0}, size_t{1}, size_t{4097}, size_t{300001}}) {
       if (n > 100000 && ranks != 3) continue;  // the large size once, on the most ranks
       auto make = [] { return methods::makeDemo(testing::valueArgs(32), {}); };
-      auto out = testing::runExchange(ranks, make,
-                                      [&](int, int rank) { return gaussian(n, 400 + rank); });
+      auto out =
+          testing::runExchange(ranks, make, [&](int, int rank) { return gaussian(n, 400 + rank); });
       testing::expectConsistentExchange(out);
     }
   }

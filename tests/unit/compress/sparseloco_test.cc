@@ -34,9 +34,8 @@ void naiveSparseLoCoChunk(std::span<const float> chunk, double density, int bits
   const size_t k = selectionCount(chunk.size(), density);
   std::vector<size_t> order(chunk.size());
   std::iota(order.begin(), order.end(), size_t{0});
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    return std::fabs(chunk[a]) > std::fabs(chunk[b]);
-  });
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return std::fabs(chunk[a]) > std::fabs(chunk[b]); });
   order.resize(k);
   float lo = std::numeric_limits<float>::infinity(), hi = 0;
   for (size_t i : order) {
@@ -47,7 +46,8 @@ void naiveSparseLoCoChunk(std::span<const float> chunk, double density, int bits
   const float step = (hi - lo) / static_cast<float>(levels - 1);
   for (size_t i : order) {
     long level = 0;
-    if (step > 0) level = std::min<long>(std::lround((std::fabs(chunk[i]) - lo) / step), levels - 1);
+    if (step > 0)
+      level = std::min<long>(std::lround((std::fabs(chunk[i]) - lo) / step), levels - 1);
     const float magnitude = lo + static_cast<float>(level) * step;
     out[i] += chunk[i] < 0 ? -magnitude : magnitude;
   }
@@ -62,7 +62,7 @@ std::vector<float> naiveSparseLoCo(const std::vector<float>& x, const std::vecto
     for (size_t offset = 0; offset < size; offset += chunk) {
       const size_t c = std::min(chunk, size - offset);
       naiveSparseLoCoChunk(std::span(x).subspan(begin + offset, c), density, bits,
-                 out.data() + begin + offset);
+                           out.data() + begin + offset);
     }
     begin += size;
   }
@@ -118,8 +118,8 @@ TEST(SparseLoCo, ExchangeGivesEveryRankTheSameBits) {
       auto out = testing::runExchange(ranks, make, [&](int, int rank) { return input(rank); });
       testing::expectConsistentExchange(out);
       for (int r = 0; r < ranks; ++r) {
-        EXPECT_TRUE(testing::sameBits(out[r].sent, naiveSparseLoCo(input(r), {n}, 1.0 / 64, 4096,
-                                                                   2)))
+        EXPECT_TRUE(
+            testing::sameBits(out[r].sent, naiveSparseLoCo(input(r), {n}, 1.0 / 64, 4096, 2)))
             << ranks << " ranks, n " << n << ", rank " << r;
       }
     }

@@ -25,14 +25,14 @@ TEST(SignDescent, StepsBySignWithDecoupledWeightDecay) {
   // params[3] has no gradient: untouched.
   optimizer.step();
   for (size_t i = 0; i < 3; ++i) {
-    const torch::Tensor expected =
-        before[i] * (1 - 0.1 * 0.5) - 0.1 * params[i].grad().sign();
+    const torch::Tensor expected = before[i] * (1 - 0.1 * 0.5) - 0.1 * params[i].grad().sign();
     EXPECT_TRUE(torch::equal(params[i].detach(), expected)) << "parameter " << i;
   }
   EXPECT_FLOAT_EQ(params[0][0][0].item<float>(), before[0][0][0].item<float>() * 0.95f);
   EXPECT_TRUE(torch::equal(params[3].detach(), before[3]));
 
-  for (torch::optim::OptimizerParamGroup& group : optimizer.param_groups()) group.options().set_lr(1);
+  for (torch::optim::OptimizerParamGroup& group : optimizer.param_groups())
+    group.options().set_lr(1);
   const torch::Tensor start = params[1].detach().clone();
   optimizer.step();
   EXPECT_TRUE(torch::equal(params[1].detach(), start * (1 - 1 * 0.5) + 1));
