@@ -17,7 +17,7 @@ constexpr const char* kForms =
     "choose ssgd, sharded[:fc=reduce|exchange|auto,concurrent=N], asgd, ssp:S, odsgd, "
     "ssdsgd:K, cdsgd:K, localsgd:H or "
     "diloco:H[,outer_lr=X,outer_momentum=M,nesterov=on|off,quantize=int8|none,fragments=P,"
-    "delay=T,alpha=A]";
+    "delay=T,alpha=A,group=rank|host]";
 
 int parseCount(const std::string& text, const std::string& whole, int minimum) {
   int value = 0;
@@ -80,9 +80,10 @@ void checkCompensationApplies(const SyncStrategy& strategy, const DelayCompensat
 }
 
 // "diloco:H[,outer_lr=X,outer_momentum=M,nesterov=on|off,quantize=int8|none,fragments=P,
-// delay=T,alpha=A]": the paper's outer Nesterov SGD (lr 0.7, momentum 0.9) unless an option says
-// otherwise; int8 pseudo-gradients with quantize=int8 (INTELLECT-1's int8 ring); Streaming
-// DiLoCo's fragments, overlap and mixing.
+// delay=T,alpha=A,group=rank|host]": the paper's outer Nesterov SGD (lr 0.7, momentum 0.9) unless
+// an option says otherwise; int8 pseudo-gradients with quantize=int8 (INTELLECT-1's int8 ring);
+// Streaming DiLoCo's fragments, overlap and mixing; group=host: a host's ranks are one DiLoCo
+// worker, data-parallel among themselves every step.
 // Streaming DiLoCo's options: fragments dividing H, a delay shorter than a fragment's turn, alpha
 // in [0, 1] (default 0.5 with a delay: the paper's mixing).
 void checkStreaming(SyncStrategy& strategy, bool alphaGiven, const std::string& text) {
@@ -134,10 +135,13 @@ SyncStrategy parseDiloco(const std::string& text) {
     } else if (key == "alpha") {
       strategy.outer.alpha = parseNumber(value, "diloco's alpha");
       alphaGiven = true;
+    } else if (key == "group" && (value == "rank" || value == "host")) {
+      strategy.outer.perHost = value == "host";
     } else {
       throw ConfigError(fmt::format("--sync {}: unknown option '{}'", text, option),
                         {.hint = "diloco takes outer_lr=X, outer_momentum=M, nesterov=on|off, "
-                                 "quantize=int8|none, fragments=P, delay=T, alpha=A"});
+                                 "quantize=int8|none, fragments=P, delay=T, alpha=A, "
+                                 "group=rank|host"});
     }
   }
   if (!(strategy.outer.lr > 0) || !(strategy.outer.momentum >= 0 && strategy.outer.momentum < 1)) {

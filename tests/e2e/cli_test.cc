@@ -632,6 +632,8 @@ TEST_F(CliTrain, BadFlagsGiveAOneLineErrorWithTheChoices) {
            {{"train", "--elastic", "2:4", "--sync", "sharded"}, "optimizer state of its shard"},
            {{"train", "--elastic", "2:4", "--sync", "diloco:20,fragments=2"},
             "--elastic does not support Streaming DiLoCo"},
+           {{"train", "--elastic", "2:4", "--sync", "diloco:20,group=host"},
+            "--elastic does not support diloco's group=host"},
            {{"train", "--elastic", "2:4", "--transport", "loopback"}, "processes over TCP"},
            {{"train", "--record-samples", "/tmp/x"}, "--record-samples records elastic runs"},
            {{"train", "--hang-timeout", "2s"}, "--hang-timeout watches elastic runs"},

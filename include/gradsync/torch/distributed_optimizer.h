@@ -109,7 +109,9 @@ class DistributedOptimizer {
   // the other strategies.
   void endLocalStep();
   // Gradient mode: as step() without stepping, e.g. to clip the averaged gradients first; then
-  // call the optimizer's step() directly. ConfigError once exchangesMomenta().
+  // call the optimizer's step() directly. ConfigError once exchangesMomenta(). With diloco's
+  // group=host: the average over this host's ranks, before the local step and endLocalStep()
+  // (ConfigError for the other local strategies, whose steps use each rank's own gradients).
   void synchronize();
   // SyncOptions::compressMomentum past its dense warm-up: the ranks' momenta are averaged
   // (during backward) and step() applies Adam's update; synchronize() is refused. Before that,
@@ -229,6 +231,7 @@ class DistributedOptimizer {
   torch::optim::Optimizer& optimizer_;
   std::unique_ptr<Transport> workerView_;  // with separate servers: the training ranks
   Transport& transport_;                   // the workers'
+  std::unique_ptr<Transport> hostGroup_;   // diloco's group=host: this rank's host
   const bool joinable_;
   double engineLr_ = 0;  // update mode: the learning rate the engine applies
   int localPeriod_ = 0;  // localsgd, diloco: H (local steps between outer steps); else 0

@@ -294,15 +294,15 @@ void DistributedModel::averageBuffers() {
   }
 }
 
-void DistributedModel::outerStep(OuterOptimizer& outer) {
+void DistributedModel::outerStep(OuterOptimizer& outer, Transport& across) {
   const Nanos start = clock_->now();
-  averaging_.bytesSent += outer.step(parameters_, transport_);
+  averaging_.bytesSent += outer.step(parameters_, across);
   averaging_.commSeconds += secondsSince(*clock_, start);
 }
 
-void DistributedModel::afterLocalStep(OuterOptimizer& outer, int64_t step) {
+void DistributedModel::afterLocalStep(OuterOptimizer& outer, int64_t step, Transport& across) {
   const Nanos start = clock_->now();
-  averaging_.bytesSent += outer.afterLocalStep(step, parameters_, transport_);
+  averaging_.bytesSent += outer.afterLocalStep(step, parameters_, across);
   averaging_.commSeconds += secondsSince(*clock_, start);
 }
 

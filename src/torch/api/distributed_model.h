@@ -93,12 +93,13 @@ class DistributedModel {
   // model (each rank normalises with its own batch statistics while training, as DDP does
   // without SyncBatchNorm).
   void averageBuffers();
-  // localsgd's and diloco's outer step now (torch/api/outer_optimizer.h): the parameters become
-  // the new global model. Collective.
-  void outerStep(OuterOptimizer& outer);
+  // localsgd's and diloco's outer step now (torch/api/outer_optimizer.h) among the ranks of
+  // `across` (this model's transport, or with diloco's group=host the whole job, of which this
+  // model's transport is the host): the parameters become the new global model. Collective.
+  void outerStep(OuterOptimizer& outer, Transport& across);
   // After local step `step`: the outer work due then (every H steps; Streaming DiLoCo's
-  // fragments every H/P). Collective.
-  void afterLocalStep(OuterOptimizer& outer, int64_t step);
+  // fragments every H/P), among the ranks of `across`. Collective.
+  void afterLocalStep(OuterOptimizer& outer, int64_t step, Transport& across);
   // With parameter servers each worker trains its own copy (asgd, ssp and the delayed
   // strategies let them differ): pullGlobalModel() makes the parameters the servers', and
   // keepLocalModel(fn) puts this worker's own back after fn, so that evaluating or saving the

@@ -11,6 +11,7 @@
 #include "common/state_bytes.h"
 #include "common/tags.h"
 #include "gradsync/error.h"
+#include "gradsync/topology.h"
 #include "job/agreement.h"
 #include "sync/strategy.h"
 #include "torch/api/archive_bytes.h"
@@ -136,6 +137,29 @@ std::vector<TensorShape> shapesOf(const torch::nn::Module& module) {
   return shapes;
 }
 
+// diloco's group=host: this rank's host (the transport's topology) as a transport of its own.
+// ConfigError without a topology, or where the hosts have different numbers of ranks (the hosts'
+// pseudo-gradients are averaged over every rank, so each host must weigh the same).
+std::unique_ptr<Transport> hostGroupOf(Transport& transport) {
+  const Topology* topology = transport.topology();
+  if (topology == nullptr || !topology->regular()) {
+    refuseSyncSetup(
+        fmt::format("diloco's group=host needs hosts with the same number of ranks; {}",
+                    topology ? "this job has " + topology->describe() : "this transport has none"),
+        "launch with --ranks-per-host N (a divisor of --workers), or drop group=host");
+  }
+  return subsetTransport(transport, topology->localGroup(transport.rank()));
+}
+
+// What a host's ranks do every step under group=host: average their gradients densely (the
+// compression is the pseudo-gradients', the outer optimizer's).
+SyncOptions innerOptionsOf(SyncOptions options) {
+  options.sync = "ssgd";
+  options.compress = "none";
+  options.compressOverrides.clear();
+  return options;
+}
+
 // --schedule auto (torch/api/schedule_tuning.h); not with localsgd, which averages models instead.
 std::unique_ptr<ScheduleTuning> tuningFor(const SyncOptions& options,
                                           const Parameters& synchronized, Transport& workers) {
@@ -191,8 +215,6 @@ DistributedOptimizer::DistributedOptimizer(torch::optim::Optimizer& optimizer,
   schedule_ = options.schedule;
   const auto absorbs = absorbsOf(synchronized, options);
   SyncSetup setup = setupFor(optimizer, options, transport_.size(), absorbs);
-  setup.psTransport = &transport;
-  engineLr_ = setup.engine.update.lr;
   if (setup.local) {
     const SyncStrategy strategy = SyncStrategy::parse(options.sync);
     localPeriod_ = strategy.parameter;
@@ -201,8 +223,15 @@ DistributedOptimizer::DistributedOptimizer(torch::optim::Optimizer& optimizer,
         PseudoGradientCompression{.spec = CompressSpec::parse(options.compress),
                                   .minElements = options.compressMinElements,
                                   .seed = options.seed});
+    if (strategy.outer.perHost) {
+      hostGroup_ = hostGroupOf(transport_);
+      setup = setupFor(optimizer, innerOptionsOf(options), hostGroup_->size(), absorbs);
+    }
   }
-  model_ = std::make_unique<DistributedModel>(std::move(module), transport_, std::move(setup));
+  setup.psTransport = &transport;
+  engineLr_ = setup.engine.update.lr;
+  model_ = std::make_unique<DistributedModel>(
+      std::move(module), hostGroup_ ? *hostGroup_ : transport_, std::move(setup));
   if (tuning_) ScheduleTuning::checkRunCanSwitch(model_->whyNotReschedulable());
   checkMomentumAppliedOnce(optimizer, absorbs, options.compress);
   if (options.compressMomentum) {
@@ -230,6 +259,7 @@ void DistributedOptimizer::zeroGrad() {
 void DistributedOptimizer::step() {
   if (localPeriod_ > 0) {  // localsgd, diloco: a local step, then the outer work due
     beginOuter(outer_.get(), *model_);
+    if (hostGroup_) averageGradients();  // group=host: data-parallel inside the host
     optimizer_.step();
     endLocalStep();
     return;
@@ -276,7 +306,7 @@ void DistributedOptimizer::endLocalStep() {
     refuseSyncSetup("endLocalStep() is for localsgd and diloco", "call step() after backward");
   }
   beginOuter(outer_.get(), *model_);
-  model_->afterLocalStep(*outer_, ++localSteps_);
+  model_->afterLocalStep(*outer_, ++localSteps_, transport_);
 }
 
 int DistributedOptimizer::ranksWithData(bool mine) {
@@ -299,8 +329,10 @@ void DistributedOptimizer::join() {
 }
 
 void DistributedOptimizer::synchronize() {
-  if (localPeriod_ > 0)
-    refuseSyncSetup("synchronize() is for gradient mode, not localsgd", "call step()");
+  if (localPeriod_ > 0 && !hostGroup_) {
+    refuseSyncSetup("synchronize() is for gradient mode and diloco's group=host, not localsgd",
+                    "call step(), or your optimizer's step() and then endLocalStep()");
+  }
   if (model_->updatesParameters()) {
     refuseSyncSetup("synchronize() is for gradient mode: with p3 and sharded the engine updates",
                     "call step() after backward");
@@ -334,7 +366,7 @@ void DistributedOptimizer::averageGradients() {
 void DistributedOptimizer::synchronizeModel() {
   if (localPeriod_ > 0) {
     beginOuter(outer_.get(), *model_);
-    model_->outerStep(*outer_);
+    model_->outerStep(*outer_, transport_);
   } else {
     model_->pullGlobalModel();
   }

@@ -241,6 +241,11 @@ void validateElasticOptions(const TrainOptions& options) {
                   "which the whole state is committed to roll back to. Use diloco:H without "
                   "fragments or delay");
   }
+  if (local && strategy.outer.perHost) {
+    refuseElastic("diloco's group=host",
+                  "an elastic job's members join and leave one process at a time, so its rounds "
+                  "have no hosts of a fixed size. Use diloco:H with one worker per rank");
+  }
   if (ScheduleSpec::parse(options.schedule).prioritized()) {
     refuseElastic(
         "--schedule " + options.schedule,

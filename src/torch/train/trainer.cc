@@ -131,8 +131,9 @@ double Trainer::updateParameters(int64_t globalStep, TraceRecorder* trace,
     return 0;
   }
   if (strategy_.kind == SyncStrategy::Kind::kLocalSgd) {
+    if (strategy_.outer.perHost) distributed_.synchronize();  // the host's average gradient
     prepareOptimizerStep(*optimizer_, options_, globalStep, totalSteps());
-    net_->optimizerStep(*optimizer_);  // on this worker's gradient alone
+    net_->optimizerStep(*optimizer_);  // on this worker's gradient (group=host: its host's)
     auto start = MonotonicClock::now();
     ScopedEvent event(trace, kMainLane, "communication", "outer step");
     distributed_.endLocalStep();  // the outer work due (most steps: none)

@@ -72,11 +72,12 @@ inline std::unique_ptr<torch::optim::Optimizer> makeOptimizer(const std::string&
 
 // Trains `models[r]` on rank r's share of each global batch. The auxiliary head is used on the
 // steps of parity `auxiliaryParity` only: unused parameters on the others (with parity 1, from
-// the first step on: parameters no rank has used yet).
+// the first step on: parameters no rank has used yet). kLoopbackHosts puts two ranks on a host.
 inline void trainOnRanks(std::vector<SequenceClassifier>& models, const std::string& optimizerKind,
-                         const SyncOptions& sync, int64_t steps, int auxiliaryParity) {
+                         const SyncOptions& sync, int64_t steps, int auxiliaryParity,
+                         TransportKind kind = TransportKind::kLoopback) {
   const int size = static_cast<int>(models.size());
-  runWithTransports(TransportKind::kLoopback, size, [&](Transport& transport) {
+  runWithTransports(kind, size, [&](Transport& transport) {
     SequenceClassifier& model = models[static_cast<size_t>(transport.rank())];
     auto optimizer = makeOptimizer(optimizerKind, model);
     DistributedOptimizer distributed(*optimizer, model.ptr(), transport, sync);
@@ -97,10 +98,11 @@ inline void trainOnRanks(std::vector<SequenceClassifier>& models, const std::str
 
 inline std::vector<SequenceClassifier> trained(int workers, const std::string& optimizer,
                                                const SyncOptions& sync, int64_t steps = kSteps,
-                                               int auxiliaryParity = 1) {
+                                               int auxiliaryParity = 1,
+                                               TransportKind kind = TransportKind::kLoopback) {
   std::vector<SequenceClassifier> models;
   for (int r = 0; r < workers; ++r) models.push_back(freshModel());
-  trainOnRanks(models, optimizer, sync, steps, auxiliaryParity);
+  trainOnRanks(models, optimizer, sync, steps, auxiliaryParity, kind);
   return models;
 }
 

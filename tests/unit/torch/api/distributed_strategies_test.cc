@@ -63,6 +63,33 @@ TEST(DistributedStrategies, DilocoWithOneLocalStepIsSgdAtTheProductOfTheRates) {
   }
 }
 
+// diloco's group=host: a host's ranks average their gradients every step (data-parallel inside
+// it) and the outer step runs across hosts. With one local step and outer SGD without momentum it
+// is SGD at the product of the rates over all the ranks (2 hosts x 2 ranks); between outer steps
+// a host's ranks hold the same bits and the hosts drift apart; after one, every rank holds the
+// same bits. Without hosts it is refused, saying how to declare them.
+TEST(DistributedStrategies, DilocoAcrossHostsIsDataParallelInsideEach) {
+  const TransportKind hosts = TransportKind::kLoopbackHosts;
+  std::vector<SequenceClassifier> one = trained(1, "sgd-plain-half", {});
+  std::vector<SequenceClassifier> many =
+      trained(4, "sgd-plain", {.sync = "diloco:1,outer_lr=0.5,outer_momentum=0,group=host"}, kSteps,
+              1, hosts);
+  for (size_t r = 0; r < many.size(); ++r) {
+    EXPECT_LT(maxRelativeDifference(one[0], many[r]), 1e-5) << "rank " << r;
+  }
+  std::vector<SequenceClassifier> between =
+      trained(4, "sgd", {.sync = "diloco:3,group=host"}, 4, 1, hosts);  // a round and a step
+  EXPECT_EQ(maxRelativeDifference(between[0], between[1]), 0.0) << "host 0's ranks differ";
+  EXPECT_EQ(maxRelativeDifference(between[2], between[3]), 0.0) << "host 1's ranks differ";
+  EXPECT_GT(maxRelativeDifference(between[0], between[2]), 1e-4) << "the hosts did not drift";
+  std::vector<SequenceClassifier> after =
+      trained(4, "sgd", {.sync = "diloco:3,group=host"}, 3, 1, hosts);  // one round exactly
+  for (size_t r = 1; r < after.size(); ++r) {
+    EXPECT_EQ(maxRelativeDifference(after[0], after[r]), 0.0) << "rank " << r;
+  }
+  expectRefused("sgd", {.sync = "diloco:2,group=host"}, "--ranks-per-host");
+}
+
 // DiLoCo's outer step (Nesterov, lr 0.7, momentum 0.9) against a naive reference: each worker's
 // local steps in plain torch from the global model, the pseudo-gradients averaged by hand and
 // the paper's update; and every rank ends each round with the same bits.
@@ -142,8 +169,11 @@ TEST(DistributedStrategies, DilocoSpecsAreParsedOrRefusedSayingWhy) {
   EXPECT_FALSE(SyncStrategy::parse("diloco:5,nesterov=off").outer.nesterov);
   EXPECT_TRUE(SyncStrategy::parse("diloco:5,quantize=int8").outer.int8);
   EXPECT_FALSE(SyncStrategy::parse("diloco:5,quantize=none").outer.int8);
-  for (const char* bad : {"diloco", "diloco:0", "diloco:5,outer_lr=0", "diloco:5,outer_momentum=1",
-                          "diloco:5,beta=2", "diloco:5,nesterov=yes", "diloco:5,quantize=int4"}) {
+  EXPECT_TRUE(SyncStrategy::parse("diloco:5,group=host").outer.perHost);
+  EXPECT_FALSE(SyncStrategy::parse("diloco:5,group=rank").outer.perHost);
+  for (const char* bad :
+       {"diloco", "diloco:0", "diloco:5,outer_lr=0", "diloco:5,outer_momentum=1", "diloco:5,beta=2",
+        "diloco:5,nesterov=yes", "diloco:5,quantize=int4", "diloco:5,group=rack"}) {
     EXPECT_THROW(SyncStrategy::parse(bad), ConfigError) << bad;
   }
   expectRefused("sgd", {.compress = "topk:0.1", .sync = "localsgd:2"}, "localsgd");

@@ -49,5 +49,29 @@ TEST(TrainerOnHosts, DenseGoesHierarchical) {
   EXPECT_LE(s.across, 0.4 * (s.inside + s.across)) << "a flat ring";
 }
 
+// diloco's group=host through the trainer (which synchronizes a host's gradients before its own
+// optimizer step): every step's dense exchange stays inside the hosts, and only the outer steps,
+// every H = 5, cross between them. Measured: 3.35 MB a step inside hosts and 335 KB across,
+// against ssgd's 2.90 MB and 1.45 MB (its all-reduces hierarchical): 0.23 of its crossing bytes,
+// the outer step's one hierarchical all-reduce every 5 steps and the final one.
+TEST(TrainerOnHosts, DilocoAcrossHostsAveragesInsideEveryStepAndCrossesEveryH) {
+  TrainOptions o = quickOptions();
+  auto perStep = [&](const std::string& sync, double& inside, double& across) {
+    o.sync = sync;
+    HostTraffic traffic;
+    TrainResult result = train(4, o, TransportKind::kLoopbackHosts, traffic);
+    const double rankSteps = 4.0 * static_cast<double>(result.steps);
+    inside = static_cast<double>(traffic.inside) / rankSteps;
+    across = static_cast<double>(traffic.across) / rankSteps;
+    std::printf("%s: %.0f bytes/step inside hosts, %.0f across\n", sync.c_str(), inside, across);
+  };
+  double inside = 0, across = 0, ssgdInside = 0, ssgdAcross = 0;
+  perStep("diloco:5,group=host", inside, across);
+  perStep("ssgd", ssgdInside, ssgdAcross);
+  EXPECT_GE(inside, ssgdInside) << "the hosts' ranks did not average every step";
+  EXPECT_LE(across, 0.3 * ssgdAcross);
+  EXPECT_GE(across, 0.2 * ssgdAcross) << "fewer outer steps crossed than every 5 steps";
+}
+
 }  // namespace
 }  // namespace gradsync::testing
