@@ -11,7 +11,6 @@
 #include "common/state_bytes.h"
 #include "common/tags.h"
 #include "gradsync/error.h"
-#include "gradsync/topology.h"
 #include "job/agreement.h"
 #include "sync/strategy.h"
 #include "torch/api/archive_bytes.h"
@@ -135,29 +134,6 @@ std::vector<TensorShape> shapesOf(const torch::nn::Module& module) {
     }
   }
   return shapes;
-}
-
-// diloco's group=host: this rank's host (the transport's topology) as a transport of its own.
-// ConfigError without a topology, or where the hosts have different numbers of ranks (the hosts'
-// pseudo-gradients are averaged over every rank, so each host must weigh the same).
-std::unique_ptr<Transport> hostGroupOf(Transport& transport) {
-  const Topology* topology = transport.topology();
-  if (topology == nullptr || !topology->regular()) {
-    refuseSyncSetup(
-        fmt::format("diloco's group=host needs hosts with the same number of ranks; {}",
-                    topology ? "this job has " + topology->describe() : "this transport has none"),
-        "launch with --ranks-per-host N (a divisor of --workers), or drop group=host");
-  }
-  return subsetTransport(transport, topology->localGroup(transport.rank()));
-}
-
-// What a host's ranks do every step under group=host: average their gradients densely (the
-// compression is the pseudo-gradients', the outer optimizer's).
-SyncOptions innerOptionsOf(SyncOptions options) {
-  options.sync = "ssgd";
-  options.compress = "none";
-  options.compressOverrides.clear();
-  return options;
 }
 
 // --schedule auto (torch/api/schedule_tuning.h); not with localsgd, which averages models instead.

@@ -7,6 +7,7 @@
 #include "common/check.h"
 #include "common/logging.h"
 #include "gradsync/error.h"
+#include "gradsync/topology.h"
 #include "ps/parameter_server.h"
 #include "ps/served_units.h"
 #include "schedule/schedule_tuner.h"
@@ -214,6 +215,29 @@ SyncSetup setupFor(const torch::optim::Optimizer& optimizer, const SyncOptions& 
            .backwardPasses = sync.backwardPassesPerStep};
   logSetup(sync, setup);
   return setup;
+}
+
+// diloco's group=host: this rank's host (the transport's topology) as a transport of its own.
+// ConfigError without a topology, or where the hosts have different numbers of ranks (the hosts'
+// pseudo-gradients are averaged over every rank, so each host must weigh the same).
+std::unique_ptr<Transport> hostGroupOf(Transport& transport) {
+  const Topology* topology = transport.topology();
+  if (topology == nullptr || !topology->regular()) {
+    refuseSyncSetup(
+        fmt::format("diloco's group=host needs hosts with the same number of ranks; {}",
+                    topology ? "this job has " + topology->describe() : "this transport has none"),
+        "launch with --ranks-per-host N (a divisor of --workers), or drop group=host");
+  }
+  return subsetTransport(transport, topology->localGroup(transport.rank()));
+}
+
+// What a host's ranks do every step under group=host: average their gradients densely (the
+// compression is the pseudo-gradients', the outer optimizer's).
+SyncOptions innerOptionsOf(SyncOptions options) {
+  options.sync = "ssgd";
+  options.compress = "none";
+  options.compressOverrides.clear();
+  return options;
 }
 
 void validateSync(const SyncOptions& sync, const std::vector<TensorShape>& tensors) {

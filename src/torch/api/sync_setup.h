@@ -6,6 +6,7 @@
 #include <torch/torch.h>
 
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,12 @@ namespace gradsync {
 // Throws ConfigError for a combination that cannot run, with the reason.
 SyncSetup setupFor(const torch::optim::Optimizer& optimizer, const SyncOptions& sync, int workers,
                    const std::function<bool(const torch::Tensor&)>& absorbs);
+// diloco's group=host: this rank's host (the transport's topology) as a transport of its own
+// (referring to `transport`). ConfigError without a topology, or where the hosts have different
+// numbers of ranks.
+std::unique_ptr<Transport> hostGroupOf(Transport& transport);
+// What a host's ranks do every step under group=host: `options` as dense ssgd.
+SyncOptions innerOptionsOf(SyncOptions options);
 // The checks of setupFor and of the engine that need no optimizer and no transport (`gradsync
 // train` runs them before starting its ranks): specs, combinations, what can push to servers.
 void validateSync(const SyncOptions& sync, const std::vector<TensorShape>& tensors);
