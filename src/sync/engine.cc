@@ -160,11 +160,13 @@ std::unique_ptr<CompressionGuard> Engine::makeGuard() const {
                         .tensors = unit.tensors,
                         .method = spec.dense() ? "" : spec.toString()};
     for (int t : unit.tensors) guarded.names.push_back(tensors_[t].name);
-    const double momentum = plan_.absorbsMomentum(unit.tensors.front()) ? options_.update.momentum
-                            : spec.errorFeedback                        ? spec.errorFeedbackDecay
-                                                                        : 0;
-    if (momentum > 0 && momentum < 1) {
-      guarded.momentumScale = 1 / (1 - momentum);
+    const double momentum = options_.update.momentum;
+    const double decay = spec.errorFeedback ? spec.errorFeedbackDecay : 1;
+    if (plan_.absorbsMomentum(unit.tensors.front()) && momentum < 1) {
+      guarded.momentumScale = 1 / (1 - momentum);  // DGC's velocity
+      guarded.watchAlignment = false;
+    } else if (decay > 0 && decay < 1) {
+      guarded.momentumScale = 1 / (1 - decay);  // ef_decay: the residual is a momentum
       guarded.watchAlignment = false;
     }
     units.push_back(std::move(guarded));
