@@ -268,6 +268,9 @@ class DistributedOptimizer(torch.optim.Optimizer):
         if self._skip:
             if not self._synchronized:
                 raise ConfigError("skip_synchronize() without synchronize() first")
+            if self._local:  # diloco's group=host: synchronize() averaged inside the host
+                raise ConfigError("skip_synchronize() would skip diloco's outer step: call step() "
+                                  "alone, which averages inside the host before the local step")
             self._inner.step()
         else:
             if self._updates:
