@@ -13,7 +13,7 @@
 #include "common/tags.h"
 #include "gradsync/collectives.h"
 #include "sync/strategy.h"
-#include "torch/api/archive_bytes.h"
+#include "torch/api/sync_setup.h"
 #include "torch/elastic/checkpoint.h"
 #include "torch/loop/batch_loss.h"
 #include "torch/loop/evaluation.h"
@@ -76,6 +76,8 @@ ElasticMember::ElasticMember(const TrainOptions& given, ElasticRange range)
                       : std::make_unique<CheckpointDir>(options.checkpointDir)) {
   const SyncStrategy strategy = SyncStrategy::parse(options.sync);
   if (strategy.kind == SyncStrategy::Kind::kLocalSgd) localPeriod_ = strategy.parameter;
+  updatesInEngine_ = gradsync::updatesInEngine(syncOptionsOf(options));
+  shardsVelocity_ = strategy.kind == SyncStrategy::Kind::kSharded;
 }
 
 int64_t ElasticMember::totalSteps() const {
@@ -87,20 +89,24 @@ int64_t ElasticMember::totalSteps() const {
 
 void ElasticMember::commit(std::vector<uint8_t> state) {
   sync = state;
-  committed_ = Commit{archiveBytes([&](auto& archive) { net->save(archive); }),
-                      archiveBytes([&](auto& archive) { optimizer->save(archive); }),
-                      std::move(state), progress, losses.size()};
+  last_.state.take(*net, *optimizer);
+  last_.sync = std::move(state);
+  last_.progress = progress;
+  last_.losses = losses.size();
+  committed_ = true;
 }
 
 int64_t ElasticMember::rollback() {
   if (!committed_) return -1;
-  loadModuleInPlace(*net, committed_->model, "the last commit's model");
-  loadArchiveBytes(committed_->optimizer, "the last commit's optimizer state",
-                   [&](auto& archive) { optimizer->load(archive); });
-  sync = committed_->sync;
-  progress = committed_->progress;
-  losses.resize(committed_->losses);
+  last_.state.restore(*net, *optimizer);
+  sync = last_.sync;
+  progress = last_.progress;
+  losses.resize(last_.losses);
   return progress.step;
+}
+
+void ElasticMember::restoreCommittedOptimizer() {
+  if (committed_) last_.state.restoreOptimizer(*optimizer);
 }
 
 void ElasticMember::checkpoint(bool last) {
@@ -134,6 +140,13 @@ ElasticRound::ElasticRound(ElasticMember& member, Transport& transport,
                member.progress.step + stepsLeft(member),
                member.options.steps > 0 ? 1 : member.options.epochs),
       nextCheck_(member.progress.step + 1) {
+  if (member.updatesInEngine()) {
+    // The round's start is a commit, with the velocity the round was given (p3: rank 0's, in the
+    // optimizer); the engine takes it from there (sharded: none, it restarts at zero).
+    member.commit({});
+    distributed_.loadOptimizerState();
+    return;
+  }
   if (member.localPeriod() == 0) return;
   // The outer steps fall on the job's steps; the committed outer state (rank 0's, shareState)
   // continues, and the round's start is a commit.
@@ -150,13 +163,21 @@ ElasticRound::~ElasticRound() {
 }
 
 RoundEnd ElasticRound::run() {
+  const RoundEnd end = train();
+  if (member_.updatesInEngine()) member_.restoreCommittedOptimizer();  // the state at the end
+  return end;
+}
+
+RoundEnd ElasticRound::train() {
   const ElasticProgress& p = member_.progress;
+  const bool commitsEachStep = member_.updatesInEngine();
   for (;;) {
     const bool stepsDone = member_.options.steps > 0 && p.step >= member_.options.steps;
     if (p.data.offset == member_.sampler.datasetSize() || (stepsDone && p.data.offset > 0)) {
       // The run's last outer step comes before its last evaluation.
       if (stepsDone || p.data.epoch + 1 >= member_.options.epochs) finishLocal();
       finishEpoch();  // also a partial last epoch of --steps
+      if (commitsEachStep) commitStep(false);
       continue;
     }
     if (trainingOver()) {
@@ -171,7 +192,11 @@ RoundEnd ElasticRound::run() {
     const int64_t every = member_.options.checkpointEvery;
     const bool due =
         every > 0 && (period > 0 ? outerStep && p.step % every < period : p.step % every == 0);
-    if (transport_.rank() == 0 && due) member_.checkpoint(false);
+    if (commitsEachStep) {
+      commitStep(transport_.rank() == 0 && due);
+    } else if (transport_.rank() == 0 && due) {
+      member_.checkpoint(false);
+    }
     const bool epochEnds = p.data.offset == member_.sampler.datasetSize() ||
                            (member_.options.steps > 0 && p.step >= member_.options.steps);
     const size_t global = member_.sampler.globalBatch();
@@ -186,8 +211,24 @@ RoundEnd ElasticRound::run() {
     if (std::optional<RoundEnd> end = check(epochEnds || evaluate || outerStep, canEnd)) {
       return *end;
     }
-    if (evaluate) evaluateBetweenSteps();
+    if (evaluate) {
+      evaluateBetweenSteps();
+      if (commitsEachStep) commitStep(false);
+    }
   }
+}
+
+// p3's velocity lives in the engine during a round, on every member alike: withOptimizerState
+// copies it into the optimizer for the commit and the checkpoint (not collective: no sharded or
+// servers here). sharded's is split among the members and restarts with every round: the commit
+// has none.
+void ElasticRound::commitStep(bool checkpoint) {
+  const auto keep = [&] {
+    member_.commit({});
+    if (checkpoint) member_.checkpoint(false);
+  };
+  if (member_.shardsVelocity()) return keep();
+  distributed_.withOptimizerState(keep);
 }
 
 // As the fixed trainer's --eval-every: the first --eval-samples test samples, training time so
@@ -258,6 +299,12 @@ float ElasticRound::trainStep() {
   if (member_.localPeriod() > 0) {  // this member's own step, then the outer step if due
     optimizerMs = timed(step);
     waited = timed([&] { distributed_.endLocalStep(); });
+  } else if (member_.updatesInEngine()) {  // p3, sharded: the engine updates; the step is whole
+    prepareOptimizerStep(*member_.optimizer, member_.options, p.step, member_.totalSteps());
+    waited = timed([&] {
+      distributed_.step();
+      distributed_.waitForParameters();
+    });
   } else {
     waited = timed([&] { distributed_.synchronize(); });
     optimizerMs = timed(step);

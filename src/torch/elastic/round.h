@@ -7,10 +7,12 @@
 //
 // What a commit is (docs/cluster.md, "Elastic workers"): with ssgd every step (gradient mode: a
 // step's update is applied whole, after every average arrived, or not at all, so the state after
-// the last complete step is always committed); with localsgd and diloco, whose members train alone
-// between outer steps, the state after each outer step (and at a round's start): the steps since
-// are trained again by the next round, which starts there. Such a round regroups and stops only at
-// outer steps, and ends with an outer step.
+// the last complete step is always committed); with p3 and sharded, whose engine applies a step's
+// update piece by piece as the averages arrive, a copy of the state after each complete step (and
+// at a round's start), which a step cut by a failure goes back to; with localsgd and diloco, whose
+// members train alone between outer steps, the state after each outer step (and at a round's
+// start): the steps since are trained again by the next round, which starts there. Such a round
+// regroups and stops only at outer steps, and ends with an outer step.
 #pragma once
 
 #include <torch/torch.h>
@@ -24,6 +26,7 @@
 #include "data/sample_log.h"
 #include "gradsync/torch/distributed_optimizer.h"
 #include "job/elastic_rendezvous.h"
+#include "torch/elastic/snapshot.h"
 #include "torch/elastic/state.h"
 #include "torch/loop/data_source.h"
 #include "torch/loop/progress.h"
@@ -66,17 +69,27 @@ struct ElasticMember {
   // The steps of the whole run (--steps, or the epochs' at the global batch): the schedule's.
   int64_t totalSteps() const;
 
-  // localsgd and diloco: H, the local steps between outer steps; 0 for ssgd.
+  // localsgd and diloco: H, the local steps between outer steps; 0 otherwise.
   int localPeriod() const { return localPeriod_; }
-  // Local period: keeps the state as it is now (the model, the optimizer, the progress, the
-  // losses' count) and `sync`, the round's DistributedOptimizer::syncState() (the outer
-  // optimizer's state), as the last commit. After each outer step and at a round's start.
+  // p3 and sharded: the engine applies the update (update mode), and every step is committed.
+  bool updatesInEngine() const { return updatesInEngine_; }
+  // sharded: each member keeps SGD's velocity of its own shard only, so no member can commit or
+  // give all of it; it restarts at zero with every round (docs/cluster.md).
+  bool shardsVelocity() const { return shardsVelocity_; }
+  // Local period or update mode: keeps the state as it is now (the model, the optimizer, the
+  // progress, the losses' count) and `sync`, the round's DistributedOptimizer::syncState() (the
+  // outer optimizer's state; empty in update mode), as the last commit. After each outer step
+  // (each step, in update mode) and at a round's start.
   void commit(std::vector<uint8_t> sync);
-  // Local period: goes back to the last commit (after a failed round), `sync` included; returns
-  // its step, or -1 if there is none (no commit yet, or ssgd: every complete step is committed).
+  // Goes back to the last commit (after a failed round), `sync` included; returns its step, or -1
+  // if there is none (no commit yet, or ssgd: every complete step is committed).
   int64_t rollback();
+  // Update mode, at a round's end: the last commit's optimizer state (p3: SGD's velocity, which
+  // the engine kept during the round) back into the optimizer, to be shared, saved and handed to
+  // the next round's engine.
+  void restoreCommittedOptimizer();
   // The step of the last commit; -1 if none.
-  int64_t committedStep() const { return committed_ ? committed_->progress.step : -1; }
+  int64_t committedStep() const { return committed_ ? last_.progress.step : -1; }
   // The committed synchronization state (local period; empty before the first round): rank 0 of a
   // round gives its own to the others (shareState), and the round loads it.
   std::vector<uint8_t> sync;
@@ -89,13 +102,16 @@ struct ElasticMember {
 
  private:
   struct Commit {
-    std::vector<uint8_t> model, optimizer;  // archives
+    StateSnapshot state;        // the model and the optimizer
     std::vector<uint8_t> sync;  // `sync` then: a round's shareState may replace it before failing
     ElasticProgress progress;
     size_t losses = 0;
   };
   int localPeriod_ = 0;
-  std::optional<Commit> committed_;
+  bool updatesInEngine_ = false;
+  bool shardsVelocity_ = false;
+  bool committed_ = false;
+  Commit last_;
 };
 
 class ElasticRound {
@@ -110,6 +126,10 @@ class ElasticRound {
   RoundEnd run();
 
  private:
+  RoundEnd train();
+  // Update mode: the state after the step (or the evaluation) as the member's commit, and the
+  // checkpoint if `checkpoint` (rank 0), each with p3's velocity, which the engine keeps.
+  void commitStep(bool checkpoint);
   bool trainingOver() const;
   float trainStep();
   // At a step boundary (every ~0.5 s of training, and at an epoch's end when `force`), one

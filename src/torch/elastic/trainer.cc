@@ -15,8 +15,8 @@
 #include "job/elastic_worker.h"
 #include "job/hang_watch.h"
 #include "rendezvous/tcp_store.h"
-#include "schedule/schedule.h"
 #include "sync/strategy.h"
+#include "torch/api/sync_setup.h"
 #include "torch/elastic/round.h"
 #include "torch/loop/metrics.h"
 #include "torch/loop/training_model.h"
@@ -86,8 +86,8 @@ class ElasticTrainer {
 
  private:
   RoundEnd trainRound(const ElasticMembership& m);
-  // After a failed round: back to the member's last commit (localsgd, diloco); says so for the
-  // log line ("" if there is nothing to roll back).
+  // After a failed round: back to the member's last commit (localsgd, diloco, p3, sharded); says
+  // so for the log line ("" if there is nothing to roll back).
   std::string rollBack();
   void announce(const ElasticMembership& m) const;
   TrainResult result(bool stopped) const;
@@ -177,8 +177,9 @@ std::string ElasticTrainer::rollBack() {
   const int64_t before = member_.progress.step;
   const int64_t step = member_.rollback();
   if (step < 0) return "";
-  if (step == before) return fmt::format(" from the last outer step, step {}", step);
-  return fmt::format(" from the last outer step, step {}: steps {}-{} are trained again", step,
+  const char* commit = member_.localPeriod() > 0 ? "outer step" : "complete step";
+  if (step == before) return fmt::format(" from the last {}, step {}", commit, step);
+  return fmt::format(" from the last {}, step {}: steps {}-{} are trained again", commit, step,
                      step + 1, before);
 }
 
@@ -220,20 +221,23 @@ void validateElasticOptions(const TrainOptions& options) {
   const ElasticRange range = parseElasticRange(options.elastic);
   if (!range.enabled()) throw ConfigError("--elastic is not set");
   const StrategyKnobs& k = options.strategy;
-  if (options.sync == "sharded") {
-    refuseElastic(
-        "--sync sharded",
-        "each worker keeps the optimizer state of its shard only, which a lost worker takes "
-        "with it, and a step's update is applied shard by shard. Use ring ssgd");
-  }
   const SyncStrategy strategy = SyncStrategy::parse(options.sync);
   const bool local = strategy.kind == SyncStrategy::Kind::kLocalSgd;
-  if ((options.sync != "ssgd" && !local) || k.ps || k.servers > 0) {
+  const bool ring = strategy.kind == SyncStrategy::Kind::kSsgd ||
+                    strategy.kind == SyncStrategy::Kind::kSharded || local;
+  if (!ring || k.ps || k.servers > 0) {
     refuseElastic(
         fmt::format("--sync {}{}", options.sync, k.ps || k.servers > 0 ? " through servers" : ""),
         "parameter servers hold the model apart from the workers, and asgd, ssp and the delayed "
         "strategies let each worker train its own copy, updated by pushes a lost worker may leave "
-        "half applied. Use ring ssgd, localsgd or diloco");
+        "half applied. Use ssgd, sharded, localsgd or diloco");
+  }
+  if (updatesInEngine(syncOptionsOf(options)) && options.optimizer != "sgd") {
+    refuseElastic(fmt::format("--optimizer {} with --schedule {} --sync {}", options.optimizer,
+                              options.schedule, options.sync),
+                  "the engine keeps Adam's moments beside the compressors' state, which every "
+                  "round starts afresh, so a round could not carry them over. Use --optimizer sgd, "
+                  "or --schedule fifo, wfbp or fusion");
   }
   if (local && strategy.outer.streams()) {
     refuseElastic("Streaming DiLoCo (fragments, delay)",
@@ -245,12 +249,6 @@ void validateElasticOptions(const TrainOptions& options) {
     refuseElastic("diloco's group=host",
                   "an elastic job's members join and leave one process at a time, so its rounds "
                   "have no hosts of a fixed size. Use diloco:H with one worker per rank");
-  }
-  if (ScheduleSpec::parse(options.schedule).prioritized()) {
-    refuseElastic(
-        "--schedule " + options.schedule,
-        "p3 applies a step's update slice by slice as the averages arrive, so a worker lost "
-        "mid-step leaves every survivor with a partly updated model. Use fifo, wfbp or fusion");
   }
   if (!options.tracePath.empty())
     refuseElastic("--trace", "a trace gathers the ranks of one fixed run");
