@@ -22,6 +22,7 @@
 #include <limits>
 #include <map>
 #include <regex>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -115,6 +116,30 @@ void expectEverySampleOnce(const fs::path& dir, int epochs = 1) {
   expectEverySampleOnce(metricsOf(dir), sampleLines(dir / "samples"), epochs);
 }
 
+// --trace under --elastic: the last round's members wrote one file, a process per worker slot
+// (the restarted one's events from its rejoin), and each marks the first step of every round it
+// trained in; no member of the last round is missing.
+void expectTheRoundsTraced(const fs::path& path, const nlohmann::json& rounds) {
+  const nlohmann::json trace = nlohmann::json::parse(readFile(path));
+  EXPECT_EQ(trace["otherData"]["elastic"], "2:4");
+  EXPECT_EQ(trace["otherData"]["rounds"], rounds.size());
+  std::map<int, std::set<std::string>> marks;  // pid -> its round marks
+  std::set<int> withSteps;
+  for (const nlohmann::json& event : trace["traceEvents"]) {
+    const std::string name = event.value("name", "");
+    if (event.value("cat", "") == "elastic") marks[event["pid"]].insert(name);
+    if (name == "forward and backward") withSteps.insert(event["pid"].get<int>());
+  }
+  EXPECT_EQ(withSteps, (std::set<int>{0, 1, 2, 3}));
+  for (const nlohmann::json& round : rounds) {
+    const std::string mark = "round " + std::to_string(round["round"].get<int>()) + ": " +
+                             std::to_string(round["workers"].get<int>()) + " workers from step " +
+                             std::to_string(round["first_step"].get<int64_t>());
+    EXPECT_TRUE(marks[0].count(mark)) << mark << " not marked by worker 0";
+  }
+  EXPECT_GE(marks[2].size(), 1u) << "the restarted worker marks the round it came in at";
+}
+
 class Elastic : public ::testing::Test {
  protected:
   // The unfailed run with `extra` flags, once for every test that compares with it.
@@ -203,7 +228,8 @@ TEST_F(Elastic, ARestartedWorkerRejoinsWithTheCurrentState) {
 #endif
   const double unfailed = unfailedAccuracy();
   const fs::path dir = scratch("rejoined");
-  const pid_t job = launch(dir, "2:4", 1);
+  const fs::path trace = dir / "trace.json";
+  const pid_t job = launch(dir, "2:4", 1, {"--trace", trace.string(), "--trace-steps", "0:"});
   killAfter(dir, 2, 40);  // early: the restart (about 1-2 s here) must come before the end
   const ExitStatus status = finish(job);
   const std::string err = readFile(dir / "err");
@@ -221,6 +247,7 @@ TEST_F(Elastic, ARestartedWorkerRejoinsWithTheCurrentState) {
   EXPECT_GE(round, 1) << restarted.substr(0, 200);
   EXPECT_GE(step, 39);
   expectEverySampleOnce(dir);
+  expectTheRoundsTraced(trace, rounds);
   EXPECT_NEAR(metrics["summary"]["final_test_accuracy"].get<double>(), unfailed, 0.01);
 }
 

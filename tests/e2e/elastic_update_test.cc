@@ -46,8 +46,8 @@ std::vector<double> accuraciesOf(const nlohmann::json& metrics, int64_t from) {
 }
 
 std::vector<std::string> flagsOf(const std::vector<std::string>& mode, int steps) {
-  std::vector<std::string> flags = {"--steps",      std::to_string(steps), "--eval-every", "20",
-                                    "--eval-samples", "2000"};
+  std::vector<std::string> flags = {"--steps", std::to_string(steps), "--eval-every",
+                                    "20",      "--eval-samples",      "2000"};
   flags.insert(flags.end(), mode.begin(), mode.end());
   return flags;
 }
@@ -56,7 +56,8 @@ std::vector<std::string> flagsOf(const std::vector<std::string>& mode, int steps
 void expectTheFixedRun(const std::string& name, const std::vector<std::string>& flags) {
   const fs::path fixedDir = scratch(name + "-fixed");
   SpawnOptions spawn;
-  spawn.argv = {GRADSYNC_BIN, "train",   "--workers", "4",   "--quiet", "--model",
+  spawn.argv = {GRADSYNC_BIN, "train",     "--workers",
+                "4",          "--quiet",   "--model",
                 "mlp",        "--metrics", (fixedDir / "metrics.json").string()};
   spawn.argv.insert(spawn.argv.end(), flags.begin(), flags.end());
   spawn.stderrPath = (fixedDir / "err").string();
@@ -90,8 +91,8 @@ void expectKillRollsBackTheCutStep(const std::string& name, const std::vector<st
   const fs::path stopped = scratch(name + "-stopped");
   const std::string checkpoints = (stopped / "checkpoints").string();
   std::vector<std::string> first = flagsOf(mode, static_cast<int>(back));
-  first.insert(first.end(), {"--checkpoint-dir", checkpoints, "--checkpoint-every",
-                             std::to_string(back)});
+  first.insert(first.end(),
+               {"--checkpoint-dir", checkpoints, "--checkpoint-every", std::to_string(back)});
   ASSERT_TRUE(finish(launch(stopped, "4:4", 0, first)).ok()) << readFile(stopped / "err");
   const fs::path resumed = scratch(name + "-resumed");
   std::vector<std::string> rest = flags;

@@ -38,7 +38,7 @@ inline fs::path scratch(const std::string& name) {
 // the number of workers: --elastic's MAX is 4) unless `extra` says otherwise (--model, --epochs,
 // --steps), each a process started by `gradsync launch`, which serves the store.
 inline pid_t launch(const fs::path& dir, const std::string& range, int restarts,
-             const std::vector<std::string>& extra = {}, int workers = 4) {
+                    const std::vector<std::string>& extra = {}, int workers = 4) {
   SpawnOptions spawn;
   spawn.argv = {GRADSYNC_BIN,
                 "launch",

@@ -4,6 +4,7 @@
 #include <array>
 #include <chrono>
 #include <cmath>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -140,6 +141,7 @@ ElasticRound::ElasticRound(ElasticMember& member, Transport& transport,
                member.progress.step + stepsLeft(member),
                member.options.steps > 0 ? 1 : member.options.epochs),
       nextCheck_(member.progress.step + 1) {
+  distributed_.setTrace(member.trace.get());
   if (member.updatesInEngine()) {
     // The round's start is a commit, with the velocity the round was given (p3: rank 0's, in the
     // optimizer); the engine takes it from there (sharded: none, it restarts at zero).
@@ -269,22 +271,33 @@ float ElasticRound::trainStep() {
   const std::vector<size_t> indices = member_.sampler.batch(p.data, rank, size);
   const size_t stepSamples = member_.sampler.stepSamples(p.data);
   if (member_.samples) member_.samples->record(round_, p.step, p.data.epoch, rank, size, indices);
+  TraceRecorder* trace = member_.trace.get();
+  if (trace) traceStep(*trace);
   const auto start = WallClock::now();
-  inputs_.resize(indices.size() * member_.data->sampleElements());
-  labels_.resize(indices.size() * member_.data->labelsPerSample());
-  member_.data->batch(true, indices, inputs_, labels_);
-  member_.net->train();
-  distributed_.zeroGrad();
-  torch::Tensor loss = batchLoss(*member_.net, *member_.data, inputs_, labels_,
-                                 static_cast<int64_t>(indices.size()));
-  // An epoch's last step may give the ranks shares one sample apart: weighting each rank's mean
-  // by its share makes the average over the ranks the mean over the step's samples.
-  const double weight =
-      static_cast<double>(indices.size()) * size / static_cast<double>(stepSamples);
-  (weight == 1.0 ? loss : loss * weight).backward();
+  {
+    ScopedEvent event(trace, kMainLane, "data", "load batch");
+    inputs_.resize(indices.size() * member_.data->sampleElements());
+    labels_.resize(indices.size() * member_.data->labelsPerSample());
+    member_.data->batch(true, indices, inputs_, labels_);
+  }
+  torch::Tensor loss;
+  {
+    ScopedEvent event(trace, kMainLane, "compute", "forward and backward");
+    member_.net->train();
+    distributed_.zeroGrad();
+    loss = batchLoss(*member_.net, *member_.data, inputs_, labels_,
+                     static_cast<int64_t>(indices.size()));
+    // An epoch's last step may give the ranks shares one sample apart: weighting each rank's
+    // mean by its share makes the average over the ranks the mean over the step's samples.
+    const double weight =
+        static_cast<double>(indices.size()) * size / static_cast<double>(stepSamples);
+    (weight == 1.0 ? loss : loss * weight).backward();
+  }
   const auto computed = WallClock::now();
   double waited = 0;  // for the communication (ms)
-  const auto timed = [](auto&& work) {
+  // Runs `work`, traced as (category, name); returns its milliseconds.
+  const auto timed = [trace](const char* category, const char* name, auto&& work) {
+    ScopedEvent event(trace, kMainLane, category, name);
     const auto begin = WallClock::now();
     work();
     return secondsSince(begin) * 1e3;
@@ -297,17 +310,17 @@ float ElasticRound::trainStep() {
     member_.optimizer->step();
   };
   if (member_.localPeriod() > 0) {  // this member's own step, then the outer step if due
-    optimizerMs = timed(step);
-    waited = timed([&] { distributed_.endLocalStep(); });
+    optimizerMs = timed("compute", "optimizer", step);
+    waited = timed("communication", "outer step", [&] { distributed_.endLocalStep(); });
   } else if (member_.updatesInEngine()) {  // p3, sharded: the engine updates; the step is whole
     prepareOptimizerStep(*member_.optimizer, member_.options, p.step, member_.totalSteps());
-    waited = timed([&] {
+    waited = timed("communication", "wait", [&] {
       distributed_.step();
       distributed_.waitForParameters();
     });
   } else {
-    waited = timed([&] { distributed_.synchronize(); });
-    optimizerMs = timed(step);
+    waited = timed("communication", "wait", [&] { distributed_.synchronize(); });
+    optimizerMs = timed("compute", "optimizer", step);
   }
   // The step is complete here: from now on nothing throws before the progress says so.
   const double seconds = secondsSince(start);
@@ -327,6 +340,15 @@ float ElasticRound::trainStep() {
   sums.optimizerMs += optimizerMs;
   sums.stepMs += seconds * 1e3;
   return value;
+}
+
+// The step's span, and at the round's first step (if the window has it) a mark of the round.
+void ElasticRound::traceStep(TraceRecorder& trace) {
+  trace.setStep(member_.progress.step);
+  if (!std::exchange(firstStep_, false) || !trace.active()) return;
+  trace.instant(kMainLane, "elastic",
+                fmt::format("round {}: {} workers from step {}", round_, transport_.size(),
+                            member_.progress.step));
 }
 
 // As the fixed trainer's stop check (trainer.cc), about every kCheckSeconds of training, so that

@@ -25,6 +25,7 @@
 #include "data/elastic_sampler.h"
 #include "data/sample_log.h"
 #include "gradsync/torch/distributed_optimizer.h"
+#include "gradsync/trace.h"
 #include "job/elastic_rendezvous.h"
 #include "torch/elastic/snapshot.h"
 #include "torch/elastic/state.h"
@@ -57,6 +58,9 @@ struct ElasticMember {
   ElasticProgress progress;
   std::unique_ptr<SampleLog> samples;          // null without --record-samples
   std::unique_ptr<CheckpointDir> checkpoints;  // null without --checkpoint-dir
+  // --trace: this process's events over its rounds, as process `slot` (its worker's), written
+  // by the last round (ElasticTrainer); null without --trace.
+  std::unique_ptr<TraceRecorder> trace;
 
   // Writes the shared state as the checkpoint of progress.step (torch/elastic/checkpoint.h),
   // unless that step's is written already. Rank 0's alone (one writer per directory). A
@@ -132,6 +136,7 @@ class ElasticRound {
   void commitStep(bool checkpoint);
   bool trainingOver() const;
   float trainStep();
+  void traceStep(TraceRecorder& trace);
   // At a step boundary (every ~0.5 s of training, and at an epoch's end when `force`), one
   // allreduce agrees on stops, on a worker waiting to come in, and on the losses and time since
   // the last check; returns how the round ends, if it does.
@@ -154,6 +159,7 @@ class ElasticRound {
   float lossSinceCheck_ = 0;
   float stepsSinceCheck_ = 0;
   float secondsSinceCheck_ = 0;
+  bool firstStep_ = true;  // the round's first step marks the round in the trace
   std::vector<float> inputs_;
   std::vector<int64_t> labels_;
 };

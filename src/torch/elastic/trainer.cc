@@ -19,6 +19,7 @@
 #include "torch/api/sync_setup.h"
 #include "torch/elastic/round.h"
 #include "torch/loop/metrics.h"
+#include "torch/loop/run_trace.h"
 #include "torch/loop/training_model.h"
 #include "torch/models/gpt_config.h"
 
@@ -69,6 +70,11 @@ class ElasticTrainer {
     if (!options.recordSamples.empty()) {
       member_.samples = std::make_unique<SampleLog>(options.recordSamples, me_.slot,
                                                     job.restartCount, me_.name + ", " + me_.where);
+    }
+    if (!options.tracePath.empty()) {
+      const StepWindow window = options.traceSteps.empty() ? defaultStepWindow(member_.totalSteps())
+                                                           : parseStepWindow(options.traceSteps);
+      member_.trace = std::make_unique<TraceRecorder>(me_.slot, window, SteadyClock::instance());
     }
     // Every worker reads the checkpoint (a directory all of them see, as without --elastic); the
     // rendezvous then ranks them by their steps, so the most advanced state leads the round.
@@ -166,7 +172,14 @@ RoundEnd ElasticTrainer::trainRound(const ElasticMembership& m) {
     p.rounds.push_back({m.round, m.size(), p.step, p.data.epoch, p.data.offset});
     if (m.rank == 0) announce(m);
     round = std::make_unique<ElasticRound>(member_, *transport, rendezvous_, m.round);
-    return trainOnComputeThread(*round);
+    const RoundEnd end = trainOnComputeThread(*round);
+    // --trace: the last round's members write theirs (a worker lost or gone before has no say).
+    if (member_.trace && (end == RoundEnd::kFinished || end == RoundEnd::kStopped)) {
+      writeRunTrace(*member_.trace, *transport, member_.options,
+                    fmt::format(R"(,"elastic":"{}","rounds":{})", member_.options.elastic,
+                                member_.progress.rounds.size()));
+    }
+    return end;
   } catch (...) {
     transport->abort(std::current_exception());
     throw;
@@ -250,8 +263,7 @@ void validateElasticOptions(const TrainOptions& options) {
                   "an elastic job's members join and leave one process at a time, so its rounds "
                   "have no hosts of a fixed size. Use diloco:H with one worker per rank");
   }
-  if (!options.tracePath.empty())
-    refuseElastic("--trace", "a trace gathers the ranks of one fixed run");
+  if (!options.traceSteps.empty()) parseStepWindow(options.traceSteps);  // ConfigError if bad
   if (options.freezeBatchNorm)
     refuseElastic("frozen BatchNorm", "only the equivalence tests use it");
   parseDurationSeconds(options.hangTimeout, "--hang-timeout");  // ConfigError if it is none
