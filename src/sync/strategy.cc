@@ -17,7 +17,7 @@ constexpr const char* kForms =
     "choose ssgd, sharded[:fc=reduce|exchange|auto,concurrent=N], asgd, ssp:S, odsgd, "
     "ssdsgd:K, cdsgd:K, localsgd:H or "
     "diloco:H[,outer_lr=X,outer_momentum=M,nesterov=on|off,quantize=int8|none,fragments=P,"
-    "delay=T,alpha=A,group=rank|host]";
+    "delay=T,alpha=A,eager=on|off,group=rank|host]";
 
 int parseCount(const std::string& text, const std::string& whole, int minimum) {
   int value = 0;
@@ -80,19 +80,31 @@ void checkCompensationApplies(const SyncStrategy& strategy, const DelayCompensat
 }
 
 // "diloco:H[,outer_lr=X,outer_momentum=M,nesterov=on|off,quantize=int8|none,fragments=P,
-// delay=T,alpha=A,group=rank|host]": the paper's outer Nesterov SGD (lr 0.7, momentum 0.9) unless
-// an option says otherwise; int8 pseudo-gradients with quantize=int8 (INTELLECT-1's int8 ring);
-// Streaming DiLoCo's fragments, overlap and mixing; group=host: a host's ranks are one DiLoCo
+// delay=T,alpha=A,eager=on|off,group=rank|host]": the paper's outer Nesterov SGD (lr 0.7,
+// momentum 0.9) unless an option says otherwise; int8 pseudo-gradients with quantize=int8
+// (INTELLECT-1's int8 ring); Streaming DiLoCo's fragments, overlap and mixing; eager: the
+// overlap of a whole turn, merged one turn late; group=host: a host's ranks are one DiLoCo
 // worker, data-parallel among themselves every step.
 // Streaming DiLoCo's options: fragments dividing H, a delay shorter than a fragment's turn, alpha
-// in [0, 1] (default 0.5 with a delay: the paper's mixing).
-void checkStreaming(SyncStrategy& strategy, bool alphaGiven, const std::string& text) {
+// in [0, 1] (default 0.5 with a delay: the paper's mixing); eager sets the delay to the turn.
+void checkStreaming(SyncStrategy& strategy, bool alphaGiven, bool delayGiven,
+                    const std::string& text) {
   OuterOptions& o = strategy.outer;
   const int period = strategy.parameter;
   if (period % o.fragments != 0) {
     throw ConfigError(
         fmt::format("--sync {}: fragments={} must divide H={}", text, o.fragments, period),
         {.hint = "one fragment syncs every H/P steps"});
+  }
+  if (o.eager) {
+    if (alphaGiven || delayGiven) {
+      throw ConfigError(
+          fmt::format("--sync {}: eager=on sets the delay (H/P) and keeps the local "
+                      "steps whole: it takes no delay or alpha",
+                      text));
+    }
+    o.delay = period / o.fragments;
+    return;
   }
   if (o.delay >= period / o.fragments) {
     throw ConfigError(
@@ -117,7 +129,7 @@ SyncStrategy parseDiloco(const std::string& text) {
   }
   const std::vector<OptionItem> parts = splitOptions(text.substr(colon + 1));
   strategy.parameter = parseCount(parts.empty() ? "" : parts[0].text, text, 1);
-  bool alphaGiven = false;
+  bool alphaGiven = false, delayGiven = false;
   for (size_t i = 1; i < parts.size(); ++i) {
     const auto& [option, key, value, hasValue] = parts[i];
     if (key == "outer_lr") {
@@ -132,6 +144,9 @@ SyncStrategy parseDiloco(const std::string& text) {
       strategy.outer.fragments = parseCount(value, text, 1);
     } else if (key == "delay") {
       strategy.outer.delay = parseCount(value, text, 0);
+      delayGiven = true;
+    } else if (key == "eager" && (value == "on" || value == "off")) {
+      strategy.outer.eager = value == "on";
     } else if (key == "alpha") {
       strategy.outer.alpha = parseNumber(value, "diloco's alpha");
       alphaGiven = true;
@@ -141,14 +156,14 @@ SyncStrategy parseDiloco(const std::string& text) {
       throw ConfigError(fmt::format("--sync {}: unknown option '{}'", text, option),
                         {.hint = "diloco takes outer_lr=X, outer_momentum=M, nesterov=on|off, "
                                  "quantize=int8|none, fragments=P, delay=T, alpha=A, "
-                                 "group=rank|host"});
+                                 "eager=on|off, group=rank|host"});
     }
   }
   if (!(strategy.outer.lr > 0) || !(strategy.outer.momentum >= 0 && strategy.outer.momentum < 1)) {
     throw ConfigError(
         fmt::format("--sync {}: outer_lr must be > 0 and outer_momentum in [0, 1)", text));
   }
-  checkStreaming(strategy, alphaGiven, text);
+  checkStreaming(strategy, alphaGiven, delayGiven, text);
   return strategy;
 }
 

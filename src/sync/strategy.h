@@ -47,13 +47,17 @@ struct OuterOptions {
   int fragments = 1;
   int delay = 0;
   double alpha = 0;
+  // eager=on: a fragment's all-reduce overlaps every step until the next fragment's turn (delay
+  // = H/P: with P = 1, the whole next round), and its merge keeps the steps trained meanwhile
+  // whole: the local fragment becomes θ_global + (θ_local − θ_local at the launch).
+  bool eager = false;
   // group=host: the ranks of a host (the transport's topology) are one DiLoCo worker: they
   // average their gradients every step (dense, inside the host) and the outer step runs across
   // hosts; group=rank (false): every rank is a worker.
   bool perHost = false;
   // lr 1 without momentum: the outer step sets the global model to the workers' average.
   bool averagesModels() const { return lr == 1 && momentum == 0; }
-  bool streams() const { return fragments > 1 || delay > 0; }
+  bool streams() const { return fragments > 1 || delay > 0 || eager; }
 };
 
 struct SyncStrategy {

@@ -148,17 +148,17 @@ void OuterOptimizer::reduceDelta(size_t i, Transport& transport, torch::Tensor& 
   }
 }
 
-// θ_global moves by the outer rule on the averaged `delta`; the local tensor becomes it (`adopt`)
-// or, with alpha, α·θ_local + (1 − α)·θ_global.
 void OuterOptimizer::applyOuter(size_t i, const torch::Tensor& delta, torch::Tensor& parameter,
-                                bool adopt) {
+                                bool adopt, const torch::Tensor* launchedFrom) {
   torch::Tensor update = delta;
   if (options_.momentum > 0) {
     momentum_[i].mul_(options_.momentum).add_(delta);
     update = options_.nesterov ? delta + options_.momentum * momentum_[i] : momentum_[i];
   }
   global_[i].sub_(update, options_.lr);
-  if (adopt || options_.alpha == 0) {
+  if (launchedFrom != nullptr && !adopt) {
+    parameter.sub_(*launchedFrom).add_(global_[i]);
+  } else if (adopt || options_.alpha == 0) {
     parameter.copy_(global_[i]);
   } else {
     parameter.mul_(options_.alpha).add_(global_[i], 1 - options_.alpha);
@@ -172,8 +172,10 @@ void OuterOptimizer::launch(int fragment, int64_t step,
   inFlight_.mergeAt = step + options_.delay;
   ++exchanges_;
   inFlight_.deltas.clear();
+  inFlight_.launchedFrom.clear();
   for (size_t i : tensorsOf(fragment)) {
     inFlight_.deltas.push_back(global_[i] - parameters[i]);
+    if (options_.eager) inFlight_.launchedFrom.push_back(parameters[i].clone());
   }
   auto reduce = [this, &transport] {
     const uint64_t before = transport.bytesSent();
@@ -203,11 +205,13 @@ uint64_t OuterOptimizer::merge(std::vector<torch::Tensor>& parameters) {
   finishAllreduce();
   const std::vector<size_t> tensors = tensorsOf(inFlight_.fragment);
   for (size_t k = 0; k < tensors.size(); ++k) {
-    applyOuter(tensors[k], inFlight_.deltas[k], parameters[tensors[k]], false);
+    applyOuter(tensors[k], inFlight_.deltas[k], parameters[tensors[k]], false,
+               options_.eager ? &inFlight_.launchedFrom[k] : nullptr);
   }
   const uint64_t bytes = inFlight_.bytes;
   inFlight_.fragment = -1;
   inFlight_.deltas.clear();
+  inFlight_.launchedFrom.clear();
   inFlight_.bytes = 0;
   return bytes;
 }
@@ -218,6 +222,11 @@ std::vector<uint8_t> OuterOptimizer::saveState() {
   for (const auto* tensors : {&global_, &momentum_, &inFlight_.deltas}) {
     out.write(static_cast<uint64_t>(tensors->size()));
     for (const torch::Tensor& t : *tensors) {
+      out.write(std::span<const float>(floatSpan(t)));
+    }
+  }
+  if (options_.eager) {  // the local tensors at the launch, beside the deltas
+    for (const torch::Tensor& t : inFlight_.launchedFrom) {
       out.write(std::span<const float>(floatSpan(t)));
     }
   }
@@ -250,6 +259,8 @@ void OuterOptimizer::loadState(std::span<const uint8_t> bytes,
   // The fragment in flight, its all-reduce done: shaped as its tensors once the number is read.
   std::vector<std::vector<float>> deltas(in.readU64());
   for (std::vector<float>& d : deltas) in.read(d);
+  std::vector<std::vector<float>> launchedFrom(options_.eager ? deltas.size() : 0);
+  for (std::vector<float>& l : launchedFrom) in.read(l);
   inFlight_.fragment = static_cast<int>(in.readU64()) - 1;
   inFlight_.mergeAt = static_cast<int64_t>(in.readU64());
   exchanges_ = in.readU64();
@@ -260,13 +271,19 @@ void OuterOptimizer::loadState(std::span<const uint8_t> bytes,
   in.expectEnd();
   assignFragments(parameters);
   inFlight_.deltas.clear();
+  inFlight_.launchedFrom.clear();
   if (inFlight_.fragment < 0) return;
   const std::vector<size_t> tensors = tensorsOf(inFlight_.fragment);
   if (inFlight_.fragment >= options_.fragments || tensors.size() != deltas.size()) throw mismatch();
+  const auto restore = [&](const std::vector<float>& values, size_t k,
+                           std::vector<torch::Tensor>& into) {
+    if (static_cast<int64_t>(values.size()) != parameters[tensors[k]].numel()) throw mismatch();
+    into.push_back(torch::empty_like(parameters[tensors[k]]));
+    std::copy(values.begin(), values.end(), floatSpan(into.back()).begin());
+  };
   for (size_t k = 0; k < tensors.size(); ++k) {
-    if (static_cast<int64_t>(deltas[k].size()) != parameters[tensors[k]].numel()) throw mismatch();
-    inFlight_.deltas.push_back(torch::empty_like(parameters[tensors[k]]));
-    std::copy(deltas[k].begin(), deltas[k].end(), floatSpan(inFlight_.deltas.back()).begin());
+    restore(deltas[k], k, inFlight_.deltas);
+    if (options_.eager) restore(launchedFrom[k], k, inFlight_.launchedFrom);
   }
 }
 

@@ -14,7 +14,11 @@
 // to about 1/P. With delay=τ (< H/P) a fragment's all-reduce runs on a thread of its own while
 // τ more local steps go on; its outer update is merged τ steps later, the local fragment becoming
 // α·θ_local + (1 − α)·θ_global (alpha=α; 0 adopts the global fragment). P = 1, τ = 0 is plain
-// DiLoCo, bit for bit.
+// DiLoCo, bit for bit. eager=on (Kale et al. 2025's overlap, PCCL's async DiLoCo): τ = H/P, the
+// all-reduce overlapping the fragment's whole turn, merged just before the next launch; the merge
+// rebases the steps trained meanwhile on the new θ_global instead of mixing: the local fragment
+// becomes θ_global + (θ_local − θ_local at the launch), so the next pseudo-gradient is exactly
+// those steps' progress.
 //
 // Compressed pseudo-gradients (`--compress` with diloco): every tensor of at least minElements
 // exchanges its pseudo-gradient through a compressor of its own (error feedback as the method
@@ -83,7 +87,8 @@ class OuterOptimizer {
   struct InFlight {
     int fragment = -1;  // -1: none
     int64_t mergeAt = 0;
-    std::vector<torch::Tensor> deltas;  // by tensor of the fragment
+    std::vector<torch::Tensor> deltas;        // by tensor of the fragment
+    std::vector<torch::Tensor> launchedFrom;  // eager: the local tensors at the launch
     std::thread thread;
     std::exception_ptr error;
     uint64_t bytes = 0;
@@ -97,7 +102,11 @@ class OuterOptimizer {
   // The average over the ranks of every rank's `delta` of tensor i, into `delta`.
   void reduceDelta(size_t i, Transport& transport, torch::Tensor& delta);
   void makeCompressors(const std::vector<torch::Tensor>& parameters);
-  void applyOuter(size_t i, const torch::Tensor& delta, torch::Tensor& parameter, bool adopt);
+  // θ_global's tensor i moves by the outer rule on the averaged `delta`; the local tensor
+  // follows: adopts it (`adopt`, or alpha 0), mixes with it (alpha), or, given `launchedFrom`
+  // (eager), keeps its progress since then on top of it.
+  void applyOuter(size_t i, const torch::Tensor& delta, torch::Tensor& parameter, bool adopt,
+                  const torch::Tensor* launchedFrom = nullptr);
   // Streaming: a fragment's pseudo-gradients all-reduced (on a thread with a delay), then merged.
   void launch(int fragment, int64_t step, const std::vector<torch::Tensor>& parameters,
               Transport& transport);

@@ -17,10 +17,11 @@ namespace {
 struct Streaming {
   int period = 4, fragments = 2, delay = 0;
   double alpha = 0;
+  bool eager = false;  // delay = H/P, the merge rebasing the steps since the launch
 };
 
-// What diloco:H,fragments=P,delay=τ,alpha=α does to `workers` workers over `steps` steps
-// (inner plain SGD, lr 0.1; outer Nesterov, lr 0.7, momentum 0.9), computed naively: returns
+// What diloco:H,fragments=P,delay=τ,alpha=α (or eager=on) does to `workers` workers over `steps`
+// steps (inner plain SGD, lr 0.1; outer Nesterov, lr 0.7, momentum 0.9), computed naively: returns
 // each worker's model.
 std::vector<SequenceClassifier> naiveStreaming(int workers, int64_t steps, Streaming s) {
   torch::NoGradGuard noGrad;
@@ -60,14 +61,18 @@ std::vector<SequenceClassifier> naiveStreaming(int workers, int64_t steps, Strea
   int pending = -1;
   int64_t launchedAt = 0;
   std::vector<torch::Tensor> averaged(tensors);  // the pending fragment's, by tensor
+  // eager: each worker's tensors at the launch, by worker and tensor
+  std::vector<std::vector<torch::Tensor>> launched(workers, std::vector<torch::Tensor>(tensors));
+  const int delay = s.eager ? stride : s.delay;
   auto merge = [&] {
     for (size_t i = 0; i < tensors; ++i) {
       if (fragmentOf[i] != pending) continue;
       momentum[i] = 0.9 * momentum[i] + averaged[i];
       global[i] -= 0.7 * (averaged[i] + 0.9 * momentum[i]);
-      for (SequenceClassifier& m : models) {
-        torch::Tensor p = m->parameters()[i];
-        p.copy_(s.alpha * p + (1 - s.alpha) * global[i]);
+      for (int r = 0; r < workers; ++r) {
+        torch::Tensor p = models[r]->parameters()[i];
+        p.copy_(s.eager ? global[i] + (p - launched[r][i])
+                        : s.alpha * p + (1 - s.alpha) * global[i]);
       }
     }
     pending = -1;
@@ -82,25 +87,30 @@ std::vector<SequenceClassifier> naiveStreaming(int workers, int64_t steps, Strea
       inner[r]->step();
     }
     const int64_t done = step + 1;  // local steps so far
-    if (pending >= 0 && done == launchedAt + s.delay) merge();
+    if (pending >= 0 && done == launchedAt + delay) merge();
     if (done % stride == 0) {
       pending = static_cast<int>((done / stride - 1) % s.fragments);
       launchedAt = done;
       for (size_t i = 0; i < tensors; ++i) {
         if (fragmentOf[i] != pending) continue;
         averaged[i] = torch::zeros_like(global[i]);
-        for (SequenceClassifier& m : models) averaged[i] += global[i] - m->parameters()[i];
+        for (int r = 0; r < workers; ++r) {
+          averaged[i] += global[i] - models[r]->parameters()[i];
+          launched[r][i] = models[r]->parameters()[i].clone();
+        }
         averaged[i] /= workers;
       }
-      if (s.delay == 0) merge();
+      if (delay == 0) merge();
     }
   }
   return models;
 }
 
 std::string spec(const Streaming& s) {
-  return "diloco:" + std::to_string(s.period) + ",fragments=" + std::to_string(s.fragments) +
-         ",delay=" + std::to_string(s.delay) + ",alpha=" + std::to_string(s.alpha);
+  const std::string base =
+      "diloco:" + std::to_string(s.period) + ",fragments=" + std::to_string(s.fragments);
+  if (s.eager) return base + ",eager=on";
+  return base + ",delay=" + std::to_string(s.delay) + ",alpha=" + std::to_string(s.alpha);
 }
 
 // One fragment without delay is DiLoCo, bit for bit.
@@ -113,11 +123,14 @@ TEST(StreamingDiloco, OneFragmentWithoutDelayIsDiloco) {
   }
 }
 
-// Fragments in turn, without and with a delay and mixing, against the naive reference (3
-// workers; 7 steps, so that the last fragment launched has been merged).
+// Fragments in turn, without and with a delay and mixing, and eager (one fragment and two),
+// against the naive reference (3 workers; 7 or 9 steps: the last fragment launched has been
+// merged, or with eager is in flight in both).
 TEST(StreamingDiloco, FragmentsDelayAndMixingMatchANaiveReference) {
-  for (Streaming s : {Streaming{4, 2, 0, 0}, Streaming{4, 2, 1, 0.5}, Streaming{6, 3, 1, 0.25}}) {
-    const int64_t steps = s.period == 6 ? 9 : 7;
+  for (Streaming s : {Streaming{4, 2, 0, 0}, Streaming{4, 2, 1, 0.5}, Streaming{6, 3, 1, 0.25},
+                      Streaming{.period = 3, .fragments = 1, .eager = true},
+                      Streaming{.period = 4, .fragments = 2, .eager = true}}) {
+    const int64_t steps = s.period == 6 || s.period == 3 ? 9 : 7;
     std::vector<SequenceClassifier> reference = naiveStreaming(3, steps, s);
     std::vector<SequenceClassifier> many = trained(3, "sgd-plain", {.sync = spec(s)}, steps, 0);
     for (size_t r = 0; r < many.size(); ++r) {
@@ -135,8 +148,12 @@ TEST(StreamingDiloco, OptionsAreParsedOrRefusedSayingWhy) {
   EXPECT_EQ(s.outer.alpha, 0.5);  // the paper's mixing, with a delay
   EXPECT_EQ(SyncStrategy::parse("diloco:8,fragments=4").outer.alpha, 0.0);
   EXPECT_EQ(SyncStrategy::parse("diloco:8,delay=2,alpha=0").outer.alpha, 0.0);
-  for (const char* bad : {"diloco:8,fragments=3", "diloco:8,fragments=4,delay=2",
-                          "diloco:8,fragments=0", "diloco:8,alpha=1.5", "diloco:8,delay=-1"}) {
+  EXPECT_EQ(SyncStrategy::parse("diloco:8,eager=on").outer.delay, 8);  // the whole round
+  EXPECT_EQ(SyncStrategy::parse("diloco:8,fragments=4,eager=on").outer.delay, 2);
+  for (const char* bad :
+       {"diloco:8,fragments=3", "diloco:8,fragments=4,delay=2", "diloco:8,fragments=0",
+        "diloco:8,alpha=1.5", "diloco:8,delay=-1", "diloco:8,eager=on,delay=1",
+        "diloco:8,eager=on,alpha=0.5", "diloco:8,eager=yes"}) {
     EXPECT_THROW(SyncStrategy::parse(bad), ConfigError) << bad;
   }
   expectRefused("sgd", {.sync = "diloco:64,fragments=64"}, "fragments=64");

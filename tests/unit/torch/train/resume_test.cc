@@ -99,7 +99,8 @@ TEST_P(Resume, ResumedRunRepeatsTheUninterruptedOne) {
 // mid-phase) over the ring, with p3 and through servers; the delayed strategies with their
 // local state (cdsgd's residual, ssdsgd's two last models); diloco with its outer state (the
 // global model and the outer momentum), and Streaming DiLoCo with a fragment in flight at the
-// checkpoint (launched at step 8, merged at 9), and diloco with top-k pseudo-gradients (their
+// checkpoint (launched at step 8, merged at 9; eager: launched at 8, merged at 12, with the local
+// tensors at the launch), and diloco with top-k pseudo-gradients (their
 // error feedback's residuals). asgd and ssp apply pushes in
 // arrival order, which no checkpoint can repeat: not in the matrix.
 INSTANTIATE_TEST_SUITE_P(
@@ -111,6 +112,7 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"wfbp", "odsgd", "none"}, Case{"wfbp", "ssdsgd:3", "none"},
                       Case{"wfbp", "cdsgd:3", "none"}, Case{"wfbp", "diloco:3", "none"},
                       Case{"wfbp", "diloco:4,fragments=2,delay=1", "none"},
+                      Case{"wfbp", "diloco:4,eager=on", "none"},
                       Case{"wfbp", "diloco:3", "topk:0.3"}),
     [](const auto& info) { return caseName(info.param); });
 
