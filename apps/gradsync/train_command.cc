@@ -238,7 +238,7 @@ void addTrainCommand(CLI::App& app, CommandContext& context) {
       ->add_option("--sync", o.sync,
                    "ssgd | sharded | asgd | ssp:S | odsgd | ssdsgd:K | cdsgd:K | localsgd:H | "
                    "diloco:H[,outer_lr=X,outer_momentum=M,nesterov=on|off,quantize=int8|none,"
-                   "fragments=P,delay=T,alpha=A]")
+                   "fragments=P,delay=T,alpha=A,eager=on|off,group=rank|host]")
       ->capture_default_str();
   StrategyKnobs& k = o.strategy;
   train->add_flag("--ps", k.ps, "ssgd through parameter servers co-located with the workers");

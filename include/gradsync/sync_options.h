@@ -40,8 +40,9 @@ struct SyncOptions {
   // update 1/P, allgather; fc=: their exchange of fully-connected layers' activations and errors,
   // for gradsync's own models) | localsgd:H (local steps, models averaged every H) |
   // diloco:H[,outer_lr=X,outer_momentum=M,nesterov=on|off,quantize=int8|none,fragments=P,
-  // delay=T,alpha=A,group=rank|host] (H local steps of any optimizer, then an outer Nesterov step
-  // on the averaged pseudo-gradient; fragments, delay and alpha: Streaming DiLoCo; group=host: a
+  // delay=T,alpha=A,eager=on|off,group=rank|host] (H local steps of any optimizer, then an outer
+  // Nesterov step on the averaged pseudo-gradient; fragments, delay and alpha: Streaming DiLoCo;
+  // eager: the outer step one turn late, overlapping its all-reduce; group=host: a
   // host's ranks, by the transport's topology, are one worker, averaging their gradients every
   // step; docs/algorithms.md) | asgd |
   // ssp:S | odsgd | ssdsgd:K | cdsgd:K (through parameter servers; docs/algorithms.md) (--sync).

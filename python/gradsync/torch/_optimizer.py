@@ -128,7 +128,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
       compression        none | fp16 | topk:D | mstopk:D | gtopk:D | randomk:D | dgc:D | qsgd:L |
                          terngrad | twobit:T | onebit | signsgd | powersgd:R | gradiveq:R
       sync               ssgd | sharded | localsgd:H | diloco:H[,outer_lr=X,outer_momentum=M,
-                         nesterov=on|off,quantize=int8|none,fragments=P,delay=T,alpha=A] | asgd |
+                         nesterov=on|off,quantize=int8|none,fragments=P,delay=T,alpha=A,
+                         eager=on|off,group=rank|host] | asgd |
                          ssp:S | odsgd | ssdsgd:K | cdsgd:K
       backward_passes_per_step  backward passes summed locally before communicating
     Horovod's op (gs.Average), gradient_predivide_factor (1.0), groups and sparse_as_dense
