@@ -59,6 +59,13 @@ class BucketLayout {
       begin += size;
     }
   }
+  // forEach for the unit's size; for another size (a cost estimate), the buckets of a single
+  // tensor of that size, as count() does.
+  template <class Fn>
+  void forEachOrEstimate(size_t elements, Fn&& fn) const {
+    if (tensors_.empty() || elements != total_) return forEachInTensor(0, elements, fn);
+    forEach(elements, fn);
+  }
 
  private:
   template <class Fn>

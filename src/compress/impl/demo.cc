@@ -57,21 +57,18 @@ class DctTopK final : public CodecCompressor {
         dct_(dctMatrix(side)),
         block_(side * side),
         product_(side * side),
-        coefficients_(side * side) {
-    for (const TensorShape& t : unit) unitElements_ += t.elements;
-    if (unit.empty()) unitElements_ = SIZE_MAX;  // shapes unknown
-  }
+        coefficients_(side * side) {}
 
   size_t encodedBytes(size_t elements) const override {
-    const size_t sent = chunks(elements) * k_;
+    const size_t sent = layout_.count(elements) * k_;
     return packedBytes(sent, indexBits_) + sent * sizeof(float);
   }
 
   void encode(std::span<const float> x, std::vector<uint8_t>& out, uint64_t) override {
     out.assign(encodedBytes(x.size()), 0);
     WideWriter indices(indexBits_, out.data());
-    uint8_t* values = out.data() + packedBytes(chunks(x.size()) * k_, indexBits_);
-    forEachChunk(x.size(), [&](size_t begin, size_t size) {
+    uint8_t* values = out.data() + packedBytes(layout_.count(x.size()) * k_, indexBits_);
+    layout_.forEachOrEstimate(x.size(), [&](size_t begin, size_t size) {
       std::fill(block_.begin(), block_.end(), 0.0f);
       std::copy_n(x.begin() + static_cast<std::ptrdiff_t>(begin), size, block_.begin());
       // Y = D X Dᵀ, in two products.
@@ -94,7 +91,7 @@ class DctTopK final : public CodecCompressor {
       throw ProtocolError(fmt::format("demo encoding of {} elements has {} bytes, not {}",
                                       out.size(), in.size(), encodedBytes(out.size())));
     }
-    const size_t sent = chunks(out.size()) * k_;
+    const size_t sent = layout_.count(out.size()) * k_;
     {
       WideReader indices(indexBits_, in.data());
       for (size_t j = 0, previous = 0; j < sent; ++j) {
@@ -110,7 +107,7 @@ class DctTopK final : public CodecCompressor {
     WideReader indices(indexBits_, in.data());
     const uint8_t* values = in.data() + packedBytes(sent, indexBits_);
     std::vector<float> block(side_ * side_);
-    forEachChunk(out.size(), [&](size_t begin, size_t size) {
+    layout_.forEachOrEstimate(out.size(), [&](size_t begin, size_t size) {
       std::fill(block.begin(), block.end(), 0.0f);
       for (size_t j = 0; j < k_; ++j) {
         const uint32_t index = indices.get();
@@ -135,19 +132,6 @@ class DctTopK final : public CodecCompressor {
     }
   }
 
-  size_t chunks(size_t elements) const {
-    size_t count = 0;
-    forEachChunk(elements, [&](size_t, size_t) { ++count; });
-    return count;
-  }
-
-  // The unit's chunks, or a single tensor's for another size (a cost estimate).
-  template <class Fn>
-  void forEachChunk(size_t elements, Fn&& fn) const {
-    if (elements == unitElements_) return layout_.forEach(elements, fn);
-    BucketLayout({}, side_ * side_).forEach(elements, fn);
-  }
-
   linalg::ConstMatrixView matrix(const std::vector<float>& m) const {
     return {m.data(), side_, side_};
   }
@@ -157,7 +141,6 @@ class DctTopK final : public CodecCompressor {
   size_t k_;
   int indexBits_;
   BucketLayout layout_;
-  size_t unitElements_ = 0;
   std::vector<float> dct_;  // D, row-major
   std::vector<float> block_, product_, coefficients_;
   TopKSelector selector_;

@@ -40,16 +40,12 @@ class SparseLoCoCodec final : public CodecCompressor {
       : density_(density),
         valueBits_(bits),
         indexBits_(std::max(1, static_cast<int>(std::bit_width(chunk - 1)))),
-        chunk_(chunk),
-        layout_(unit, chunk) {
-    for (const TensorShape& t : unit) unitElements_ += t.elements;
-    if (unit.empty()) unitElements_ = std::numeric_limits<size_t>::max();  // shapes unknown
-  }
+        layout_(unit, chunk) {}
 
   size_t encodedBytes(size_t elements) const override {
     size_t chunks = 0;
     size_t selected = 0;
-    forEachChunk(elements, [&](size_t, size_t size) {
+    layout_.forEachOrEstimate(elements, [&](size_t, size_t size) {
       ++chunks;
       selected += selectionCount(size, density_);
     });
@@ -60,7 +56,7 @@ class SparseLoCoCodec final : public CodecCompressor {
     out.assign(encodedBytes(x.size()), 0);
     uint8_t* params = out.data();
     WideWriter writer(codeBits(), out.data() + layout_.count(x.size()) * kParamBytes);
-    forEachChunk(x.size(), [&](size_t begin, size_t size) {
+    layout_.forEachOrEstimate(x.size(), [&](size_t begin, size_t size) {
       const std::span<const float> chunk = x.subspan(begin, size);
       selector_.selectByMagnitude(chunk, selectionCount(size, density_), indices_);
       const Grid grid = gridOf(chunk);
@@ -132,7 +128,7 @@ class SparseLoCoCodec final : public CodecCompressor {
     const uint8_t* params = in.data();
     WideReader reader(codeBits(), in.data() + layout_.count(elements) * kParamBytes);
     const uint32_t indexMask = static_cast<uint32_t>(WideWriter::lowMask(indexBits_));
-    forEachChunk(elements, [&](size_t begin, size_t size) {
+    layout_.forEachOrEstimate(elements, [&](size_t begin, size_t size) {
       Grid grid{.levels = levels()};
       std::memcpy(&grid.lo, params, sizeof(float));
       std::memcpy(&grid.hi, params + sizeof(float), sizeof(float));
@@ -152,22 +148,13 @@ class SparseLoCoCodec final : public CodecCompressor {
     });
   }
 
-  // The unit's chunks, or a single tensor's for another size (a cost estimate).
-  template <class Fn>
-  void forEachChunk(size_t elements, Fn&& fn) const {
-    if (elements == unitElements_) return layout_.forEach(elements, fn);
-    BucketLayout({}, chunk_).forEach(elements, fn);
-  }
-
   int codeBits() const { return indexBits_ + valueBits_; }
   int levels() const { return 1 << (valueBits_ - 1); }
 
   double density_;
   int valueBits_;
   int indexBits_;
-  size_t chunk_;
   BucketLayout layout_;
-  size_t unitElements_ = 0;
   TopKSelector selector_;
   std::vector<uint32_t> indices_;  // reused across chunks and steps
 };
