@@ -35,6 +35,7 @@ def main():
                         help="if set: split over the workers, learning rate not scaled")
     parser.add_argument("--lr", type=float, default=0.01, help="per worker (scaled by size)")
     parser.add_argument("--batches-per-commit", type=int, default=1)
+    parser.add_argument("--schedule", default="wfbp", help="wfbp, fifo, fusion or p3")
     parser.add_argument("--data-dir", default="/usr/share/datasets/fashion-mnist")
     parser.add_argument("--save", help="rank 0 saves the final parameters and the rounds here")
     args = parser.parse_args()
@@ -54,7 +55,8 @@ def main():
 
     model = make_model()
     optimizer = optim.SGD(model.parameters(), lr=batch_and_lr()[1], momentum=0.9)
-    optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
+    optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(),
+                                         schedule=args.schedule)
     sampler = hvd.elastic.ElasticSampler(dataset, shuffle=True, seed=7)
     loader = DataLoader(dataset, batch_size=batch_and_lr()[0], sampler=sampler)
 

@@ -40,11 +40,13 @@ def elastic_example(ranks: int, out: Path, *flags: str) -> dict:
 @pytest.mark.skipif(not GRADSYNC.exists(), reason=f"{GRADSYNC} not built")
 @pytest.mark.skipif(not (DATA / "t10k-images-idx3-ubyte.gz").exists(),
                     reason=f"Fashion-MNIST not in {DATA} (dataset-fashion-mnist)")
-def test_the_elastic_loop_gives_one_process_parameters(tmp_path):
+@pytest.mark.parametrize("schedule", ["wfbp", "p3"])
+def test_the_elastic_loop_gives_one_process_parameters(tmp_path, schedule):
     """The elastic example (commit every step, ElasticSampler) on 2 and 3 workers ends where 1
     worker on the same global batch ends: the sampler's global batch i is the same samples for
-    any number of workers."""
-    flags = ("--global-batch-size", "12", "--samples", "600", "--epochs", "1")
+    any number of workers. With p3 the engine's momentum goes through every commit untouched."""
+    flags = ("--global-batch-size", "12", "--samples", "600", "--epochs", "1",
+             "--schedule", schedule)
     alone = elastic_example(1, tmp_path / "1.pt", *flags)["parameters"][0]
     for ranks in (2, 3):
         result = elastic_example(ranks, tmp_path / f"{ranks}.pt", *flags)
@@ -57,14 +59,19 @@ def test_the_elastic_loop_gives_one_process_parameters(tmp_path):
 @pytest.mark.skipif(not GRADSYNC.exists(), reason=f"{GRADSYNC} not built")
 @pytest.mark.skipif(not (DATA / "t10k-images-idx3-ubyte.gz").exists(),
                     reason=f"Fashion-MNIST not in {DATA} (dataset-fashion-mnist)")
-def test_a_killed_worker_is_left_behind_and_comes_back(tmp_path):
+@pytest.mark.parametrize("schedule", ["wfbp", "p3"])
+def test_a_killed_worker_is_left_behind_and_comes_back(tmp_path, schedule):
     """3 workers; one is killed with SIGKILL at step 50. The other two restore their last
     commit and go on as a job of 2; the launcher restarts the killed one, which comes in at a
-    commit with the current state; the job ends with 3 workers holding one model that learned."""
+    commit with the current state; the job ends with 3 workers holding one model that learned.
+    With p3 the engine applies the update and keeps SGD's momentum: TorchState commits it with
+    the model and sync() gives rank 0's to every member's engine (a newcomer without it would
+    hold another model by the end)."""
     out = tmp_path / "elastic.pt"
     launcher = subprocess.Popen(
         [str(GRADSYNC), "launch", "--elastic", "--max-restarts", "1", "-n", "3", "--",
-         sys.executable, str(EXAMPLE), "--epochs", "2", "--samples", "24000", "--save", str(out)],
+         sys.executable, str(EXAMPLE), "--epochs", "2", "--samples", "24000", "--save", str(out),
+         "--schedule", schedule],
         env=example_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines = []
     deadline = time.monotonic() + 120
@@ -158,7 +165,8 @@ if mode == "fixed":
 else:
     hvd.init(elastic="1:1")
     optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
-                                         schedule="p3" if mode == "update" else "wfbp")
+                                         schedule="p3" if mode in ("update", "p3") else "wfbp",
+                                         sync="sharded" if mode == "update" else "ssgd")
 try:
     print("returned", train(state))
 except hvd.ConfigError as e:
@@ -169,10 +177,12 @@ except hvd.ConfigError as e:
 @pytest.mark.parametrize("mode, expected", [
     ("fixed", "refused: hvd.elastic needs an elastic job"),
     ("update", "refused: hvd.elastic runs DistributedOptimizers in gradient mode"),
-    ("gradient", "returned 1")])
+    ("gradient", "returned 1"),
+    ("p3", "returned 1")])
 def test_what_elastic_runs_and_what_it_refuses(mode, expected):
-    """A fixed job and an engine that keeps state of its own are refused, saying what to do; a
-    job of one elastic worker runs the function (its commit asks the store, finds nobody)."""
+    """A fixed job and an engine that keeps state of its own (sharded's momentum, split among
+    the ranks) are refused, saying what to do; a job of one elastic worker runs the function
+    (its commit asks the store, finds nobody), in gradient mode and with p3."""
     env = dict(os.environ, PYTHONPATH=str(PACKAGE), OMP_NUM_THREADS="1")
     done = subprocess.run([sys.executable, "-c", REFUSALS, mode], env=env, capture_output=True,
                           text=True, timeout=60)

@@ -175,6 +175,11 @@ class DistributedOptimizer(torch.optim.Optimizer):
                                              self._arguments[0], self._named, self._arguments[1])
         self._updates = self._impl.updates_parameters()  # False alone: there is no engine
         self._local = str(sync).startswith(_LOCAL_STRATEGIES)
+        # p3 on the ring with SGD: its momentum, the engine's only state, is the same on every
+        # rank, so hvd.elastic's TorchState can commit it (elastic.py).
+        self._elastic_update = (self._kind == "sgd" and str(sync) == "ssgd" and
+                                not options.get("parameter_servers") and
+                                int(options.get("servers", 0)) == 0)
         self._steps = 0
         self._synchronized = False
         self._skip = False
@@ -315,6 +320,17 @@ class DistributedOptimizer(torch.optim.Optimizer):
         residuals, PowerSGD's Q, Adam's moments in update mode, the delayed strategies' local
         models). Collective: every rank gets the whole; rank 0 saves it."""
         sync_state = self._impl.sync_state()
+        optimizer = self._optimizer_state_dict()
+        # With localsgd every rank's optimizer steps on its own gradients: each keeps its own.
+        mine = {"sync": torch.frombuffer(bytearray(sync_state), dtype=torch.uint8),
+                "optimizer": optimizer if self._local else None}
+        return {"optimizer": optimizer,
+                "gradsync": {"format": _STATE_FORMAT, "step": self._steps,
+                             "world_size": _job.size(), "ranks": allgather_object(mine)}}
+
+    def _optimizer_state_dict(self) -> dict:
+        """The wrapped optimizer's state_dict, with the SGD momentum the engine keeps in update
+        mode (waits for the last step's updates first; collective with sharded and servers)."""
         captured = {}
 
         def capture():
@@ -330,12 +346,17 @@ class DistributedOptimizer(torch.optim.Optimizer):
                 del self._inner.state[p]
 
         self._impl.with_optimizer_state(capture)
-        # With localsgd every rank's optimizer steps on its own gradients: each keeps its own.
-        mine = {"sync": torch.frombuffer(bytearray(sync_state), dtype=torch.uint8),
-                "optimizer": captured["optimizer"] if self._local else None}
-        return {"optimizer": captured["optimizer"],
-                "gradsync": {"format": _STATE_FORMAT, "step": self._steps,
-                             "world_size": _job.size(), "ranks": allgather_object(mine)}}
+        return captured["optimizer"]
+
+    def _momentum_to_engine(self) -> None:
+        """Update mode with SGD: the wrapped optimizer's momentum buffers go to the engine, which
+        keeps them from then on (they leave the optimizer's state)."""
+        if self._updates and self._kind == "sgd":
+            params = self._params()
+            self._impl.set_momentum_buffers(
+                [self._inner.state.get(p, {}).get("momentum_buffer") for p in params])
+            self._impl.load_optimizer_state()
+            self._inner.state = defaultdict(dict)
 
     def load_state_dict(self, state_dict: dict) -> None:
         """Restores a state_dict() (every rank loads the same dict and takes its own
@@ -343,12 +364,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
         uninterrupted one would. A plain optimizer state_dict loads as into the optimizer."""
         saved = state_dict.get("gradsync")
         self._inner.load_state_dict(state_dict["optimizer"] if saved else state_dict)
-        if self._updates and self._kind == "sgd":
-            params = self._params()
-            self._impl.set_momentum_buffers(
-                [self._inner.state.get(p, {}).get("momentum_buffer") for p in params])
-            self._impl.load_optimizer_state()
-            self._inner.state = defaultdict(dict)
+        self._momentum_to_engine()
         if saved is None:
             return
         if saved.get("format") != _STATE_FORMAT:
@@ -381,13 +397,15 @@ class DistributedOptimizer(torch.optim.Optimizer):
 
     # --- elastic rounds (elastic.py) ----------------------------------------------------------
     def _check_elastic(self) -> None:
-        """hvd.elastic re-forms the job from the wrapped optimizer's state: the engine must
-        keep none of its own that a lost rank would take with it."""
-        if self._update_mode or self._local:
+        """hvd.elastic re-forms the job from the wrapped optimizer's state: the engine must keep
+        none of its own that a lost rank would take with it, except p3's SGD momentum, which
+        every rank holds whole and TorchState commits (elastic.py)."""
+        if self._local or (self._update_mode and not self._elastic_update):
             raise ConfigError("hvd.elastic runs DistributedOptimizers in gradient mode (schedule "
-                              "fifo, wfbp or fusion; sync ssgd): in update mode and with the "
-                              "local strategies the engine holds state a lost rank takes with "
-                              "it (docs/python.md, \"Elastic training\")")
+                              "fifo, wfbp or fusion; sync ssgd), or p3 with torch.optim.SGD: "
+                              "sharded, parameter servers, Adam in update mode and the local "
+                              "strategies hold state a lost rank takes with it "
+                              "(docs/python.md, \"Elastic training\")")
 
     def _rebind(self) -> None:
         """Builds the engine again on the current job (a new elastic round; collective). The

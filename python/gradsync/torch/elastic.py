@@ -10,9 +10,10 @@ most advanced state (the most commits) and sync() gives it to every member, then
 called again with the state, as Horovod does.
 
 What re-forms, and by which rule: the model's and optimizer's state is rank 0's (sync); a
-gs.DistributedOptimizer is rebuilt on the new round (gradient mode only: its compressors'
-residuals start afresh, as after a restart); ElasticSampler re-divides the epoch's samples not
-yet processed by any rank among the new members.
+gs.DistributedOptimizer is rebuilt on the new round (gradient mode, or p3 with SGD, whose
+momentum the engine keeps and TorchState commits with the model: its compressors' residuals start
+afresh, as after a restart); ElasticSampler re-divides the epoch's samples not yet processed by
+any rank among the new members.
 """
 
 from __future__ import annotations
@@ -183,11 +184,26 @@ class TorchState(ObjectState):
         optimizer = self._handled["optimizer"]
         return getattr(optimizer, "optimizer", optimizer)  # a DistributedOptimizer's own
 
+    def _engine_keeping_momentum(self):
+        """The gs.DistributedOptimizer whose engine applies the update and keeps SGD's momentum
+        (p3), or None."""
+        from ._optimizer import DistributedOptimizer  # it imports this package's modules
+
+        optimizer = self._handled["optimizer"]
+        if isinstance(optimizer, DistributedOptimizer) and optimizer.updates_parameters:
+            return optimizer
+        return None
+
     def _save_handled(self) -> None:
         saved = {}
+        engine = self._engine_keeping_momentum()
+        if engine is not None:
+            engine.wait_for_parameters()  # the step's update whole before the model is copied
         if self._handled["model"] is not None:
             saved["model"] = copy.deepcopy(self._handled["model"].state_dict())
-        if self._handled["optimizer"] is not None:
+        if engine is not None:  # the wrapped optimizer's state, with the engine's momentum
+            saved["optimizer"] = copy.deepcopy(engine._optimizer_state_dict())
+        elif self._handled["optimizer"] is not None:
             saved["optimizer"] = copy.deepcopy(self._optimizer().state_dict())
         for name, value in self._handled.items():
             if isinstance(value, ElasticSampler):
@@ -210,10 +226,18 @@ class TorchState(ObjectState):
         super().restore()
 
     def sync(self) -> None:
+        engine = self._engine_keeping_momentum()
+        if engine is not None:
+            # The engine of this round starts without momentum; the last commit has it (a
+            # failure restored it, a worker waiting to come in interrupted that very commit):
+            # rank 0's goes to every member, and into each member's engine.
+            self._optimizer().load_state_dict(self._saved_handled["optimizer"])
         if self._handled["model"] is not None:
             _collectives.broadcast_parameters(self._handled["model"].state_dict(), 0)
         if self._handled["optimizer"] is not None:
             _collectives.broadcast_optimizer_state(self._optimizer(), 0)
+        if engine is not None:
+            engine._momentum_to_engine()
         for value in self._handled.values():
             if isinstance(value, ElasticSampler):
                 value._sync()

@@ -94,11 +94,11 @@ void ElasticMember::commit(std::vector<uint8_t> state) {
   last_.sync = std::move(state);
   last_.progress = progress;
   last_.losses = losses.size();
-  committed_ = true;
+  hasCommit_ = true;
 }
 
 int64_t ElasticMember::rollback() {
-  if (!committed_) return -1;
+  if (!hasCommit_) return -1;
   last_.state.restore(*net, *optimizer);
   sync = last_.sync;
   progress = last_.progress;
@@ -107,7 +107,7 @@ int64_t ElasticMember::rollback() {
 }
 
 void ElasticMember::restoreCommittedOptimizer() {
-  if (committed_) last_.state.restoreOptimizer(*optimizer);
+  if (hasCommit_) last_.state.restoreOptimizer(*optimizer);
 }
 
 void ElasticMember::checkpoint(bool last) {

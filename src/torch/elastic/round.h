@@ -93,7 +93,7 @@ struct ElasticMember {
   // the next round's engine.
   void restoreCommittedOptimizer();
   // The step of the last commit; -1 if none.
-  int64_t committedStep() const { return committed_ ? last_.progress.step : -1; }
+  int64_t committedStep() const { return hasCommit_ ? last_.progress.step : -1; }
   // The committed synchronization state (local period; empty before the first round): rank 0 of a
   // round gives its own to the others (shareState), and the round loads it.
   std::vector<uint8_t> sync;
@@ -114,7 +114,7 @@ struct ElasticMember {
   int localPeriod_ = 0;
   bool updatesInEngine_ = false;
   bool shardsVelocity_ = false;
-  bool committed_ = false;
+  bool hasCommit_ = false;
   Commit last_;
 };
 

@@ -253,10 +253,10 @@ void validateElasticOptions(const TrainOptions& options) {
                   "or --schedule fifo, wfbp or fusion");
   }
   if (local && strategy.outer.streams()) {
-    refuseElastic("Streaming DiLoCo (fragments, delay)",
+    refuseElastic("Streaming DiLoCo (fragments, delay, eager)",
                   "a fragment's outer step commits only that fragment, so a round has no step at "
                   "which the whole state is committed to roll back to. Use diloco:H without "
-                  "fragments or delay");
+                  "fragments, delay or eager");
   }
   if (local && strategy.outer.perHost) {
     refuseElastic("diloco's group=host",
