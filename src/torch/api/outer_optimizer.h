@@ -14,11 +14,11 @@
 // to about 1/P. With delay=τ (< H/P) a fragment's all-reduce runs on a thread of its own while
 // τ more local steps go on; its outer update is merged τ steps later, the local fragment becoming
 // α·θ_local + (1 − α)·θ_global (alpha=α; 0 adopts the global fragment). P = 1, τ = 0 is plain
-// DiLoCo, bit for bit. eager=on (Kale et al. 2025's overlap, PCCL's async DiLoCo): τ = H/P, the
-// all-reduce overlapping the fragment's whole turn, merged just before the next launch; the merge
-// rebases the steps trained meanwhile on the new θ_global instead of mixing: the local fragment
-// becomes θ_global + (θ_local − θ_local at the launch), so the next pseudo-gradient is exactly
-// those steps' progress.
+// DiLoCo, bit for bit. eager=on (PCCL's async DiLoCo, the overlap Kale et al. 2025 build on):
+// τ = H/P, the all-reduce overlapping the fragment's whole turn, merged just before the next
+// launch; the merge rebases the steps trained meanwhile on the new θ_global instead of mixing:
+// the local fragment becomes θ_global + (θ_local − θ_local at the launch), so the next
+// pseudo-gradient is exactly those steps' progress.
 //
 // Compressed pseudo-gradients (`--compress` with diloco): every tensor of at least minElements
 // exchanges its pseudo-gradient through a compressor of its own (error feedback as the method
