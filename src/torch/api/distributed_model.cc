@@ -10,6 +10,7 @@
 #include "common/tags.h"
 #include "gradsync/collectives.h"
 #include "gradsync/error.h"
+#include "torch/api/optimizer_state_key.h"
 #include "torch/models/float_span.h"
 
 namespace gradsync {
@@ -347,7 +348,7 @@ void DistributedModel::velocityToOptimizer(torch::optim::SGD& optimizer) {
   for (const torch::Tensor& p : parameters_) {
     auto state = std::make_unique<torch::optim::SGDParamState>();
     state->momentum_buffer(torch::from_blob(velocity.data() + at, p.sizes()).clone());
-    optimizer.state()[c10::guts::to_string(p.unsafeGetTensorImpl())] = std::move(state);
+    optimizer.state()[optimizerStateKey(p)] = std::move(state);
     at += static_cast<size_t>(p.numel());
   }
 }
@@ -358,7 +359,7 @@ void DistributedModel::velocityFromOptimizer(torch::optim::SGD& optimizer) {
   if (!updates_) return;
   std::vector<float> velocity;
   for (const torch::Tensor& p : parameters_) {
-    auto found = optimizer.state().find(c10::guts::to_string(p.unsafeGetTensorImpl()));
+    auto found = optimizer.state().find(optimizerStateKey(p));
     torch::Tensor buffer;
     if (found != optimizer.state().end()) {
       buffer = static_cast<torch::optim::SGDParamState&>(*found->second).momentum_buffer();

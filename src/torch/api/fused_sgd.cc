@@ -4,6 +4,8 @@
 #include <string>
 #include <utility>
 
+#include "torch/api/optimizer_state_key.h"
+
 namespace gradsync {
 namespace {
 
@@ -13,11 +15,6 @@ using torch::optim::SGDParamState;
 
 const SGDOptions& sgdOptions(const OptimizerParamGroup& group) {
   return static_cast<const SGDOptions&>(group.options());
-}
-
-// torch's SGD keys its state by the parameter's TensorImpl, which set_data keeps.
-std::string stateKey(const torch::Tensor& parameter) {
-  return c10::guts::to_string(parameter.unsafeGetTensorImpl());
 }
 
 // Whether the fused pass computes what torch's per-tensor step computes for this group.
@@ -140,7 +137,7 @@ bool FusedSGD::stepGroupFused(OptimizerParamGroup& group, FlatGroup& flat) {
   const SGDOptions& o = sgdOptions(group);
   const std::vector<torch::Tensor>& params = group.params();
   size_t withState = 0;
-  for (const torch::Tensor& p : params) withState += state_.count(stateKey(p));
+  for (const torch::Tensor& p : params) withState += state_.count(optimizerStateKey(p));
   const bool first = withState == 0;
   if (o.momentum() != 0 && withState != 0 && withState != params.size()) return false;
 
@@ -157,11 +154,11 @@ bool FusedSGD::stepGroupFused(OptimizerParamGroup& group, FlatGroup& flat) {
   }
   for (size_t j = 0; j < params.size(); ++j) {
     torch::Tensor view = flat.momentum.narrow(0, flat.offsets[j], params[j].numel());
-    auto found = state_.find(stateKey(params[j]));
+    auto found = state_.find(optimizerStateKey(params[j]));
     if (found == state_.end()) {
       auto state = std::make_unique<SGDParamState>();
       state->momentum_buffer(view.view(params[j].sizes()));
-      state_[stateKey(params[j])] = std::move(state);
+      state_[optimizerStateKey(params[j])] = std::move(state);
       continue;
     }
     auto& state = static_cast<SGDParamState&>(*found->second);

@@ -5,6 +5,7 @@
 
 #include "common/check.h"
 #include "torch/api/archive_bytes.h"
+#include "torch/api/optimizer_state_key.h"
 
 namespace gradsync {
 namespace {
@@ -21,11 +22,6 @@ std::vector<torch::Tensor> parametersOf(torch::optim::Optimizer& optimizer) {
     parameters.insert(parameters.end(), group.params().begin(), group.params().end());
   }
   return parameters;
-}
-
-// The key torch's optimizers file a parameter's state under.
-std::string stateKey(const torch::Tensor& parameter) {
-  return c10::guts::to_string(parameter.unsafeGetTensorImpl());
 }
 
 // into[i] becomes a copy of from[i], in place where it already has its shape and type.
@@ -55,7 +51,7 @@ void StateSnapshot::take(torch::nn::Module& model, torch::optim::Optimizer& opti
   }
   std::vector<torch::Tensor> momenta;
   for (const torch::Tensor& p : parametersOf(optimizer)) {
-    auto found = sgd->state().find(stateKey(p));
+    auto found = sgd->state().find(optimizerStateKey(p));
     momenta.push_back(
         found == sgd->state().end()
             ? torch::Tensor()
@@ -81,7 +77,7 @@ void StateSnapshot::restoreOptimizer(torch::optim::Optimizer& optimizer) const {
   const std::vector<torch::Tensor> parameters = parametersOf(optimizer);
   GS_CHECK(parameters.size() == momenta_.size());
   for (size_t i = 0; i < parameters.size(); ++i) {
-    const std::string key = stateKey(parameters[i]);
+    const std::string key = optimizerStateKey(parameters[i]);
     if (!momenta_[i].defined()) {
       sgd->state().erase(key);
       continue;
