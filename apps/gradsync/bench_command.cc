@@ -16,6 +16,7 @@ struct BenchFlags {
   std::string segment = "1M";
   std::vector<std::string> methods;  // bench compress
   std::vector<std::string> sizes;    // bench compress, in elements ("1M" = 2^20)
+  std::string simd;                  // bench compress: instruction sets
 };
 
 void runCompress(const BenchFlags& flags) {
@@ -23,6 +24,7 @@ void runCompress(const BenchFlags& flags) {
   options.methods = flags.methods;
   options.iters = flags.options.iters;
   options.jsonPath = flags.options.jsonPath;
+  options.simd = flags.simd;
   if (!flags.sizes.empty()) {
     options.sizes.clear();
     for (const std::string& s : flags.sizes) options.sizes.push_back(parseBytes(s, "--sizes"));
@@ -57,6 +59,11 @@ void addBenchCommand(CLI::App& app, CommandContext& context) {
       ->capture_default_str();
   bench->add_option("--methods", flags->methods, "compress: specs to measure (default: all)");
   bench->add_option("--sizes", flags->sizes, "compress: gradient sizes in elements (1M = 2^20)");
+  bench
+      ->add_option("--simd", flags->simd,
+                   "compress: instruction sets to measure, all or scalar|avx2|avx512 (default: "
+                   "the active one)")
+      ->check(CLI::IsMember({"all", "scalar", "avx2", "avx512"}));
   bench->callback([flags, &context] {
     if (flags->options.collective == "compress") {
       runCompress(*flags);

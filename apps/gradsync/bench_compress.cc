@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/random.h"
+#include "common/simd.h"
 #include "common/units.h"
 #include "compress/registry.h"
 #include "compress/select.h"
@@ -29,7 +30,8 @@ struct CodecRow {
   size_t elements = 0;
   double encodeGBps = 0;  // of float32 input
   double decodeGBps = 0;
-  double ratio = 0;  // input bytes / encoded bytes
+  double ratio = 0;                               // input bytes / encoded bytes
+  std::string path = simd::name(simd::active());  // the instruction set it ran on
 };
 
 // Gradient-like input: Gaussian values scaled by a per-block factor, so magnitudes vary across
@@ -73,8 +75,9 @@ double bestSeconds(int iters, const std::function<void()>& body) {
 
 // One method through its real exchange on a world of one: all of the compression work, none of
 // the network. Each exchange is fed a fresh copy of the input (error feedback adds its residual).
-CodecRow benchMethod(const std::string& text, const std::vector<float>& input, int iters) {
-  CompressSpec spec = CompressSpec::parse(text, "bench compress");
+// The best encode and decode times of `iters` exchanges after one warm-up.
+ExchangeStats timeExchanges(const CompressSpec& spec, const std::vector<float>& input, int iters,
+                            size_t& encodedBytes) {
   size_t n = input.size();
   TensorShape shape = benchShape(n);
   auto compressor = makeCompressor(spec, {&shape, 1});
@@ -91,9 +94,17 @@ CodecRow benchMethod(const std::string& text, const std::vector<float>& input, i
     best.encodeSeconds = std::min(best.encodeSeconds, stats.encodeSeconds);
     best.decodeSeconds = std::min(best.decodeSeconds, stats.decodeSeconds);
   }
-  return {
-      spec.toString(), n, gbps(n, best.encodeSeconds), gbps(n, best.decodeSeconds),
-      static_cast<double>(n * sizeof(float)) / static_cast<double>(compressor->encodedBytes(n))};
+  encodedBytes = compressor->encodedBytes(n);
+  return best;
+}
+
+CodecRow benchMethod(const std::string& text, const std::vector<float>& input, int iters) {
+  const CompressSpec spec = CompressSpec::parse(text, "bench compress");
+  const size_t n = input.size();
+  size_t encodedBytes = 0;
+  const ExchangeStats best = timeExchanges(spec, input, iters, encodedBytes);
+  return {spec.toString(), n, gbps(n, best.encodeSeconds), gbps(n, best.decodeSeconds),
+          static_cast<double>(n * sizeof(float)) / static_cast<double>(encodedBytes)};
 }
 
 // The naive references and the selection kernels alone (encode column = the kernel's speed).
@@ -114,15 +125,16 @@ std::vector<CodecRow> benchKernels(const std::vector<float>& input, int iters) {
 }
 
 void printRow(const CodecRow& row) {
-  std::printf("%-34s %12zu %12.3f %12.3f %10.1f\n", row.method.c_str(), row.elements,
-              row.encodeGBps, row.decodeGBps, row.ratio);
+  std::printf("%-7s %-34s %12zu %12.3f %12.3f %10.1f\n", row.path.c_str(), row.method.c_str(),
+              row.elements, row.encodeGBps, row.decodeGBps, row.ratio);
   std::fflush(stdout);
 }
 
 void writeJson(const std::string& path, const std::vector<CodecRow>& rows) {
   nlohmann::json out = nlohmann::json::array();
   for (const CodecRow& r : rows) {
-    out.push_back({{"method", r.method},
+    out.push_back({{"simd", r.path},
+                   {"method", r.method},
                    {"elements", r.elements},
                    {"encode_gbps", r.encodeGBps},
                    {"decode_gbps", r.decodeGBps},
@@ -131,6 +143,35 @@ void writeJson(const std::string& path, const std::vector<CodecRow>& rows) {
   std::ofstream file(path);
   if (!file) throw ConfigError(fmt::format("cannot write '{}'", path));
   file << out.dump(2) << "\n";
+}
+
+}  // namespace
+
+CodecTiming measureCodec(const std::string& spec, int iters) {
+  static const std::vector<float> input = gradientLike(kCodecTimingElements);
+  size_t encodedBytes = 0;
+  const ExchangeStats best =
+      timeExchanges(CompressSpec::parse(spec, "codec cost"), input, iters, encodedBytes);
+  const auto n = static_cast<double>(input.size());
+  return {best.encodeSeconds / n, best.decodeSeconds / n};
+}
+
+namespace {
+
+// The instruction sets named by options.simd, checked against the CPU.
+std::vector<simd::Path> pathsToMeasure(const std::string& text) {
+  if (text.empty()) return {simd::active()};
+  std::vector<simd::Path> paths;
+  for (simd::Path path : {simd::Path::kScalar, simd::Path::kAvx2, simd::Path::kAvx512}) {
+    const bool wanted = text == "all" || text == simd::name(path);
+    if (wanted && static_cast<int>(path) <= static_cast<int>(simd::supported())) {
+      paths.push_back(path);
+    } else if (wanted && text != "all") {
+      throw ConfigError(fmt::format("--simd {}: this CPU supports {} at most", text,
+                                    simd::name(simd::supported())));
+    }
+  }
+  return paths;
 }
 
 }  // namespace
@@ -145,20 +186,24 @@ int runCompressBench(const CompressBenchOptions& options) {
                  std::string("gradiveq:4,train=1"));
   }
   for (const std::string& m : methods) CompressSpec::parse(m, "bench compress");  // fail early
+  const std::vector<simd::Path> paths = pathsToMeasure(options.simd);
   std::printf("# one thread; GB/s of float32 input (best of %d); ratio = input / encoded bytes\n",
               options.iters);
-  std::printf("%-34s %12s %12s %12s %10s\n", "method", "elements", "encode GB/s", "decode GB/s",
-              "ratio");
+  std::printf("%-7s %-34s %12s %12s %12s %10s\n", "simd", "method", "elements", "encode GB/s",
+              "decode GB/s", "ratio");
   std::vector<CodecRow> rows;
-  for (size_t n : options.sizes) {
-    std::vector<float> input = gradientLike(n);
-    for (CodecRow& row : benchKernels(input, options.iters)) {
-      printRow(row);
-      rows.push_back(row);
-    }
-    for (const std::string& m : methods) {
-      rows.push_back(benchMethod(m, input, options.iters));
-      printRow(rows.back());
+  for (simd::Path path : paths) {
+    simd::ScopedPath forced(path);
+    for (size_t n : options.sizes) {
+      std::vector<float> input = gradientLike(n);
+      for (CodecRow& row : benchKernels(input, options.iters)) {
+        rows.push_back(row);
+        printRow(rows.back());
+      }
+      for (const std::string& m : methods) {
+        rows.push_back(benchMethod(m, input, options.iters));
+        printRow(rows.back());
+      }
     }
   }
   if (!options.jsonPath.empty()) writeJson(options.jsonPath, rows);

@@ -26,12 +26,9 @@ std::vector<ring::Span> floatBlocks(size_t count, int size) {
   return elementBlocks(count, size, sizeof(float));
 }
 
-void addHalves(uint8_t* dst, const uint8_t* src, size_t bytes) {
-  auto* d = reinterpret_cast<uint16_t*>(dst);
-  const auto* s = reinterpret_cast<const uint16_t*>(src);
-  for (size_t i = 0; i < bytes / sizeof(uint16_t); ++i) {
-    d[i] = halfFromFloat(floatFromHalf(d[i]) + floatFromHalf(s[i]));
-  }
+void addHalfBytes(uint8_t* dst, const uint8_t* src, size_t bytes) {
+  addHalves(reinterpret_cast<uint16_t*>(dst), reinterpret_cast<const uint16_t*>(src),
+            bytes / sizeof(uint16_t));
 }
 
 // A float32 sum, scaled by 1/P in its last reducing step for an average.
@@ -85,7 +82,7 @@ void allreduceHalf(Transport& transport, std::span<uint16_t> data,
     ring::appendPass(steps, blocks, transport.rank(), 0, /*reduce=*/true);
     ring::appendPass(steps, blocks, transport.rank(), -1, /*reduce=*/false);
     ring::run(transport, reinterpret_cast<uint8_t*>(data.data()), steps, options,
-              {sizeof(uint16_t), addHalves});
+              {sizeof(uint16_t), addHalfBytes});
   });
 }
 

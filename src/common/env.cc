@@ -85,6 +85,13 @@ Env Env::fromMap(const Vars& vars) {
   env.sharedMemory = boolVar(vars, "GRADSYNC_SHM", true);
   env.externalStore = boolVar(vars, "GRADSYNC_EXTERNAL_STORE");
   env.restartCount = intVar(vars, "GRADSYNC_RESTART_COUNT").value_or(0);
+  if (const std::string* v = find(vars, "GRADSYNC_SIMD")) {
+    env.simd = simd::parse(*v);
+    if (!env.simd) {
+      throw ConfigError("GRADSYNC_SIMD=" + *v + " is not an instruction set",
+                        {.hint = "use scalar, avx2 or avx512"});
+    }
+  }
   if (const std::string* v = find(vars, "GRADSYNC_TIMEOUT")) {
     env.timeoutSeconds = parseDurationSeconds(*v, "GRADSYNC_TIMEOUT");
   }

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "common/logging.h"
+#include "common/simd.h"
 
 namespace gradsync {
 
@@ -56,6 +57,10 @@ struct Env {
   bool externalStore = false;
   // GRADSYNC_RESTART_COUNT: how often the launcher restarted this process's slot (0: never).
   int restartCount = 0;
+
+  // GRADSYNC_SIMD: scalar|avx2|avx512, the widest instruction set the element-wise kernels may
+  // use (common/simd.h; default: the CPU's widest). Every path gives the same bits.
+  std::optional<simd::Path> simd;
 
   // Reads the process environment.
   static Env fromProcess();

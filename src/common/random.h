@@ -8,6 +8,7 @@
 // none of them depends on another for its randomness.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <random>
 
@@ -40,5 +41,11 @@ inline uint64_t uniformBelow(std::mt19937_64& engine, uint64_t bound) {
 inline float unitFloat(uint64_t bits) {
   return static_cast<float>(bits >> 40) * (1.0f / 16777216.0f);
 }
+
+// Uniform floats in [0, 1) from SplitMix64 run as a counter-based generator: draw d is
+// splitMix64(seed + d * 0x9E3779B97F4A7C15), and each draw gives two values, unitFloat(draw)
+// and unitFloat(draw << 24). Writes u[0, n + n % 2) from draws first, first + 1, ...:
+// ceil(n / 2) draws. Vectorised per instruction set (common/simd.h), the same bits on each.
+void splitMixUniforms(uint64_t seed, uint64_t first, float* u, size_t n);
 
 }  // namespace gradsync::rng

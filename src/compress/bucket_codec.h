@@ -23,6 +23,7 @@
 #pragma once
 
 #include <algorithm>
+#include <bit>
 #include <cstring>
 #include <vector>
 
@@ -30,6 +31,7 @@
 
 #include "common/check.h"
 #include "common/random.h"
+#include "common/simd.h"
 #include "compress/bit_pack.h"
 #include "compress/compressor.h"
 #include "gradsync/error.h"
@@ -101,6 +103,20 @@ double laneSum(std::span<const float> x, F f) {
   return sum;
 }
 
+// Branch-free selects for the quantizers' loops: a ternary between floats compiles to a branch,
+// mispredicted on every other element of a gradient, where these bit masks vectorise. The
+// results are exactly the ternary's (the same bits, NaN included).
+// pick ? b : a, for pick in {0, 1}.
+inline float selectFloat(uint32_t pick, float a, float b) {
+  const uint32_t mask = 0u - pick;
+  return std::bit_cast<float>((std::bit_cast<uint32_t>(a) & ~mask) |
+                              (std::bit_cast<uint32_t>(b) & mask));
+}
+// negative ? -v : v, for negative in {0, 1} (negation flips the sign bit alone).
+inline float negateIf(uint32_t negative, float v) {
+  return std::bit_cast<float>(std::bit_cast<uint32_t>(v) ^ (negative << 31));
+}
+
 // Uniform floats in [0, 1) for stochastic rounding. SplitMix64 (rng::splitMix64, which
 // passes BigCrush) run as a counter-based generator: draw k is splitMix64(seed + k * gamma),
 // and each 64-bit draw gives two 24-bit values (rng::unitFloat of its high and middle bits).
@@ -113,12 +129,7 @@ class UniformStream {
   }
   // Writes u[0, n + n % 2): the buffer needs one spare slot for odd n.
   void fill(float* u, size_t n) {
-    constexpr uint64_t kGamma = 0x9E3779B97F4A7C15ull;  // SplitMix64's increment
-    for (size_t i = 0; i < n; i += 2) {
-      const uint64_t bits = rng::splitMix64(seed_ + (draws_ + i / 2) * kGamma);
-      u[i] = rng::unitFloat(bits);
-      u[i + 1] = rng::unitFloat(bits << 24);
-    }
+    rng::splitMixUniforms(seed_, draws_, u, n);
     draws_ += (n + 1) / 2;
   }
 
@@ -139,9 +150,59 @@ class BucketCodec final : public CodecCompressor {
 
   void encode(std::span<const float> x, std::vector<uint8_t>& out, uint64_t seed) override {
     out.resize(encodedBytes(x.size()));
+    switch (simd::active()) {
+      case simd::Path::kAvx512:
+        return encodeAvx512(x, out.data(), seed);
+      case simd::Path::kAvx2:
+        return encodeAvx2(x, out.data(), seed);
+      case simd::Path::kScalar:
+        return encodeLoop(x, out.data(), seed);
+    }
+  }
+
+  void decodeAdd(std::span<const uint8_t> in, std::span<float> out) const override {
+    const size_t expected = encodedBytes(out.size());
+    if (in.size() != expected) {
+      throw ProtocolError(fmt::format("{} encoding of {} elements has {} bytes, expected {}",
+                                      Quantizer::kName, out.size(), in.size(), expected));
+    }
+    switch (simd::active()) {
+      case simd::Path::kAvx512:
+        return decodeAvx512(in.data(), out);
+      case simd::Path::kAvx2:
+        return decodeAvx2(in.data(), out);
+      case simd::Path::kScalar:
+        return decodeLoop(in.data(), out);
+    }
+  }
+
+ private:
+  static constexpr size_t kParamBytes = Quantizer::kParams * sizeof(float);
+
+  // The loops once per instruction set (common/simd.h): flatten inlines the quantizer's
+  // arithmetic into each, where the compiler vectorises it for that target; the bits are the
+  // same on every path (tests force each).
+  [[gnu::flatten]] GS_TARGET_AVX512 void encodeAvx512(std::span<const float> x, uint8_t* out,
+                                                      uint64_t seed) {
+    encodeLoop(x, out, seed);
+  }
+  [[gnu::flatten]] GS_TARGET_AVX2 void encodeAvx2(std::span<const float> x, uint8_t* out,
+                                                  uint64_t seed) {
+    encodeLoop(x, out, seed);
+  }
+  [[gnu::flatten]] GS_TARGET_AVX512 void decodeAvx512(const uint8_t* in,
+                                                      std::span<float> out) const {
+    decodeLoop(in, out);
+  }
+  [[gnu::flatten]] GS_TARGET_AVX2 void decodeAvx2(const uint8_t* in, std::span<float> out) const {
+    decodeLoop(in, out);
+  }
+
+  // `out` holds encodedBytes(x.size()) bytes.
+  void encodeLoop(std::span<const float> x, uint8_t* out, uint64_t seed) {
     quantizer_.start(seed);
-    uint8_t* params = out.data();
-    PackedWriter writer(quantizer_.bits(), out.data() + layout_.count(x.size()) * kParamBytes);
+    uint8_t* params = out;
+    PackedWriter writer(quantizer_.bits(), out + layout_.count(x.size()) * kParamBytes);
     layout_.forEach(x.size(), [&](size_t begin, size_t size) {
       float p[Quantizer::kParams];
       quantizer_.analyse(x.subspan(begin, size), p);
@@ -157,16 +218,11 @@ class BucketCodec final : public CodecCompressor {
     writer.finish();
   }
 
-  void decodeAdd(std::span<const uint8_t> in, std::span<float> out) const override {
-    const size_t expected = encodedBytes(out.size());
-    if (in.size() != expected) {
-      throw ProtocolError(fmt::format("{} encoding of {} elements has {} bytes, expected {}",
-                                      Quantizer::kName, out.size(), in.size(), expected));
-    }
-    const uint8_t* params = in.data();
+  // `in` holds encodedBytes(out.size()) bytes (checked by decodeAdd).
+  void decodeLoop(const uint8_t* in, std::span<float> out) const {
+    const uint8_t* params = in;
     const size_t paramBytes = layout_.count(out.size()) * kParamBytes;
-    PackedReader reader(in.data() + paramBytes, out.size(), quantizer_.bits(),
-                        quantizer_.maxCode());
+    PackedReader reader(in + paramBytes, out.size(), quantizer_.bits(), quantizer_.maxCode());
     layout_.forEach(out.size(), [&](size_t begin, size_t size) {
       float p[Quantizer::kParams];
       std::memcpy(p, params, kParamBytes);
@@ -178,9 +234,6 @@ class BucketCodec final : public CodecCompressor {
       }
     });
   }
-
- private:
-  static constexpr size_t kParamBytes = Quantizer::kParams * sizeof(float);
 
   Quantizer quantizer_;
   BucketLayout layout_;

@@ -79,11 +79,17 @@ void LinearCompressor::exchange(ExchangeContext& context, std::span<float> grad,
   std::vector<float>& code = code_;
   std::vector<uint16_t>& half = half_;
   code.resize(codeLength(grad.size()));
-  encode(grad, code, seed);
   if (wire() == Wire::kHalf) {
     half.resize(code.size());
-    halfFromFloat(code.data(), half.data(), code.size());
+    if (identityCode()) {
+      halfFromFloat(grad.data(), half.data(), grad.size());
+    } else {
+      encode(grad, code, seed);
+      halfFromFloat(code.data(), half.data(), code.size());
+    }
     floatFromHalf(half.data(), code.data(), code.size());  // what the others will receive
+  } else {
+    encode(grad, code, seed);
   }
   stats.encodeSeconds += secondsSince(*context.clock, start);
   start = context.clock->now();

@@ -129,6 +129,9 @@ class LinearCompressor : public Compressor {
   virtual void encode(std::span<const float> x, std::span<float> code, uint64_t seed) = 0;
   // out = decode(code), for a code of `x.size()` values encoded with the same seed.
   virtual void decode(std::span<const float> code, std::span<float> out, uint64_t seed) const = 0;
+  // True when encode and decode are copies: the exchange then converts the input to the wire's
+  // form directly instead of copying it first (one pass over the gradient less).
+  virtual bool identityCode() const { return false; }
 
  private:
   std::vector<float> code_;  // reused across exchanges

@@ -30,7 +30,7 @@ bool torchFusesMultiplyAdd() {
 template <bool kFused>
 inline float multiplyAdd(float a, float b, float c) {
   if constexpr (kFused) return std::fma(a, b, c);
-  return a * b + c;  // -std=c++20 (no GNU extensions) keeps GCC from contracting this
+  return a * b + c;  // -ffp-contract=off (CMakeLists.txt) keeps GCC from contracting this
 }
 
 // The steps of torch::optim::SGD::step (torch 1.13), each a torch `add` with alpha.

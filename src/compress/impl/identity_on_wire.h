@@ -13,6 +13,7 @@ class IdentityOnWire final : public LinearCompressor {
   explicit IdentityOnWire(Wire wire) : wire_(wire) {}
   size_t codeLength(size_t elements) const override { return elements; }
   Wire wire() const override { return wire_; }
+  bool identityCode() const override { return true; }
   void encode(std::span<const float> x, std::span<float> code, uint64_t) override {
     std::copy(x.begin(), x.end(), code.begin());
   }

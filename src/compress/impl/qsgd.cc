@@ -56,7 +56,7 @@ class QsgdQuantizer {
     const float unit = params[0] / static_cast<float>(levels_);
     for (size_t i = 0; i < codes.size(); ++i) {
       float magnitude = static_cast<float>(codes[i] >> 1) * unit;
-      out[i] += (codes[i] & 1) != 0 ? -magnitude : magnitude;
+      out[i] += negateIf(codes[i] & 1, magnitude);
     }
   }
 

@@ -31,7 +31,7 @@ class RoundToNearest {
     float largest = 0;
     bool nan = false;
     for (float v : bucket) {
-      nan = nan || std::isnan(v);
+      nan |= std::isnan(v);  // not ||: a branch per element would keep the loop scalar
       largest = std::max(largest, std::fabs(v));
     }
     params[0] = nan ? std::numeric_limits<float>::quiet_NaN() : largest;
@@ -49,7 +49,11 @@ class RoundToNearest {
     for (size_t i = 0; i < x.size(); ++i) {
       // |v| <= s, so the ratio is at most L up to rounding: the cap only guards that.
       const float r = std::fabs(x[i]) / scale * levels;
-      const int32_t level = std::min<int32_t>(static_cast<int32_t>(std::lround(r)), levels_);
+      // std::lround(r), halves away from zero, without a call: r - whole is exact for
+      // 0 <= r < 2^23.
+      const auto whole = static_cast<int32_t>(r);
+      const int32_t rounded = whole + (r - static_cast<float>(whole) >= 0.5f ? 1 : 0);
+      const int32_t level = std::min<int32_t>(rounded, levels_);
       codes[i] = static_cast<uint8_t>(2 * level + (x[i] < 0 ? 1 : 0));
     }
   }
@@ -58,7 +62,7 @@ class RoundToNearest {
     const float unit = params[0] / static_cast<float>(levels_);
     for (size_t i = 0; i < codes.size(); ++i) {
       const float magnitude = static_cast<float>(codes[i] >> 1) * unit;
-      out[i] += (codes[i] & 1) != 0 ? -magnitude : magnitude;
+      out[i] += negateIf(codes[i] & 1, magnitude);
     }
   }
 

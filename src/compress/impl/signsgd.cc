@@ -34,7 +34,7 @@ class SignSgdQuantizer {
 
   void dequantizeAdd(std::span<const uint8_t> codes, float* out, const float* params) const {
     const float scale = params[0];
-    for (size_t i = 0; i < codes.size(); ++i) out[i] += codes[i] != 0 ? -scale : scale;
+    for (size_t i = 0; i < codes.size(); ++i) out[i] += negateIf(codes[i], scale);
   }
 };
 

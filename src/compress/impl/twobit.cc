@@ -29,13 +29,17 @@ class TwoBitQuantizer {
 
   void quantize(std::span<const float> x, uint8_t* codes, const float* params) {
     const float t = params[0];
-    for (size_t i = 0; i < x.size(); ++i) codes[i] = x[i] >= t ? 1 : x[i] <= -t ? 2 : 0;
+    // t > 0, so at most one comparison holds.
+    for (size_t i = 0; i < x.size(); ++i) {
+      codes[i] = static_cast<uint8_t>((x[i] >= t ? 1 : 0) + (x[i] <= -t ? 2 : 0));
+    }
   }
 
   void dequantizeAdd(std::span<const uint8_t> codes, float* out, const float* params) const {
     const float t = params[0];
     for (size_t i = 0; i < codes.size(); ++i) {
-      out[i] += codes[i] == 1 ? t : codes[i] == 2 ? -t : 0.0f;
+      // code 0, 1, 2 -> +0, t, -t
+      out[i] += negateIf(codes[i] >> 1, selectFloat(codes[i] != 0 ? 1 : 0, 0.0f, t));
     }
   }
 

@@ -87,4 +87,11 @@ TEST(Env, SharedMemoryAndRanksPerHost) {
   EXPECT_EQ(Env::fromMap({{"GRADSYNC_RANKS_PER_HOST", "4"}}).ranksPerHost, 4);
 }
 
+TEST(Env, SimdNamesAnInstructionSet) {
+  EXPECT_FALSE(Env::fromMap({}).simd.has_value());
+  EXPECT_EQ(Env::fromMap({{"GRADSYNC_SIMD", "scalar"}}).simd, simd::Path::kScalar);
+  EXPECT_EQ(Env::fromMap({{"GRADSYNC_SIMD", "avx512"}}).simd, simd::Path::kAvx512);
+  EXPECT_THROW(Env::fromMap({{"GRADSYNC_SIMD", "sse4"}}), ConfigError);
+}
+
 }  // namespace gradsync

@@ -1,0 +1,235 @@
+// Every kernel compiled per instruction set (common/simd.h) gives the scalar path's bits on the
+// AVX2 and AVX-512 paths, each forced in turn: the half conversions on every half and around
+// every rounding boundary of the floats, and every quantized codec's encoding and decoding, on
+// inputs with NaN, infinities, subnormals and signed zeros, at sizes 0, 1, odd and large.
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "codec_checks.h"
+#include "common/half.h"
+#include "common/random.h"
+#include "common/simd.h"
+#include "compress/bit_pack.h"
+#include "compress/registry.h"
+#include "compress/spec.h"
+#include "exchange_harness.h"
+
+namespace gradsync {
+namespace {
+
+using testing::gaussian;
+
+// The paths above scalar that this CPU can run; the test says which it could not check.
+std::vector<simd::Path> fasterPaths() {
+  std::vector<simd::Path> paths;
+  for (simd::Path path : {simd::Path::kAvx2, simd::Path::kAvx512}) {
+    if (static_cast<int>(path) <= static_cast<int>(simd::supported())) paths.push_back(path);
+  }
+  if (paths.size() < 2) {
+    std::printf("note: this CPU supports %s at most; wider paths not checked\n",
+                simd::name(simd::supported()));
+  }
+  return paths;
+}
+
+template <class T>
+void expectSameBits(const std::vector<T>& expected, const std::vector<T>& actual,
+                    const std::string& what) {
+  ASSERT_EQ(expected.size(), actual.size()) << what;
+  for (size_t i = 0; i < expected.size(); ++i) {
+    if (std::memcmp(&expected[i], &actual[i], sizeof(T)) != 0) {
+      FAIL() << what << ": element " << i << " of " << expected.size() << " differs";
+    }
+  }
+}
+
+float floatOf(uint32_t bits) {
+  return std::bit_cast<float>(bits);
+}
+
+// Floats that exercise every rounding decision of float -> half: each half's value, the
+// midpoints between neighbouring halves and the floats either side of them (ties to even),
+// the subnormal and overflow ranges, NaNs with payloads, and a sweep of all bit patterns.
+std::vector<float> halfBoundaryFloats() {
+  std::vector<float> x;
+  for (uint32_t h = 0; h < 0x7c00; ++h) {
+    const float here = floatFromHalf(static_cast<uint16_t>(h));
+    const float next = floatFromHalf(static_cast<uint16_t>(h + 1));
+    const float mid = here + (next - here) / 2;  // exact: a half has 11 significant bits
+    for (float v : {here, mid, std::nextafter(mid, 0.0f), std::nextafter(mid, 1e9f)}) {
+      x.push_back(v);
+      x.push_back(-v);
+    }
+  }
+  for (uint32_t nan : {0x7f800001u, 0x7fc00000u, 0x7fbfffffu, 0x7f802000u, 0xffc12345u}) {
+    x.push_back(floatOf(nan));
+  }
+  for (uint64_t bits = 0; bits < (uint64_t{1} << 32); bits += 4093) {
+    x.push_back(floatOf(static_cast<uint32_t>(bits)));
+  }
+  return x;
+}
+
+TEST(SimdPaths, HalfFromFloatEqualsScalarAroundEveryRoundingBoundary) {
+  const std::vector<float> x = halfBoundaryFloats();
+  std::vector<uint16_t> expected(x.size());
+  for (size_t i = 0; i < x.size(); ++i) expected[i] = halfFromFloat(x[i]);
+  for (simd::Path path : fasterPaths()) {
+    simd::ScopedPath forced(path);
+    for (size_t offset : {size_t{0}, size_t{3}}) {  // a misaligned start and an odd tail
+      std::vector<uint16_t> actual(x.size() - offset);
+      halfFromFloat(x.data() + offset, actual.data(), actual.size());
+      expectSameBits(std::vector<uint16_t>(expected.begin() + offset, expected.end()), actual,
+                     std::string("halfFromFloat on ") + simd::name(path));
+    }
+  }
+}
+
+TEST(SimdPaths, FloatFromHalfAndAddHalvesEqualScalarOnEveryHalf) {
+  std::vector<uint16_t> halves(0x10000);
+  for (uint32_t h = 0; h < 0x10000; ++h) halves[h] = static_cast<uint16_t>(h);
+  std::vector<float> expected(halves.size());
+  for (size_t i = 0; i < halves.size(); ++i) expected[i] = floatFromHalf(halves[i]);
+  // Every half added to a shuffled partner (a multiplicative permutation of 2^16).
+  std::vector<uint16_t> partners(halves.size()), sums(halves);
+  for (uint32_t h = 0; h < 0x10000; ++h) partners[h] = static_cast<uint16_t>(h * 40503u + 7);
+  for (size_t i = 0; i < sums.size(); ++i) {
+    sums[i] = halfFromFloat(floatFromHalf(sums[i]) + floatFromHalf(partners[i]));
+  }
+  for (simd::Path path : fasterPaths()) {
+    simd::ScopedPath forced(path);
+    std::vector<float> actual(halves.size() - 1);  // odd: the tail takes the scalar loop
+    floatFromHalf(halves.data() + 1, actual.data(), actual.size());
+    expectSameBits(std::vector<float>(expected.begin() + 1, expected.end()), actual,
+                   std::string("floatFromHalf on ") + simd::name(path));
+    std::vector<uint16_t> added(halves);
+    addHalves(added.data(), partners.data(), added.size());
+    expectSameBits(sums, added, std::string("addHalves on ") + simd::name(path));
+  }
+}
+
+TEST(SimdPaths, UniformsEqualScalarFromAnyDraw) {
+  for (uint64_t first : {uint64_t{0}, uint64_t{5}, ~uint64_t{0} - 3}) {
+    for (size_t n : {size_t{0}, size_t{1}, size_t{15}, size_t{16}, size_t{4097}}) {
+      std::vector<float> expected(n + 1, -1.0f);
+      {
+        simd::ScopedPath scalar(simd::Path::kScalar);
+        rng::splitMixUniforms(99, first, expected.data(), n);
+      }
+      for (size_t i = 0; i < n; i += 2) {  // the definition, draw by draw
+        const uint64_t draw = rng::splitMix64(99 + (first + i / 2) * 0x9E3779B97F4A7C15ull);
+        ASSERT_EQ(expected[i], rng::unitFloat(draw));
+        ASSERT_EQ(expected[i + 1], rng::unitFloat(draw << 24));
+      }
+      for (simd::Path path : fasterPaths()) {
+        simd::ScopedPath forced(path);
+        std::vector<float> actual(n + 1, -1.0f);
+        rng::splitMixUniforms(99, first, actual.data(), n);
+        expectSameBits(expected, actual, std::string("splitMixUniforms on ") + simd::name(path));
+      }
+    }
+  }
+}
+
+TEST(SimdPaths, BitPackingEqualsScalarAtEveryWidth) {
+  std::mt19937_64 random(3);
+  for (int bits = 1; bits <= 8; ++bits) {
+    for (size_t n : {size_t{0}, size_t{1}, size_t{7}, size_t{8}, size_t{9}, size_t{4101}}) {
+      std::vector<uint8_t> codes(n);  // whole bytes: packing must ignore the high bits
+      for (uint8_t& c : codes) c = static_cast<uint8_t>(random());
+      std::vector<uint8_t> stream(packedBytes(n, bits));
+      for (uint8_t& b : stream) b = static_cast<uint8_t>(random());
+      std::vector<uint8_t> packed(stream.size()), unpacked(n);
+      {
+        simd::ScopedPath scalar(simd::Path::kScalar);
+        packBits(codes, bits, packed.data());
+        unpackBits(stream.data(), bits, unpacked);
+      }
+      for (simd::Path path : fasterPaths()) {
+        simd::ScopedPath forced(path);
+        const std::string what =
+            std::to_string(bits) + " bits, " + std::to_string(n) + " codes on " + simd::name(path);
+        std::vector<uint8_t> myPacked(stream.size()), myUnpacked(n);
+        packBits(codes, bits, myPacked.data());
+        unpackBits(stream.data(), bits, myUnpacked);
+        expectSameBits(packed, myPacked, "packBits, " + what);
+        expectSameBits(unpacked, myUnpacked, "unpackBits, " + what);
+      }
+    }
+  }
+}
+
+// A gradient-like buffer with the awkward values sprinkled in: subnormals, signed zeros, values
+// at the top of float's range; with `nonFinite`, NaN and infinities too (whose buckets decode
+// as NaN on every path alike).
+std::vector<float> awkwardInput(size_t n, uint64_t seed, bool nonFinite) {
+  std::vector<float> x = gaussian(n, seed, 0.01f);
+  for (size_t i = 0; i < n; i += 97) x[i] = (i / 97) % 2 == 0 ? 1e-40f : -0.0f;
+  for (size_t i = 50; i < n; i += 1009) x[i] = 0.0f;
+  for (size_t i = 31; i < n; i += 4001) x[i] = (i % 2 == 0 ? 1 : -1) * 3e38f;
+  if (nonFinite && n > 10) {
+    x[n / 2] = std::numeric_limits<float>::quiet_NaN();
+    x[n / 3] = -std::numeric_limits<float>::infinity();
+  }
+  return x;
+}
+
+// The unit: two tensors (buckets never straddle them), or one for tiny sizes.
+std::vector<TensorShape> unitOf(size_t n) {
+  if (n < 2) return {tensorShape("t", {static_cast<int64_t>(n)})};
+  const auto first = static_cast<int64_t>(n / 3);
+  return {tensorShape("a", {first}), tensorShape("b", {static_cast<int64_t>(n) - first})};
+}
+
+struct Coded {
+  std::vector<uint8_t> bytes;
+  std::vector<float> decoded;
+};
+
+Coded codeOnce(const std::string& text, const std::vector<float>& x) {
+  const CompressSpec spec = CompressSpec::parse(text);
+  const std::vector<TensorShape> unit = unitOf(x.size());
+  std::unique_ptr<Compressor> codec = findMethod(spec.method).make(spec.args, unit);
+  Coded out;
+  out.bytes = testing::encodeOnce(*codec, x, 12345);
+  out.decoded.assign(x.size(), 0.25f);  // decodeAdd adds
+  testing::asCodec(*codec).decodeAdd(out.bytes, out.decoded);
+  return out;
+}
+
+TEST(SimdPaths, QuantizedCodecsEncodeAndDecodeTheScalarBits) {
+  const std::vector<std::string> methods = {
+      "qsgd:16",        "qsgd:127,bucket=0", "qsgd:1,bucket=7", "terngrad",   "terngrad,clip=0",
+      "onebit",         "onebit,bucket=512", "signsgd",         "twobit:0.5", "rtn:4",
+      "rtn:2,bucket=33"};
+  const std::vector<simd::Path> paths = fasterPaths();
+  for (const std::string& method : methods) {
+    for (size_t n : {size_t{0}, size_t{1}, size_t{5}, size_t{4097}, size_t{70001}}) {
+      for (bool nonFinite : {false, true}) {
+        const std::vector<float> x = awkwardInput(n, n + 1, nonFinite);
+        Coded expected;
+        {
+          simd::ScopedPath scalar(simd::Path::kScalar);
+          expected = codeOnce(method, x);
+        }
+        for (simd::Path path : paths) {
+          simd::ScopedPath forced(path);
+          const Coded actual = codeOnce(method, x);
+          const std::string what = method + " on " + simd::name(path) + ", " + std::to_string(n) +
+                                   " elements" + (nonFinite ? " with NaN and inf" : "");
+          expectSameBits(expected.bytes, actual.bytes, what + ": encoding");
+          expectSameBits(expected.decoded, actual.decoded, what + ": decoding");
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace gradsync
