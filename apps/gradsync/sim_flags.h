@@ -11,15 +11,21 @@
 
 namespace gradsync {
 
+// No message is free: a TCP message between hosts of one datacenter network takes 10-50 us
+// one way through the kernels' stacks (RDMA 2-5 us), one between devices of a host a few us.
+// Without these a schedule of thousands of small messages would look free.
+inline constexpr const char* kDefaultLatency = "25us";
+inline constexpr const char* kDefaultLocalLatency = "5us";
+
 struct SimModelFlags {
   std::string profile;  // --model-profile: a built-in's name or a JSON file
   std::string bandwidth = "10gbit";
-  std::string latency = "0";
+  std::string latency;  // empty: kDefaultLatency
   std::string localBandwidth = "100gbit";
-  std::string localLatency = "0";
+  std::string localLatency;  // empty: kDefaultLocalLatency
   double computeScale = 1;
-  double codecNsPerElement = 0;  // --codec-ns-per-element
-  sim::ClusterSpec cluster;      // workers and gpus per host; the rest parsed from the text above
+  std::string codecNsPerElement;  // empty: codec_costs.h's default
+  sim::ClusterSpec cluster;       // workers and gpus per host; the rest parsed from the text above
 };
 
 // Registers --model-profile (required), --workers, --gpus-per-host, --bandwidth, --latency,
@@ -28,8 +34,16 @@ struct SimModelFlags {
 void addSimModelFlags(CLI::App* cmd, SimModelFlags& flags);
 // The profile, its compute times scaled by --compute-scale. Throws ConfigError naming the flag.
 ModelProfile loadScaledProfile(const SimModelFlags& flags);
-// The cluster with its rates and latencies parsed. Throws ConfigError naming the flag.
+// The cluster with its rates and latencies parsed (the defaults where not given). Throws
+// ConfigError naming the flag.
 sim::ClusterSpec parseCluster(const SimModelFlags& flags);
+// Whether --latency was left to its default (tune then hedges against other latencies).
+inline bool latencyDefaulted(const SimModelFlags& flags) {
+  return flags.latency.empty();
+}
+// "latency: ..." saying which latencies were defaulted, for the run's output; empty when both
+// were given.
+std::string latencyNote(const SimModelFlags& flags);
 // Writes `text` to `path`; throws ConfigError when it cannot.
 void writeTextFile(const std::string& path, const std::string& text);
 

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "codec_costs.h"
 #include "commands.h"
 #include "common/units.h"
 #include "compress/registry.h"
@@ -110,7 +111,8 @@ void run(SimulateFlags& f, bool waves) {
   if (f.pipeline.stages > 0) return runPipelineSimulation(o.profile, f.pipeline, f.json);
   o.schedule = ScheduleSpec::parse(f.schedule);
   o.cluster = parseCluster(f.model);
-  o.codecSecondsPerElement = f.model.codecNsPerElement * 1e-9;
+  const CodecCostSource codecs = codecCostSource(f.model, o.profile);
+  o.codecCost = codecs.cost;
   std::string variable;
   std::vector<std::string> values{""};
   if (!f.sweep.empty()) std::tie(variable, values) = parseSweep(f.sweep);
@@ -129,6 +131,9 @@ void run(SimulateFlags& f, bool waves) {
     printResult(point, f, result, seconds);
     rows.push_back(resultJson(point, result, seconds));
   }
+  if (const std::string note = latencyNote(f.model); !note.empty())
+    std::printf("%s\n", note.c_str());
+  if (o.compression.spec != "none") std::printf("%s\n", codecs.describe().c_str());
   if (!f.json.empty()) {
     nlohmann::json out = {{"profile", o.profile.name},
                           {"device", o.profile.device},
@@ -139,6 +144,8 @@ void run(SimulateFlags& f, bool waves) {
                           {"servers", o.strategy.servers},
                           {"ps", o.strategy.ps},
                           {"sweep", f.sweep},
+                          {"latency_defaults", latencyNote(f.model)},
+                          {"codec_costs", codecs.describe()},
                           {"results", rows}};
     writeTextFile(f.json, out.dump(1) + "\n");
   }

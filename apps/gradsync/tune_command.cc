@@ -1,6 +1,7 @@
 // gradsync tune: the fastest schedule x compressor x strategy to dense's accuracy, predicted by
 // the simulator and the measured convergence costs (docs/cli.md, docs/simulator.md).
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <set>
@@ -8,6 +9,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "codec_costs.h"
 #include "commands.h"
 #include "gradsync/error.h"
 #include "sim/tune.h"
@@ -17,6 +19,10 @@
 
 namespace gradsync {
 namespace {
+
+// Without --latency, candidates are also simulated at these latencies between hosts (RDMA-like
+// and a slow cloud network), and the pick is the one whose worst ratio to the best is smallest.
+constexpr std::array<double, 2> kHedgeLatencies = {5e-6, 100e-6};
 
 struct TuneFlags {
   SimModelFlags model;
@@ -49,16 +55,32 @@ std::vector<size_t> shownRanks(const sim::TuneResult& r, const TuneFlags& f) {
 
 void printRanked(const sim::TuneResult& r, const std::vector<size_t>& shown) {
   const double best = r.ranked.front().timeToAccuracy();
-  std::printf("%4s  %-26s %-20s %-16s %10s %7s %9s\n", "rank", "schedule", "compress", "sync",
-              "step ms", "factor", "to acc.");
+  const bool hedged = !r.hedgeLatencies.empty();
+  std::printf("%4s  %-26s %-20s %-16s %10s %7s %9s%s\n", "rank", "schedule", "compress", "sync",
+              "step ms", "factor", "to acc.", hedged ? "  worst" : "");
   for (size_t i : shown) {
     const sim::TuneCandidate& c = r.ranked[i];
     const bool bound = c.cost.status == sim::Convergence::kAtLeast;
-    std::printf("%4zu  %-26s %-20s %-16s %10.2f %s%6.2f %8.2fx%s\n", i + 1, c.schedule.c_str(),
+    const std::string worst = !hedged            ? ""
+                              : c.worstRatio > 0 ? fmt::format(" {:6.2f}x", c.worstRatio)
+                                                 : "       -";
+    std::printf("%4zu  %-26s %-20s %-16s %10.2f %s%6.2f %8.2fx%s%s\n", i + 1, c.schedule.c_str(),
                 c.compress.c_str(), c.sync.label().c_str(), c.stepSeconds * 1e3, bound ? ">" : " ",
-                c.cost.factor, c.timeToAccuracy() / best,
+                c.cost.factor, c.timeToAccuracy() / best, worst.c_str(),
                 i == r.topPick ? "  <- recommended" : (bound ? "  (factor is a lower bound)" : ""));
   }
+}
+
+// The legend of the "worst" column.
+void printHedgeNote(const sim::TuneResult& r, const sim::SimOptions& base) {
+  if (r.hedgeLatencies.empty()) return;
+  std::string latencies;
+  for (double l : r.hedgeLatencies) latencies += fmt::format("{:g} us, ", l * 1e6);
+  std::printf(
+      "worst: the largest time to accuracy at %sand %g us per message between hosts, each as a "
+      "multiple of that latency's best; the recommendation minimises it, so that it holds on "
+      "networks faster or slower than the default (--latency states yours)\n",
+      latencies.c_str(), base.cluster.latency * 1e6);
 }
 
 // One row per excluded method on ring ssgd and per strategy without compression; compressors
@@ -91,6 +113,7 @@ nlohmann::json candidateJson(const sim::TuneCandidate& c, double best, int worke
           {"factor_status", sim::toString(c.cost.status)},
           {"factor_from", c.cost.reason},
           {"time_to_accuracy_vs_best", c.timeToAccuracy() / best},
+          {"worst_ratio_over_latencies", c.worstRatio},
           {"train_flags", sim::trainFlags(c, workers)}};
 }
 
@@ -153,7 +176,7 @@ nlohmann::json verify(const TuneFlags& f, const sim::TuneResult& r, std::vector<
                               .computeScale = f.model.computeScale,
                               .model = f.verifyModel,
                               .bandwidth = f.model.bandwidth,
-                              .latency = f.model.latency};
+                              .latency = f.model.latency.empty() ? "0" : f.model.latency};
   const std::vector<VerifiedCandidate> verified = verifyCandidates(r, ranks, options);
   const double best = verified.front().measuredTimeToAccuracy();
   const std::string compute =
@@ -191,9 +214,12 @@ void run(const TuneFlags& f) {
   sim::SimOptions base;
   base.profile = loadScaledProfile(f.model);
   base.cluster = parseCluster(f.model);
-  base.codecSecondsPerElement = f.model.codecNsPerElement * 1e-9;
+  const CodecCostSource codecs = codecCostSource(f.model, base.profile);
+  base.codecCost = codecs.cost;
+  std::vector<double> hedge;
+  if (latencyDefaulted(f.model)) hedge = {kHedgeLatencies.begin(), kHedgeLatencies.end()};
   const auto start = std::chrono::steady_clock::now();
-  const sim::TuneResult r = sim::tune(base, sim::defaultTuneGrid(f.servers));
+  const sim::TuneResult r = sim::tune(base, sim::defaultTuneGrid(f.servers), hedge);
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::printf(
@@ -201,8 +227,12 @@ void run(const TuneFlags& f) {
       "combinations rejected\n",
       base.profile.name.c_str(), base.profile.device.c_str(), base.cluster.describe().c_str(),
       r.ranked.size() + r.rejected.size(), seconds, r.rejected.size());
+  if (const std::string note = latencyNote(f.model); !note.empty())
+    std::printf("%s\n", note.c_str());
+  std::printf("%s\n", codecs.describe().c_str());
   const std::vector<size_t> shown = shownRanks(r, f);
   printRanked(r, shown);
+  printHedgeNote(r, base);
   printExcluded(r);
   if (r.topPick < r.ranked.size()) {
     std::printf("recommended: gradsync train %s\n",
@@ -212,6 +242,8 @@ void run(const TuneFlags& f) {
   }
   std::fflush(stdout);
   nlohmann::json doc = resultJson(base, r);
+  doc["latency_defaults"] = latencyNote(f.model);
+  doc["codec_costs"] = codecs.describe();
   if (f.verify > 0) doc["verified"] = verify(f, r, shown, base.cluster.workers);
   if (!f.json.empty()) writeTextFile(f.json, doc.dump(1) + "\n");
   if (!f.plot.empty()) writePlot(f.plot, base, r, shown);

@@ -67,6 +67,7 @@ std::string profileToJson(const ModelProfile& profile) {
   nlohmann::json out = {{"name", profile.name},
                         {"device", profile.device},
                         {"source", profile.source},
+                        {"codecs_on_cpu", profile.codecsOnCpu},
                         {"batch_size", profile.batchSize},
                         {"update_s", profile.updateSeconds},
                         {"layers", layers}};
@@ -154,6 +155,9 @@ ModelProfile profileFromJson(const std::string& text, const std::string& origin)
   profile.name = field<std::string>(json, "name", origin);
   profile.device = field<std::string>(json, "device", origin);
   profile.source = json.contains("source") ? field<std::string>(json, "source", origin) : "";
+  profile.codecsOnCpu = json.contains("codecs_on_cpu")
+                            ? field<bool>(json, "codecs_on_cpu", origin)
+                            : profile.source.starts_with("gradsync profile");
   profile.batchSize = field<int64_t>(json, "batch_size", origin);
   if (profile.batchSize <= 0)
     throw ConfigError(fmt::format("model profile {}: batch_size must be positive", origin));

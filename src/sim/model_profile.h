@@ -31,8 +31,13 @@ inline constexpr const char* kLinearLayer = "linear";
 
 struct ModelProfile {
   std::string name;
-  std::string device;                // where the times hold, e.g. "NVIDIA V100 (fp32)"
-  std::string source;                // how they were obtained (paper, measurement command)
+  std::string device;  // where the times hold, e.g. "NVIDIA V100 (fp32)"
+  std::string source;  // how they were obtained (paper, measurement command)
+  // Compression runs on the host's CPU beside the step (a profile of CPU training, as `gradsync
+  // profile` writes): simulate and tune then charge the codecs' cost measured on this machine.
+  // False for accelerator profiles, whose codecs are kernels (JSON "codecs_on_cpu"; absent:
+  // true when `source` is a `gradsync profile` command).
+  bool codecsOnCpu = false;
   int64_t batchSize = 0;             // samples per device per step (a linear layer's input rows)
   std::vector<LayerProfile> layers;  // in forward order
   // The optimizer step over every parameter, when the schedule leaves it to after communication

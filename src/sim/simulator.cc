@@ -151,7 +151,7 @@ Simulation::Simulation(const SimOptions& options)
               : planCompression(o_.compression, tensors_, kAnyMomentum);
   layout_ = planLayout(tensors_, schedule_,
                        isolateExchanged(plan_.groups(), exchanged_, tensors_.size()));
-  costs_ = unitCosts(cluster_, layout_, tensors_, plan_, o_.codecSecondsPerElement);
+  costs_ = unitCosts(cluster_, layout_, tensors_, plan_, o_.codecCost);
   perLayer_ = ps_ || mode_ == Mode::kSharded || schedule_.prioritized();
   // Whole periods are measured: localsgd averages, ssdsgd pulls and cdsgd sends full precision
   // every K steps.
@@ -483,7 +483,7 @@ SimResult simulate(const SimOptions& options) {
   alone.strategy = {};
   alone.sync = "ssgd";
   alone.compression = {};
-  alone.codecSecondsPerElement = 0;
+  alone.codecCost = nullptr;
   result.scalingEfficiency = Simulation(alone).run().stepSeconds / result.stepSeconds;
   return result;
 }

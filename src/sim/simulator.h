@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,16 @@
 
 namespace gradsync::sim {
 
+// What compression costs per element of a compressed unit, on the communication thread:
+// encoded once by the sender, decoded once per encoding a rank receives (P of them for the
+// all-gathered methods, one for the others).
+struct CodecCost {
+  double encodeSeconds = 0;
+  double decodeSeconds = 0;
+};
+// The cost of a spec (CompressSpec::toString(), e.g. "qsgd:16").
+using CodecCostFn = std::function<CodecCost(const std::string& spec)>;
+
 struct SimOptions {
   ModelProfile profile;
   ClusterSpec cluster;
@@ -26,9 +37,10 @@ struct SimOptions {
   CompressionConfig compression;  // as `train --compress` (its warm-up is not simulated)
   std::string sync = "ssgd";      // as `train --sync`
   StrategyKnobs strategy;         // --ps, --servers (the other knobs do not change timing)
-  // Encode plus decode time per element of a compressed unit, on the communication thread
-  // (0: free, as on a GPU where it overlaps; `gradsync bench compress` measures it here).
-  double codecSecondsPerElement = 0;
+  // Null: codecs are free (an accelerator's kernels, which overlap). `gradsync simulate` and
+  // `tune` measure each spec the run uses on this machine when the profile's codecs run on the
+  // CPU (apps/gradsync/codec_costs.h).
+  CodecCostFn codecCost;
   // Simulated steps. The first two (nothing to overlap yet) are not measured; strategies with a
   // period (localsgd:H, ssdsgd:K, cdsgd:K) measure whole periods, so they may run more.
   int steps = 8;

@@ -67,17 +67,27 @@ double slowLinkTimeToAccuracy(const SimOptions& base, const TuneCandidate& c) {
   return copy.timeToAccuracy();
 }
 
+// What the recommendation minimises: the time to accuracy, or with hedged latencies the worst
+// ratio to the best over them.
+double score(const TuneCandidate& c) {
+  return c.worstRatio > 0 ? c.worstRatio : c.timeToAccuracy();
+}
+
+bool measured(const TuneCandidate& c) {
+  return c.cost.status == Convergence::kMeasured;
+}
+
 size_t recommend(const std::vector<TuneCandidate>& ranked, const SimOptions& base) {
-  const auto measured = [](const TuneCandidate& c) {
-    return c.cost.status == Convergence::kMeasured;
-  };
-  const auto best = std::find_if(ranked.begin(), ranked.end(), measured);
-  if (best == ranked.end()) return ranked.size();
+  double lowest = 0;
+  for (const TuneCandidate& c : ranked) {
+    if (measured(c) && (lowest == 0 || score(c) < lowest)) lowest = score(c);
+  }
+  if (lowest == 0) return ranked.size();
   std::vector<std::pair<size_t, double>> tied;  // rank, time to accuracy on the slow links
-  for (auto c = best; c != ranked.end(); ++c) {
-    if (c->timeToAccuracy() > best->timeToAccuracy() * (1 + kTie)) break;
-    if (measured(*c))
-      tied.emplace_back(static_cast<size_t>(c - ranked.begin()), slowLinkTimeToAccuracy(base, *c));
+  for (size_t rank = 0; rank < ranked.size(); ++rank) {
+    const TuneCandidate& c = ranked[rank];
+    if (measured(c) && score(c) <= lowest * (1 + kTie))
+      tied.emplace_back(rank, slowLinkTimeToAccuracy(base, c));
   }
   double fastest = tied.front().second;
   for (const auto& [rank, slow] : tied) fastest = std::min(fastest, slow);
@@ -88,6 +98,41 @@ size_t recommend(const std::vector<TuneCandidate>& ranked, const SimOptions& bas
     if (!first) first = rank;
   }
   return *first;
+}
+
+// Sets every measured candidate's worstRatio over `latencies` and base's own latency.
+void hedge(const SimOptions& base, const std::vector<double>& latencies,
+           std::vector<TuneCandidate>& ranked) {
+  auto bestOf = [](const std::vector<double>& times, const std::vector<TuneCandidate>& ranked) {
+    double best = 0;
+    for (size_t i = 0; i < ranked.size(); ++i) {
+      if (measured(ranked[i]) && (best == 0 || times[i] < best)) best = times[i];
+    }
+    return best;
+  };
+  std::vector<double> times(ranked.size());
+  for (size_t i = 0; i < ranked.size(); ++i) times[i] = ranked[i].timeToAccuracy();
+  const double bestHere = bestOf(times, ranked);
+  for (size_t i = 0; i < ranked.size(); ++i) {
+    if (measured(ranked[i])) ranked[i].worstRatio = times[i] / bestHere;
+  }
+  for (double latency : latencies) {
+    SimOptions other = base;
+    other.cluster.latency = latency;
+    if (base.cluster.latency > 0) other.cluster.localLatency *= latency / base.cluster.latency;
+    for (size_t i = 0; i < ranked.size(); ++i) {
+      if (!measured(ranked[i])) continue;
+      TuneCandidate copy = ranked[i];
+      std::string error;
+      if (!simulateCandidate(other, copy, error)) throw Error("gradsync tune: " + error);
+      times[i] = copy.timeToAccuracy();
+    }
+    const double best = bestOf(times, ranked);
+    for (size_t i = 0; i < ranked.size(); ++i) {
+      if (measured(ranked[i]))
+        ranked[i].worstRatio = std::max(ranked[i].worstRatio, times[i] / best);
+    }
+  }
 }
 
 bool cheaper(const TuneCandidate& a, const TuneCandidate& b) {
@@ -110,8 +155,10 @@ TuneGrid defaultTuneGrid(int servers) {
   return grid;
 }
 
-TuneResult tune(const SimOptions& base, const TuneGrid& grid) {
+TuneResult tune(const SimOptions& base, const TuneGrid& grid,
+                const std::vector<double>& hedgeLatencies) {
   TuneResult result;
+  result.hedgeLatencies = hedgeLatencies;
   for (const SyncChoice& sync : grid.syncs) {
     for (const std::string& compress : grid.compressors) {
       const CandidateCost cost = convergenceCostOf(compress, sync.sync, sync.throughServers());
@@ -133,6 +180,7 @@ TuneResult tune(const SimOptions& base, const TuneGrid& grid) {
   if (result.ranked.empty())
     throw ConfigError("gradsync tune: no valid candidate with a measured convergence cost");
   std::stable_sort(result.ranked.begin(), result.ranked.end(), cheaper);
+  if (!hedgeLatencies.empty()) hedge(base, hedgeLatencies, result.ranked);
   result.topPick = recommend(result.ranked, base);
   return result;
 }

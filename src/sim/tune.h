@@ -38,6 +38,10 @@ struct TuneCandidate {
   SyncChoice sync;
   double stepSeconds = 0;  // the simulator's prediction
   CandidateCost cost;      // kMeasured or kAtLeast
+  // With hedged latencies (tune's `hedgeLatencies`): the largest time to accuracy over them and
+  // the stated latency, each as a multiple of that latency's best measured candidate (1: the
+  // best at every latency); 0 without.
+  double worstRatio = 0;
   // stepSeconds x cost.factor: a time per dense step's worth of progress.
   double timeToAccuracy() const { return stepSeconds * cost.factor; }
 };
@@ -63,15 +67,21 @@ struct TuneResult {
   std::vector<TuneRejection> rejected;
   // The recommendation: among the candidates with a measured (not bounded) factor predicted
   // within 1% of the first of them (a tie), the one predicted fastest with every link at half its
-  // rate; among those within 1% of that, dense if there is one, else the first ranked.
+  // rate; among those within 1% of that, dense if there is one, else the first ranked. With
+  // hedged latencies, "within 1% of the first" is within 1% of the smallest worstRatio instead.
   // ranked.size() when no candidate has a measured factor.
   size_t topPick = 0;
+  std::vector<double> hedgeLatencies;  // as given to tune()
 };
 
 // Simulates every valid candidate of `grid` with `base`'s profile, cluster and steps (its
-// schedule, compression spec and sync are replaced per candidate). Throws ConfigError when no
-// candidate is valid.
-TuneResult tune(const SimOptions& base, const TuneGrid& grid);
+// schedule, compression spec and sync are replaced per candidate). With `hedgeLatencies`
+// (seconds per message between hosts; the latency within a host scaled alike), every candidate
+// with a measured factor is simulated again at each, and the recommendation is the one whose
+// worst ratio to the best is smallest: a pick that holds whatever the latency the user did not
+// state. Throws ConfigError when no candidate is valid.
+TuneResult tune(const SimOptions& base, const TuneGrid& grid,
+                const std::vector<double>& hedgeLatencies = {});
 
 // The `gradsync train` flags that run `candidate` on `workers` workers.
 std::string trainFlags(const TuneCandidate& candidate, int workers);

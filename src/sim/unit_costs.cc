@@ -42,21 +42,36 @@ UnitCost compressedCost(const ClusterSpec& cluster, const Compressor& compressor
   return cost;
 }
 
+// Encoded once; decoded once per encoding received: P of them when they are all-gathered.
+double codecSeconds(const ClusterSpec& cluster, const Compressor& compressor,
+                    const CompressSpec& spec, size_t elements, const CodecCostFn& codecCost) {
+  const CodecCost cost = codecCost(spec.toString());
+  const double decodes =
+      compressor.aggregation() == Aggregation::kAllgather ? cluster.workers : 1.0;
+  return (cost.encodeSeconds + decodes * cost.decodeSeconds) * static_cast<double>(elements);
+}
+
 }  // namespace
 
 std::vector<UnitCost> unitCosts(const ClusterSpec& cluster, const GradientLayout& layout,
                                 const std::vector<TensorShape>& tensors,
-                                const CompressionPlan& plan, double codecSecondsPerElement) {
+                                const CompressionPlan& plan, const CodecCostFn& codecCost) {
   std::vector<UnitCost> costs;
   for (size_t u = 0; u < layout.units.size(); ++u) {
     const CommUnit& unit = layout.units[u];
-    std::unique_ptr<Compressor> compressor =
-        makeCompressor(plan.perTensor[unit.tensors[0]], unitShapes(layout, u, tensors));
+    const CompressSpec& spec = plan.perTensor[unit.tensors[0]];
+    // Without error feedback: it changes neither the bytes nor the aggregation, and its residual
+    // (4 bytes per element, zeroed) was most of tune's time on large models.
+    CompressSpec bare = spec;
+    bare.errorFeedback = false;
+    std::unique_ptr<Compressor> compressor = makeCompressor(bare, unitShapes(layout, u, tensors));
     const auto* hitopk = dynamic_cast<const methods::HiTopK*>(compressor.get());
     if (hitopk != nullptr && unit.elements < hitopk->bypass()) compressor.reset();  // dense
     if (compressor) {
       costs.push_back(compressedCost(cluster, *compressor, unit.elements));
-      costs.back().codecSeconds = codecSecondsPerElement * static_cast<double>(unit.elements);
+      if (codecCost)
+        costs.back().codecSeconds =
+            codecSeconds(cluster, *compressor, spec, unit.elements, codecCost);
       continue;
     }
     UnitCost dense;

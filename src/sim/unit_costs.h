@@ -9,6 +9,7 @@
 #include "compress/policy.h"
 #include "schedule/schedule.h"
 #include "sim/cluster.h"
+#include "sim/simulator.h"
 
 namespace gradsync::sim {
 
@@ -20,9 +21,10 @@ struct UnitCost {
   bool compressed = false;
 };
 
-// By unit of `layout`. `codecSecondsPerElement` is charged per element of compressed units.
+// By unit of `layout`. `codecCost` (null: free) prices each compressed unit's encode and
+// decodes (simulator.h).
 std::vector<UnitCost> unitCosts(const ClusterSpec& cluster, const GradientLayout& layout,
                                 const std::vector<TensorShape>& tensors,
-                                const CompressionPlan& plan, double codecSecondsPerElement);
+                                const CompressionPlan& plan, const CodecCostFn& codecCost);
 
 }  // namespace gradsync::sim

@@ -226,6 +226,7 @@ ModelProfile Profiler::summarize(const std::vector<StepTimes>& steps) const {
   ModelProfile profile{.name = options_.model,
                        .device = describeDevice(options_),
                        .source = profileCommandLine(options_),
+                       .codecsOnCpu = true,
                        .batchSize = static_cast<int64_t>(options_.batchSize)};
   std::vector<double> updates;
   for (const StepTimes& step : steps) updates.push_back(step.update);

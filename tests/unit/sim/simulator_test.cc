@@ -250,6 +250,29 @@ TEST(Simulator, CompressionShrinksTheBytesOnTheWire) {
   EXPECT_NEAR(simulate(o).bytesSentPerStep, dense / 2, dense * 0.01);
 }
 
+// A codec's cost lands on the communication thread: the encode once per unit, the decode once
+// per encoding received, P times for the all-gathered methods and once for the summed ones.
+TEST(Simulator, CodecCostsAreEncodeOnceAndDecodePerEncodingReceived) {
+  const ModelProfile profile =
+      profileOf({layer("a", {300000}, 1e-3, 2e-3), layer("b", {500000, 200000}, 1e-3, 2e-3)});
+  const double elements = 1000000;
+  for (const auto& [spec, decodes] : {std::pair{std::string("qsgd:16"), 5.0}, {"fp16", 1.0}}) {
+    SimOptions o = options(profile, 5, "wfbp");
+    o.compression.spec = spec;
+    const SimResult free = simulate(o);
+    std::vector<std::string> asked;
+    o.codecCost = [&asked](const std::string& s) {
+      asked.push_back(s);
+      return CodecCost{2e-9, 3e-9};
+    };
+    const SimResult charged = simulate(o);
+    EXPECT_NEAR(charged.commSeconds - free.commSeconds, (2e-9 + decodes * 3e-9) * elements, 1e-9)
+        << spec;
+    ASSERT_FALSE(asked.empty());
+    for (const std::string& s : asked) EXPECT_EQ(s, spec);
+  }
+}
+
 TEST(Simulator, RefusesWhatTrainRefuses) {
   SimOptions o = options(chain(3, 0.001), 4, "p3");
   o.sync = "sharded";

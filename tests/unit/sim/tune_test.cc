@@ -130,6 +130,65 @@ TEST(Tune, ATieGoesToTheCandidateThatLosesLeastOnSlowerLinks) {
   EXPECT_TRUE(found) << "no rate where dense ties only at the stated rate: the test shows nothing";
 }
 
+// Without a stated latency tune hedges: every measured candidate is simulated again at the
+// other latencies, its worst ratio to each latency's best is recomputed here, and the pick
+// minimises it (within the tie). Somewhere between 1 and 64 Gbit/s the plain ranking's pick
+// holds only at the stated latency (its worst ratio beyond the tie); the hedged pick is then
+// another.
+TEST(Tune, WithoutAStatedLatencyThePickHasTheSmallestWorstRatio) {
+  const std::vector<double> others = {5e-6, 100e-6};
+  TuneGrid grid = smallGrid();
+  grid.schedules.insert(grid.schedules.end(), {"fusion:64", "p3:slice=40000,window=1"});
+  const auto key = [](const TuneCandidate& c) {
+    return c.schedule + " " + c.compress + " " + c.sync.label();
+  };
+  bool differs = false;
+  for (double gbit = 1; gbit <= 64; gbit *= 1.25) {
+    SimOptions o = base();
+    o.cluster.bandwidth = gbit * 1e9 / 8;
+    o.cluster.latency = 25e-6;
+    o.cluster.localLatency = 5e-6;
+    const TuneResult r = tune(o, grid, others);
+    std::map<std::string, double> worst;  // recomputed
+    for (double latency : {25e-6, 5e-6, 100e-6}) {
+      std::map<std::string, double> times;
+      double best = 0;
+      for (const TuneCandidate& c : r.ranked) {
+        if (c.cost.status != Convergence::kMeasured) continue;
+        SimOptions s = o;
+        s.cluster.latency = latency;
+        s.cluster.localLatency = 5e-6 * latency / 25e-6;
+        s.schedule = ScheduleSpec::parse(c.schedule);
+        s.compression.spec = c.compress;
+        s.sync = c.sync.sync;
+        s.strategy.ps = c.sync.ps;
+        times[key(c)] = simulate(s).stepSeconds * c.cost.factor;
+        best = best == 0 ? times[key(c)] : std::min(best, times[key(c)]);
+      }
+      for (const auto& [k, t] : times) worst[k] = std::max(worst[k], t / best);
+    }
+    double lowest = 1e30;
+    for (const TuneCandidate& c : r.ranked) {
+      if (c.cost.status != Convergence::kMeasured) {
+        EXPECT_EQ(c.worstRatio, 0) << key(c);
+        continue;
+      }
+      EXPECT_NEAR(c.worstRatio, worst.at(key(c)), 1e-9) << key(c) << " at " << gbit;
+      EXPECT_GE(c.worstRatio, 1.0) << key(c);
+      lowest = std::min(lowest, c.worstRatio);
+    }
+    const TuneCandidate& pick = r.ranked.at(r.topPick);
+    EXPECT_LE(pick.worstRatio, lowest * 1.01) << gbit << " Gbit/s";
+    const TuneResult plain = tune(o, grid);  // the latency stated: no hedging
+    for (const TuneCandidate& c : plain.ranked) EXPECT_EQ(c.worstRatio, 0);
+    const std::string plainPick = key(plain.ranked.at(plain.topPick));
+    if (worst.at(plainPick) <= lowest * 1.01) continue;  // the plain pick holds as well
+    differs = true;
+    EXPECT_NE(key(pick), plainPick) << gbit << " Gbit/s";
+  }
+  EXPECT_TRUE(differs) << "the plain pick always held at every latency: the test shows nothing";
+}
+
 TEST(Tune, ImpossibleCombinationsAreRejectedNeverRanked) {
   const TuneResult result = tune(base(), smallGrid());
   ASSERT_FALSE(result.rejected.empty());  // e.g. sharded with p3, which train refuses
