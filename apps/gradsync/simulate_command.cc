@@ -72,7 +72,7 @@ void printResult(const sim::SimOptions& o, const SimulateFlags& f, const sim::Si
       "gradsync simulate: %s on %s; %s, %s%s%s: step %.2f ms (compute %.2f, exposed "
       "communication %.2f; communication %.2f), %.0f samples/s, scaling efficiency %.1f%%, "
       "%.2f MB sent per worker per step [%llu events, %.3f s]\n",
-      o.profile.name.c_str(), o.cluster.describe().c_str(), f.schedule.c_str(), o.sync.c_str(),
+      o.profile.name.c_str(), o.cluster.describe().c_str(), r.schedule.c_str(), o.sync.c_str(),
       o.strategy.servers > 0 ? fmt::format(" over {} servers", o.strategy.servers).c_str()
       : o.strategy.ps        ? " (co-located servers)"
                              : "",

@@ -1,6 +1,7 @@
 #include "schedule/schedule.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 
 #include <fmt/format.h>
@@ -37,12 +38,22 @@ void parseP3Options(const std::string& options, ScheduleSpec& spec) {
       throw ConfigError(fmt::format("--schedule p3:{} must be at least 1", key));
     } else {
       (key == "slice" ? spec.sliceElements : spec.window) = static_cast<size_t>(value);
+      spec.sliceGiven = spec.sliceGiven || key == "slice";
     }
     start = end + 1;
   }
 }
 
 }  // namespace
+
+size_t p3SliceForLink(int ranks, double latencySeconds, double bytesPerSecond) {
+  const size_t fallback = ScheduleSpec{}.sliceElements;
+  if (ranks < 2 || !(latencySeconds > 0) || !(bytesPerSecond > 0)) return fallback;
+  // (1 - 1e-12): a bound that is a whole number up to rounding stays that number.
+  const double slice = std::ceil(49 * latencySeconds * bytesPerSecond * ranks / 4 * (1 - 1e-12));
+  // 2^31 elements: beyond any tensor, and the conversion stays defined.
+  return std::max(fallback, static_cast<size_t>(std::min(slice, 0x1p31)));
+}
 
 ScheduleSpec ScheduleSpec::parse(const std::string& text) {
   ScheduleSpec spec;

@@ -30,6 +30,7 @@ struct ScheduleSpec {
   Kind kind = Kind::kWfbp;
   size_t fusionBytes = 25u << 20;  // for kFusion
   size_t sliceElements = 40'000;   // for kP3: P3's default slice bound
+  bool sliceGiven = false;         // for kP3: slice= was stated (else a known link may set it)
   size_t window = 2;               // for kP3: slices committed ahead of completion
   // For kP3 over the ring: the committed slices' collectives run at once, each on its own stream
   // (true), or one after the other (false: concurrent=0).
@@ -43,6 +44,14 @@ struct ScheduleSpec {
   bool overlapsBackward() const { return kind != Kind::kFifo; }
   bool prioritized() const { return kind == Kind::kP3; }
 };
+
+// p3's slice for a ring of `ranks` over links of `latencySeconds` per message and
+// `bytesPerSecond`: the smallest slice whose all-reduce spends at most 2% of its time on
+// message latency (2(P-1) messages against 2(P-1)/P x 4 bytes per element on the wire: s >=
+// 49 latency bandwidth P / 4), and never below the 40,000 elements P3 chose on its 4 workers.
+// 2%, not 10% or 5%: on the H200 profiles at 16 ranks those left p3 up to 8% and 2% behind
+// wfbp (docs/performance.md, "Measured on a real accelerator").
+size_t p3SliceForLink(int ranks, double latencySeconds, double bytesPerSecond);
 
 // A span of the flat gradient buffer: whole tensors, or (p3) one slice of one tensor.
 struct CommUnit {

@@ -182,4 +182,13 @@ double hierarchicalSparseBytes(const ClusterSpec& cluster, size_t elements, size
          (cluster.hosts() - 1) * list;
 }
 
+ScheduleSpec withLinkSlice(ScheduleSpec schedule, const ClusterSpec& cluster) {
+  if (schedule.kind != ScheduleSpec::Kind::kP3 || schedule.sliceGiven) return schedule;
+  const bool network = cluster.hosts() > 1;
+  schedule.sliceElements =
+      p3SliceForLink(cluster.workers, network ? cluster.latency : cluster.localLatency,
+                     network ? cluster.bandwidth : cluster.localBandwidth);
+  return schedule;
+}
+
 }  // namespace gradsync::sim

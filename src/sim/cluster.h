@@ -12,6 +12,8 @@
 #include <cstddef>
 #include <string>
 
+#include "schedule/schedule.h"
+
 namespace gradsync::sim {
 
 struct ClusterSpec {
@@ -69,5 +71,10 @@ bool regular(const ClusterSpec& cluster);
 // sends (over both kinds of link).
 double hierarchicalSparseSeconds(const ClusterSpec& cluster, size_t elements, size_t listBytes);
 double hierarchicalSparseBytes(const ClusterSpec& cluster, size_t elements, size_t listBytes);
+
+// `schedule`, with p3's slice (unless slice= was given) set for the ring's slowest link
+// (p3SliceForLink, schedule.h): the network's when the cluster has several hosts, else the
+// local one.
+ScheduleSpec withLinkSlice(ScheduleSpec schedule, const ClusterSpec& cluster);
 
 }  // namespace gradsync::sim

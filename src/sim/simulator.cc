@@ -139,6 +139,8 @@ Simulation::Simulation(const SimOptions& options)
   planExchanges();
   // Local SGD averages the model one parameter tensor at a time, whatever --schedule says.
   if (mode_ == Mode::kLocalSgd) schedule_ = ScheduleSpec::parse("wfbp");
+  // Through servers a p3 slice is a push and a pull, not a ring: P3's own default there.
+  if (!ps_) schedule_ = withLinkSlice(schedule_, cluster_);
   // The engine's checks and compression plan (through servers, the pushes').
   const EngineOptions engine{.schedule = schedule_,
                              .compression = o_.compression,
@@ -455,6 +457,7 @@ SimResult Simulation::run() {
   const double from = stepStart_[measuredFrom_], to = stepStart_[lastStep_];
   const double steps = lastStep_ - measuredFrom_;
   SimResult result;
+  result.schedule = schedule_.toString();
   result.stepSeconds = (to - from) / steps;
   for (const Transfer& t : transfers_) {
     if (t.start < from || t.start >= to) continue;

@@ -47,6 +47,7 @@ struct SimOptions {
 };
 
 struct SimResult {
+  std::string schedule;           // as simulated (p3's slice resolved from the link)
   double stepSeconds = 0;         // predicted, steady state
   double computeSeconds = 0;      // forward + backward (+ the optimizer when it is not in comm)
   double exposedCommSeconds = 0;  // step - compute: communication not hidden behind compute

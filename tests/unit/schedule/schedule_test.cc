@@ -56,6 +56,36 @@ TEST(Schedule, ParsesP3WithDefaultsAndOptions) {
   EXPECT_THROW(ScheduleSpec::parse("p3:concurrent=2"), ConfigError);
 }
 
+// p3's slice for a known link: the smallest whose ring all-reduce spends at most 2% of its time
+// on message latency, recomputed here from the ring's cost; never below P3's 40,000.
+TEST(Schedule, P3SliceForALinkKeepsLatencyUnderTwoPercent) {
+  EXPECT_FALSE(ScheduleSpec::parse("p3").sliceGiven);
+  EXPECT_TRUE(ScheduleSpec::parse("p3:slice=40000").sliceGiven);
+  EXPECT_FALSE(ScheduleSpec::parse("p3:window=3").sliceGiven);
+  const auto latencyShare = [](double slice, int p, double latency, double bandwidth) {
+    const double messages = 2.0 * (p - 1) * latency;
+    return messages / (messages + 2.0 * (p - 1) / p * 4 * slice / bandwidth);
+  };
+  for (int p : {2, 3, 16, 64}) {
+    for (double latency : {5e-6, 25e-6, 100e-6}) {
+      for (double bandwidth : {12.5e6, 1.25e9, 12.5e9}) {
+        const size_t slice = p3SliceForLink(p, latency, bandwidth);
+        ASSERT_GE(slice, 40000u);
+        EXPECT_LE(latencyShare(static_cast<double>(slice), p, latency, bandwidth), 0.02 + 1e-12);
+        if (slice > 40000) {  // the smallest such slice, up to rounding
+          EXPECT_GT(latencyShare(0.999 * static_cast<double>(slice), p, latency, bandwidth), 0.02)
+              << p << " ranks, " << latency << " s, " << bandwidth << " B/s";
+        }
+      }
+    }
+  }
+  // 16 ranks, 5 us, 100 Gbit/s (the H200 profiles' check): 12.25 M elements, not 40,000.
+  EXPECT_EQ(p3SliceForLink(16, 5e-6, 12.5e9), 12'250'000u);
+  // One rank, or a link without a latency: P3's default.
+  EXPECT_EQ(p3SliceForLink(1, 5e-6, 12.5e9), 40000u);
+  EXPECT_EQ(p3SliceForLink(16, 0, 12.5e9), 40000u);
+}
+
 TEST(Schedule, P3SlicesWholeRowsWithForwardOrderPriority) {
   // Tensor 0: 10 rows of 30 (300 elements); tensor 1: 25 elements of one row each; tensor 2:
   // one row of 200, larger than the slice bound of 100.
