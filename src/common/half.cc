@@ -57,7 +57,9 @@ GS_TARGET_AVX2 void addHalvesAvx2(uint16_t* dst, const uint16_t* src, size_t cou
 // GCC 12 says the AVX-512 intrinsics' own placeholder operands "may be used uninitialized"
 // (a false positive inside immintrin.h).
 #pragma GCC diagnostic push
+#if !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 GS_TARGET_AVX512 void toHalfAvx512(const float* in, uint16_t* out, size_t count) {
   size_t i = 0;
   for (; i + 16 <= count; i += 16) {

@@ -66,7 +66,9 @@ GS_TARGET_AVX2 void uniformsAvx2(uint64_t seed, uint64_t first, float* u, size_t
 // GCC 12 says the AVX-512 intrinsics' own placeholder operands "may be used uninitialized"
 // (a false positive inside immintrin.h).
 #pragma GCC diagnostic push
+#if !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 GS_TARGET_AVX512 void uniformsAvx512(uint64_t seed, uint64_t first, float* u, size_t pairs) {
   const __m512i step = _mm512_set1_epi64(static_cast<int64_t>(8 * kGamma));
   const __m512i lanes = _mm512_set_epi64(7, 6, 5, 4, 3, 2, 1, 0);

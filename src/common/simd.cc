@@ -2,6 +2,10 @@
 
 #include <atomic>
 
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
+
 #include "common/check.h"
 #include "common/env.h"
 #include "common/logging.h"
@@ -10,12 +14,19 @@
 namespace gradsync::simd {
 namespace {
 
+#if GS_SIMD_X86
+// CPUID.1:ECX.F16C (clang's __builtin_cpu_supports does not know "f16c").
+bool hasF16c() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  return __get_cpuid(1, &a, &b, &c, &d) != 0 && (c & bit_F16C) != 0;
+}
+#endif
+
 Path detect() {
 #if GS_SIMD_X86
   __builtin_cpu_init();
-  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c") &&
-                    __builtin_cpu_supports("bmi") && __builtin_cpu_supports("bmi2") &&
-                    __builtin_cpu_supports("popcnt");
+  const bool avx2 = __builtin_cpu_supports("avx2") && hasF16c() && __builtin_cpu_supports("bmi") &&
+                    __builtin_cpu_supports("bmi2") && __builtin_cpu_supports("popcnt");
   const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") &&
                       __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
                       __builtin_cpu_supports("avx512vl");
