@@ -62,7 +62,10 @@ def parse_config(text):
     spec, link = text.split("@")
     bandwidth, _, per_host = link.partition("/")
     parts = spec.split("+")
-    config = {"label": text, "schedule": parts[0], "bandwidth": bandwidth,
+    # train's p3 keeps 40,000-element slices where simulate's "p3" would take the link's
+    # (docs/algorithms.md, "The slice on a known link"): state train's, so both run the same.
+    schedule = "p3:slice=40000" if parts[0] == "p3" else parts[0]
+    config = {"label": text, "schedule": schedule, "bandwidth": bandwidth,
               "per_host": int(per_host or 1), "compress": "none", "ps": False, "sync": "ssgd"}
     for part in parts[1:]:
         if part == "ps":
