@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstring>
 #include <numeric>
+#include <optional>
 
 #include "common/check.h"
 
@@ -24,6 +25,11 @@ constexpr int kRefineBits = 10;  // later histograms, over the candidates only
 // other's store.
 constexpr size_t kCopies = 4;
 constexpr size_t kGroup = 16;  // keys tested at once in the partition pass
+// The sampled path (selectSampled): from inputs of kSampledMin keys, k up to a sixteenth of
+// them; kSampleChunks runs of kSampleRun keys (16,384 keys) estimate where the k-th lies.
+constexpr size_t kSampledMin = size_t{1} << 18;
+constexpr size_t kSampleChunks = 256;
+constexpr size_t kSampleRun = 64;
 
 // Whether any of the kGroup keys at `keys` is >= lowest. The sign of (lowest - 1 - key) is set
 // iff key >= lowest, as keys are below 2^31; GCC's vector extension makes the OR of those four
@@ -207,16 +213,95 @@ void TopKSelector::collect(const KeySource& keys, uint32_t kth, size_t needEqual
   indices.resize(k);
 }
 
+// The lowest top-bits bucket that, judged from kSampleChunks evenly spaced runs of the input,
+// holds about twice the expected share of the k largest keys at or above it; 0 when that is the
+// whole range (filtering would keep everything).
+uint32_t TopKSelector::sampledBucket(const KeySource& keys, size_t k, int shift) {
+  const size_t n = keys.size();
+  const size_t buckets = size_t{1} << (keys.keyBits() - shift);
+  histogram_.assign(buckets, 0);
+  keyChunk_.resize(kChunk);
+  const size_t samples = kSampleChunks * kSampleRun;
+  for (size_t c = 0; c < kSampleChunks; ++c) {
+    const size_t base = c * (n - kSampleRun) / (kSampleChunks - 1);
+    keys.fill(base, kSampleRun, keyChunk_.data());
+    for (size_t j = 0; j < kSampleRun; ++j) ++histogram_[keyChunk_[j] >> shift];
+  }
+  const double expected = static_cast<double>(k) * static_cast<double>(samples) / n;
+  size_t want = static_cast<size_t>(2 * expected) + 32;
+  if (want >= samples) return 0;
+  return bucketReaching(histogram_.data(), buckets, want);
+}
+
+// Every key at or above `bucket` (with its index) into the candidates, in one pass; false when
+// they would be more than `limit`.
+bool TopKSelector::gatherFrom(const KeySource& keys, int shift, uint32_t bucket, size_t limit) {
+  const size_t n = keys.size();
+  const uint32_t* chunk = keyChunk_.data();
+  const uint32_t lowest = bucket << shift;
+  size_t nc = 0;
+  for (size_t base = 0; base < n; base += kChunk) {
+    // Grown as they fill (a reused selector keeps them), not sized for the limit up front:
+    // fresh pages for millions of slots would cost more than the pass.
+    ensureSize(candidates_, nc + kChunk + 1);
+    ensureSize(candidateKeys_, nc + kChunk + 1);
+    uint32_t* candidates = candidates_.data();
+    uint32_t* candidateKeys = candidateKeys_.data();
+    auto place = [&](size_t index, uint32_t key) {
+      candidates[nc] = static_cast<uint32_t>(index);
+      candidateKeys[nc] = key;
+      nc += key >= lowest;
+    };
+    const size_t count = std::min(kChunk, n - base);
+    keys.fill(base, count, keyChunk_.data());
+    size_t j = 0;
+    for (; j + kGroup <= count; j += kGroup) {
+      if (!anyAtLeast(chunk + j, lowest)) continue;
+      for (size_t g = 0; g < kGroup; ++g) place(base + j + g, chunk[j + g]);
+    }
+    for (; j < count; ++j) place(base + j, chunk[j]);
+    if (nc > limit) return false;
+  }
+  candidateCount_ = nc;
+  return true;
+}
+
+// Top-k from a sample's estimate: one pass gathers every key in the buckets that should hold the
+// k largest, and the exact selection runs among those. The same result as the full path (every
+// key at or above the k-th is gathered, in index order); nullopt when the sample misjudged
+// (fewer than k gathered, or too many), and the caller takes the full path.
+std::optional<uint32_t> TopKSelector::selectSampled(const KeySource& keys, size_t k, int shift,
+                                                    std::vector<uint32_t>& indices) {
+  const uint32_t bucket = sampledBucket(keys, k, shift);
+  if (bucket == 0) return std::nullopt;
+  const size_t limit = std::min(keys.size() / 8, 8 * k + kChunk);
+  if (!gatherFrom(keys, shift, bucket, limit) || candidateCount_ < k) return std::nullopt;
+  size_t need = k;
+  const uint32_t* candidateKeys = candidateKeys_.data();
+  const uint32_t kth = resolve(keys.keyBits(), 0, need, [&](const auto& visit) {
+    for (size_t j = 0; j < candidateCount_; ++j) visit(candidateKeys[j]);
+  });
+  chooseCandidates(kth, need, 0, indices);
+  return kth;
+}
+
 uint32_t TopKSelector::select(const KeySource& keys, size_t k, std::vector<uint32_t>& indices) {
   const size_t n = keys.size();
   GS_CHECK_LE(n, size_t{UINT32_MAX});
   k = std::min(k, n);
   indices.resize(k);
   streamed_ = false;
+  sampled_ = false;
   if (k == 0) return 0;
   const int bits = keys.keyBits();
   GS_CHECK(bits >= 1 && bits <= 31);
   const int shift = bits - std::min(bits, kTopBits);
+  if (n >= kSampledMin && k <= n / 16) {
+    if (std::optional<uint32_t> kth = selectSampled(keys, k, shift, indices)) {
+      sampled_ = true;
+      return *kth;
+    }
+  }
   size_t above = 0;
   const uint32_t bucket = topBucket(keys, k, shift, above);
   size_t need = k - above;

@@ -12,6 +12,13 @@
 // refinement level, and the final collection, reads the input again instead, so that the
 // buffers stay O(k + n/8) whatever the input.
 //
+// From 2^18 keys, with k up to a sixteenth of them, a sample (256 evenly spaced runs of 64
+// keys) first estimates the top-bits bucket above which about twice the k largest lie; one
+// pass gathers every key at or above it, and the exact selection runs among those: one pass
+// over the input instead of two, the same result (every key at or above the k-th is gathered,
+// in index order). Where the sample misjudges (fewer than k gathered, or more than 8k), the
+// two-pass path runs after it.
+//
 // Contract: indices are < 2^32 (units are smaller, as in sparse.h); the output is ascending.
 // Instances are not thread-safe; they own scratch buffers that are reused across calls, so a
 // compressor keeps one per unit and no call allocates once the buffers have grown.
@@ -19,6 +26,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -60,12 +68,19 @@ class TopKSelector {
   uint32_t select(const KeySource& keys, size_t k, std::vector<uint32_t>& indices);
   // Whether the last select() refined over the input rather than collected candidates.
   bool lastStreamed() const { return streamed_; }
+  // Whether the last select() took the sampled path (select.cc: one pass gathering the keys a
+  // sample says hold the k largest, on inputs of 2^18 keys or more and k up to a sixteenth).
+  bool lastSampled() const { return sampled_; }
   // Exact top-k by magnitude.
   void selectByMagnitude(std::span<const float> x, size_t k, std::vector<uint32_t>& indices) {
     select(MagnitudeKeys(x), k, indices);
   }
 
  private:
+  std::optional<uint32_t> selectSampled(const KeySource& keys, size_t k, int shift,
+                                        std::vector<uint32_t>& indices);
+  uint32_t sampledBucket(const KeySource& keys, size_t k, int shift);
+  bool gatherFrom(const KeySource& keys, int shift, uint32_t bucket, size_t limit);
   uint32_t topBucket(const KeySource& keys, size_t k, int shift, size_t& above);
   void partition(const KeySource& keys, int shift, uint32_t bucket);
   void chooseCandidates(uint32_t low, size_t needEqual, size_t above,
@@ -84,6 +99,7 @@ class TopKSelector {
   size_t definiteCount_ = 0;
   size_t candidateCount_ = 0;
   bool streamed_ = false;
+  bool sampled_ = false;
 };
 
 // Exact top-k by magnitude with a temporary selector (allocates; for one-off use).

@@ -4,6 +4,7 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <numeric>
 #include <random>
@@ -172,6 +173,48 @@ TEST(TopKSelector, SelectsByAnyKeyWidthAndReturnsTheKthKey) {
   }
   EXPECT_GT(streamed[0], 0u);
   EXPECT_GT(streamed[1], 0u);
+}
+
+// The sampled path (2^18 keys and more) against sorting, where its sample judges well and where
+// it cannot: the largest keys only where the sample does not look, only where it does (fewer
+// than k gathered: the full path takes over), everything equal (too many gathered).
+TEST(TopKSelector, TheSampledPathEqualsSortingAndFallsBackWhereTheSampleMisjudges) {
+  TopKSelector selector;
+  std::mt19937_64 engine(11);
+  const size_t n = 300'007;
+  const int bits = 31;
+  std::vector<bool> inSample(n, false);  // the runs select.cc's sample reads (256 of 64 keys)
+  for (size_t c = 0; c < 256; ++c) {
+    const size_t base = c * (n - 64) / 255;
+    for (size_t j = 0; j < 64; ++j) inSample[base + j] = true;
+  }
+  auto uniform = [&](uint32_t below) { return static_cast<uint32_t>(engine() % below); };
+  const std::vector<std::pair<const char*, std::function<uint32_t(size_t)>>> shapes = {
+      {"uniform", [&](size_t) { return uniform(1u << 31); }},
+      {"few values", [&](size_t) { return uniform(5) << 20; }},
+      {"ascending", [&](size_t i) { return static_cast<uint32_t>(i * 7000); }},
+      {"large keys outside the sample",
+       [&](size_t i) { return inSample[i] ? uniform(1u << 20) : (1u << 30) + uniform(1u << 20); }},
+      {"large keys only in the sample",
+       [&](size_t i) { return inSample[i] ? (1u << 30) + uniform(1u << 20) : uniform(1u << 20); }},
+      {"all equal", [&](size_t) { return 12345u; }}};
+  size_t sampled[2] = {};
+  std::vector<uint32_t> got;
+  for (const auto& [name, keyOf] : shapes) {
+    std::vector<uint32_t> keys(n);
+    for (size_t i = 0; i < n; ++i) keys[i] = keyOf(i);
+    for (size_t k : {size_t{1}, size_t{3000}, n / 16}) {
+      const uint32_t kth = selector.select(FixedKeys(keys, bits), k, got);
+      const auto expected = topKBySorting(keys, k);
+      ASSERT_EQ(got, expected) << name << ", k " << k;
+      uint32_t smallest = UINT32_MAX;
+      for (uint32_t i : expected) smallest = std::min(smallest, keys[i]);
+      EXPECT_EQ(kth, smallest) << name << ", k " << k;
+      ++sampled[selector.lastSampled()];
+    }
+  }
+  EXPECT_GT(sampled[1], 0u) << "the sampled path never ran";
+  EXPECT_GT(sampled[0], 0u) << "the sample never misjudged: the fallback is untested";
 }
 
 using testing::sameBits;
