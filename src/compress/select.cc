@@ -47,6 +47,20 @@ bool anyAtLeast(const uint32_t* keys, uint32_t lowest) {
   return (any[0] | any[1] | any[2] | any[3]) < 0;
 }
 
+// Calls place(index, key) for the keys of one chunk (the input's [base, base + count)) that
+// could be at or above `lowest`: most groups of kGroup hold none when k is a small fraction,
+// and a vectorised test skips them; the others (and the chunk's tail) go to `place`, which
+// decides branch-free.
+template <class Place>
+void placeNear(const uint32_t* chunk, size_t base, size_t count, uint32_t lowest, Place& place) {
+  size_t j = 0;
+  for (; j + kGroup <= count; j += kGroup) {
+    if (!anyAtLeast(chunk + j, lowest)) continue;
+    for (size_t g = 0; g < kGroup; ++g) place(base + j + g, chunk[j + g]);
+  }
+  for (; j < count; ++j) place(base + j, chunk[j]);
+}
+
 void ensureSize(std::vector<uint32_t>& buffer, size_t size) {
   if (buffer.size() < size) buffer.resize(size);
 }
@@ -133,14 +147,7 @@ void TopKSelector::partition(const KeySource& keys, int shift, uint32_t bucket) 
   for (size_t base = 0; base < n; base += kChunk) {
     const size_t count = std::min(kChunk, n - base);
     keys.fill(base, count, keyChunk_.data());
-    // Most groups hold no element at or above the bucket when k is a small fraction: a
-    // vectorised test skips them, and the others take the branch-free path.
-    size_t j = 0;
-    for (; j + kGroup <= count; j += kGroup) {
-      if (!anyAtLeast(chunk + j, lowest)) continue;
-      for (size_t g = 0; g < kGroup; ++g) place(base + j + g, chunk[j + g]);
-    }
-    for (; j < count; ++j) place(base + j, chunk[j]);
+    placeNear(chunk, base, count, lowest, place);
     GS_CHECK(nd <= definiteCount_ && nc <= candidateCount_);
   }
   GS_CHECK(nd == definiteCount_ && nc == candidateCount_);
@@ -254,12 +261,7 @@ bool TopKSelector::gatherFrom(const KeySource& keys, int shift, uint32_t bucket,
     };
     const size_t count = std::min(kChunk, n - base);
     keys.fill(base, count, keyChunk_.data());
-    size_t j = 0;
-    for (; j + kGroup <= count; j += kGroup) {
-      if (!anyAtLeast(chunk + j, lowest)) continue;
-      for (size_t g = 0; g < kGroup; ++g) place(base + j + g, chunk[j + g]);
-    }
-    for (; j < count; ++j) place(base + j, chunk[j]);
+    placeNear(chunk, base, count, lowest, place);
     if (nc > limit) return false;
   }
   candidateCount_ = nc;
