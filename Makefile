@@ -1,7 +1,7 @@
 # gradsync: the two commands of the README, and the targets behind them.
 #   make demo   install dependencies, build, run the main job, print the result
 #   make test   install dependencies, build, check formatting, run every test but the long ones
-# Other targets: deps, build, python, bench, bench-peers, bench-emulated, sim-validate, sim-papers, sim-wavelet, test-long,
+# Other targets: deps, build, python, benchmarks, bench, bench-peers, bench-emulated, sim-validate, sim-papers, sim-wavelet, test-long,
 # test-sanitize, test-kernels, fuzz, fuzz-seeds, format, format-check, clean.
 
 BUILD ?= build
@@ -9,7 +9,7 @@ JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 CTEST_FLAGS ?= --output-on-failure
 
-.PHONY: all deps deps-demo configure build python test demo bench bench-peers bench-emulated bench-lm bench-dist-backend sim-validate sim-papers sim-wavelet test-long test-sanitize test-kernels fuzz fuzz-seeds format format-check clean
+.PHONY: all deps deps-demo configure build python benchmarks test demo bench bench-peers bench-emulated bench-lm bench-dist-backend sim-validate sim-papers sim-wavelet test-long test-sanitize test-kernels fuzz fuzz-seeds format format-check clean
 
 all: build
 
@@ -21,7 +21,8 @@ deps-demo:
 	@scripts/setup.sh --demo
 
 CONFIGURE = cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release -DGRADSYNC_WITH_TORCH=ON
-# Everything: the tests, the benchmarks, the Python package, the MPI transport.
+# Everything: the tests, the Python package, the MPI transport, and the benchmarks configured
+# (their programs build on demand: make benchmarks).
 FULL_FLAGS = -DGRADSYNC_BUILD_TESTS=ON -DGRADSYNC_BUILD_BENCHMARKS=ON -DGRADSYNC_WITH_PYTHON=ON \
              -DGRADSYNC_WITH_MPI=ON
 # The demo's: the CLI and the libraries it links, so that a first run takes minutes
@@ -43,6 +44,11 @@ build: configure
 python: configure
 	cmake --build $(BUILD) -j $(JOBS) --target gradsync_python gradsync
 
+# The benchmark programs (build/benchmarks/: the peers' all-reduce, plain LibTorch, fused_update,
+# engine_overhead); every bench target builds them first.
+benchmarks: configure
+	cmake --build $(BUILD) -j $(JOBS) --target benchmarks
+
 # Every stage timed, then one summary of every suite (scripts/ci_test.sh, docs/testing.md).
 CI_TEST = BUILD=$(BUILD) JOBS=$(JOBS) scripts/ci_test.sh
 test: build
@@ -55,29 +61,29 @@ demo: deps-demo
 	cmake --build $(BUILD) -j $(JOBS) --target gradsync
 	$(BUILD)/apps/gradsync/gradsync train
 
-bench: build
+bench: build benchmarks
 	mkdir -p results
 	$(BUILD)/apps/gradsync/gradsync bench allreduce --workers 4 --min-bytes 1M --max-bytes 64M --json results/allreduce.json
 	$(BUILD)/apps/gradsync/gradsync bench allreduce --workers 4 --min-bytes 1M --max-bytes 64M --bandwidth 1gbit --iters 5 --json results/allreduce-1gbit.json
 	$(BUILD)/apps/gradsync/gradsync simulate --model-profile resnet50 --gpus-per-host 8 --bandwidth 25gbit --latency 5us --schedule fusion:25 --sweep workers=8,16,32,64,128,256,512,1024,2048,4096 --json results/sim-resnet50-workers.json --plot results/sim-resnet50-workers.svg
 	scripts/experiments/run_all.sh --short --build $(BUILD)
 
-bench-peers: build
+bench-peers: build benchmarks
 	scripts/bench_peers.sh --build $(BUILD)
 
 # Scheduling and delayed SGD over emulated accelerator compute, and the simulator against it
 # (about 90 minutes; docs/performance.md, "Emulated accelerator compute").
-bench-emulated: build
+bench-emulated: build benchmarks
 	scripts/bench_emulated.sh --build $(BUILD)
 
 # The language model under ssgd, localsgd and DiLoCo (about 20 minutes; docs/performance.md,
 # "Language model: DiLoCo against data-parallel training").
-bench-lm: build
+bench-lm: build benchmarks
 	scripts/bench_lm.py --build $(BUILD)
 
 # DDP on gradsync's torch.distributed backend against DDP on gloo, and both backends' all_reduce
 # (about 20 minutes; docs/performance.md, "DDP on gradsync's torch.distributed backend").
-bench-dist-backend: build
+bench-dist-backend: build benchmarks
 	scripts/bench_dist_backend.sh --build $(BUILD)
 
 # The simulator: predicted vs measured step time here (about 10 minutes), and the seed papers'

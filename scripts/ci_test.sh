@@ -20,7 +20,7 @@
 #          forced OpenBLAS kernel families besides the default (KERNELS): the cross-machine check
 #          to run before changing any numerical bound (docs/testing.md).
 #
-# Environment: BUILD (build), JOBS (nproc), FUZZ_SECONDS (10), SANITIZE_LABELS (unset: asan for
+# Environment: BUILD (build), JOBS (nproc), FUZZ_SECONDS (5), SANITIZE_LABELS (unset: asan for
 # the asan stage and tsan for the tsan stage; empty: every suite),
 # KERNELS (Haswell Sandybridge), RESULTS (BUILD/test-results).
 set -uo pipefail
@@ -28,7 +28,7 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 BUILD=${BUILD:-build}
 JOBS=${JOBS:-$(nproc)}
-FUZZ_SECONDS=${FUZZ_SECONDS:-10}
+FUZZ_SECONDS=${FUZZ_SECONDS:-5}
 KERNELS=${KERNELS:-Haswell Sandybridge}
 RESULTS=$(realpath -m "${RESULTS:-$BUILD/test-results}")
 rm -rf "$RESULTS"

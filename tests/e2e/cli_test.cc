@@ -35,18 +35,44 @@ fs::path scratch() {
   return dir;
 }
 
+// Runs `gradsync ARGS...` for every element of `runs`, up to `atOnce` processes at a time (each
+// costs about 0.5 s of LibTorch start-up alone), and returns their results in order.
+std::vector<Result> gradsyncEach(const std::vector<std::vector<std::string>>& runs, size_t atOnce) {
+  const fs::path dir = scratch();
+  auto output = [&](size_t run, const char* stream) {
+    return dir / (std::to_string(run) + "." + stream);
+  };
+  std::vector<Result> results(runs.size(), Result{ExitStatus{.code = -1}, "", ""});
+  std::vector<std::pair<pid_t, size_t>> running;  // pid, run
+  size_t next = 0;
+  while (next < runs.size() || !running.empty()) {
+    for (; next < runs.size() && running.size() < atOnce; ++next) {
+      SpawnOptions spawn;
+      spawn.argv = {GRADSYNC_BIN};
+      spawn.argv.insert(spawn.argv.end(), runs[next].begin(), runs[next].end());
+      spawn.stdoutPath = output(next, "out").string();
+      spawn.stderrPath = output(next, "err").string();
+      running.emplace_back(spawnProcess(spawn), next);
+    }
+    std::vector<pid_t> pids;
+    for (const auto& [pid, run] : running) pids.push_back(pid);
+    auto ended = waitAny(pids, 240s);
+    if (!ended) {
+      ADD_FAILURE() << "gradsync hung";
+      for (pid_t pid : pids) ::kill(pid, SIGKILL);
+      return results;
+    }
+    auto done = std::find_if(running.begin(), running.end(),
+                             [&](const auto& entry) { return entry.first == ended->first; });
+    const size_t run = done->second;
+    results[run] = {ended->second, readFile(output(run, "out")), readFile(output(run, "err"))};
+    running.erase(done);
+  }
+  return results;
+}
+
 Result gradsync(std::vector<std::string> args) {
-  fs::path dir = scratch();
-  SpawnOptions spawn;
-  spawn.argv = {GRADSYNC_BIN};
-  spawn.argv.insert(spawn.argv.end(), args.begin(), args.end());
-  spawn.stdoutPath = (dir / "out").string();
-  spawn.stderrPath = (dir / "err").string();
-  pid_t pid = spawnProcess(spawn);
-  auto ended = waitAny({pid}, 240s);
-  EXPECT_TRUE(ended.has_value()) << "gradsync hung";
-  return {ended ? ended->second : ExitStatus{.code = -1}, readFile(dir / "out"),
-          readFile(dir / "err")};
+  return gradsyncEach({std::move(args)}, 1)[0];
 }
 
 TEST(Cli, BadFlagsGiveAOneLineErrorAndExitCode2) {
@@ -209,12 +235,15 @@ TEST(Cli, SimulateRefusesWavesThatMakeNoSense) {
        "--pipeline-mode is not used with --pipeline --waves"},
       {{"--pipeline", "4", "--waves", "2", "--device-memory", "1G"},
        "--device-memory is the data-parallel waves'"}};
+  std::vector<std::vector<std::string>> runs;
   for (const auto& [flags, message] : cases) {
-    std::vector<std::string> args{"simulate", "--model-profile", "resnet50"};
-    args.insert(args.end(), flags.begin(), flags.end());
-    Result r = gradsync(args);
-    EXPECT_EQ(r.status.code, 2) << message;
-    EXPECT_NE(r.err.find(message), std::string::npos) << r.err;
+    runs.push_back({"simulate", "--model-profile", "resnet50"});
+    runs.back().insert(runs.back().end(), flags.begin(), flags.end());
+  }
+  const std::vector<Result> results = gradsyncEach(runs, 4);
+  for (size_t i = 0; i < cases.size(); ++i) {
+    EXPECT_EQ(results[i].status.code, 2) << cases[i].second;
+    EXPECT_NE(results[i].err.find(cases[i].second), std::string::npos) << results[i].err;
   }
 }
 
@@ -568,81 +597,83 @@ TEST_F(CliTrain, BadFlagsGiveAOneLineErrorWithTheChoices) {
     std::vector<std::string> args;
     std::string expected;
   };
-  for (const Case& c : std::vector<Case>{
-           {{"train", "--model", "alexnet"}, "mlp, cnn, resnet20, vgg11"},
-           {{"train", "--schedule", "p4"}, "fifo, wfbp, fusion:MB"},
-           {{"train", "--schedule", "p3:slice=0"}, "p3:slice must be at least 1"},
-           {{"train", "--sync", "sharded", "--schedule", "p3"}, "use fifo, wfbp or fusion:MB"},
-           {{"train", "--sync", "sharded", "--compress", "topk:0.01"}, "--sync ssgd"},
-           {{"train", "--sync", "gossip"},
-            "ssgd, sharded[:fc=reduce|exchange|auto,concurrent=N], asgd, ssp:S"},
-           {{"train", "--sync", "ssp"}, "needs a parameter (ssp:N)"},
-           {{"train", "--sync", "asgd:3"}, "takes no parameter"},
-           {{"train", "--compensate", "sc"}, "--compensate sc does not apply to --sync ssgd"},
-           {{"train", "--compensate", "lwp"}, "no staleness for lwp to predict over"},
-           {{"train", "--sync", "ssgd", "--ps", "--compensate", "lwp"},
-            "--compensate lwp does not apply to --sync ssgd"},
-           {{"train", "--sync", "odsgd", "--compensate", "lwp"},
-            "--compensate lwp does not apply to --sync odsgd"},
-           {{"train", "--sync", "cdsgd:5", "--compensate", "sc+lwp"},
-            "already predicts the global model"},
-           {{"train", "--sync", "localsgd:4", "--compensate", "lwp"}, "under asgd and ssp:S"},
-           {{"train", "--sync", "asgd", "--compensate", "spike"}, "none, sc, lwp"},
-           {{"train", "--sync", "asgd", "--compensate", "lwp", "--lwp-backward"},
-            "--lwp-backward needs --pipeline"},
-           {{"train", "--pipeline", "2", "--compensate", "sc", "--lwp-backward"},
-            "--lwp-backward needs --pipeline with --compensate lwp"},
-           {{"train", "--weight-stash"}, "--weight-stash applies to --pipeline S only"},
-           {{"train", "--micro-batches", "4"}, "--micro-batches applies to --pipeline S only"},
-           {{"train", "--pin-devices"}, "--pin-devices applies to --pipeline S only"},
-           {{"train", "--waves", "2", "--wave-placement", "same"},
-            "--wave-placement applies to --pipeline S only"},
-           {{"train", "--sync", "ssdsgd:0"}, "not an integer >= 1"},
-           {{"train", "--sync", "localsgd:4", "--servers", "2"}, "without servers"},
-           {{"train", "--sync", "cdsgd:4", "--compress", "topk:0.01"}, "cdsgd pushes its own"},
-           {{"train", "--sync", "odsgd", "--compress", "powersgd:2"},
-            "does not apply through parameter servers"},
-           {{"train", "--dataset", "cifar"}, "fashion-mnist, synthetic, text or text:PATH"},
-           {{"train", "--model", "gpt", "--dataset", "synthetic"}, "trains on text"},
-           {{"train", "--model", "gpt:width=30,heads=4"}, "must divide its width"},
-           {{"train", "--model", "gpt:depth=3"}, "unknown gpt option 'depth=3'"},
-           {{"train", "--optimizer", "adam"}, "choose sgd, adamw or sign"},
-           {{"train", "--optimizer", "sign", "--sync", "asgd"},
-            "--optimizer sign with --sync asgd"},
-           {{"train", "--model", "gpt", "--waves", "2"}, "--model gpt is not supported with"},
-           {{"train", "--compress", "zip"}, "topk:R, mstopk:R"},
-           {{"train", "--compress", "topk:2"}, "0 < R <= 1"},
-           {{"train", "--compress", "qsgd,levels=3"}, "options are: ef, ef_decay, bucket"},
-           {{"train", "--compress-override", "fc*"}, "GLOB=SPEC"},
-           {{"train", "--resume"}, "--checkpoint-dir"},
-           {{"train", "--compute", "gpu"}, "real or emulate:PROFILE"},
-           {{"train", "--compute", "emulate:"}, "real or emulate:PROFILE"},
-           {{"train", "--compute", "emulate:alexnet"}, "resnet50, vgg19, transformer"},
-           {{"train", "--compute", "emulate:resnet50", "--compute-scale", "0"},
-            "--compute-scale must be positive"},
-           {{"train", "--compute", "emulate:resnet50", "--elastic", "2:4"},
-            "--compute must be real"},
-           {{"train", "--compute", "emulate:resnet50", "--model", "dlrm"},
-            "--compute must be real"},
-           {{"train", "--elastic", "3"}, "--elastic 3 is not MIN:MAX"},
-           {{"train", "--elastic", "4:3"}, "1 <= MIN <= MAX"},
-           {{"train", "--elastic", "2:4", "--schedule", "p3", "--optimizer", "adamw"},
-            "--elastic does not support --optimizer adamw with --schedule p3"},
-           {{"train", "--elastic", "2:4", "--sync", "asgd"}, "--elastic does not support --sync"},
-           {{"train", "--elastic", "2:4", "--ps"},
-            "--elastic does not support --sync ssgd through servers"},
-           {{"train", "--elastic", "2:4", "--sync", "diloco:20,fragments=2"},
-            "--elastic does not support Streaming DiLoCo"},
-           {{"train", "--elastic", "2:4", "--sync", "diloco:20,group=host"},
-            "--elastic does not support diloco's group=host"},
-           {{"train", "--elastic", "2:4", "--transport", "loopback"}, "processes over TCP"},
-           {{"train", "--record-samples", "/tmp/x"}, "--record-samples records elastic runs"},
-           {{"train", "--hang-timeout", "2s"}, "--hang-timeout watches elastic runs"},
-           {{"train", "--elastic", "2:4", "--hang-timeout", "-1s"}, "a duration such as"},
-           {{"train", "--data-dir", "/nonexistent", "--steps", "1"}, "dataset-fashion-mnist"}}) {
-    Result r = gradsync(c.args);
-    EXPECT_NE(r.status.code, 0) << c.args[1];
-    EXPECT_NE(r.err.find(c.expected), std::string::npos) << c.args[1] << ": " << r.err;
+  const std::vector<Case> cases = {
+      {{"train", "--model", "alexnet"}, "mlp, cnn, resnet20, vgg11"},
+      {{"train", "--schedule", "p4"}, "fifo, wfbp, fusion:MB"},
+      {{"train", "--schedule", "p3:slice=0"}, "p3:slice must be at least 1"},
+      {{"train", "--sync", "sharded", "--schedule", "p3"}, "use fifo, wfbp or fusion:MB"},
+      {{"train", "--sync", "sharded", "--compress", "topk:0.01"}, "--sync ssgd"},
+      {{"train", "--sync", "gossip"},
+       "ssgd, sharded[:fc=reduce|exchange|auto,concurrent=N], asgd, ssp:S"},
+      {{"train", "--sync", "ssp"}, "needs a parameter (ssp:N)"},
+      {{"train", "--sync", "asgd:3"}, "takes no parameter"},
+      {{"train", "--compensate", "sc"}, "--compensate sc does not apply to --sync ssgd"},
+      {{"train", "--compensate", "lwp"}, "no staleness for lwp to predict over"},
+      {{"train", "--sync", "ssgd", "--ps", "--compensate", "lwp"},
+       "--compensate lwp does not apply to --sync ssgd"},
+      {{"train", "--sync", "odsgd", "--compensate", "lwp"},
+       "--compensate lwp does not apply to --sync odsgd"},
+      {{"train", "--sync", "cdsgd:5", "--compensate", "sc+lwp"},
+       "already predicts the global model"},
+      {{"train", "--sync", "localsgd:4", "--compensate", "lwp"}, "under asgd and ssp:S"},
+      {{"train", "--sync", "asgd", "--compensate", "spike"}, "none, sc, lwp"},
+      {{"train", "--sync", "asgd", "--compensate", "lwp", "--lwp-backward"},
+       "--lwp-backward needs --pipeline"},
+      {{"train", "--pipeline", "2", "--compensate", "sc", "--lwp-backward"},
+       "--lwp-backward needs --pipeline with --compensate lwp"},
+      {{"train", "--weight-stash"}, "--weight-stash applies to --pipeline S only"},
+      {{"train", "--micro-batches", "4"}, "--micro-batches applies to --pipeline S only"},
+      {{"train", "--pin-devices"}, "--pin-devices applies to --pipeline S only"},
+      {{"train", "--waves", "2", "--wave-placement", "same"},
+       "--wave-placement applies to --pipeline S only"},
+      {{"train", "--sync", "ssdsgd:0"}, "not an integer >= 1"},
+      {{"train", "--sync", "localsgd:4", "--servers", "2"}, "without servers"},
+      {{"train", "--sync", "cdsgd:4", "--compress", "topk:0.01"}, "cdsgd pushes its own"},
+      {{"train", "--sync", "odsgd", "--compress", "powersgd:2"},
+       "does not apply through parameter servers"},
+      {{"train", "--dataset", "cifar"}, "fashion-mnist, synthetic, text or text:PATH"},
+      {{"train", "--model", "gpt", "--dataset", "synthetic"}, "trains on text"},
+      {{"train", "--model", "gpt:width=30,heads=4"}, "must divide its width"},
+      {{"train", "--model", "gpt:depth=3"}, "unknown gpt option 'depth=3'"},
+      {{"train", "--optimizer", "adam"}, "choose sgd, adamw or sign"},
+      {{"train", "--optimizer", "sign", "--sync", "asgd"}, "--optimizer sign with --sync asgd"},
+      {{"train", "--model", "gpt", "--waves", "2"}, "--model gpt is not supported with"},
+      {{"train", "--compress", "zip"}, "topk:R, mstopk:R"},
+      {{"train", "--compress", "topk:2"}, "0 < R <= 1"},
+      {{"train", "--compress", "qsgd,levels=3"}, "options are: ef, ef_decay, bucket"},
+      {{"train", "--compress-override", "fc*"}, "GLOB=SPEC"},
+      {{"train", "--resume"}, "--checkpoint-dir"},
+      {{"train", "--compute", "gpu"}, "real or emulate:PROFILE"},
+      {{"train", "--compute", "emulate:"}, "real or emulate:PROFILE"},
+      {{"train", "--compute", "emulate:alexnet"}, "resnet50, vgg19, transformer"},
+      {{"train", "--compute", "emulate:resnet50", "--compute-scale", "0"},
+       "--compute-scale must be positive"},
+      {{"train", "--compute", "emulate:resnet50", "--elastic", "2:4"}, "--compute must be real"},
+      {{"train", "--compute", "emulate:resnet50", "--model", "dlrm"}, "--compute must be real"},
+      {{"train", "--elastic", "3"}, "--elastic 3 is not MIN:MAX"},
+      {{"train", "--elastic", "4:3"}, "1 <= MIN <= MAX"},
+      {{"train", "--elastic", "2:4", "--schedule", "p3", "--optimizer", "adamw"},
+       "--elastic does not support --optimizer adamw with --schedule p3"},
+      {{"train", "--elastic", "2:4", "--sync", "asgd"}, "--elastic does not support --sync"},
+      {{"train", "--elastic", "2:4", "--ps"},
+       "--elastic does not support --sync ssgd through servers"},
+      {{"train", "--elastic", "2:4", "--sync", "diloco:20,fragments=2"},
+       "--elastic does not support Streaming DiLoCo"},
+      {{"train", "--elastic", "2:4", "--sync", "diloco:20,group=host"},
+       "--elastic does not support diloco's group=host"},
+      {{"train", "--elastic", "2:4", "--transport", "loopback"}, "processes over TCP"},
+      {{"train", "--record-samples", "/tmp/x"}, "--record-samples records elastic runs"},
+      {{"train", "--hang-timeout", "2s"}, "--hang-timeout watches elastic runs"},
+      {{"train", "--elastic", "2:4", "--hang-timeout", "-1s"}, "a duration such as"},
+      {{"train", "--data-dir", "/nonexistent", "--steps", "1"}, "dataset-fashion-mnist"}};
+  std::vector<std::vector<std::string>> runs;
+  for (const Case& c : cases) runs.push_back(c.args);
+  const std::vector<Result> results = gradsyncEach(runs, 4);
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const Result& r = results[i];
+    EXPECT_NE(r.status.code, 0) << cases[i].args[1];
+    EXPECT_NE(r.err.find(cases[i].expected), std::string::npos)
+        << cases[i].args[1] << ": " << r.err;
   }
 }
 

@@ -256,8 +256,19 @@ TEST_P(Collectives, AlltoallOfEqualBlocks) {
   });
 }
 
+// Every root in the release build. Under a sanitizer the first two, the middle and the last:
+// the code is the same relative to the root, and 64 ranks broadcasting from each of 64 roots took
+// 14 of ThreadSanitizer's 45 s for this suite.
+std::vector<int> rootsToTest(int size) {
+  std::vector<int> roots;
+  for (int root = 0; root < size; ++root) {
+    if (!kSanitized || root < 2 || root == size / 2 || root == size - 1) roots.push_back(root);
+  }
+  return roots;
+}
+
 TEST_P(Collectives, BroadcastFromEveryRoot) {
-  for (int root = 0; root < GetParam().size; ++root) {
+  for (int root : rootsToTest(GetParam().size)) {
     run([&](Transport& t) {
       std::vector<float> data =
           t.rank() == root ? inputs(root, count()) : std::vector<float>(count(), 0);

@@ -63,9 +63,10 @@ TEST(ModelProfiler, ResidualBlocksAreSingleLayers) {
                                              "layer3.1", "layer3.2", "fc"}));
 }
 
-// The per-layer times add up to what a whole step costs. Both sides are the best of 3 rounds:
-// on a 2-core host shared with other busy processes, a single measurement of either (at train's
-// lowered priority) was seen 2x off.
+// The per-layer times add up to what a whole step costs. Both sides are the best of up to 3
+// rounds: on a 2-core host shared with other busy processes, a single measurement of either (at
+// train's lowered priority) was seen 2x off. Rounds stop once the best pair so far is within
+// the bounds (usually the first: 6 s instead of 17 for all three).
 TEST(ModelProfiler, LayerTimesAddUpToAWholeStep) {
   for (const char* model : {"cnn", "resnet20"}) {
     ProfileOptions options = quickProfile(model);
@@ -77,6 +78,7 @@ TEST(ModelProfiler, LayerTimesAddUpToAWholeStep) {
       ModelProfile profile = profileModel(options);
       layered = std::min(layered, profile.forwardSeconds() + profile.backwardSeconds());
       whole = std::min(whole, trainerComputeSeconds(model, options.batchSize));
+      if (layered > 0.5 * whole && layered < 2.0 * whole) break;
     }
     EXPECT_GT(layered, 0.5 * whole) << model << ": " << layered << " s vs " << whole << " s";
     EXPECT_LT(layered, 2.0 * whole) << model << ": " << layered << " s vs " << whole << " s";
