@@ -4,10 +4,14 @@
 
     gradsync launch -n 2 -- python3 examples/python/train_gpt.py --steps 300
     gradsync launch -n 4 -- python3 examples/python/train_gpt.py --compression powersgd:4
+    gradsync launch -n 4 -- python3 examples/python/train_gpt.py --compression onebit \
+        --compress-momentum --compress-warmup 30       # 1-bit Adam
 
 Bytes are the tokens (256 of them); the last tenth of the corpus is held out; each sample is a
 window of context + 1 bytes (inputs, and shifted by one the targets), windows overlapping by one
-byte. Clipping follows Horovod's recipe: synchronize(), clip, then step() without synchronizing.
+byte. Clipping follows Horovod's recipe: synchronize(), clip, then step() without synchronizing
+(with --compress-momentum during the dense warm-up only: past it the ranks exchange momenta in
+backward and step() applies Adam's update itself).
 """
 
 import argparse
@@ -119,6 +123,9 @@ def main():
     parser.add_argument("--context", type=int, default=64)
     parser.add_argument("--compression", default="none", help="none, fp16, topk:D, powersgd:R...")
     parser.add_argument("--sync", default="ssgd", help="ssgd, localsgd:H...")
+    parser.add_argument("--compress-warmup", type=int, default=0, help="dense steps first")
+    parser.add_argument("--compress-momentum", action="store_true",
+                        help="1-bit Adam: exchange compressed momenta after the warm-up")
     args = parser.parse_args()
     gs.init()
     torch.manual_seed(0)
@@ -137,7 +144,9 @@ def main():
         return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress))
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
     optimizer = gs.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(),
-                                        compression=args.compression, sync=args.sync)
+                                        compression=args.compression, sync=args.sync,
+                                        compress_warmup=args.compress_warmup,
+                                        compress_momentum=args.compress_momentum)
     generator = torch.Generator().manual_seed(1000 + gs.rank())  # each rank its own windows
     local = args.sync.startswith(("localsgd", "diloco"))  # each rank steps on its own gradients
     for step in range(args.steps):
@@ -145,22 +154,26 @@ def main():
         optimizer.zero_grad()
         loss = loss_of(model, batch)
         loss.backward()
-        if not local:
-            optimizer.synchronize()  # the averaged gradients, then clip them
-        torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip_grad_norm)
-        if local:
+        if optimizer.exchanges_momenta:  # past 1-bit Adam's warm-up: momenta, not gradients
             optimizer.step()
         else:
-            with optimizer.skip_synchronize():
+            if not local:
+                optimizer.synchronize()  # the averaged gradients, then clip them
+            torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip_grad_norm)
+            if local:
                 optimizer.step()
+            else:
+                with optimizer.skip_synchronize():
+                    optimizer.step()
         schedule.step()
         if (step + 1) % 100 == 0 and gs.rank() == 0:
             print(f"step {step + 1}: loss {loss.item():.4f}", flush=True)
     optimizer.synchronize_model()  # the one global model where ranks' copies differ
     loss = held_out_loss(model, held_out)
+    sent = optimizer.metrics()["bytes_sent"] / args.steps
     if gs.rank() == 0:
         print(f"after {args.steps} steps: held-out loss {loss:.4f} nats/token "
-              f"({loss / math.log(2):.3f} bits/byte)")
+              f"({loss / math.log(2):.3f} bits/byte), {sent:,.0f} bytes sent per step")
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include <optional>
+#include <tuple>
 #include <unordered_map>
 
 #include "binding.h"
@@ -234,6 +235,64 @@ void setMomentumBuffers(Synchronized& s, const py::list& buffers) {
   }
 }
 
+template <typename State>
+std::unique_ptr<torch::optim::OptimizerParamState> adamState(torch::Tensor expAvg,
+                                                             torch::Tensor expAvgSq, int64_t step) {
+  auto state = std::make_unique<State>();
+  state->exp_avg(std::move(expAvg));
+  state->exp_avg_sq(std::move(expAvgSq));
+  state->step(step);
+  return state;
+}
+
+// SyncOptions::compressMomentum (1-bit Adam) from Python: the twin's Adam state becomes the
+// Python optimizer's own tensors, shared, not copied, so that the momenta the hooks exchange
+// past the warm-up and the update the engine applies read and write the state torch.optim
+// keeps (and saves). `states`: by parameter in param_groups order, None (no state yet) or
+// (exp_avg, exp_avg_sq, step).
+void shareAdamState(Synchronized& s, const py::list& states) {
+  torch::optim::Optimizer& twin = s.twin();
+  const bool decoupled = dynamic_cast<torch::optim::AdamW*>(&twin) != nullptr;
+  if (!decoupled && dynamic_cast<torch::optim::Adam*>(&twin) == nullptr) {
+    throw ConfigError("compressed momentum (1-bit Adam) needs torch.optim.Adam or AdamW");
+  }
+  auto& state = twin.state();
+  state.clear();
+  size_t i = 0;
+  for (const auto& group : twin.param_groups()) {
+    for (const torch::Tensor& p : group.params()) {
+      if (i >= states.size()) throw ConfigError("fewer Adam states than parameters");
+      py::handle entry = states[i++];
+      if (entry.is_none()) continue;
+      auto [m, v, step] = entry.cast<std::tuple<torch::Tensor, torch::Tensor, int64_t>>();
+      state[c10::guts::to_string(p.unsafeGetTensorImpl())] =
+          decoupled ? adamState<torch::optim::AdamWParamState>(m, v, step)
+                    : adamState<torch::optim::AdamParamState>(m, v, step);
+    }
+  }
+}
+
+// The twin's Adam step counts, by parameter in param_groups order (None: no state): after a
+// step past the warm-up, the engine's update advanced them.
+py::list adamSteps(Synchronized& s) {
+  torch::optim::Optimizer& twin = s.twin();
+  const bool decoupled = dynamic_cast<torch::optim::AdamW*>(&twin) != nullptr;
+  py::list out;
+  for (const auto& group : twin.param_groups()) {
+    for (const torch::Tensor& p : group.params()) {
+      auto found = twin.state().find(c10::guts::to_string(p.unsafeGetTensorImpl()));
+      if (found == twin.state().end()) {
+        out.append(py::none());
+      } else if (decoupled) {
+        out.append(static_cast<torch::optim::AdamWParamState&>(*found->second).step());
+      } else {
+        out.append(static_cast<torch::optim::AdamParamState&>(*found->second).step());
+      }
+    }
+  }
+  return out;
+}
+
 // Runs a Python callable from inside a C++ call made without the GIL.
 std::function<void()> withGil(py::function fn) {
   return [fn = std::move(fn)] {
@@ -251,6 +310,7 @@ void bindSyncOptions(py::module_& m) {
       .def_readwrite("compress_min_elements", &SyncOptions::compressMinElements)
       .def_readwrite("compress_warmup", &SyncOptions::compressWarmup)
       .def_readwrite("guard", &SyncOptions::guard)
+      .def_readwrite("compress_momentum", &SyncOptions::compressMomentum)
       .def_readwrite("sync", &SyncOptions::sync)
       .def_readwrite("parameter_servers", &SyncOptions::parameterServers)
       .def_readwrite("servers", &SyncOptions::servers)
@@ -336,7 +396,10 @@ void bindState(py::class_<S>& c) {
              s.impl().withGlobalModel(run);
            })
       .def("momentum_buffers", &momentumBuffers)
-      .def("set_momentum_buffers", &setMomentumBuffers);
+      .def("set_momentum_buffers", &setMomentumBuffers)
+      .def("exchanges_momenta", [](S& s) { return s.impl().exchangesMomenta(); })
+      .def("share_adam_state", &shareAdamState)
+      .def("adam_steps", &adamSteps);
 }
 
 // Statistics and the trace.

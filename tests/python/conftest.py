@@ -83,6 +83,12 @@ class Job:
         return self
 
 
+def default_sigint() -> None:
+    """A rank's Ctrl-C as a terminal's would be: a test run in the background (`cmd &` in a
+    script) inherits SIGINT ignored, and Python then raises no KeyboardInterrupt."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def run_job(tmp_path: Path, size: int, scenario: str, *args: str, timeout: float = 120,
             signals: dict[int, int] | None = None, env: dict | None = None,
             worker: str = "rank_worker.py") -> Job:
@@ -101,7 +107,7 @@ def run_job(tmp_path: Path, size: int, scenario: str, *args: str, timeout: float
         log = open(out / f"rank{rank}.log", "w")
         procs.append((subprocess.Popen(
             [sys.executable, str(HERE / worker), scenario, str(out), *args],
-            env=rank_env, stdout=log, stderr=subprocess.STDOUT), log))
+            env=rank_env, stdout=log, stderr=subprocess.STDOUT, preexec_fn=default_sigint), log))
     start = time.monotonic()
     pending = dict(signals or {})
     while any(p.poll() is None for p, _ in procs):

@@ -20,7 +20,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 import gradsync.torch as gs
 from horovod_scenarios import HOROVOD_SCENARIOS
-from workload import fresh_model, make_optimizer, parameters, share, train
+from workload import MOMENTUM_WARMUP, fresh_model, make_optimizer, parameters, share, train
 
 OUT = Path(".")
 COMPRESSORS = ["none", "fp16", "int8", "topk:0.05", "mstopk:0.05", "gtopk:0.05", "randomk:0.05",
@@ -258,6 +258,16 @@ def resume_second(directory: str, configs: str) -> dict:
     return out
 
 
+def momentum(compression: str) -> list:
+    """compress_momentum (1-bit Adam) under AdamW: MOMENTUM_WARMUP dense steps, then 4 that
+    exchange the ranks' momenta coded by `compression`; the parameters."""
+    _, model, opt = train({"optimizer": "adamw", "compression": compression,
+                           "compress_min_elements": 1, "compress_warmup": MOMENTUM_WARMUP,
+                           "compress_momentum": True, "guard": False}, steps=6)
+    opt._close()
+    return parameters(model)
+
+
 def accumulated(passes: str) -> list:
     """Gradient accumulation: each step `passes` backward passes over parts of this rank's
     share, the loss divided among them; the parameters after the steps (SGD, wfbp)."""
@@ -301,7 +311,7 @@ SCENARIOS = {"accumulated": accumulated, "extras": extras, "equivalence": equiva
              "shrunk": shrunk,
              "interrupted": interrupted, "collectives": collectives, "ddp": ddp,
              "ddp_gradsync": ddp,
-             "resume_first": resume_first, "resume_second": resume_second,
+             "resume_first": resume_first, "resume_second": resume_second, "momentum": momentum,
              **HOROVOD_SCENARIOS}
 
 

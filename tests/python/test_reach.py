@@ -51,7 +51,8 @@ def test_bad_specs_raise_value_error_listing_the_choices(alone):
     assert "sharded" in message and "localsgd" in message, message
     assert "topk" in refusal(compression="topk:2")
     assert "backward passes" in refusal(backward_passes_per_step=0)
-    assert "not available from Python yet" in refusal(compression="onebit", compress_momentum=True)
+    assert "Adam or AdamW" in refusal(compression="onebit", compress_momentum=True,
+                                      compress_warmup=2)
     with pytest.raises(ValueError, match="powersgd"):
         gs.ddp_comm_hook("zip")
     with pytest.raises(ValueError, match="gs.Average"):
@@ -67,3 +68,23 @@ def test_update_modes_refuse_what_the_engine_cannot_apply(alone):
     with pytest.raises(gs.ConfigError, match="maximize"):
         gs.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1, maximize=True),
                                 sync="sharded")
+
+
+def test_compressed_momentum_says_when_it_exchanges_momenta(alone):
+    """compress_momentum (1-bit Adam) alone: dense steps for the warm-up, then momenta;
+    exchanges_momenta tells a loop when it may no longer synchronize() (to clip)."""
+    model = fresh_model()
+    optimizer = gs.DistributedOptimizer(torch.optim.AdamW(model.parameters(), lr=1e-2),
+                                        model.named_parameters(), compression="onebit",
+                                        compress_warmup=2, compress_momentum=True)
+    seen = []
+    for step in range(3):
+        seen.append(optimizer.exchanges_momenta)
+        optimizer.zero_grad()
+        model(torch.randn(4, 1, 8, 8)).square().mean().backward()
+        optimizer.step()
+    assert seen == [False, False, True]
+    assert int(optimizer.state[model.fc1.weight]["step"]) == 3  # the engine's step counted
+    with pytest.raises(gs.ConfigError, match="averages momenta"):
+        optimizer.synchronize()
+    optimizer._close()

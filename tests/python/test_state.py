@@ -13,6 +13,9 @@ CONFIGS = repr([
     {"sync": "diloco:2", "optimizer": "adamw"},
     {"schedule": "wfbp", "compression": "powersgd:2", "compress_min_elements": 64,
      "optimizer": "adam"},
+    # 1-bit Adam: the freeze at step 2, the momenta's residuals and Adam's state resume.
+    {"compression": "onebit", "compress_min_elements": 1, "compress_warmup": 2,
+     "compress_momentum": True, "guard": False, "optimizer": "adamw"},
 ])
 
 

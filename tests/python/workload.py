@@ -14,6 +14,7 @@ import gradsync.torch as gs
 
 GLOBAL_BATCH = 12  # divisible by 1, 2 and 3 ranks
 STEPS = 4
+MOMENTUM_WARMUP = 2  # compress_momentum's dense steps in the tests of 1-bit Adam
 
 
 class Net(nn.Module):

@@ -75,12 +75,6 @@ def _sync_options(schedule, compression, sync, passes, extra) -> "_C.SyncOptions
     options.sync = str(sync)
     options.backward_passes_per_step = int(passes)
     for key, value in extra.items():
-        if key == "compress_momentum" and value:
-            # The C++ mode reads and writes Adam's state in the torch optimizer it steps; here
-            # that state lives in Python's optimizer, which the C++ twin does not share.
-            raise ConfigError("compress_momentum (1-bit Adam) is not available from Python yet: "
-                              "use `gradsync train --compress-momentum` or the C++ "
-                              "DistributedOptimizer (SyncOptions::compressMomentum)")
         if not hasattr(options, key):
             raise ConfigError(f"unknown option {key!r}")
         setattr(options, key, list(value) if key == "compress_overrides" else value)
@@ -138,7 +132,9 @@ class DistributedOptimizer(torch.optim.Optimizer):
     gs.Compression.
     Keyword-only, as SyncOptions (gradsync/sync_options.h): compress_overrides (GLOB=SPEC...),
     compress_min_elements, compress_warmup, guard (the compression guardrail, default
-    True), parameter_servers, servers, delay_warmup, local_lr,
+    True), compress_momentum (1-bit Adam: with torch.optim.Adam or AdamW, a compressor and
+    compress_warmup steps, after which the second moment is frozen and the ranks exchange
+    their compressed momenta; docs/python.md), parameter_servers, servers, delay_warmup, local_lr,
     local_momentum, glu, cd_threshold, compensate (asgd, ssp: "sc", "lwp", "sc+lwp"), seed, join.
 
     Collective: every rank builds it with the same parameters and options (gs.ConfigError on
@@ -174,6 +170,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self._impl = _C.DistributedOptimizer(_job.job(), optimizer, self._kind,
                                              self._arguments[0], self._named, self._arguments[1])
         self._updates = self._impl.updates_parameters()  # False alone: there is no engine
+        self._compress_momentum = bool(options.get("compress_momentum"))
+        self._share_adam_state()
         self._local = str(sync).startswith(_LOCAL_STRATEGIES)
         # p3 on the ring with SGD: its momentum, the engine's only state, is the same on every
         # rank, so hvd.elastic's TorchState can commit it (elastic.py).
@@ -235,6 +233,13 @@ class DistributedOptimizer(torch.optim.Optimizer):
         """Whether the engine applies the update (p3, sharded, parameter servers)."""
         return self._updates
 
+    @property
+    def exchanges_momenta(self) -> bool:
+        """compress_momentum past its dense warm-up: the ranks' momenta are averaged during
+        backward and step() applies Adam's update (synchronize(), and with it clipping the
+        averaged gradients, is refused). False before that and without the option."""
+        return self._compress_momentum and self._impl.exchanges_momenta()
+
     def zero_grad(self, set_to_none: bool = False) -> None:
         """Zeroes the gradients. In update mode without a gs.DistributedModel, first waits for
         the last step's updates (the model's forward waits layer by layer otherwise)."""
@@ -279,9 +284,13 @@ class DistributedOptimizer(torch.optim.Optimizer):
                                   "alone, which averages inside the host before the local step")
             self._inner.step()
         else:
-            if self._updates:
+            if self._updates or self._compress_momentum:
                 self._impl.set_lrs([float(g["lr"]) for g in self.param_groups])
+            exchanged_momenta = self.exchanges_momenta
             self._impl.step()
+            if exchanged_momenta:  # the engine applied Adam's update: it counted the steps
+                self._take_adam_steps()
+            self._share_adam_state()
         self._synchronized = False
         self._steps += 1
         self._impl.trace_step(self._steps)
@@ -309,6 +318,32 @@ class DistributedOptimizer(torch.optim.Optimizer):
         result = []
         self._impl.with_global_model(lambda: result.append(fn()))
         return result[0] if result else None
+
+    # --- compress_momentum (1-bit Adam) -----------------------------------------------------
+    def _share_adam_state(self) -> None:
+        """The engine's twin of the optimizer takes this optimizer's Adam state as its own (the
+        same tensors: past the warm-up the hooks turn gradients into momenta from exp_avg, and
+        the engine's update writes exp_avg, exp_avg_sq and the parameters), with the step
+        counts. After every step and every load: torch.optim may have created or replaced them."""
+        if not self._compress_momentum:
+            return
+        states = []
+        for p in self._params():
+            state = self._inner.state.get(p, {})
+            states.append((state["exp_avg"], state["exp_avg_sq"], int(state["step"]))
+                          if "exp_avg" in state else None)
+        self._impl.share_adam_state(states)
+
+    def _take_adam_steps(self) -> None:
+        """The step counts the engine's update advanced, into this optimizer's state."""
+        for p, step in zip(self._params(), self._impl.adam_steps()):
+            if step is None:
+                continue
+            state = self._inner.state[p]
+            if torch.is_tensor(state["step"]):
+                state["step"].fill_(step)
+            else:
+                state["step"] = step
 
     # --- checkpoints --------------------------------------------------------------------------
     def _params(self) -> list[torch.Tensor]:
@@ -365,6 +400,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
         saved = state_dict.get("gradsync")
         self._inner.load_state_dict(state_dict["optimizer"] if saved else state_dict)
         self._momentum_to_engine()
+        self._share_adam_state()
         if saved is None:
             return
         if saved.get("format") != _STATE_FORMAT:
@@ -413,6 +449,9 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self._close()
         self._impl = _C.DistributedOptimizer(_job.job(), self._inner, self._kind,
                                              self._arguments[0], self._named, self._arguments[1])
+        if self._compress_momentum:  # the second moment stays frozen from round to round
+            self._impl.set_step(self._steps)
+            self._share_adam_state()
         self._synchronized = False
         self._skip = False
 
