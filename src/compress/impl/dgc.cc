@@ -44,8 +44,13 @@ inline uint32_t keyOf(float value) {
 
 }  // namespace
 
-Dgc::Dgc(const DgcOptions& options, size_t elements)
-    : options_(options), momentum_(elements, 0.0f), velocity_(elements, 0.0f) {}
+Dgc::Dgc(const DgcOptions& options, size_t elements) : options_(options), elements_(elements) {}
+
+void Dgc::allocate() {
+  if (velocity_.size() == elements_) return;
+  momentum_.assign(elements_, 0.0f);
+  velocity_.assign(elements_, 0.0f);
+}
 
 double Dgc::density(uint64_t step) const {
   const uint64_t warmup = options_.warmupSteps;
@@ -68,6 +73,7 @@ void Dgc::exchange(ExchangeContext& context, std::span<float> grad, std::span<fl
 }
 
 void Dgc::encode(std::span<const float> x, std::vector<uint8_t>& out, uint64_t seed) {
+  allocate();
   GS_CHECK_EQ(x.size(), velocity_.size());
   const size_t n = x.size();
   const double density = this->density(step_);
@@ -95,11 +101,18 @@ void Dgc::encode(std::span<const float> x, std::vector<uint8_t>& out, uint64_t s
 }
 
 void Dgc::saveState(StateWriter& out) const {
+  if (velocity_.size() != elements_) {  // never encoded: both are still zero
+    const std::vector<float> zeros(elements_, 0.0f);
+    out.write(zeros);
+    out.write(zeros);
+    return;
+  }
   out.write(momentum_);
   out.write(velocity_);
 }
 
 void Dgc::loadState(StateReader& in) {
+  allocate();
   in.readExact(momentum_);
   in.readExact(velocity_);
 }

@@ -39,18 +39,30 @@ class Dgc final : public CodecCompressor {
   // k = max(1, round(density * n)) elements.
   double density(uint64_t step) const;
 
-  std::span<const float> velocity() const { return velocity_; }
-  std::span<const float> momentumBuffer() const { return momentum_; }
+  // The buffers (zeros before the first encode or load, which allocate them).
+  std::span<const float> velocity() {
+    allocate();
+    return velocity_;
+  }
+  std::span<const float> momentumBuffer() {
+    allocate();
+    return momentum_;
+  }
   void saveState(StateWriter& out) const override;
   void loadState(StateReader& in) override;
 
  private:
+  // momentum_ and velocity_ (8 bytes per element, zeroed) come with the first encode or load,
+  // not the constructor: simulate and tune build a compressor per candidate and unit only to
+  // ask its sizes, and vgg19's 143 M elements zeroed 1.1 GB each time.
+  void allocate();
   float clipScale(std::span<const float> x) const;
   void accumulate(std::span<const float> x, float scale);
   uint32_t sampledThreshold(double density, uint64_t seed);
   void selectAtLeast(uint32_t threshold);
 
   const DgcOptions options_;
+  const size_t elements_;
   uint64_t step_ = 0;
   std::vector<float> momentum_;  // u: momentum-corrected gradient
   std::vector<float> velocity_;  // v: accumulated u, cleared where sent

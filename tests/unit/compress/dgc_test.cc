@@ -10,6 +10,7 @@
 
 #include <gtest/gtest.h>
 
+#include "common/state_bytes.h"
 #include "compress/impl/dgc.h"
 #include "compress/impl/methods.h"
 #include "compress/sparse.h"
@@ -299,6 +300,33 @@ TEST(Dgc, AveragesWhatEveryRankSentForEverySize) {
       }
     }
   }
+}
+
+// The buffers come with the first encode or load (simulate and tune build compressors only to
+// ask their sizes): a fresh compressor saves the zeros an allocated one holds, and one loaded
+// from that state encodes as a fresh one does.
+TEST(Dgc, AFreshCompressorsStateIsZeroBuffersAndLoadsIntoAnother) {
+  const size_t n = 1000;
+  auto save = [](methods::Dgc& dgc) {
+    StateWriter out;
+    dgc.saveState(out);
+    return out.take();
+  };
+  auto fresh = makeDgc(0.05, 0.9, {}, n);
+  auto allocated = makeDgc(0.05, 0.9, {}, n);
+  auto& touched = dynamic_cast<Dgc&>(*allocated);
+  EXPECT_EQ(touched.velocity().size(), n);  // allocates: zeros
+  const std::vector<uint8_t> state = save(dynamic_cast<Dgc&>(*fresh));
+  EXPECT_EQ(state, save(touched));
+
+  auto loaded = makeDgc(0.05, 0.9, {}, n);
+  StateReader in(state, "dgc state");
+  loaded->loadState(in);
+  in.expectEnd();
+  std::vector<uint8_t> fromLoaded, fromFresh;
+  dynamic_cast<Dgc&>(*loaded).encode(gaussian(n, 3), fromLoaded, 1);
+  dynamic_cast<Dgc&>(*fresh).encode(gaussian(n, 3), fromFresh, 1);
+  EXPECT_EQ(fromLoaded, fromFresh);
 }
 
 TEST(Dgc, RejectsMalformedEncodings) {
