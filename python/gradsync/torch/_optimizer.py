@@ -288,9 +288,10 @@ class DistributedOptimizer(torch.optim.Optimizer):
                 self._impl.set_lrs([float(g["lr"]) for g in self.param_groups])
             exchanged_momenta = self.exchanges_momenta
             self._impl.step()
-            if exchanged_momenta:  # the engine applied Adam's update: it counted the steps
+            if exchanged_momenta:  # the engine applied Adam's update, in place: it counted
                 self._take_adam_steps()
-            self._share_adam_state()
+            else:  # the optimizer stepped: it may have created its state and counted the step
+                self._share_adam_state()
         self._synchronized = False
         self._steps += 1
         self._impl.trace_step(self._steps)
@@ -324,7 +325,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
         """The engine's twin of the optimizer takes this optimizer's Adam state as its own (the
         same tensors: past the warm-up the hooks turn gradients into momenta from exp_avg, and
         the engine's update writes exp_avg, exp_avg_sq and the parameters), with the step
-        counts. After every step and every load: torch.optim may have created or replaced them."""
+        counts. After every step the optimizer took and every load: torch.optim may have
+        created or replaced them."""
         if not self._compress_momentum:
             return
         states = []
