@@ -59,6 +59,7 @@ nlohmann::json resultJson(const sim::SimOptions& o, const sim::SimResult& r, dou
           {"exposed_comm_ms", r.exposedCommSeconds * 1e3},
           {"comm_ms", r.commSeconds * 1e3},
           {"bytes_sent_per_step", r.bytesSentPerStep},
+          {"largest_sync_bytes", r.largestSyncBytes},
           {"samples_per_s", r.samplesPerSecond},
           {"scaling_efficiency", r.scalingEfficiency},
           {"units", r.units},
@@ -71,7 +72,7 @@ void printResult(const sim::SimOptions& o, const SimulateFlags& f, const sim::Si
   std::printf(
       "gradsync simulate: %s on %s; %s, %s%s%s: step %.2f ms (compute %.2f, exposed "
       "communication %.2f; communication %.2f), %.0f samples/s, scaling efficiency %.1f%%, "
-      "%.2f MB sent per worker per step [%llu events, %.3f s]\n",
+      "%.2f MB sent per worker per step%s [%llu events, %.3f s]\n",
       o.profile.name.c_str(), o.cluster.describe().c_str(), r.schedule.c_str(), o.sync.c_str(),
       o.strategy.servers > 0 ? fmt::format(" over {} servers", o.strategy.servers).c_str()
       : o.strategy.ps        ? " (co-located servers)"
@@ -79,6 +80,9 @@ void printResult(const sim::SimOptions& o, const SimulateFlags& f, const sim::Si
       o.compression.spec == "none" ? "" : (", " + o.compression.spec).c_str(), r.stepSeconds * 1e3,
       r.computeSeconds * 1e3, r.exposedCommSeconds * 1e3, r.commSeconds * 1e3, r.samplesPerSecond,
       100 * r.scalingEfficiency, r.bytesSentPerStep / 1e6,
+      r.largestSyncBytes > 0
+          ? fmt::format(" (an outer sync at most {:.2f} MB)", r.largestSyncBytes / 1e6).c_str()
+          : "",
       static_cast<unsigned long long>(r.events), seconds);
   std::fflush(stdout);
 }

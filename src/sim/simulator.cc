@@ -13,6 +13,7 @@
 #include "schedule/step_planner.h"
 #include "sim/event_queue.h"
 #include "sim/fc_layers.h"
+#include "sim/outer_rounds.h"
 #include "sim/server_links.h"
 #include "sim/unit_costs.h"
 #include "sync/engine.h"
@@ -20,15 +21,10 @@
 namespace gradsync::sim {
 namespace {
 
-// Placeholders where only the strategy's shape matters, not its optimizer's values.
-constexpr double kAnyLr = 0.1;
-constexpr double kAnyMomentum = 0.9;
-
 // What the worker's compute thread does around the engine's operations (sync/engine.h).
 enum class Mode {
   kRing,       // ssgd: allreduce per unit (p3: and the unit's update)
   kSharded,    // reduce-scatter per unit, then allgather per unit in forward order
-  kLocalSgd,   // every H-th step, after the local step: an allreduce per parameter tensor
   kPsSync,     // push per unit; the reply is the unit's new parameters (ssgd, asgd, ssp)
   kPsDelayed,  // odsgd, ssdsgd, cdsgd: before a unit's push, the previous pull and the local step
 };
@@ -60,7 +56,6 @@ class Simulation {
   void finishOp(const PlannedOp& op);
   double updateSeconds(size_t unit) const;  // the optimizer's share for one unit
   double decisionWait(size_t unit) const;
-  bool exchangesThisStep(int step) const;
   // sharded:fc=: the linear layers whose weights the FC exchange takes (as DistributedModel
   // decides), and its two transfers on the training thread's own streams.
   void planExchanges();
@@ -88,7 +83,7 @@ class Simulation {
   int lastStep_ = 0;  // steps [0, lastStep_) run; lastStep_'s start ends the simulation
 
   // Compute thread state.
-  enum class Phase { kForward, kBackward, kAfterBackward, kAwaitAverage, kDone };
+  enum class Phase { kForward, kBackward, kAfterBackward, kDone };
   Phase phase_ = Phase::kForward;
   int step_ = 0;
   size_t layer_ = 0;
@@ -117,7 +112,6 @@ class Simulation {
 
 Mode modeOf(const SyncStrategy& strategy, bool servers) {
   if (strategy.kind == SyncStrategy::Kind::kSharded) return Mode::kSharded;
-  if (strategy.kind == SyncStrategy::Kind::kLocalSgd) return Mode::kLocalSgd;
   if (strategy.delayed()) return Mode::kPsDelayed;
   return servers ? Mode::kPsSync : Mode::kRing;
 }
@@ -137,8 +131,6 @@ Simulation::Simulation(const SimOptions& options)
   if (ps_) ps_->warmupSteps = 0;
   mode_ = modeOf(strategy_, ps_.has_value());
   planExchanges();
-  // Local SGD averages the model one parameter tensor at a time, whatever --schedule says.
-  if (mode_ == Mode::kLocalSgd) schedule_ = ScheduleSpec::parse("wfbp");
   // Through servers a p3 slice is a push and a pull, not a ring: P3's own default there.
   if (!ps_) schedule_ = withLinkSlice(schedule_, cluster_);
   // The engine's checks and compression plan (through servers, the pushes').
@@ -155,8 +147,7 @@ Simulation::Simulation(const SimOptions& options)
                        isolateExchanged(plan_.groups(), exchanged_, tensors_.size()));
   costs_ = unitCosts(cluster_, layout_, tensors_, plan_, o_.codecCost);
   perLayer_ = ps_ || mode_ == Mode::kSharded || schedule_.prioritized();
-  // Whole periods are measured: localsgd averages, ssdsgd pulls and cdsgd sends full precision
-  // every K steps.
+  // Whole periods are measured: ssdsgd pulls and cdsgd sends full precision every K steps.
   const bool periodic = strategy_.parameter > 0 && strategy_.kind != SyncStrategy::Kind::kSsp;
   const int period = periodic ? strategy_.parameter : 1;
   measuredFrom_ = period * ((2 + period - 1) / period);
@@ -281,39 +272,25 @@ void Simulation::tryCompute() {
       });
     case Phase::kAfterBackward:
       return afterBackward();
-    case Phase::kAwaitAverage:
-      if (!allUnitsDone((step_ + 1) / strategy_.parameter)) return;
-      nextStep();
-      return tryCompute();
     case Phase::kDone:
       return;
   }
 }
 
 // What follows backward: straight on when the next forward waits per layer; else wait for every
-// unit and run the optimizer (fifo, wfbp, fusion); or (local SGD) the local step, and every H
-// steps the average.
+// unit and run the optimizer (fifo, wfbp, fusion).
 void Simulation::afterBackward() {
   if (perLayer_) {
     nextStep();
     return tryCompute();
   }
-  const double update = o_.profile.updateSeconds;
-  if (mode_ == Mode::kLocalSgd) {
-    return computeFor(update, [this] {
-      phase_ = Phase::kAwaitAverage;
-      if (exchangesThisStep(step_))
-        for (size_t u = 0; u < layout_.units.size(); ++u) planner_->unitReady(u);
-      pump();
-    });
-  }
   if (!allUnitsDone(step_ + 1)) return;
-  computeFor(update, [this] { nextStep(); });
+  computeFor(o_.profile.updateSeconds, [this] { nextStep(); });
 }
 
-// Gradients go as backward makes them (local SGD's parameters after its step; fifo's at the end).
+// Gradients go as backward makes them (fifo's at the end).
 void Simulation::gradientsReady(size_t layer) {
-  if (mode_ == Mode::kLocalSgd || schedule_.kind == ScheduleSpec::Kind::kFifo) return;
+  if (schedule_.kind == ScheduleSpec::Kind::kFifo) return;
   for (size_t t = firstTensorOf_[layer]; t < firstTensorOf_[layer + 1]; ++t)
     for (int u = layout_.unitOf[t]; u < layout_.unitOf[t] + layout_.unitCount[t]; ++u)
       if (--tensorsWaiting_[u] == 0) planner_->unitReady(u);
@@ -322,13 +299,9 @@ void Simulation::gradientsReady(size_t layer) {
 
 void Simulation::endBackward() {
   phase_ = Phase::kAfterBackward;
-  if (mode_ != Mode::kLocalSgd && schedule_.kind == ScheduleSpec::Kind::kFifo)
+  if (schedule_.kind == ScheduleSpec::Kind::kFifo)
     for (size_t u = 0; u < layout_.units.size(); ++u) planner_->unitReady(u);
   pump();
-}
-
-bool Simulation::exchangesThisStep(int step) const {  // local SGD: every H-th step
-  return mode_ != Mode::kLocalSgd || (step + 1) % strategy_.parameter == 0;
 }
 
 // ---- communication thread: one operation at a time, in the order the engine's planner gives
@@ -479,7 +452,8 @@ SimResult Simulation::run() {
 }  // namespace
 
 SimResult simulate(const SimOptions& options) {
-  SimResult result = Simulation(options).run();
+  const bool outerRounds = SyncStrategy::parse(options.sync).kind == SyncStrategy::Kind::kLocalSgd;
+  SimResult result = outerRounds ? simulateOuterRounds(options) : Simulation(options).run();
   // The same model on one worker, training alone: no communication and no codec.
   SimOptions alone = options;
   alone.cluster.workers = 1;

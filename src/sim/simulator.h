@@ -4,7 +4,8 @@
 // compressors give each unit's bytes on the wire and how ranks combine them; the collectives'
 // step structure (cluster.h) and parameter-server links give each transfer's time. Workers are
 // assumed alike (same profile, same data size), so one representative worker's timeline is
-// simulated, and every collective's cost follows from the cluster's topology.
+// simulated, and every collective's cost follows from the cluster's topology. localsgd and diloco
+// (local steps, then outer syncs) take a timeline of their own (sim/outer_rounds.h).
 #pragma once
 
 #include <cstdint>
@@ -42,7 +43,8 @@ struct SimOptions {
   // CPU (apps/gradsync/codec_costs.h).
   CodecCostFn codecCost;
   // Simulated steps. The first two (nothing to overlap yet) are not measured; strategies with a
-  // period (localsgd:H, ssdsgd:K, cdsgd:K) measure whole periods, so they may run more.
+  // period (localsgd:H, diloco:H, ssdsgd:K, cdsgd:K) measure whole periods after the first,
+  // so they may run more.
   int steps = 8;
 };
 
@@ -53,12 +55,15 @@ struct SimResult {
   double exposedCommSeconds = 0;  // step - compute: communication not hidden behind compute
   double commSeconds = 0;         // per step: the communication thread's busy time
   double bytesSentPerStep = 0;    // per worker
-  double samplesPerSecond = 0;    // all workers together
+  // localsgd and diloco: the largest outer sync's bytes per worker (a fragment's, streaming).
+  double largestSyncBytes = 0;
+  double samplesPerSecond = 0;  // all workers together
   // Throughput over `workers` times one worker's without communication.
   double scalingEfficiency = 0;
-  size_t units = 0;                   // communication units per step (tensors, buckets or slices)
-  uint64_t events = 0;                // simulated events (the simulator's own cost)
-  std::vector<size_t> lastStepOrder;  // the units in the order the last step sent them
+  size_t units = 0;     // communication units per step (tensors, buckets or slices; outer: tensors)
+  uint64_t events = 0;  // simulated events (the simulator's own cost)
+  // The units in the order the last step sent them (outer rounds: the last sync's tensors).
+  std::vector<size_t> lastStepOrder;
 };
 
 // Throws ConfigError for a combination `gradsync train` would refuse, or one not simulated.

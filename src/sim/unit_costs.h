@@ -13,6 +13,11 @@
 
 namespace gradsync::sim {
 
+// Placeholders where only a strategy's shape matters to the simulator, not its optimizer's values
+// (the checks and plans that take a learning rate or momentum).
+inline constexpr double kAnyLr = 0.1;
+inline constexpr double kAnyMomentum = 0.9;
+
 struct UnitCost {
   double allreduceSeconds = 0;  // the unit's exchange: ring allreduce, allgatherv or gtopk tree
   double bytesSent = 0;         // by one worker in that exchange

@@ -1,8 +1,5 @@
 #include "torch/api/outer_optimizer.h"
 
-#include <algorithm>
-#include <numeric>
-
 #include <fmt/format.h>
 
 #include "common/check.h"
@@ -10,6 +7,7 @@
 #include "common/tags.h"
 #include "gradsync/collectives.h"
 #include "gradsync/error.h"
+#include "sync/fragments.h"
 #include "torch/models/float_span.h"
 
 namespace gradsync {
@@ -48,25 +46,10 @@ void OuterOptimizer::begin(const std::vector<torch::Tensor>& parameters) {
   }
 }
 
-// Largest tensor first (model order on ties), each to the fragment with the fewest elements so
-// far: the fragments' sizes end close to 1/P of the model, so a sync's peak bytes are about 1/P,
-// and each layer's large matrices land in different fragments (the paper strides layers; in
-// model order, i mod P put every weight in one fragment and every bias in another where they
-// alternate, and a greedy pass in model order left gpt's largest fragment at 1/4.1 for P = 5,
-// against 1/4.8 this way). The same on every rank: it depends on the shapes only.
 void OuterOptimizer::assignFragments(const std::vector<torch::Tensor>& parameters) {
-  std::vector<size_t> bySize(parameters.size());
-  std::iota(bySize.begin(), bySize.end(), size_t{0});
-  std::stable_sort(bySize.begin(), bySize.end(), [&](size_t a, size_t b) {
-    return parameters[a].numel() > parameters[b].numel();
-  });
-  std::vector<int64_t> load(static_cast<size_t>(options_.fragments), 0);
-  fragmentOf_.assign(parameters.size(), 0);
-  for (size_t i : bySize) {
-    const auto lightest = std::min_element(load.begin(), load.end()) - load.begin();
-    fragmentOf_[i] = static_cast<int>(lightest);
-    load[static_cast<size_t>(lightest)] += parameters[i].numel();
-  }
+  std::vector<int64_t> elements;
+  for (const torch::Tensor& p : parameters) elements.push_back(p.numel());
+  fragmentOf_ = gradsync::assignFragments(elements, options_.fragments);
 }
 
 std::vector<size_t> OuterOptimizer::tensorsOf(int fragment) const {
@@ -83,9 +66,8 @@ uint64_t OuterOptimizer::afterLocalStep(int64_t step, std::vector<torch::Tensor>
   torch::NoGradGuard noGrad;
   uint64_t bytes = 0;
   if (inFlight_.fragment >= 0 && step >= inFlight_.mergeAt) bytes += merge(parameters);
-  const int stride = period_ / options_.fragments;
-  if (step % stride == 0) {
-    launch(static_cast<int>((step / stride - 1) % options_.fragments), step, parameters, transport);
+  if (const int fragment = fragmentSyncedAfter(step, period_, options_.fragments); fragment >= 0) {
+    launch(fragment, step, parameters, transport);
     if (options_.delay == 0) bytes += merge(parameters);
   }
   return bytes;

@@ -8,7 +8,7 @@
 // same bits), always as pseudo-gradients: quantizing whole models would lose far more.
 //
 // Streaming DiLoCo (Douillard et al. 2025): with fragments=P the parameter tensors form P
-// fragments of nearly equal size (assignFragments: largest tensor first), and fragment
+// fragments of nearly equal size (sync/fragments.h: largest tensor first), and fragment
 // p is synced at local steps
 // (p + 1)·H/P + k·H, so that one fragment syncs every H/P steps and the peak bytes of a sync fall
 // to about 1/P. With delay=τ (< H/P) a fragment's all-reduce runs on a thread of its own while

@@ -230,7 +230,7 @@ TEST(BuiltinProfiles, ActivationBytesByHand) {
 TEST(ProfileJson, MalformedFieldsAreConfigErrors) {
   const std::string layers =
       R"("layers":[{"name":"l","forward_s":1,"backward_s":2,"tensors":[{"name":"t","dims":[3]}]}])";
-  for (const std::string& head :
+  for (const std::string head :
        {R"("name":"m","device":"d","batch_size":1e32)",  // an integer field as a float
         R"("name":"m","device":"d","batch_size":111111111111111111111111111111111)",
         R"("name":"m","device":"d","batch_size":1,"update_s":1.7e80165)",  // out of range

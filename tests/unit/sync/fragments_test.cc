@@ -1,0 +1,51 @@
+// Streaming DiLoCo's fragments (sync/fragments.h) against a naive reference: the fragments'
+// sizes, the rule's ties, and which fragment each local step syncs.
+#include "sync/fragments.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <numeric>
+
+namespace gradsync {
+namespace {
+
+TEST(Fragments, LargestFirstToTheLightestFragment) {
+  // 100 -> 0, 60 -> 1, 50 -> 2; then 40 -> 2 (loads 100, 60, 50) and 10 -> 1 (100, 60, 90).
+  const std::vector<int64_t> elements{10, 100, 40, 60, 50};
+  EXPECT_EQ(assignFragments(elements, 3), (std::vector<int>{1, 0, 2, 1, 2}));
+  // Ties keep model order: equal tensors go round the fragments in turn.
+  const std::vector<int64_t> equal(6, 7);
+  EXPECT_EQ(assignFragments(equal, 3), (std::vector<int>{0, 1, 2, 0, 1, 2}));
+  EXPECT_EQ(assignFragments(elements, 1), std::vector<int>(5, 0));
+  EXPECT_TRUE(assignFragments({}, 4).empty());
+}
+
+// Greedy largest-first keeps every fragment within the largest tensor of an equal share.
+TEST(Fragments, FragmentsAreNearlyEqual) {
+  std::vector<int64_t> elements;
+  for (int64_t i = 1; i <= 41; ++i) elements.push_back((i * 7919) % 1000 + 1);
+  const int64_t total = std::accumulate(elements.begin(), elements.end(), int64_t{0});
+  const int64_t largest = *std::max_element(elements.begin(), elements.end());
+  for (int p : {2, 3, 5, 8}) {
+    const std::vector<int> of = assignFragments(elements, p);
+    std::vector<int64_t> load(static_cast<size_t>(p), 0);
+    for (size_t i = 0; i < of.size(); ++i) load[static_cast<size_t>(of[i])] += elements[i];
+    for (int64_t l : load) EXPECT_LE(std::abs(l - total / p), largest) << p;
+  }
+}
+
+TEST(Fragments, OneFragmentEveryHOverPSteps) {
+  // H = 12, P = 3: fragment p at steps (p + 1) * 4 + 12k.
+  for (int64_t step = 1; step <= 36; ++step) {
+    const int expected = step % 4 == 0 ? static_cast<int>((step / 4 - 1) % 3) : -1;
+    EXPECT_EQ(fragmentSyncedAfter(step, 12, 3), expected) << step;
+  }
+  // Without fragments: the whole model every H steps.
+  EXPECT_EQ(fragmentSyncedAfter(5, 5, 1), 0);
+  EXPECT_EQ(fragmentSyncedAfter(4, 5, 1), -1);
+  EXPECT_EQ(fragmentSyncedAfter(0, 5, 1), -1);
+}
+
+}  // namespace
+}  // namespace gradsync
