@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "common/check.h"
+#include "gradsync/collectives.h"
 #include "gradsync/error.h"
 #include "sim/unit_costs.h"
 #include "sync/fragments.h"
@@ -21,54 +22,63 @@ struct SyncCost {
   std::vector<size_t> tensors;
 };
 
-// What the pseudo-gradients travel as: the int8 ring for every tensor (quantize=int8, as
-// allreduceInt8 takes every tensor whatever its size), else `--compress` (dense by default).
-CompressionConfig pseudoGradientCompression(const SyncStrategy& strategy,
-                                            const CompressionConfig& compression) {
-  if (!strategy.outer.int8) return compression;
-  CompressionConfig int8;
-  int8.spec = "int8";
-  int8.minElements = 0;
-  return int8;
+// The dense pseudo-gradients of a sync (localsgd: the models) in one all-reduce, laid out as the
+// outer optimizer lays them out (sync/fragments.h): fp32 by the engine's automatic choice, or
+// (quantize=int8) the int8 ring, a flat ring of int8 codes with a scale per chunk.
+void addDenseAllreduce(const SimOptions& o, bool int8, const std::vector<int64_t>& elements,
+                       SyncCost& cost) {
+  const ClusterSpec& c = o.cluster;
+  const FusedLayout layout = fusedLayout(
+      elements, int8 ? static_cast<int64_t>(kInt8ChunkElements) : 1, c.workers);
+  const auto n = static_cast<size_t>(layout.elements);
+  if (n == 0) return;
+  if (!int8) {
+    cost.seconds += denseAllreduceSeconds(c, n, sizeof(float));
+    cost.bytes += denseAllreduceBytes(c, n, sizeof(float));
+    return;
+  }
+  const size_t wire = int8WireBytes(n);
+  const double p = c.workers;
+  cost.seconds += ringAllreduceSeconds(c, (wire + 3) / 4, 4);
+  cost.bytes += 2 * (p - 1) / p * static_cast<double>(wire);
+  if (o.codecCost) {
+    const CodecCost codec = o.codecCost("int8");
+    cost.seconds += (codec.encodeSeconds + codec.decodeSeconds) * static_cast<double>(n);
+  }
 }
 
-// By tensor: its all-reduce as the outer optimizer runs it (one per tensor), priced by the same
-// unit costs as a step's (a wfbp layout is one unit per tensor).
-std::vector<SyncCost> tensorCosts(const SimOptions& o, const SyncStrategy& strategy,
-                                  const std::vector<TensorShape>& tensors) {
-  const CompressionPlan plan =
-      planCompression(pseudoGradientCompression(strategy, o.compression), tensors, kAnyMomentum);
+// By fragment (one with fragments=1): its compressed tensors one by one, priced by the same unit
+// costs as a step's (a wfbp layout is one unit per tensor), then its dense ones in one
+// all-reduce; diloco's outer step on the training thread, priced as an optimizer pass over the
+// fragment (localsgd's average needs none).
+std::vector<SyncCost> fragmentCosts(const SimOptions& o, const SyncStrategy& strategy,
+                                    const std::vector<TensorShape>& tensors) {
+  const CompressionPlan plan = planCompression(o.compression, tensors, kAnyMomentum);
   const GradientLayout layout = planLayout(tensors, ScheduleSpec::parse("wfbp"), plan.groups());
   const std::vector<UnitCost> units = unitCosts(o.cluster, layout, tensors, plan, o.codecCost);
-  // localsgd's average needs no outer step; diloco's is an optimizer-like pass over the tensor.
   const bool outerStep = strategy.diloco && !strategy.outer.averagesModels();
-  std::vector<SyncCost> costs(tensors.size());
-  for (size_t t = 0; t < tensors.size(); ++t) {
-    const auto u = static_cast<size_t>(layout.unitOf[t]);
-    GS_CHECK(layout.unitCount[t] == 1 && layout.units[u].tensors.size() == 1);
-    const double share = static_cast<double>(layout.units[u].elements) /
-                         static_cast<double>(std::max<size_t>(layout.totalElements, 1));
-    costs[t] = {units[u].allreduceSeconds + units[u].codecSeconds,
-                units[u].bytesSent,
-                outerStep ? o.profile.updateSeconds * share : 0,
-                {t}};
-  }
-  return costs;
-}
-
-// By fragment (one with fragments=1): its tensors' syncs one after the other.
-std::vector<SyncCost> fragmentCosts(const std::vector<SyncCost>& byTensor,
-                                    const std::vector<TensorShape>& tensors, int fragments) {
   std::vector<int64_t> elements;
   for (const TensorShape& t : tensors) elements.push_back(static_cast<int64_t>(t.elements));
-  const std::vector<int> fragmentOf = assignFragments(elements, fragments);
-  std::vector<SyncCost> costs(static_cast<size_t>(fragments));
-  for (size_t t = 0; t < tensors.size(); ++t) {
-    SyncCost& c = costs[static_cast<size_t>(fragmentOf[t])];
-    c.seconds += byTensor[t].seconds;
-    c.bytes += byTensor[t].bytes;
-    c.outerSeconds += byTensor[t].outerSeconds;
-    c.tensors.push_back(t);
+  const std::vector<int> fragmentOf = assignFragments(elements, strategy.outer.fragments);
+  std::vector<SyncCost> costs(static_cast<size_t>(strategy.outer.fragments));
+  for (size_t f = 0; f < costs.size(); ++f) {
+    SyncCost& cost = costs[f];
+    std::vector<int64_t> dense;
+    for (size_t t = 0; t < tensors.size(); ++t) {
+      if (fragmentOf[t] != static_cast<int>(f)) continue;
+      cost.tensors.push_back(t);
+      const UnitCost& unit = units[static_cast<size_t>(layout.unitOf[t])];
+      GS_CHECK(layout.unitCount[t] == 1);
+      dense.push_back(unit.compressed ? 0 : elements[t]);
+      if (unit.compressed) {
+        cost.seconds += unit.allreduceSeconds + unit.codecSeconds;
+        cost.bytes += unit.bytesSent;
+      }
+      const double share = static_cast<double>(elements[t]) /
+                           static_cast<double>(std::max<size_t>(layout.totalElements, 1));
+      if (outerStep) cost.outerSeconds += o.profile.updateSeconds * share;
+    }
+    addDenseAllreduce(o, strategy.outer.int8, dense, cost);
   }
   return costs;
 }
@@ -158,8 +168,7 @@ SimResult simulateOuterRounds(const SimOptions& o) {
   GS_CHECK(strategy.kind == SyncStrategy::Kind::kLocalSgd);
   const std::vector<TensorShape> tensors = o.profile.tensors();
   validate(o, strategy, tensors.size());
-  const std::vector<SyncCost> fragments =
-      fragmentCosts(tensorCosts(o, strategy, tensors), tensors, strategy.outer.fragments);
+  const std::vector<SyncCost> fragments = fragmentCosts(o, strategy, tensors);
   const LocalStep local = localStep(o, strategy);
   // Whole periods after the first (which has no delayed merge to wait for) are measured.
   const int period = strategy.parameter;

@@ -1,10 +1,11 @@
 // localsgd and the DiLoCo family in the simulator (docs/simulator.md, "Outer rounds"): local
 // steps that communicate nothing, and every H steps an outer sync, as the outer optimizer runs
 // it (torch/api/outer_optimizer.h):
-//  - the sync is an all-reduce per parameter tensor, dense in fp32, through the int8 ring
-//    (quantize=int8), or through a compressor (`--compress`: its encoding and aggregation, as
-//    sim/unit_costs.h prices them), followed on the training thread by the outer step (diloco;
-//    priced as the profile's optimizer step over the tensors synced; localsgd's average has none);
+//  - a sync exchanges each compressed tensor through its compressor (`--compress`: its encoding
+//    and aggregation, as sim/unit_costs.h prices them), then every dense one in a single
+//    all-reduce, fp32 or (quantize=int8) the int8 ring; then diloco's outer step on the training
+//    thread (priced as the profile's optimizer step over the tensors synced; localsgd's average
+//    has none);
 //  - Streaming DiLoCo: fragments=P syncs one fragment (sync/fragments.h) every H/P steps; with
 //    delay=τ (eager: τ = H/P) its all-reduce runs while τ more local steps go on, and the merge
 //    waits only for what it has not hidden;

@@ -31,4 +31,15 @@ int fragmentSyncedAfter(int64_t step, int period, int fragments) {
   return static_cast<int>((step / stride - 1) % fragments);
 }
 
+FusedLayout fusedLayout(std::span<const int64_t> elements, int64_t align, int ranks) {
+  const auto rounded = [](int64_t n, int64_t to) { return (n + to - 1) / to * to; };
+  FusedLayout layout;
+  for (int64_t n : elements) {
+    layout.offsets.push_back(layout.elements);
+    layout.elements = rounded(layout.elements + n, align);
+  }
+  if (align > 1) layout.elements = rounded(layout.elements, align * std::max(ranks, 1));
+  return layout;
+}
+
 }  // namespace gradsync

@@ -1,5 +1,6 @@
 // Streaming DiLoCo's fragments (sync/strategy.h, OuterOptions::fragments): which parameter
-// tensors form each fragment and when each is synced. Shared by the outer optimizer that runs
+// tensors form each fragment and when each is synced; and how a sync lays out its dense
+// pseudo-gradients in one buffer. Shared by the outer optimizer that runs
 // them (torch/api/outer_optimizer.h) and the simulator that predicts them (sim/outer_rounds.h),
 // so both see the same fragments. Pure functions; thread-safe.
 #pragma once
@@ -20,5 +21,16 @@ std::vector<int> assignFragments(std::span<const int64_t> elements, int fragment
 // period of `period` local steps, or -1: fragment p at steps (p + 1)·H/P + k·H, so that one
 // fragment syncs every H/P steps (`fragments` divides `period`).
 int fragmentSyncedAfter(int64_t step, int period, int fragments);
+
+// One buffer for the dense pseudo-gradients of a sync, all-reduced at once: tensor k (of
+// `elements[k]` elements; 0 for one that travels otherwise) at offsets[k], a multiple of
+// `align`; the buffer's `elements` a multiple of `align` x `ranks`. With the int8 ring's chunk as
+// `align`, the ring's blocks and the chunks it scales from each block's start never span two
+// tensors (the padding is zeros); align 1 packs the tensors.
+struct FusedLayout {
+  std::vector<int64_t> offsets;
+  int64_t elements = 0;
+};
+FusedLayout fusedLayout(std::span<const int64_t> elements, int64_t align, int ranks);
 
 }  // namespace gradsync

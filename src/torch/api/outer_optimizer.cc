@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <numeric>
+
 #include "common/check.h"
 #include "common/state_bytes.h"
 #include "common/tags.h"
@@ -83,19 +85,79 @@ uint64_t OuterOptimizer::syncAll(std::vector<torch::Tensor>& parameters, Transpo
                                  bool adopt) {
   torch::NoGradGuard noGrad;
   const uint64_t before = transport.bytesSent();
-  if (averages()) {
-    for (torch::Tensor& p : parameters)
-      allreduce(transport, floatSpan(p), ReduceOp::kAverage, kOuterTag);
+  if (averages()) {  // the models themselves, in one all-reduce
+    std::vector<torch::Tensor> flat;
+    for (const torch::Tensor& p : parameters) flat.push_back(p.reshape(-1));
+    torch::Tensor all = torch::cat(flat);
+    allreduce(transport, floatSpan(all), ReduceOp::kAverage, kOuterTag);
+    int64_t offset = 0;
+    for (torch::Tensor& p : parameters) {
+      p.copy_(all.narrow(0, offset, p.numel()).view_as(p));
+      offset += p.numel();
+    }
     return transport.bytesSent() - before;
   }
   GS_CHECK(global_.size() == parameters.size());
   ++exchanges_;
-  for (size_t i = 0; i < parameters.size(); ++i) {
-    torch::Tensor delta = global_[i] - parameters[i];  // the pseudo-gradient
-    reduceDelta(i, transport, delta);
-    applyOuter(i, delta, parameters[i], adopt);
-  }
+  std::vector<size_t> every(parameters.size());
+  std::iota(every.begin(), every.end(), size_t{0});
+  PseudoGradients deltas = pseudoGradients(every, parameters, transport.size());
+  reduce(every, deltas, transport);
+  for (size_t i = 0; i < parameters.size(); ++i)
+    applyOuter(i, deltas.byTensor[i], parameters[i], adopt);
   return transport.bytesSent() - before;
+}
+
+// The dense ones as views of one buffer, each computed in place (no copy of the model beyond the
+// pseudo-gradients themselves); the compressed ones as tensors of their own. For the int8 ring,
+// each dense tensor starts on a chunk boundary and the buffer is padded with zeros to a multiple
+// of `ranks` chunks, so that the ring's blocks, and the chunks it scales from each block's
+// start, keep every chunk inside one tensor: a bias never shares a scale with a weight matrix
+// (which made the int8 drift twice as large when tensors shared chunks).
+OuterOptimizer::PseudoGradients OuterOptimizer::pseudoGradients(
+    const std::vector<size_t>& tensors, const std::vector<torch::Tensor>& parameters,
+    int ranks) const {
+  GS_CHECK(!tensors.empty());  // begin() refused fragments without tensors
+  const auto compressed = [&](size_t i) { return i < compressors_.size() && compressors_[i]; };
+  std::vector<int64_t> dense;
+  for (size_t i : tensors) dense.push_back(compressed(i) ? 0 : parameters[i].numel());
+  const FusedLayout layout =
+      fusedLayout(dense, options_.int8 ? static_cast<int64_t>(kInt8ChunkElements) : 1, ranks);
+  const torch::TensorOptions float32 = parameters[tensors.front()].options();
+  PseudoGradients deltas;
+  deltas.dense = options_.int8 ? torch::zeros({layout.elements}, float32)
+                               : torch::empty({layout.elements}, float32);
+  for (size_t k = 0; k < tensors.size(); ++k) {
+    const torch::Tensor& parameter = parameters[tensors[k]];
+    torch::Tensor delta =
+        compressed(tensors[k])
+            ? torch::empty_like(parameter)
+            : deltas.dense.narrow(0, layout.offsets[k], parameter.numel()).view_as(parameter);
+    torch::sub_out(delta, global_[tensors[k]], parameter);
+    deltas.byTensor.push_back(std::move(delta));
+  }
+  return deltas;
+}
+
+void OuterOptimizer::reduce(const std::vector<size_t>& tensors, PseudoGradients& deltas,
+                            Transport& transport) {
+  for (size_t k = 0; k < tensors.size(); ++k) {
+    const size_t i = tensors[k];
+    if (i >= compressors_.size() || !compressors_[i]) continue;
+    ExchangeContext context{.transport = transport,
+                            .collective = kOuterTag,
+                            .step = exchanges_,
+                            .seed = compression_.seed};
+    std::vector<float> sent(static_cast<size_t>(deltas.byTensor[k].numel()));
+    ExchangeStats stats;
+    compressors_[i]->exchange(context, floatSpan(deltas.byTensor[k]), sent, stats);
+  }
+  if (deltas.dense.numel() == 0) return;
+  if (options_.int8) {
+    allreduceInt8(transport, floatSpan(deltas.dense), ReduceOp::kAverage, kOuterTag);
+  } else {
+    allreduce(transport, floatSpan(deltas.dense), ReduceOp::kAverage, kOuterTag);
+  }
 }
 
 void OuterOptimizer::makeCompressors(const std::vector<torch::Tensor>& parameters) {
@@ -109,24 +171,6 @@ void OuterOptimizer::makeCompressors(const std::vector<torch::Tensor>& parameter
     const TensorShape shape =
         tensorShape(fmt::format("parameter {}", i), parameters[i].sizes().vec());
     compressors_.push_back(makeCompressor(compression_.spec, std::span(&shape, 1)));
-  }
-}
-
-void OuterOptimizer::reduceDelta(size_t i, Transport& transport, torch::Tensor& delta) {
-  if (i < compressors_.size() && compressors_[i]) {
-    ExchangeContext context{.transport = transport,
-                            .collective = kOuterTag,
-                            .step = exchanges_,
-                            .seed = compression_.seed};
-    std::vector<float> sent(static_cast<size_t>(delta.numel()));
-    ExchangeStats stats;
-    compressors_[i]->exchange(context, floatSpan(delta), sent, stats);
-    return;
-  }
-  if (options_.int8) {
-    allreduceInt8(transport, floatSpan(delta), ReduceOp::kAverage, kOuterTag);
-  } else {
-    allreduce(transport, floatSpan(delta), ReduceOp::kAverage, kOuterTag);
   }
 }
 
@@ -153,25 +197,23 @@ void OuterOptimizer::launch(int fragment, int64_t step,
   inFlight_.fragment = fragment;
   inFlight_.mergeAt = step + options_.delay;
   ++exchanges_;
-  inFlight_.deltas.clear();
+  const std::vector<size_t> tensors = tensorsOf(fragment);
+  inFlight_.deltas = pseudoGradients(tensors, parameters, transport.size());
   inFlight_.launchedFrom.clear();
-  for (size_t i : tensorsOf(fragment)) {
-    inFlight_.deltas.push_back(global_[i] - parameters[i]);
-    if (options_.eager) inFlight_.launchedFrom.push_back(parameters[i].clone());
+  if (options_.eager) {
+    for (size_t i : tensors) inFlight_.launchedFrom.push_back(parameters[i].clone());
   }
-  auto reduce = [this, &transport] {
+  auto exchange = [this, &transport, tensors] {
     const uint64_t before = transport.bytesSent();
-    const std::vector<size_t> tensors = tensorsOf(inFlight_.fragment);
-    for (size_t k = 0; k < tensors.size(); ++k)
-      reduceDelta(tensors[k], transport, inFlight_.deltas[k]);
+    reduce(tensors, inFlight_.deltas, transport);
     inFlight_.bytes = transport.bytesSent() - before;
   };
-  if (options_.delay == 0) return reduce();
+  if (options_.delay == 0) return exchange();
   // The all-reduce overlaps the next τ local steps. It touches only the copies in inFlight_
   // (and counts bytes while those steps send nothing of their own).
-  inFlight_.thread = std::thread([this, reduce] {
+  inFlight_.thread = std::thread([this, exchange] {
     try {
-      reduce();
+      exchange();
     } catch (...) {
       inFlight_.error = std::current_exception();
     }
@@ -187,12 +229,12 @@ uint64_t OuterOptimizer::merge(std::vector<torch::Tensor>& parameters) {
   finishAllreduce();
   const std::vector<size_t> tensors = tensorsOf(inFlight_.fragment);
   for (size_t k = 0; k < tensors.size(); ++k) {
-    applyOuter(tensors[k], inFlight_.deltas[k], parameters[tensors[k]], false,
+    applyOuter(tensors[k], inFlight_.deltas.byTensor[k], parameters[tensors[k]], false,
                options_.eager ? &inFlight_.launchedFrom[k] : nullptr);
   }
   const uint64_t bytes = inFlight_.bytes;
   inFlight_.fragment = -1;
-  inFlight_.deltas.clear();
+  inFlight_.deltas = {};
   inFlight_.launchedFrom.clear();
   inFlight_.bytes = 0;
   return bytes;
@@ -201,7 +243,7 @@ uint64_t OuterOptimizer::merge(std::vector<torch::Tensor>& parameters) {
 std::vector<uint8_t> OuterOptimizer::saveState() {
   finishAllreduce();  // its result is the same bits whenever it is taken
   StateWriter out;
-  for (const auto* tensors : {&global_, &momentum_, &inFlight_.deltas}) {
+  for (const auto* tensors : {&global_, &momentum_, &inFlight_.deltas.byTensor}) {
     out.write(static_cast<uint64_t>(tensors->size()));
     for (const torch::Tensor& t : *tensors) {
       out.write(std::span<const float>(floatSpan(t)));
@@ -252,7 +294,7 @@ void OuterOptimizer::loadState(std::span<const uint8_t> bytes,
   }
   in.expectEnd();
   assignFragments(parameters);
-  inFlight_.deltas.clear();
+  inFlight_.deltas = {};
   inFlight_.launchedFrom.clear();
   if (inFlight_.fragment < 0) return;
   const std::vector<size_t> tensors = tensorsOf(inFlight_.fragment);
@@ -264,7 +306,7 @@ void OuterOptimizer::loadState(std::span<const uint8_t> bytes,
     std::copy(values.begin(), values.end(), floatSpan(into.back()).begin());
   };
   for (size_t k = 0; k < tensors.size(); ++k) {
-    restore(deltas[k], k, inFlight_.deltas);
+    restore(deltas[k], k, inFlight_.deltas.byTensor);
     if (options_.eager) restore(launchedFrom[k], k, inFlight_.launchedFrom);
   }
 }

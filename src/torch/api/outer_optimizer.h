@@ -6,6 +6,8 @@
 // copy kept), so that localsgd:H and diloco:H,outer_lr=1,outer_momentum=0 give the same bits.
 // With quantize=int8 the pseudo-gradients travel the int8 ring (allreduceInt8, every rank the
 // same bits), always as pseudo-gradients: quantizing whole models would lose far more.
+// A sync sends the dense pseudo-gradients (localsgd: the models) of every tensor it covers in
+// one all-reduce, so its per-message costs are paid once, not once per tensor.
 //
 // Streaming DiLoCo (Douillard et al. 2025): with fragments=P the parameter tensors form P
 // fragments of nearly equal size (sync/fragments.h: largest tensor first), and fragment
@@ -83,11 +85,19 @@ class OuterOptimizer {
   void loadState(std::span<const uint8_t> bytes, const std::vector<torch::Tensor>& parameters);
 
  private:
+  // Pseudo-gradients θ_global − θ_local by tensor; the dense ones (no compressor) are views of
+  // one buffer, `dense`, so that they travel one all-reduce: a collective's per-message cost is
+  // paid once per sync, not once per tensor (on a 50 ms link a ring over 112 ranks pays 11 s of
+  // latency per all-reduce; docs/simulator.md, "Outer rounds").
+  struct PseudoGradients {
+    std::vector<torch::Tensor> byTensor;
+    torch::Tensor dense;  // undefined after a restore (the all-reduce was done)
+  };
   // A fragment's averaged pseudo-gradients, on their way (thread running) or arrived.
   struct InFlight {
     int fragment = -1;  // -1: none
     int64_t mergeAt = 0;
-    std::vector<torch::Tensor> deltas;        // by tensor of the fragment
+    PseudoGradients deltas;                   // by tensor of the fragment
     std::vector<torch::Tensor> launchedFrom;  // eager: the local tensors at the launch
     std::thread thread;
     std::exception_ptr error;
@@ -99,8 +109,13 @@ class OuterOptimizer {
   std::vector<size_t> tensorsOf(int fragment) const;  // in model order
   // Every tensor at once, without overlap; `adopt`: every local tensor becomes θ_global.
   uint64_t syncAll(std::vector<torch::Tensor>& parameters, Transport& transport, bool adopt);
-  // The average over the ranks of every rank's `delta` of tensor i, into `delta`.
-  void reduceDelta(size_t i, Transport& transport, torch::Tensor& delta);
+  // The pseudo-gradients of `tensors` (indices, in model order) from the parameters now, laid
+  // out for an all-reduce among `ranks`.
+  PseudoGradients pseudoGradients(const std::vector<size_t>& tensors,
+                                  const std::vector<torch::Tensor>& parameters, int ranks) const;
+  // Their average over the ranks, in place: each compressed tensor through its compressor (as
+  // the method aggregates), then the dense buffer in one all-reduce (int8 with quantize=int8).
+  void reduce(const std::vector<size_t>& tensors, PseudoGradients& deltas, Transport& transport);
   void makeCompressors(const std::vector<torch::Tensor>& parameters);
   // θ_global's tensor i moves by the outer rule on the averaged `delta`; the local tensor
   // follows: adopts it (`adopt`, or alpha 0), mixes with it (alpha), or, given `launchedFrom`

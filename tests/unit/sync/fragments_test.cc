@@ -47,5 +47,18 @@ TEST(Fragments, OneFragmentEveryHOverPSteps) {
   EXPECT_EQ(fragmentSyncedAfter(0, 5, 1), -1);
 }
 
+// The int8 ring's layout: each tensor from a chunk boundary (a tensor of 0 elements, one that
+// travels otherwise, takes no room), the buffer a whole number of chunks per rank.
+TEST(Fragments, FusedLayoutAlignsTensorsAndRanksBlocksToChunks) {
+  const std::vector<int64_t> elements{1000, 0, 1025, 5};
+  const FusedLayout int8 = fusedLayout(elements, 1024, 3);
+  EXPECT_EQ(int8.offsets, (std::vector<int64_t>{0, 1024, 1024, 3072}));
+  EXPECT_EQ(int8.elements, 6144);  // 4096 rounded up to 2 chunks for each of 3 ranks
+  const FusedLayout packed = fusedLayout(elements, 1, 3);
+  EXPECT_EQ(packed.offsets, (std::vector<int64_t>{0, 1000, 1000, 2025}));
+  EXPECT_EQ(packed.elements, 2030);
+  EXPECT_EQ(fusedLayout({}, 1024, 4).elements, 0);
+}
+
 }  // namespace
 }  // namespace gradsync
