@@ -28,8 +28,8 @@ struct SyncCost {
 void addDenseAllreduce(const SimOptions& o, bool int8, const std::vector<int64_t>& elements,
                        SyncCost& cost) {
   const ClusterSpec& c = o.cluster;
-  const FusedLayout layout = fusedLayout(
-      elements, int8 ? static_cast<int64_t>(kInt8ChunkElements) : 1, c.workers);
+  const FusedLayout layout =
+      fusedLayout(elements, int8 ? static_cast<int64_t>(kInt8ChunkElements) : 1, c.workers);
   const auto n = static_cast<size_t>(layout.elements);
   if (n == 0) return;
   if (!int8) {
