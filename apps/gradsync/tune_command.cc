@@ -56,7 +56,7 @@ std::vector<size_t> shownRanks(const sim::TuneResult& r, const TuneFlags& f) {
 void printRanked(const sim::TuneResult& r, const std::vector<size_t>& shown) {
   const double best = r.ranked.front().timeToAccuracy();
   const bool hedged = !r.hedgeLatencies.empty();
-  std::printf("%4s  %-26s %-20s %-16s %10s %7s %9s%s\n", "rank", "schedule", "compress", "sync",
+  std::printf("%4s  %-26s %-20s %-30s %10s %7s %9s%s\n", "rank", "schedule", "compress", "sync",
               "step ms", "factor", "to acc.", hedged ? "  worst" : "");
   for (size_t i : shown) {
     const sim::TuneCandidate& c = r.ranked[i];
@@ -64,7 +64,7 @@ void printRanked(const sim::TuneResult& r, const std::vector<size_t>& shown) {
     const std::string worst = !hedged            ? ""
                               : c.worstRatio > 0 ? fmt::format(" {:6.2f}x", c.worstRatio)
                                                  : "       -";
-    std::printf("%4zu  %-26s %-20s %-16s %10.2f %s%6.2f %8.2fx%s%s\n", i + 1, c.schedule.c_str(),
+    std::printf("%4zu  %-26s %-20s %-30s %10.2f %s%6.2f %8.2fx%s%s\n", i + 1, c.schedule.c_str(),
                 c.compress.c_str(), c.sync.label().c_str(), c.stepSeconds * 1e3, bound ? ">" : " ",
                 c.cost.factor, c.timeToAccuracy() / best, worst.c_str(),
                 i == r.topPick ? "  <- recommended" : (bound ? "  (factor is a lower bound)" : ""));
@@ -94,7 +94,7 @@ void printExcluded(const sim::TuneResult& r) {
       ++offRing;
       continue;
     }
-    std::printf("      %-20s %-16s %s\n", e.compress.c_str(), e.sync.label().c_str(),
+    std::printf("      %-20s %-30s %s\n", e.compress.c_str(), e.sync.label().c_str(),
                 e.cost.reason.c_str());
   }
   if (offRing > 0)
@@ -182,13 +182,13 @@ nlohmann::json verify(const TuneFlags& f, const sim::TuneResult& r, std::vector<
   const std::string compute =
       f.verifyModel.empty() ? "emulated compute" : "--model " + f.verifyModel;
   std::printf("verified (%d steps of gradsync train each, %s):\n", f.verify, compute.c_str());
-  std::printf("%4s %9s  %-26s %-20s %-16s %12s %10s %9s\n", "rank", "predicted", "schedule",
+  std::printf("%4s %9s  %-26s %-20s %-30s %12s %10s %9s\n", "rank", "predicted", "schedule",
               "compress", "sync", "predicted ms", "measured", "to acc.");
   nlohmann::json rows = nlohmann::json::array();
   for (size_t i = 0; i < verified.size(); ++i) {
     const VerifiedCandidate& v = verified[i];
     const sim::TuneCandidate& c = *v.candidate;
-    std::printf("%4zu %9zu  %-26s %-20s %-16s %12.2f %10.2f %8.2fx\n", i + 1, v.predictedRank,
+    std::printf("%4zu %9zu  %-26s %-20s %-30s %12.2f %10.2f %8.2fx\n", i + 1, v.predictedRank,
                 c.schedule.c_str(), c.compress.c_str(), c.sync.label().c_str(), c.stepSeconds * 1e3,
                 v.measuredStepMs, v.measuredTimeToAccuracy() / best);
     rows.push_back({{"predicted_rank", v.predictedRank},

@@ -20,6 +20,15 @@ enum class Convergence {
 
 const char* toString(Convergence status);
 
+// What a row was measured on: the vision workload (cnn on Fashion-MNIST: steps to 85% test
+// accuracy), the language model (gpt on fortunes: steps to data-parallel AdamW's final held-out
+// loss), or any workload (dense itself, and strategies that apply dense's very update).
+enum class Workload { kAny, kVision, kLanguage };
+const char* toString(Workload workload);
+// A profile's workload by its name: kLanguage for the language-model profiles
+// (scripts/lm_profile.py: "gpt...", "llama..."), kVision for every other.
+Workload workloadOf(const std::string& profileName);
+
 // One row of the table: a method exactly as `train --compress` or `train --sync` spells it.
 struct ConvergenceCost {
   std::string method;  // "mstopk:0.01", "sync:localsgd:4"
@@ -27,20 +36,23 @@ struct ConvergenceCost {
   double factor = 0;       // for kMeasured and kAtLeast; 0 otherwise
   std::string derivation;  // how the factor follows from the measurements
   std::string source;      // docs/performance.md section, command and date
+  Workload workload = Workload::kVision;
 };
 
 // The whole table (compressors first, then "sync:" strategies), immutable. Thread-safe.
 const std::vector<ConvergenceCost>& convergenceCosts();
 
 // The cost of training with compressor `compress` under strategy `sync` ("ssgd", "sharded",
-// "localsgd:4", ...; `servers`: through parameter servers, co-located or not). Schedules do not
-// change the update (docs/simulator.md), so they have no cost of their own. A compressor's
-// factor was measured under ring SSGD only; under any other strategy it is kNotMeasured.
+// "localsgd:4", "diloco:50", ...; `servers`: through parameter servers, co-located or not) on
+// `workload`. Schedules do not change the update (docs/simulator.md), so they have no cost of
+// their own. A compressor's factor was measured under ring SSGD only; under any other strategy
+// it is kNotMeasured, as is a row measured on another workload only.
 struct CandidateCost {
   Convergence status = Convergence::kNotMeasured;
   double factor = 0;
   std::string reason;  // why there is no factor, or which rows it came from
 };
-CandidateCost convergenceCostOf(const std::string& compress, const std::string& sync, bool servers);
+CandidateCost convergenceCostOf(const std::string& compress, const std::string& sync, bool servers,
+                                Workload workload = Workload::kVision);
 
 }  // namespace gradsync::sim

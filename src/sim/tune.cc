@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "gradsync/error.h"
+#include "sync/strategy.h"
 
 namespace gradsync::sim {
 namespace {
@@ -30,6 +31,18 @@ std::vector<std::string> defaultCompressors() {
   for (const char* unmeasured : {"topk:0.001", "mstopk:0.05", "dgc:0.001", "powersgd:16"})
     compressors.emplace_back(unmeasured);
   return compressors;
+}
+
+// localsgd and diloco (without group=host) send nothing per step: --schedule changes none of
+// their syncs (sim/outer_rounds.h), so one schedule stands for all.
+std::vector<std::string> schedulesFor(const SyncChoice& sync,
+                                      const std::vector<std::string>& schedules) {
+  const SyncStrategy strategy = SyncStrategy::parse(sync.sync);
+  const bool outerRounds =
+      strategy.kind == SyncStrategy::Kind::kLocalSgd && !strategy.outer.perHost;
+  if (!outerRounds || schedules.empty()) return schedules;
+  const bool wfbp = std::find(schedules.begin(), schedules.end(), "wfbp") != schedules.end();
+  return {wfbp ? std::string("wfbp") : schedules.front()};
 }
 
 // Simulates one candidate; false (with the reason) when the combination cannot run.
@@ -152,6 +165,11 @@ TuneGrid defaultTuneGrid(int servers) {
   grid.syncs = {{"ssgd"}, {"sharded"}, {"ssgd", true, 0}};
   if (servers > 0) grid.syncs.push_back({"ssgd", false, servers});
   grid.syncs.push_back({"localsgd:4"});
+  // The DiLoCo family (measured on the language model: H and fragments as candidates).
+  for (const char* diloco :
+       {"localsgd:50", "diloco:10", "diloco:50", "diloco:200", "diloco:50,quantize=int8",
+        "diloco:50,fragments=5,delay=1", "diloco:50,fragments=5,delay=9"})
+    grid.syncs.push_back({diloco});
   return grid;
 }
 
@@ -159,14 +177,16 @@ TuneResult tune(const SimOptions& base, const TuneGrid& grid,
                 const std::vector<double>& hedgeLatencies) {
   TuneResult result;
   result.hedgeLatencies = hedgeLatencies;
+  const Workload workload = workloadOf(base.profile.name);
   for (const SyncChoice& sync : grid.syncs) {
     for (const std::string& compress : grid.compressors) {
-      const CandidateCost cost = convergenceCostOf(compress, sync.sync, sync.throughServers());
+      const CandidateCost cost =
+          convergenceCostOf(compress, sync.sync, sync.throughServers(), workload);
       if (cost.status == Convergence::kDoesNotReach || cost.status == Convergence::kNotMeasured) {
         result.excluded.push_back({compress, sync, cost});
         continue;
       }
-      for (const std::string& schedule : grid.schedules) {
+      for (const std::string& schedule : schedulesFor(sync, grid.schedules)) {
         TuneCandidate candidate{schedule, compress, sync, 0, cost};
         std::string error;
         if (simulateCandidate(base, candidate, error)) {

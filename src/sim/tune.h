@@ -29,7 +29,8 @@ struct TuneGrid {
 
 // fifo, wfbp, fusion at 3 sizes, p3 on a log grid of slices x windows 1 and 2; the measured
 // compressors and a few unmeasured densities; ssgd, sharded, ssgd through co-located servers,
-// through `servers` separate ones when > 0, and localsgd:4.
+// through `servers` separate ones when > 0, localsgd:4, and the DiLoCo family (localsgd:50; H of
+// 10, 50 and 200; int8; 5 fragments with a delay of 1 and 9).
 TuneGrid defaultTuneGrid(int servers);
 
 struct TuneCandidate {

@@ -254,5 +254,51 @@ TEST(Tune, NoValidCandidateIsAConfigError) {
   EXPECT_THROW(tune(base(), {{"wfbp"}, {"onebit"}, {{"ssgd"}}}), ConfigError);
 }
 
+// The DiLoCo rows were measured on the language model; the compressors' on the cnn: each applies
+// to its own workload only, dense and its same-update strategies to both.
+TEST(ConvergenceCosts, RowsApplyToTheWorkloadTheyWereMeasuredOn) {
+  EXPECT_EQ(workloadOf("gpt:layers=2,width=128,heads=4,context=64"), Workload::kLanguage);
+  EXPECT_EQ(workloadOf("llama-10.2b"), Workload::kLanguage);
+  EXPECT_EQ(workloadOf("resnet50"), Workload::kVision);
+  const CandidateCost diloco = convergenceCostOf("none", "diloco:50", false, Workload::kLanguage);
+  EXPECT_EQ(diloco.status, Convergence::kMeasured);
+  EXPECT_NEAR(diloco.factor, 1191.0 / 600, 1e-12);
+  const CandidateCost onCnn = convergenceCostOf("none", "diloco:50", false, Workload::kVision);
+  EXPECT_EQ(onCnn.status, Convergence::kNotMeasured);
+  EXPECT_NE(onCnn.reason.find("language-model"), std::string::npos) << onCnn.reason;
+  const CandidateCost topk = convergenceCostOf("mstopk:0.01", "ssgd", false, Workload::kLanguage);
+  EXPECT_EQ(topk.status, Convergence::kNotMeasured);
+  EXPECT_NE(topk.reason.find("vision"), std::string::npos) << topk.reason;
+  for (Workload w : {Workload::kVision, Workload::kLanguage}) {
+    EXPECT_EQ(convergenceCostOf("none", "ssgd", false, w).factor, 1.0);
+    EXPECT_EQ(convergenceCostOf("none", "sharded", false, w).factor, 1.0);
+  }
+}
+
+// On a language model's profile the DiLoCo family is ranked, each with one schedule (its syncs
+// ignore --schedule), by its simulated step times its measured factor.
+TEST(Tune, ALanguageModelRanksTheDilocoFamilyOnce) {
+  SimOptions o = base();
+  o.profile.name = "gpt:test";
+  for (int i = 0; i < 3; ++i)  // fragments=5 needs five tensors
+    o.profile.layers.push_back(layer(fmt::format("block{}", i), 100000, 1e-3, 2e-3));
+  o.cluster.bandwidth = 10e6 / 8;
+  const TuneResult result = tune(o, defaultTuneGrid(0));
+  std::map<std::string, int> bySync;
+  for (const TuneCandidate& c : result.ranked) {
+    ++bySync[c.sync.label()];
+    if (!c.sync.sync.starts_with("diloco")) continue;
+    EXPECT_EQ(c.schedule, "wfbp");
+    SimOptions one = o;
+    one.sync = c.sync.sync;
+    EXPECT_NEAR(c.timeToAccuracy(), simulate(one).stepSeconds * c.cost.factor, 1e-12);
+  }
+  EXPECT_EQ(bySync["diloco:50"], 1);
+  EXPECT_EQ(bySync["diloco:50,fragments=5,delay=9"], 1);
+  ASSERT_LT(result.topPick, result.ranked.size());
+  EXPECT_TRUE(result.ranked[result.topPick].sync.sync.starts_with("diloco"))
+      << "at 10 Mbit/s dense ssgd waits on every step";
+}
+
 }  // namespace
 }  // namespace gradsync::sim
