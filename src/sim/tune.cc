@@ -21,12 +21,15 @@ std::vector<std::string> defaultSchedules() {
   return schedules;
 }
 
-// Every compressor of the convergence table, and a few densities and ranks that were not
-// measured (shown as excluded, with the reason, rather than silently left out).
+// Every compressor of the convergence table (once, whatever the workloads it was measured on),
+// and a few densities and ranks that were not measured (shown as excluded, with the reason,
+// rather than silently left out).
 std::vector<std::string> defaultCompressors() {
   std::vector<std::string> compressors;
   for (const ConvergenceCost& row : convergenceCosts()) {
-    if (!row.method.starts_with("sync:")) compressors.push_back(row.method);
+    const bool listed =
+        std::find(compressors.begin(), compressors.end(), row.method) != compressors.end();
+    if (!row.method.starts_with("sync:") && !listed) compressors.push_back(row.method);
   }
   for (const char* unmeasured : {"topk:0.001", "mstopk:0.05", "dgc:0.001", "powersgd:16"})
     compressors.emplace_back(unmeasured);
