@@ -154,11 +154,7 @@ void validate(const SimOptions& o, const SyncStrategy& strategy, size_t tensors)
   if (o.steps < 3) throw ConfigError(fmt::format("--steps must be at least 3, not {}", o.steps));
   checkCompressionApplies(strategy, o.compression, o.sync);
   psOptionsFor(strategy, o.strategy, o.cluster.workers, kAnyLr, kAnyMomentum);  // refuses servers
-  if (tensors < static_cast<size_t>(strategy.outer.fragments)) {
-    throw ConfigError(fmt::format("diloco's fragments={}: the model has only {} parameter tensors",
-                                  strategy.outer.fragments, tensors),
-                      {.hint = "choose at most as many fragments as tensors"});
-  }
+  checkFragmentsFit(strategy.outer.fragments, tensors);
 }
 
 }  // namespace

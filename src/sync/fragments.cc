@@ -1,7 +1,11 @@
 #include "sync/fragments.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <numeric>
+
+#include "gradsync/error.h"
 
 namespace gradsync {
 
@@ -10,6 +14,13 @@ namespace gradsync {
 // (the paper strides layers; in model order, i mod P put every weight in one fragment and every
 // bias in another where they alternate, and a greedy pass in model order left gpt's largest
 // fragment at 1/4.1 for P = 5, against 1/4.8 this way).
+void checkFragmentsFit(int fragments, size_t tensors) {
+  if (tensors >= static_cast<size_t>(fragments)) return;
+  throw ConfigError(fmt::format("diloco's fragments={}: the model has only {} parameter tensors",
+                                fragments, tensors),
+                    {.hint = "choose at most as many fragments as tensors"});
+}
+
 std::vector<int> assignFragments(std::span<const int64_t> elements, int fragments) {
   std::vector<size_t> bySize(elements.size());
   std::iota(bySize.begin(), bySize.end(), size_t{0});

@@ -5,11 +5,16 @@
 // so both see the same fragments. Pure functions; thread-safe.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <span>
 #include <vector>
 
 namespace gradsync {
+
+// Throws ConfigError when a model of `tensors` parameter tensors cannot form `fragments`
+// fragments (fewer tensors than fragments): the outer optimizer and the simulator refuse alike.
+void checkFragmentsFit(int fragments, size_t tensors);
 
 // The fragment of each tensor (by registration index), from the tensors' element counts only (so
 // every rank computes the same): largest tensor first (model order on ties), each to the fragment

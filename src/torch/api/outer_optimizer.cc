@@ -34,11 +34,7 @@ bool OuterOptimizer::averages() const {
 
 void OuterOptimizer::begin(const std::vector<torch::Tensor>& parameters) {
   if (started()) return;
-  if (parameters.size() < static_cast<size_t>(options_.fragments)) {
-    throw ConfigError(fmt::format("diloco's fragments={}: the model has only {} parameter tensors",
-                                  options_.fragments, parameters.size()),
-                      {.hint = "choose at most as many fragments as tensors"});
-  }
+  checkFragmentsFit(options_.fragments, parameters.size());
   torch::NoGradGuard noGrad;
   assignFragments(parameters);
   makeCompressors(parameters);
