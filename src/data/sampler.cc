@@ -31,11 +31,12 @@ struct DistributedSampler::Cache {
 };
 
 DistributedSampler::DistributedSampler(size_t datasetSize, int rank, int worldSize,
-                                       size_t localBatch, uint64_t seed)
+                                       size_t localBatch, uint64_t seed, int batchWorkers)
     : datasetSize_(datasetSize),
       rank_(rank),
       worldSize_(worldSize),
       localBatch_(localBatch),
+      batchWorkers_(batchWorkers > 0 ? batchWorkers : worldSize),
       seed_(seed),
       steps_(0),
       cache_(std::make_unique<Cache>()) {
@@ -47,16 +48,21 @@ DistributedSampler::DistributedSampler(size_t datasetSize, int rank, int worldSi
   if (rank < 0 || rank >= worldSize) {
     throw ConfigError(fmt::format("rank {} is outside [0, {})", rank, worldSize), context);
   }
-  const size_t world = static_cast<size_t>(worldSize);
-  if (localBatch > datasetSize / world) {  // also rules out world * localBatch overflowing
+  const size_t batches = static_cast<size_t>(batchWorkers_);
+  if (localBatch > datasetSize / batches) {  // also rules out batches * localBatch overflowing
     ErrorContext withHint = context;
     withHint.hint = "use a smaller batch size or fewer ranks";
     throw ConfigError(fmt::format("the dataset has {} samples, fewer than one global batch of "
                                   "{} ranks x {} samples",
-                                  datasetSize, worldSize, localBatch),
+                                  datasetSize, batchWorkers_, localBatch),
                       withHint);
   }
-  steps_ = datasetSize / (world * localBatch);
+  if (globalBatch() < static_cast<size_t>(worldSize)) {
+    throw ConfigError(fmt::format("a global batch of {} samples cannot give each of {} ranks one",
+                                  globalBatch(), worldSize),
+                      context);
+  }
+  steps_ = datasetSize / globalBatch();
 }
 
 DistributedSampler::DistributedSampler(DistributedSampler&&) noexcept = default;
@@ -78,9 +84,11 @@ std::vector<size_t> DistributedSampler::batch(int64_t epoch, size_t step) const 
   GS_CHECK_LT(step, steps_);
   const auto perm = permutation(epoch);
   const size_t world = static_cast<size_t>(worldSize_);
-  const size_t begin = step * globalBatch() + static_cast<size_t>(rank_);
-  std::vector<size_t> out(localBatch_);
-  for (size_t i = 0; i < localBatch_; ++i) out[i] = (*perm)[begin + i * world];
+  const size_t rank = static_cast<size_t>(rank_);
+  const size_t share = globalBatch() / world + (rank < globalBatch() % world ? 1 : 0);
+  const size_t begin = step * globalBatch() + rank;
+  std::vector<size_t> out(share);
+  for (size_t i = 0; i < share; ++i) out[i] = (*perm)[begin + i * world];
   return out;
 }
 

@@ -11,6 +11,12 @@
 // The final incomplete global batch is dropped, so every rank runs exactly stepsPerEpoch()
 // steps; a rank with one step more would wait forever in a collective.
 //
+// A run resumed on another number of workers keeps its global batch (`batchWorkers` local
+// batches of B: the workers of the run that began it), so that it trains the same samples in
+// the same steps: rank r of W takes the positions r, r+W, r+2W, ... of the global batch, G/W
+// samples or one more for the first G%W ranks (the trainer weights each rank's mean loss by its
+// share, so that the average over the ranks stays the step's mean).
+//
 // The permutation is a Fisher-Yates shuffle driven by std::mt19937_64 (whose output the
 // standard fixes) with our own unbiased bounded draw, so it is the same on every platform.
 //
@@ -42,22 +48,25 @@ class BatchSampler {
 
 class DistributedSampler final : public BatchSampler {
  public:
-  // Throws ConfigError when localBatch is 0, worldSize < 1, rank is outside [0, worldSize) or
-  // the dataset is smaller than one global batch (worldSize * localBatch).
-  DistributedSampler(size_t datasetSize, int rank, int worldSize, size_t localBatch, uint64_t seed);
+  // `batchWorkers`: local batches per global step (0: worldSize). Throws ConfigError when
+  // localBatch is 0, worldSize < 1, rank is outside [0, worldSize), the dataset is smaller than
+  // one global batch (batchWorkers * localBatch) or that batch has fewer samples than ranks.
+  DistributedSampler(size_t datasetSize, int rank, int worldSize, size_t localBatch, uint64_t seed,
+                     int batchWorkers = 0);
   DistributedSampler(DistributedSampler&&) noexcept;
   DistributedSampler& operator=(DistributedSampler&&) noexcept;
   ~DistributedSampler();
 
-  // datasetSize / (worldSize * localBatch): the same on every rank.
+  // datasetSize / globalBatch(): the same on every rank.
   size_t stepsPerEpoch() const override { return steps_; }
-  size_t globalBatch() const override { return localBatch_ * static_cast<size_t>(worldSize_); }
-  size_t localBatch() const { return localBatch_; }
+  size_t globalBatch() const override { return localBatch_ * static_cast<size_t>(batchWorkers_); }
+  size_t localBatch() const { return localBatch_; }  // B: a share at batchWorkers == worldSize
   int rank() const { return rank_; }
   int worldSize() const { return worldSize_; }
 
-  // The localBatch dataset indices of this rank at `step` of `epoch` (any epoch value, negative
-  // included). step must be < stepsPerEpoch() (InternalError otherwise).
+  // This rank's dataset indices at `step` of `epoch` (any epoch value, negative included): its
+  // share of the global batch, localBatch of them when batchWorkers == worldSize. step must be
+  // < stepsPerEpoch() (InternalError otherwise).
   std::vector<size_t> batch(int64_t epoch, size_t step) const override;
 
  private:
@@ -68,6 +77,7 @@ class DistributedSampler final : public BatchSampler {
   int rank_;
   int worldSize_;
   size_t localBatch_;
+  int batchWorkers_;
   uint64_t seed_;
   size_t steps_;
   std::unique_ptr<Cache> cache_;

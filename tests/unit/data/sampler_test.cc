@@ -111,6 +111,36 @@ TEST(DistributedSampler, UnionOverRanksIsTheSingleWorkerBatch) {
   }
 }
 
+// A run resumed on another number of workers keeps its global batch (batchWorkers x B): W
+// ranks, interleaved, are still the single worker's batch, shares one sample apart at most.
+TEST(DistributedSampler, AnotherWorldSizeSharesTheSameGlobalBatch) {
+  const size_t n = 500, localBatch = 6;
+  for (int batchWorkers : {3, 4}) {
+    const DistributedSampler single(n, 0, 1, localBatch * batchWorkers, kSamplerSeed);
+    for (int world : {1, 2, 3, 4, 5, 7}) {
+      std::vector<DistributedSampler> ranks;
+      ranks.reserve(world);
+      for (int r = 0; r < world; ++r) {
+        ranks.emplace_back(n, r, world, localBatch, kSamplerSeed, batchWorkers);
+      }
+      ASSERT_EQ(ranks[0].stepsPerEpoch(), single.stepsPerEpoch());
+      ASSERT_EQ(ranks[0].globalBatch(), single.globalBatch());
+      for (size_t step : {size_t{0}, single.stepsPerEpoch() - 1}) {
+        const auto global = single.batch(2, step);
+        std::vector<size_t> interleaved(global.size());
+        for (int r = 0; r < world; ++r) {
+          const auto local = ranks[r].batch(2, step);
+          const size_t g = global.size(), w = static_cast<size_t>(world);
+          ASSERT_EQ(local.size(), g / w + (static_cast<size_t>(r) < g % w ? 1 : 0));
+          for (size_t i = 0; i < local.size(); ++i) interleaved[i * w + r] = local[i];
+        }
+        EXPECT_EQ(interleaved, global) << "batches " << batchWorkers << " world " << world;
+      }
+    }
+  }
+  EXPECT_THROW(DistributedSampler(500, 0, 13, 4, kSamplerSeed, 3), ConfigError);  // 12 < 13
+}
+
 TEST(DistributedSampler, DeterministicAcrossInstances) {
   const DistributedSampler a(300, 1, 3, 5, kSamplerSeed), b(300, 1, 3, 5, kSamplerSeed);
   const DistributedSampler other(300, 1, 3, 5, kSamplerSeed + 1);
