@@ -283,7 +283,9 @@ void addTrainCommand(CLI::App& app, CommandContext& context) {
   train->add_option("--trace-steps", o.traceSteps, "steps to trace, A:B (default 10:19)");
   train->add_option("--checkpoint-dir", o.checkpointDir, "where to keep checkpoints");
   train->add_option("--checkpoint-every", o.checkpointEvery, "steps between checkpoints");
-  train->add_flag("--resume", o.resume, "continue from the newest checkpoint");
+  train->add_flag("--resume", o.resume,
+                  "continue from the newest checkpoint (on any number of workers: "
+                  "docs/checkpoints.md)");
   train->add_flag("--quiet", o.quiet, "no progress display");
   train->add_option("--elastic", o.elastic,
                     "MIN:MAX workers: go on without lost workers, take in new ones");

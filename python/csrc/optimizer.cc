@@ -381,6 +381,13 @@ void bindState(py::class_<S>& c) {
             s.impl().loadSyncState({reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()});
           },
           kReleased)
+      .def(
+          "adopt_sync_state",
+          [](S& s, const std::string& bytes, int64_t step) {
+            s.impl().adoptSyncState({reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()},
+                                    step);
+          },
+          kReleased)
       .def("with_optimizer_state",
            [](S& s, py::function fn) {
              auto run = withGil(std::move(fn));

@@ -258,6 +258,23 @@ def resume_second(directory: str, configs: str) -> dict:
     return out
 
 
+def resume_elsewhere(directory: str, configs: str) -> dict:
+    """resume_second on another number of ranks: per configuration, the losses of steps 4 to 6,
+    or the error's type and message where the state cannot be mapped."""
+    out = {}
+    for i, config in enumerate(eval(configs)):  # noqa: S307
+        _, model, opt = train(config, steps=0)
+        state = torch.load(os.path.join(directory, f"checkpoint{i}.pt"))
+        model.load_state_dict(state["model"])
+        try:
+            opt.load_state_dict(state["optimizer"])
+            out[i] = train(config, steps=3, start=3, model=model, optimizer=opt)[0]
+        except gs.ConfigError as e:
+            out[i] = f"ConfigError: {e}"
+        opt._close()
+    return out
+
+
 def momentum(compression: str) -> list:
     """compress_momentum (1-bit Adam) under AdamW: MOMENTUM_WARMUP dense steps, then 4 that
     exchange the ranks' momenta coded by `compression`; the parameters."""
@@ -311,7 +328,8 @@ SCENARIOS = {"accumulated": accumulated, "extras": extras, "equivalence": equiva
              "shrunk": shrunk,
              "interrupted": interrupted, "collectives": collectives, "ddp": ddp,
              "ddp_gradsync": ddp,
-             "resume_first": resume_first, "resume_second": resume_second, "momentum": momentum,
+             "resume_first": resume_first, "resume_second": resume_second,
+             "resume_elsewhere": resume_elsewhere, "momentum": momentum,
              **HOROVOD_SCENARIOS}
 
 

@@ -182,6 +182,17 @@ class DistributedOptimizer {
   // strategy or model), saying what differs.
   std::vector<uint8_t> syncState();
   void loadSyncState(std::span<const uint8_t> state);
+  // Instead of loadSyncState, on a resume with another number of workers: adopts from the
+  // syncState() of one rank of the saving run (any: e.g. rank % saved workers) what maps onto a
+  // new membership, and starts the rest afresh, as at a run's start: the compressors' state
+  // (residuals, Q, DGC's buffers, the guard's) and the own copies and pulled models of asgd,
+  // ssp and the delayed strategies (each worker's copy starts from the loaded model). localsgd
+  // and diloco adopt the rank's parameters, inner optimizer and outer state, which is the job's
+  // only at an outer step: a state saved between two (`step`, the steps the saving run had
+  // completed, is not a multiple of H, or θ_global is not the parameters) or with a fragment
+  // in flight is refused (ConfigError), as are Adam's moments in update mode (p3, sharded: kept
+  // per rank by the engine). Same call order as loadSyncState; not collective.
+  void adoptSyncState(std::span<const uint8_t> state, int64_t step);
   // Runs `fn` with this worker's parameters being the one global model (the servers', where
   // workers train their own copies: asgd, ssp, the delayed strategies), then gives the worker
   // its own parameters back, so that evaluating or saving the global model leaves training

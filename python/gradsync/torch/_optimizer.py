@@ -398,7 +398,10 @@ class DistributedOptimizer(torch.optim.Optimizer):
     def load_state_dict(self, state_dict: dict) -> None:
         """Restores a state_dict() (every rank loads the same dict and takes its own
         synchronization state), before the first step; the run then continues as the
-        uninterrupted one would. A plain optimizer state_dict loads as into the optimizer."""
+        uninterrupted one would. On another number of ranks, each adopts what maps of saved
+        rank (rank % saved ranks)'s state and starts the compressors' afresh (ConfigError for
+        what cannot be mapped: docs/checkpoints.md). A plain optimizer state_dict loads as into
+        the optimizer."""
         saved = state_dict.get("gradsync")
         self._inner.load_state_dict(state_dict["optimizer"] if saved else state_dict)
         self._momentum_to_engine()
@@ -408,13 +411,17 @@ class DistributedOptimizer(torch.optim.Optimizer):
         if saved.get("format") != _STATE_FORMAT:
             raise DataError(f"a gradsync state of format {saved.get('format')}, not {_STATE_FORMAT}")
         ranks = saved["ranks"]
-        if len(ranks) != _job.size():
-            raise DataError(f"the state was saved by {len(ranks)} ranks; this job has "
-                            f"{_job.size()}")
-        mine = ranks[_job.rank()]
+        # On another number of ranks each adopts what maps of a saved rank's state and starts the
+        # rest afresh (docs/checkpoints.md, "Another number of workers"); the data is the
+        # program's own to re-shard.
+        mine = ranks[_job.rank() % len(ranks)]
         if mine["optimizer"] is not None:
             self._inner.load_state_dict(mine["optimizer"])
-        self._impl.load_sync_state(bytes(mine["sync"].numpy().tobytes()))
+        sync = bytes(mine["sync"].numpy().tobytes())
+        if len(ranks) == _job.size():
+            self._impl.load_sync_state(sync)
+        else:
+            self._impl.adopt_sync_state(sync, int(saved["step"]))
         self._steps = int(saved["step"])
         self._impl.set_step(self._steps)
 

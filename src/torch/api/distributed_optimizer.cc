@@ -422,37 +422,6 @@ void DistributedOptimizer::loadOptimizerState() {
   optimizer_.state().clear();
 }
 
-std::vector<uint8_t> DistributedOptimizer::syncState() {
-  StateWriter out;
-  out.write(model_->engineState());
-  if (localPeriod_ > 0) {  // between averages, every rank's model and optimizer are its own
-    for (const torch::Tensor& p : model_->parameters()) {
-      out.write(std::span<const float>(floatSpan(p)));
-    }
-    out.write(archiveBytes([&](auto& archive) { optimizer_.save(archive); }));
-    out.write(outer_->saveState());
-  }
-  return out.take();
-}
-
-void DistributedOptimizer::loadSyncState(std::span<const uint8_t> state) {
-  StateReader in(state, fmt::format("the synchronization state of rank {}", transport_.rank()));
-  std::vector<uint8_t> bytes;
-  in.read(bytes);
-  model_->loadEngineState(bytes);
-  if (localPeriod_ > 0) {
-    for (const torch::Tensor& p : model_->parameters()) {
-      in.readExact(floatSpan(p));
-    }
-    in.read(bytes);
-    loadArchiveBytes(bytes, "the optimizer state in the synchronization state",
-                     [&](auto& archive) { optimizer_.load(archive); });
-    in.read(bytes);
-    outer_->loadState(bytes, model_->parameters());
-  }
-  in.expectEnd();
-}
-
 void DistributedOptimizer::withGlobalModel(const std::function<void()>& fn) {
   model_->keepLocalModel([&] {
     model_->pullGlobalModel();

@@ -261,6 +261,29 @@ std::vector<uint8_t> OuterOptimizer::saveState() {
 
 void OuterOptimizer::loadState(std::span<const uint8_t> bytes,
                                const std::vector<torch::Tensor>& parameters) {
+  restoreState(bytes, parameters, /*adopt=*/false);
+}
+
+// Another rank's state describes this one only at an outer step, where every rank holds θ_global
+// (its compressors' residuals stay that rank's: these start afresh).
+void OuterOptimizer::adoptState(std::span<const uint8_t> bytes,
+                                const std::vector<torch::Tensor>& parameters) {
+  restoreState(bytes, parameters, /*adopt=*/true);
+  const auto refuse = [](const std::string& why) {
+    return ConfigError(fmt::format("the checkpoint's outer state {}: it cannot be resumed on "
+                                   "another number of workers",
+                                   why),
+                       {.hint = "resume on the number of workers that saved it, or from a "
+                                "checkpoint where every fragment had its outer step"});
+  };
+  if (inFlight_.fragment >= 0) throw refuse("has a fragment in flight");
+  for (size_t i = 0; i < global_.size(); ++i) {
+    if (!torch::equal(global_[i], parameters[i])) throw refuse("was saved between outer steps");
+  }
+}
+
+void OuterOptimizer::restoreState(std::span<const uint8_t> bytes,
+                                  const std::vector<torch::Tensor>& parameters, bool adopt) {
   StateReader in(bytes, "the outer optimizer's state");
   auto mismatch = [] {
     return DataError("the outer optimizer's state does not match this model",
@@ -285,10 +308,12 @@ void OuterOptimizer::loadState(std::span<const uint8_t> bytes,
   inFlight_.mergeAt = static_cast<int64_t>(in.readU64());
   exchanges_ = in.readU64();
   makeCompressors(parameters);
-  for (const auto& compressor : compressors_) {
-    if (compressor) compressor->loadState(in);
+  if (!adopt) {  // adopted: the compressors start afresh, the rest of the bytes stay unread
+    for (const auto& compressor : compressors_) {
+      if (compressor) compressor->loadState(in);
+    }
+    in.expectEnd();
   }
-  in.expectEnd();
   assignFragments(parameters);
   inFlight_.deltas = {};
   inFlight_.launchedFrom.clear();

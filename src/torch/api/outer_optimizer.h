@@ -83,6 +83,10 @@ class OuterOptimizer {
   // naming the mismatch).
   std::vector<uint8_t> saveState();
   void loadState(std::span<const uint8_t> bytes, const std::vector<torch::Tensor>& parameters);
+  // Another rank's saveState() taken at an outer step, for a rank of another membership:
+  // θ_global and the outer momentum; the compressors start afresh. ConfigError when the state
+  // is not at an outer step (a fragment in flight, or `parameters` are not θ_global).
+  void adoptState(std::span<const uint8_t> bytes, const std::vector<torch::Tensor>& parameters);
 
  private:
   // Pseudo-gradients θ_global − θ_local by tensor; the dense ones (no compressor) are views of
@@ -104,6 +108,8 @@ class OuterOptimizer {
     uint64_t bytes = 0;
   };
 
+  void restoreState(std::span<const uint8_t> bytes, const std::vector<torch::Tensor>& parameters,
+                    bool adopt);
   bool averages() const;  // localsgd's plain average of the models
   void assignFragments(const std::vector<torch::Tensor>& parameters);
   std::vector<size_t> tensorsOf(int fragment) const;  // in model order

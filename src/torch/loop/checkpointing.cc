@@ -1,5 +1,7 @@
 #include "torch/loop/checkpointing.h"
 
+#include <numeric>
+
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
@@ -26,6 +28,7 @@ nlohmann::json runJson(const RunIdentity& identity, const RunPosition& position,
           {"model", identity.model},
           {"dataset", identity.dataset},
           {"workers", identity.workers},
+          {"batch_workers", identity.batchWorkers},
           {"batch_size", identity.batchSize},
           {"seed", identity.seed},
           {"sync", identity.sync},
@@ -47,22 +50,28 @@ void checkIdentity(const nlohmann::json& run, const RunIdentity& identity,
   };
   differs("model", identity.model);
   differs("dataset", identity.dataset);
-  differs("workers", identity.workers);
   differs("batch_size", identity.batchSize);
   differs("seed", identity.seed);
   differs("sync", identity.sync);
   differs("compress", identity.compress);
 }
 
-RunPosition positionFrom(const nlohmann::json& run, int rank) {
-  RunPosition position;
-  position.step = run.at("step");
-  position.epochLossSum = run.at("epoch_loss_sums").at(rank);
+ResumePoint resumePointFrom(const nlohmann::json& run, LoadedCheckpoint checkpoint) {
+  ResumePoint point{.checkpoint = std::move(checkpoint)};
+  point.workers = run.at("workers");
+  point.batchWorkers = run.value("batch_workers", point.workers);  // absent: never resumed
+  point.step = run.at("step");
+  point.lossSums = run.at("epoch_loss_sums").get<std::vector<double>>();
   for (const auto& e : run.at("epochs")) {
-    position.epochs.push_back({e[0].get<int>(), e[1].get<double>(), e[2].get<double>(),
-                               e[3].get<double>(), e[4].get<double>()});
+    point.epochs.push_back({e[0].get<int>(), e[1].get<double>(), e[2].get<double>(),
+                            e[3].get<double>(), e[4].get<double>()});
   }
-  return position;
+  if (point.workers < 1 || point.batchWorkers < 1 ||
+      point.lossSums.size() != static_cast<size_t>(point.workers)) {
+    throw DataError(fmt::format("{}: the run section's workers do not match its loss sums",
+                                point.checkpoint.path));
+  }
+  return point;
 }
 
 }  // namespace
@@ -82,9 +91,7 @@ void saveCheckpoint(CheckpointDir& dir, torch::nn::Module& model,
   dir.write(position.step, sections);
 }
 
-std::optional<RunPosition> loadCheckpoint(const CheckpointDir& dir, torch::nn::Module& model,
-                                          torch::optim::Optimizer& optimizer,
-                                          const RunIdentity& identity, int rank) {
+std::optional<ResumePoint> readResumePoint(const CheckpointDir& dir, const RunIdentity& identity) {
   if (!dir.latest()) return std::nullopt;
   LoadedCheckpoint checkpoint = dir.loadLatest();
   const Section& runSection = findSection(checkpoint.sections, "run");
@@ -105,13 +112,25 @@ std::optional<RunPosition> loadCheckpoint(const CheckpointDir& dir, torch::nn::M
                     checkpoint.path, run.value("format", 0), kRunFormat));
   }
   checkIdentity(run, identity, checkpoint.path);
-  loadModuleInPlace(model, findSection(checkpoint.sections, "model").data,
-                    fmt::format("{}: section 'model'", checkpoint.path));
-  loadArchiveBytes(findSection(checkpoint.sections, "optimizer").data,
-                   fmt::format("{}: section 'optimizer'", checkpoint.path),
+  return resumePointFrom(run, std::move(checkpoint));
+}
+
+RunPosition loadResumePoint(const ResumePoint& point, torch::nn::Module& model,
+                            torch::optim::Optimizer& optimizer, int rank, int workers) {
+  const std::string& path = point.checkpoint.path;
+  loadModuleInPlace(model, findSection(point.checkpoint.sections, "model").data,
+                    fmt::format("{}: section 'model'", path));
+  loadArchiveBytes(findSection(point.checkpoint.sections, "optimizer").data,
+                   fmt::format("{}: section 'optimizer'", path),
                    [&](auto& archive) { optimizer.load(archive); });
-  RunPosition position = positionFrom(run, rank);
-  position.syncState = findSection(checkpoint.sections, syncSectionName(rank)).data;
+  RunPosition position{.step = point.step, .epochs = point.epochs};
+  const bool sameWorkers = workers == point.workers;
+  position.epochLossSum = sameWorkers
+                              ? point.lossSums.at(rank)
+                              : std::accumulate(point.lossSums.begin(), point.lossSums.end(), 0.0) /
+                                    static_cast<double>(point.workers);
+  position.syncState =
+      findSection(point.checkpoint.sections, syncSectionName(rank % point.workers)).data;
   return position;
 }
 

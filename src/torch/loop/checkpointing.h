@@ -21,7 +21,9 @@ namespace gradsync {
 struct RunIdentity {
   std::string model;
   std::string dataset;
-  int workers = 0;
+  int workers = 0;       // this run's: may differ from the checkpoint's (see batchWorkers)
+  int batchWorkers = 0;  // local batches per global step: the workers of the job's first run,
+                         // whose global batch a resume on another number of workers keeps
   size_t batchSize = 0;
   uint64_t seed = 0;
   std::string sync;      // the strategy, with its parameter (--sync)
@@ -36,12 +38,28 @@ void saveCheckpoint(CheckpointDir& dir, torch::nn::Module& model,
                     const RunPosition& position, const std::vector<double>& lossSums,
                     const std::vector<std::vector<uint8_t>>& syncStates);
 
-// Loads the newest checkpoint into model and optimizer; nullopt if the directory holds none.
-// Every parameter keeps its storage (its values are overwritten in place).
-// Throws DataError for a corrupt file (naming the previous intact one), ConfigError when the
-// checkpoint belongs to a run with other settings (naming the setting).
-std::optional<RunPosition> loadCheckpoint(const CheckpointDir& dir, torch::nn::Module& model,
-                                          torch::optim::Optimizer& optimizer,
-                                          const RunIdentity& identity, int rank);
+// A checkpoint read for a resume: what every rank shares, and each saved rank's part.
+struct ResumePoint {
+  LoadedCheckpoint checkpoint;
+  int workers = 0;       // of the run that wrote it
+  int batchWorkers = 0;  // its global batch, in local batches: the resumed run keeps it
+  int64_t step = 0;
+  std::vector<double> lossSums;  // by saved rank
+  std::vector<EpochRecord> epochs;
+};
+
+// The newest checkpoint in `dir`, checked against this run: every setting of `identity` but the
+// number of workers (and batchWorkers, which the checkpoint sets); nullopt if the directory
+// holds none. Throws DataError for a corrupt file (naming the previous intact one), ConfigError
+// when the checkpoint belongs to a run with other settings (naming the setting).
+std::optional<ResumePoint> readResumePoint(const CheckpointDir& dir, const RunIdentity& identity);
+
+// Loads `point` into model and optimizer (every parameter keeps its storage) and returns rank
+// `rank`'s position among `workers`: its own loss sum and synchronization state when the
+// checkpoint has as many workers; on another number, the saved ranks' mean loss sum (so the
+// epoch's mean stays theirs) and saved rank (rank % saved workers)'s synchronization state, for
+// DistributedOptimizer::adoptSyncState.
+RunPosition loadResumePoint(const ResumePoint& point, torch::nn::Module& model,
+                            torch::optim::Optimizer& optimizer, int rank, int workers);
 
 }  // namespace gradsync

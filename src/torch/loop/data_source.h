@@ -30,12 +30,15 @@ class DataSource {
   // inputs/labels.
   virtual void batch(bool train, std::span<const size_t> indices, std::span<float> inputs,
                      std::span<int64_t> labels) const = 0;
-  // Which training indices rank `rank` of `world` trains at each step. Call once, before the
-  // first training batch(): a sharded remote source trains each rank on its own partition and
-  // starts prefetching it here. By default every rank samples the whole set (DistributedSampler).
+  // Which training indices rank `rank` of `world` trains at each step, of a global batch of
+  // `batchWorkers` local batches (world, or another run's on a resume: DistributedSampler). Call
+  // once, before the first training batch(): a sharded remote source trains each rank on its own
+  // partition and starts prefetching it here (ConfigError when batchWorkers != world). By default
+  // every rank samples the whole set (DistributedSampler).
   virtual std::unique_ptr<BatchSampler> makeSampler(int rank, int world, size_t localBatch,
-                                                    uint64_t seed) {
-    return std::make_unique<DistributedSampler>(trainSize(), rank, world, localBatch, seed);
+                                                    uint64_t seed, int batchWorkers) {
+    return std::make_unique<DistributedSampler>(trainSize(), rank, world, localBatch, seed,
+                                                batchWorkers);
   }
   // A remote source's cache counters (data/shard_cache.h); nullopt for local data.
   virtual std::optional<ShardCacheStats> cacheStats() const { return std::nullopt; }

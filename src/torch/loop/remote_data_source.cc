@@ -4,6 +4,8 @@
 #include <map>
 #include <thread>
 
+#include <fmt/format.h>
+
 #include "common/check.h"
 #include "common/logging.h"
 #include "data/shard_sampler.h"
@@ -46,9 +48,16 @@ class RemoteDataSource final : public DataSource {
     }
   }
 
-  std::unique_ptr<BatchSampler> makeSampler(int rank, int world, size_t localBatch,
-                                            uint64_t seed) override {
+  std::unique_ptr<BatchSampler> makeSampler(int rank, int world, size_t localBatch, uint64_t seed,
+                                            int batchWorkers) override {
     GS_CHECK(train_.shards.empty());  // once
+    if (batchWorkers != world) {
+      throw ConfigError(
+          fmt::format("a --data-url run partitions its shards among its {} workers: its "
+                      "checkpoint cannot be resumed on {}",
+                      batchWorkers, world),
+          {.hint = fmt::format("resume it with --workers {}", batchWorkers)});
+    }
     auto sampler =
         std::make_unique<ShardSampler>(cache_.manifest().train, rank, world, localBatch, seed);
     train_ = sampler->partition();

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <optional>
 #include <thread>
 
 #include <fmt/format.h>
@@ -42,6 +43,19 @@ namespace {
 
 using MonotonicClock = std::chrono::steady_clock;
 
+RunIdentity identityOf(const TrainOptions& o, int workers, int batchWorkers) {
+  std::string compress = o.compression.spec;
+  for (const std::string& override : o.compression.overrides) compress += " " + override;
+  return {o.model, o.dataset, workers,  batchWorkers, o.batchSize,
+          o.seed,  o.sync,    compress, o.schedule};
+}
+
+// The checkpoint to resume from (--resume), checked against this run: nullopt for none.
+std::optional<ResumePoint> resumePointFor(const TrainOptions& o, int workers) {
+  if (!o.resume || o.checkpointDir.empty()) return std::nullopt;
+  return readResumePoint(CheckpointDir(o.checkpointDir), identityOf(o, workers, workers));
+}
+
 // Collectives of the training thread (loss and accuracy sums) use their own tag.
 
 class Trainer {
@@ -50,15 +64,17 @@ class Trainer {
   Trainer(Transport& transport, Transport& all, const TrainOptions& options)
       : transport_(transport),
         strategy_(SyncStrategy::parse(options.sync)),
+        resume_(resumePointFor(options, transport.size())),
+        batchWorkers_(resume_ ? resume_->batchWorkers : transport.size()),
         data_(openTrainingData(options)),
         sampler_(data_->makeSampler(transport.rank(), transport.size(), options.batchSize,
-                                    options.seed)),
+                                    options.seed, batchWorkers_)),
         options_(withResolvedWarmup(options, sampler_->stepsPerEpoch())),
         net_(makeTrainingModel(options, transport.rank())),
         optimizer_(makeTrainingOptimizer(*net_, options)),
         distributed_(*optimizer_, net_, all, syncOptionsOf(options_)),
-        inputs_(options.batchSize * data_->sampleElements()),
-        labels_(options.batchSize * data_->labelsPerSample()),
+        inputs_(largestShare() * data_->sampleElements()),
+        labels_(largestShare() * data_->labelsPerSample()),
         stragglers_(transport, StragglerOptions{}, tags::kTrainer),
         slowdownMs_(injectedSlowdownMs(options.injectSlowRank, transport.rank())) {
     broadcastParameters(*net_, transport_);
@@ -76,12 +92,23 @@ class Trainer {
   TrainResult run();
 
  private:
+  // The most samples a rank trains at a step: B, or one more than G/W on another world size.
+  size_t largestShare() const {
+    const auto world = static_cast<size_t>(transport_.size());
+    return (sampler_->globalBatch() + world - 1) / world;
+  }
   int64_t totalSteps() const {
     int64_t perEpoch = static_cast<int64_t>(sampler_->stepsPerEpoch());
     return options_.steps > 0 ? options_.steps : perEpoch * options_.epochs;
   }
 
-  float trainStep(int64_t epoch, size_t step, int64_t globalStep);
+  // This rank's mean loss of a step, and its share's weight in the step's mean (1 unless the
+  // run was resumed on another number of workers: docs/checkpoints.md).
+  struct StepLoss {
+    float mean = 0;
+    double weight = 1;
+  };
+  StepLoss trainStep(int64_t epoch, size_t step, int64_t globalStep);
   double updateParameters(int64_t globalStep, TraceRecorder* trace, double& optimizerSeconds);
   void settle();
   double takeWaitSeconds();  // the waits for parameters since the last call
@@ -100,6 +127,8 @@ class Trainer {
 
   Transport& transport_;
   const SyncStrategy strategy_;
+  std::optional<ResumePoint> resume_;  // --resume's checkpoint, until startingPosition()
+  const int batchWorkers_;             // the global batch in local batches (ResumePoint's)
   std::unique_ptr<DataSource> data_;
   std::unique_ptr<BatchSampler> sampler_;  // the data source's (each rank's partition, remote)
   const TrainOptions options_;             // --compress-warmup auto resolved for this epoch
@@ -109,7 +138,7 @@ class Trainer {
   DistributedOptimizer distributed_;
   double waitsSeen_ = 0;       // distributed_.stats().waitSeconds at the last takeWaitSeconds()
   int64_t nextStopCheck_ = 0;  // the step after which the ranks next agree on a stop
-  std::vector<float> inputs_;
+  std::vector<float> inputs_;  // the largest share of a step's samples
   std::vector<int64_t> labels_;
   StepProfile sums_;                            // accumulated, divided by the step count at the end
   std::unique_ptr<CheckpointDir> checkpoints_;  // null without --checkpoint-dir
@@ -209,14 +238,16 @@ void Trainer::settle() {
   sums_.stepMs += waited;  // the last step ends only now
 }
 
-float Trainer::trainStep(int64_t epoch, size_t step, int64_t globalStep) {
+Trainer::StepLoss Trainer::trainStep(int64_t epoch, size_t step, int64_t globalStep) {
   if (trace_) trace_->setStep(globalStep);
   TraceRecorder* trace = trace_.get();
   auto start = MonotonicClock::now();
   std::vector<size_t> indices = sampler_->batch(epoch, step);
+  const std::span<float> inputs(inputs_.data(), indices.size() * data_->sampleElements());
+  const std::span<int64_t> labels(labels_.data(), indices.size() * data_->labelsPerSample());
   {
     ScopedEvent event(trace, kMainLane, "data", "load batch");
-    data_->batch(true, indices, inputs_, labels_);
+    data_->batch(true, indices, inputs, labels);
   }
   dataSeconds_ += secondsSince(start);
   enterTrainingMode(*net_, options_.freezeBatchNorm);
@@ -226,14 +257,18 @@ float Trainer::trainStep(int64_t epoch, size_t step, int64_t globalStep) {
     // With p3 and sharded, the previous step's communication may still run: each layer's
     // pre-forward hook waits for that layer's parameters only.
     ScopedEvent event(trace, kMainLane, "compute", "forward");
-    loss = batchLoss(*net_, *data_, inputs_, labels_, static_cast<int64_t>(indices.size()));
+    loss = batchLoss(*net_, *data_, inputs, labels, static_cast<int64_t>(indices.size()));
     distributed_.waitForParameters();
   }
   const float lossValue = loss.item<float>();
   distributed_.reportLoss(lossValue);  // the guard's loss signal
+  // On another world size than the global batch's, shares differ by one sample: weighting each
+  // rank's mean by its share keeps the average over the ranks the step's mean.
+  const double weight = static_cast<double>(indices.size() * transport_.size()) /
+                        static_cast<double>(sampler_->globalBatch());
   {
     ScopedEvent event(trace, kMainLane, "compute", "backward");
-    loss.backward();
+    (weight == 1.0 ? loss : loss * weight).backward();
     if (slowdownMs_ > 0)
       std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(slowdownMs_));
   }
@@ -247,7 +282,7 @@ float Trainer::trainStep(int64_t epoch, size_t step, int64_t globalStep) {
   sums_.exposedCommMs += waited * 1e3;
   sums_.optimizerMs += optimizerSeconds * 1e3;
   sums_.stepMs += secondsSince(start) * 1e3;
-  return lossValue;
+  return {lossValue, weight};
 }
 
 // Each rank evaluates every size()-th test sample; the counts are summed across ranks.
@@ -261,26 +296,35 @@ Quality Trainer::evaluate(size_t samples) {
 }
 
 RunIdentity Trainer::identity() const {
-  std::string compress = options_.compression.spec;
-  for (const std::string& o : options_.compression.overrides) compress += " " + o;
-  return {options_.model, options_.dataset, transport_.size(), options_.batchSize,
-          options_.seed,  options_.sync,    compress,          options_.schedule};
+  return identityOf(options_, transport_.size(), batchWorkers_);
 }
 
 // Resumes from the newest checkpoint when asked (every rank reads it: the directory must be
-// visible to all ranks, as a local disk is on one host or a shared file system is across hosts).
+// visible to all ranks, as a local disk is on one host or a shared file system is across hosts),
+// on any number of workers: another than the checkpoint's keeps its global batch, and each rank
+// adopts what maps of a saved rank's synchronization state (docs/checkpoints.md).
 RunPosition Trainer::startingPosition() {
-  if (!options_.resume || options_.checkpointDir.empty()) return {};
-  std::optional<RunPosition> position =
-      loadCheckpoint(*checkpoints_, *net_, *optimizer_, identity(), transport_.rank());
-  if (!position) return {};
+  if (!resume_) return {};
+  const ResumePoint point = std::move(*resume_);
+  resume_.reset();
+  const int rank = transport_.rank(), workers = transport_.size();
+  const bool sameWorkers = point.workers == workers;
+  RunPosition position = loadResumePoint(point, *net_, *optimizer_, rank, workers);
   distributed_.loadOptimizerState();
-  distributed_.loadSyncState(position->syncState);
-  if (transport_.rank() == 0 && !options_.quiet) {
-    std::printf("resuming from step %lld (%s)\n", static_cast<long long>(position->step),
-                checkpoints_->pathForStep(position->step).c_str());
+  if (sameWorkers) {
+    distributed_.loadSyncState(position.syncState);
+  } else {
+    distributed_.adoptSyncState(position.syncState, position.step);
   }
-  return *position;
+  if (rank == 0 && !options_.quiet) {
+    const std::string onto =
+        sameWorkers ? ""
+                    : fmt::format(" on {} workers instead of {}, the same global batch", workers,
+                                  point.workers);
+    std::printf("resuming from step %lld (%s)%s\n", static_cast<long long>(position.step),
+                point.checkpoint.path.c_str(), onto.c_str());
+  }
+  return position;
 }
 
 // Every rank takes part (its partial epoch loss is gathered exactly, as raw doubles, and its
@@ -331,9 +375,10 @@ TrainResult Trainer::run() {
       .train =
           [&](int64_t step, int64_t, std::vector<float>& losses) {
             const auto perEpoch = static_cast<int64_t>(sampler_->stepsPerEpoch());
-            losses.push_back(
-                trainStep(step / perEpoch, static_cast<size_t>(step % perEpoch), step));
-            return static_cast<double>(losses.back());
+            const StepLoss loss =
+                trainStep(step / perEpoch, static_cast<size_t>(step % perEpoch), step);
+            losses.push_back(loss.mean);
+            return loss.mean * loss.weight;  // the epoch's mean is over the samples
           },
       .evaluate = [this](size_t samples) { return evaluate(samples); },
       .globalMean = [this](double sum,

@@ -83,8 +83,8 @@ WaveletTrainer::WaveletTrainer(Transport& transport, const TrainOptions& options
       options_(options),
       waves_(options.waves),
       data_(openTrainingData(options)),
-      sampler_(
-          data_->makeSampler(transport.rank(), transport.size(), options.batchSize, options.seed)) {
+      sampler_(data_->makeSampler(transport.rank(), transport.size(), options.batchSize,
+                                  options.seed, transport.size())) {
   roundsPerEpoch_ = static_cast<int64_t>(sampler_->stepsPerEpoch()) / waves_;
   if (roundsPerEpoch_ < 1) {
     throw ConfigError(

@@ -1,0 +1,92 @@
+// DistributedOptimizer's synchronization state (include/gradsync/torch/distributed_optimizer.h):
+// saved and loaded by the rank that owns it, or adopted from a rank of a run on another number
+// of workers (a resume on another world size).
+#include <fmt/format.h>
+
+#include "common/state_bytes.h"
+#include "gradsync/error.h"
+#include "gradsync/torch/distributed_optimizer.h"
+#include "torch/api/archive_bytes.h"
+#include "torch/api/distributed_model.h"
+#include "torch/api/outer_optimizer.h"
+#include "torch/models/float_span.h"
+
+namespace gradsync {
+namespace {
+
+// localsgd and diloco, between averages: the rank's own parameters and inner optimizer, and the
+// outer optimizer's state (its own, or `adopt`ed from a rank of another membership).
+void readLocalState(StateReader& in, DistributedModel& model, torch::optim::Optimizer& optimizer,
+                    OuterOptimizer& outer, bool adopt) {
+  for (const torch::Tensor& p : model.parameters()) {
+    in.readExact(floatSpan(p));
+  }
+  std::vector<uint8_t> bytes;
+  in.read(bytes);
+  loadArchiveBytes(bytes, "the optimizer state in the synchronization state",
+                   [&](auto& archive) { optimizer.load(archive); });
+  in.read(bytes);
+  if (adopt) return outer.adoptState(bytes, model.parameters());
+  outer.loadState(bytes, model.parameters());
+}
+
+}  // namespace
+
+std::vector<uint8_t> DistributedOptimizer::syncState() {
+  StateWriter out;
+  out.write(model_->engineState());
+  if (localPeriod_ > 0) {  // between averages, every rank's model and optimizer are its own
+    for (const torch::Tensor& p : model_->parameters()) {
+      out.write(std::span<const float>(floatSpan(p)));
+    }
+    out.write(archiveBytes([&](auto& archive) { optimizer_.save(archive); }));
+    out.write(outer_->saveState());
+  }
+  return out.take();
+}
+
+void DistributedOptimizer::loadSyncState(std::span<const uint8_t> state) {
+  StateReader in(state, fmt::format("the synchronization state of rank {}", transport_.rank()));
+  std::vector<uint8_t> bytes;
+  in.read(bytes);
+  model_->loadEngineState(bytes);
+  if (localPeriod_ > 0) {
+    readLocalState(in, *model_, optimizer_, *outer_, /*adopt=*/false);
+  }
+  in.expectEnd();
+}
+
+// What is this rank's own does not map onto another membership: the engine's state (the
+// compressors' residuals, PowerSGD's Q, DGC's buffers, the guard; the own copies and pulled
+// models of asgd, ssp and the delayed strategies) starts afresh, as at a run's start (the rule
+// elastic rounds use, docs/cluster.md). Adam's moments in update mode live there too (sharded:
+// in blocks laid out for the saving run's ranks): refused. localsgd and diloco take the saved
+// rank's parameters, inner optimizer and outer state, which describe the job only at an outer step.
+void DistributedOptimizer::adoptSyncState(std::span<const uint8_t> state, int64_t step) {
+  if (localPeriod_ > 0 && step % localPeriod_ != 0) {
+    throw ConfigError(
+        fmt::format("the synchronization state of step {} is between two outer steps of every "
+                    "{} (each worker's steps since the last are its own): it cannot be resumed "
+                    "on another number of workers",
+                    step, localPeriod_),
+        {.hint = fmt::format("resume it on the number of workers that saved it, or from a "
+                             "checkpoint at a multiple of {} (--checkpoint-every)",
+                             localPeriod_)});
+  }
+  if (model_->updatesParameters() && dynamic_cast<torch::optim::SGD*>(&optimizer_) == nullptr) {
+    throw ConfigError(
+        "Adam's moments in update mode (p3, sharded) are kept by the engine, per rank (sharded: "
+        "in blocks of the saving run's ranks): they cannot be resumed on another number of "
+        "workers",
+        {.hint = "resume on the number of workers that saved them"});
+  }
+  StateReader in(state, "the synchronization state of another number of workers");
+  std::vector<uint8_t> bytes;
+  in.read(bytes);  // the engine's: left behind
+  if (localPeriod_ > 0) {
+    readLocalState(in, *model_, optimizer_, *outer_, /*adopt=*/true);
+  }
+  in.expectEnd();
+}
+
+}  // namespace gradsync
