@@ -18,14 +18,16 @@ struct WorldCase {
   const char* sync;
   const char* compress;
   int from = 4, to = 3;  // workers that save, workers that resume
-  int servers = 0;       // separate server ranks (both runs)
+  int servers = 0;       // separate server ranks of the saving run
   bool adamw = false;    // AdamW instead of SGD
+  int serversTo = -1;    // of the resuming run (-1: servers)
 };
 
 std::string nameOf(const WorldCase& c) {
   std::string name = std::string(c.schedule) + "_" + c.sync + "_" + c.compress + "_" +
                      std::to_string(c.from) + "to" + std::to_string(c.to) +
-                     (c.servers > 0 ? "_servers" : "");
+                     (c.servers > 0 ? "_servers" + std::to_string(c.servers) : "") +
+                     (c.serversTo >= 0 ? "to" + std::to_string(c.serversTo) : "");
   for (char& ch : name) {
     if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
   }
@@ -66,7 +68,8 @@ TrainResult resumeOn(int workers, const WorldCase& c, const std::string& dir) {
   TrainOptions o = optionsFor(c);
   o.checkpointDir = dir;
   o.resume = true;
-  return train(workers + c.servers, o);
+  o.strategy.servers = c.serversTo >= 0 ? c.serversTo : c.servers;
+  return train(workers + o.strategy.servers, o);
 }
 
 // Synchronous and dense: the same math as the saving run's, in another order.
@@ -112,6 +115,7 @@ INSTANTIATE_TEST_SUITE_P(Strategies, ResumeWorld,
                                            WorldCase{"wfbp", "diloco:4", "none", 3, 4},
                                            WorldCase{"wfbp", "diloco:4", "topk:0.3"},
                                            WorldCase{"wfbp", "ssgd", "none", 4, 3, 1},
+                                           WorldCase{"wfbp", "ssgd", "none", 3, 4, 1, false, 2},
                                            WorldCase{"wfbp", "odsgd", "none", 3, 4, 1},
                                            WorldCase{"wfbp", "asgd", "none", 4, 3, 1}),
                          [](const auto& info) { return nameOf(info.param); });
