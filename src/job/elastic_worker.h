@@ -22,7 +22,9 @@ TcpTransportOptions roundMeshOptions(const BootstrapConfig& config, const Transp
                                      int64_t round);
 
 // rendezvous.join(round, me); when the store is lost, the PeerLostError says whose it was
-// (`servesStore`: this worker serves it itself).
+// (`servesStore`: this worker serves it itself), and for a worker that trained in a round before
+// (me.lastRound >= 0) that it is cut off from the job (a network partition, or the store's host
+// is down).
 ElasticMembership joinRound(ElasticRendezvous& rendezvous, int64_t round, const ElasticWorker& me,
                             const BootstrapConfig& config, bool servesStore);
 

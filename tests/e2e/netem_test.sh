@@ -18,6 +18,10 @@
 #                the namespaces alone, talks to its host's other rank through shared memory and
 #                to the other host over the shaped link; training goes through the hierarchical
 #                allreduce, and no segment is left in /dev/shm.
+#   partition_2_2, partition_3_1  an elastic job of 4 hosts is cut in two by blackhole routes
+#                (2 | 2 and 3 | 1): the side with the store trains on, the other commits nothing
+#                after the cut and exits saying it is cut off (docs/cluster.md, "Network
+#                partitions").
 # After every case no namespace or bridge of that netem run is left. Exits 77 (skipped) without
 # root, ip/tc or network namespaces.
 # shellcheck disable=SC2016  # the hosts' bash -c scripts expand their own variables
@@ -154,8 +158,78 @@ case_hosts_2x2() {
   fi
 }
 
+# partition MAJORITY: 4 hosts train --elastic 2:4, the store on host 0 (RANK 0 serves it). Once
+# training is under way (host 0's eth0 sent 100 MB), every host installs blackhole routes to the
+# hosts of the other side: hosts 0..MAJORITY-1 with the store, the rest without (2 | 2, 3 | 1).
+# The side with the store re-forms without the others and trains on (round 1 of MAJORITY
+# workers); the other side commits no step after the cut (its last logged step is at most the
+# first of round 1) and every worker of it exits with an error saying it is cut off, within
+# 2 x --timeout (16 s) of the cut. The job itself runs until netem's grace ends it after that.
+case_partition() {
+  local majority="$1" name="partition_$1_$((4 - $1))"
+  local samples="$tmp/samples_$name" trigger="$tmp/cut_$name"
+  export MAJORITY="$majority" TRIGGER="$trigger"  # read by the hosts' script
+  NETEM_GRACE=5 GRADSYNC_TIMEOUT=8s run_netem "$name" --hosts 4 --rate none --timeout 150 \
+    run -- bash -c '
+    side() { [ "$1" -lt "$MAJORITY" ] && echo a || echo b; }
+    (
+      prefix="${NETEM_ADDR%.*}"
+      if [ "$NETEM_HOST" = 0 ]; then
+        while [ "$(cat /sys/class/net/eth0/statistics/tx_bytes)" -lt 100000000 ]; do sleep 0.05; done
+        echo "cut at $EPOCHREALTIME" > "$TRIGGER"
+      fi
+      while [ ! -e "$TRIGGER" ]; do sleep 0.05; done
+      for h in 0 1 2 3; do
+        if [ "$(side "$h")" != "$(side "$NETEM_HOST")" ]; then
+          ip route add blackhole "$prefix.$((h + 1))/32"
+        fi
+      done
+    ) &
+    "$0" "$@"
+    code=$?
+    echo "exit $code at $EPOCHREALTIME"
+    exit "$code"' "$gradsync" train --model mlp --dataset synthetic --batch-size 32 \
+    --steps 100000 --elastic 2:4 --hang-timeout 2s --record-samples "$samples" --quiet
+  [ "$status" -ne 0 ] || fail "$name: the job ended by itself, not by netem's grace"
+  local cut h
+  cut="$(sed -n 's/^cut at //p' "$trigger")"
+  [ -n "$cut" ] || fail "$name: the partition was never made"
+  local first_round1 last_b=-1
+  first_round1="$(awk '!/^#/ && $1 == 1 && (m == "" || $2 < m) { m = $2 } END { print m }' \
+    "$samples"/worker-[0-$((majority - 1))]-0.txt)"
+  [ -n "$first_round1" ] || fail "$name: the side with the store did not train a round 1"
+  local last_round1
+  last_round1="$(awk '!/^#/ && $1 == 1 && $2 > m { m = $2 } END { print m + 0 }' \
+    "$samples"/worker-0-0.txt)"
+  [ "$last_round1" -ge $((first_round1 + 100)) ] ||
+    fail "$name: round 1 trained only steps $first_round1-$last_round1"
+  awk -v n="$majority" '!/^#/ && $1 == 1 && $5 != n { bad = 1 } END { exit bad }' \
+    "$samples"/worker-[0-$((majority - 1))]-0.txt || fail "$name: round 1 is not of $majority workers"
+  for ((h = majority; h < 4; h++)); do
+    expect "$name" "^\[h$h\] gradsync: error: worker $h cannot reach the job's store to re-form after round 0: it is cut off" \
+      "host $h's error saying it is cut off"
+    local exited
+    exited="$(sed -n "s/^\[h$h\] exit 1 at //p" "$tmp/$name.log")"
+    [ -n "$exited" ] || fail "$name: host $h did not exit with status 1"
+    awk -v a="$cut" -v b="$exited" 'BEGIN { exit !(b - a <= 16) }' ||
+      fail "$name: host $h exited $(awk -v a="$cut" -v b="$exited" 'BEGIN { print b - a }')s after the cut (bound 16 s)"
+    echo "   host $h exited $(awk -v a="$cut" -v b="$exited" 'BEGIN { printf "%.1f", b - a }') s after the cut"
+    if awk '!/^#/ && $1 >= 1 { found = 1 } END { exit !found }' "$samples/worker-$h-0.txt"; then
+      fail "$name: host $h trained in a round after the cut"
+    fi
+    local last
+    last="$(awk '!/^#/ && $2 > m { m = $2 } END { print m + 0 }' "$samples/worker-$h-0.txt")"
+    if [ "$last" -gt "$last_b" ]; then last_b="$last"; fi
+  done
+  [ "$last_b" -le "$first_round1" ] ||
+    fail "$name: the cut-off side reached step $last_b, past round 1's first step $first_round1"
+  echo "   round 1 of $majority workers: steps $first_round1-$last_round1; the cut-off side's last step $last_b"
+}
+case_partition_2_2() { case_partition 2; }
+case_partition_3_1() { case_partition 3; }
+
 # More cases: a case_NAME function built from run_netem and expect, added to the default list.
-read -r -a cases <<< "${NETEM_TEST_CASES:-train_tcp train_mpi killed_host emulated hosts_2x2}"
+read -r -a cases <<< "${NETEM_TEST_CASES:-train_tcp train_mpi killed_host emulated hosts_2x2 partition_2_2 partition_3_1}"
 for c in "${cases[@]}"; do
   declare -F "case_$c" >/dev/null || fail "unknown case '$c'"
   "case_$c"
