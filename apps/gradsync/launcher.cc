@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <random>
@@ -15,6 +16,7 @@
 #include "common/socket.h"
 #include "common/subprocess.h"
 #include "gradsync/error.h"
+#include "job/elastic_rendezvous.h"
 #include "rendezvous/tcp_store.h"
 
 namespace gradsync {
@@ -189,12 +191,15 @@ int superviseRanks(const LaunchOptions& options, const std::vector<SpawnOptions>
 // Elastic workers: a failed process ends alone (the others re-form the job without it) and, while
 // restarts are left and the launcher was not asked to stop, starts again in its slot. Every wait
 // is the workers' own (they never hang: each bounds its waits), so none is added here.
+// A worker that fails once the job has finished (its last rank 0 failing to write the last
+// checkpoint, say) is not restarted: no round would take it in, and the launch fails with its code.
 int superviseElastic(const LaunchOptions& options, const std::vector<SpawnOptions>& spawns,
-                     std::vector<pid_t> pids) {
+                     std::vector<pid_t> pids, const std::function<bool()>& jobFinished) {
   std::vector<ExitStatus> last(pids.size());
   std::vector<int> restartsOf(pids.size(), 0);
   std::vector<pid_t> running = pids;
   int restarts = 0;
+  int failedAfterFinish = 0;
   while (!running.empty()) {
     auto ended = waitAny(running, std::chrono::hours(24));
     if (!ended) continue;
@@ -206,6 +211,12 @@ int superviseElastic(const LaunchOptions& options, const std::vector<SpawnOption
     if (status.ok()) continue;
     std::fprintf(stderr, "gradsync launch: worker %zu %s\n", slot, status.describe().c_str());
     const bool failed = status.signal != 0 || status.code != kAskedToStop;
+    if (failed && jobFinished()) {
+      std::fprintf(stderr, "gradsync launch: the job had finished: worker %zu not restarted\n",
+                   slot);
+      failedAfterFinish = exitCodeOf(status);
+      continue;
+    }
     if (!failed || restarts >= options.maxRestarts || gSignal.load() != 0 ||
         gChildCount.load() >= kMaxChildren) {
       continue;
@@ -215,6 +226,7 @@ int superviseElastic(const LaunchOptions& options, const std::vector<SpawnOption
                  restarts, options.maxRestarts);
     restartSlot(spawns, slot, ++restartsOf[slot], pids, running);
   }
+  if (failedAfterFinish != 0) return failedAfterFinish;
   if (std::any_of(last.begin(), last.end(), [](const ExitStatus& s) { return s.ok(); })) return 0;
   int result = 0;
   bool fromSignal = false;
@@ -276,19 +288,23 @@ int launchLocal(const LaunchOptions& options) {
   const std::string token = randomToken();
   // Elastic: the store lives here, so that it outlives every worker (rank 0's included).
   std::unique_ptr<TcpStoreServer> store;
+  std::shared_ptr<Store> client;  // the launcher's own view of the job (elastic)
   std::string port;
   if (launch.elastic) {
-    store = std::make_unique<TcpStoreServer>(
-        SocketAddress{"127.0.0.1", 0},
-        TcpStoreOptions{.jobId = fmt::format("local-{}", ::getpid()), .jobToken = token});
+    const TcpStoreOptions storeOptions{.jobId = fmt::format("local-{}", ::getpid()),
+                                       .jobToken = token};
+    store = std::make_unique<TcpStoreServer>(SocketAddress{"127.0.0.1", 0}, storeOptions);
+    client = makeTcpStoreClient(store->address(), storeOptions);
     port = std::to_string(store->port());
   } else {
     port = std::to_string(freePort());
   }
   const std::vector<SpawnOptions> spawns = rankSpawns(launch, port, token);
   std::vector<pid_t> pids = spawnRanks(spawns);
-  int result = launch.elastic ? superviseElastic(launch, spawns, pids)
-                              : superviseRanks(launch, spawns, pids);
+  int result = launch.elastic
+                   ? superviseElastic(launch, spawns, pids,
+                                      [&client] { return ElasticRendezvous::finished(*client); })
+                   : superviseRanks(launch, spawns, pids);
   gChildCount.store(0);
   return result;
 }

@@ -357,4 +357,8 @@ void ElasticRendezvous::finish() {
   store_.add(kFinished, 1);
 }
 
+bool ElasticRendezvous::finished(Store& store) {
+  return peek(store, kFinished) > 0;
+}
+
 }  // namespace gradsync

@@ -103,6 +103,8 @@ class ElasticRendezvous {
   void heartbeat();
   // The job is over: workers still waiting to come in return jobFinished.
   void finish();
+  // Whether finish() was called on `store`'s job (the launcher asks, before restarting a worker).
+  static bool finished(Store& store);
 
  private:
   struct Arrivals;

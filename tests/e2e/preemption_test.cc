@@ -148,5 +148,30 @@ TEST(Preemption, AFullDiskCostsOnlyThatCheckpoint) {
       << readFile(dir / "again.out");
 }
 
+// An elastic job whose last checkpoint cannot be written ends with that failure, at once: the
+// launcher does not restart rank 0 into a job that has finished (it once did, and the restarted
+// worker waited --timeout for a round that never formed, again and again).
+TEST(Preemption, AnElasticJobWhoseLastCheckpointFailsEndsWithoutRestarts) {
+#ifndef GRADSYNC_HAVE_TORCH
+  GTEST_SKIP() << "built without LibTorch: no gradsync train";
+#endif
+  const fs::path dir = scratch("elastic-full");
+  std::string command =
+      "ulimit -f 256 && exec " + std::string(GRADSYNC_BIN) + " launch -n 2 --max-restarts 5 --";
+  std::vector<std::string> train = trainArgs(dir, 20);
+  train.insert(train.end(), {"--elastic", "1:2", "--checkpoint-every", "10"});
+  for (const std::string& arg : train) command += " '" + arg + "'";
+  const auto begin = std::chrono::steady_clock::now();
+  const ExitStatus status = finish(start({"bash", "-c", command}, dir, "launch"), 60s);
+  const std::string err = readFile(dir / "launch.err");
+  EXPECT_NE(status.code, 0) << "the last checkpoint could not be written";
+  EXPECT_NE(err.find("checkpoint of step 10 not written, training goes on"), std::string::npos)
+      << err;
+  EXPECT_NE(err.find("step-000000000020.gsckpt"), std::string::npos) << err;
+  EXPECT_NE(err.find("the job had finished: worker 0 not restarted"), std::string::npos) << err;
+  EXPECT_EQ(err.find("restarting worker"), std::string::npos) << err;
+  EXPECT_LT(std::chrono::steady_clock::now() - begin, 30s) << err;
+}
+
 }  // namespace
 }  // namespace gradsync

@@ -143,8 +143,10 @@ ElasticOutcome ElasticTrainer::run() {
                   me_.name.c_str(), static_cast<long long>(member_.progress.step));
       return {.result = result(true)};
     }
-    if (m.rank == 0) member_.checkpoint(true);  // the last state: finished, or to resume
+    // Finished first: a worker restarted meanwhile must not wait for a round that never forms,
+    // whether or not the last checkpoint can be written.
     if (end == RoundEnd::kFinished && m.rank == 0) rendezvous_.finish();
+    if (m.rank == 0) member_.checkpoint(true);  // the last state: finished, or to resume
     ElasticOutcome outcome{result(end == RoundEnd::kStopped), m.rank, m.size()};
     if (m.rank == 0 && !member_.options.metricsPath.empty()) {
       writeMetrics(member_.options.metricsPath, member_.options, m.size(), outcome.result);
