@@ -14,6 +14,14 @@ Faults (--faults, any of):
   stop   SIGSTOP a random worker for --stop-seconds, then SIGCONT: the others evict it after
          the job's --hang-timeout (give one shorter than --stop-seconds) and it rejoins when
          woken.
+  disk   fills the disk under the job's checkpoints for --stop-seconds (a tmpfs of --disk-mb the
+         harness mounts: root only): a periodic checkpoint due meanwhile is skipped, training
+         goes on.
+  corrupt  flips one byte of the newest checkpoint file.
+With disk or corrupt, the harness gives the job --checkpoint-dir (OUT/RUN/disk/checkpoints) and
+--checkpoint-every (20), in the fault-free run too, and reports the checkpoints skipped while the
+disk was full and each checkpoint file left, verified; the newest must be intact (it is the one
+a --resume reads).
 
 A fault falls due at the Poisson clock's times but is injected only while the job is whole (its
 newest round trains with MAX workers, none stopped): one that falls due during the recovery from
@@ -44,6 +52,8 @@ import subprocess
 import sys
 import time
 
+from chaos_storage import CheckpointStorage
+
 POLL_SECONDS = 0.05
 
 
@@ -54,9 +64,13 @@ def parse_args(argv):
     parser.add_argument("--workers", type=int, default=4, help="MAX: processes launched (4)")
     parser.add_argument("--min-workers", type=int, default=None, help="MIN (default MAX - 1)")
     parser.add_argument("--max-restarts", type=int, default=1000)
-    parser.add_argument("--faults", default="kill,stop", help="comma-separated: kill, stop")
+    parser.add_argument("--faults", default="kill,stop",
+                        help="comma-separated: kill, stop, disk, corrupt")
     parser.add_argument("--per-minute", type=float, default=1.0, help="mean faults per minute")
-    parser.add_argument("--stop-seconds", type=float, default=6.0)
+    parser.add_argument("--stop-seconds", type=float, default=6.0,
+                        help="how long a stop, or a full disk, lasts")
+    parser.add_argument("--disk-mb", type=int, default=256, help="the checkpoints' tmpfs (disk)")
+    parser.add_argument("--checkpoint-every", type=int, default=20, help="(disk, corrupt)")
     parser.add_argument("--duration", type=float, default=None,
                         help="inject faults only in the first DURATION seconds")
     parser.add_argument("--seed", type=int, default=0, help="of the fault draws")
@@ -68,9 +82,17 @@ def parse_args(argv):
     if args.train_flags[:1] == ["--"]:
         args.train_flags = args.train_flags[1:]
     args.faults = [f for f in args.faults.split(",") if f]
-    unknown = set(args.faults) - {"kill", "stop"}
+    unknown = set(args.faults) - {"kill", "stop", "disk", "corrupt"}
     if unknown or not args.faults:
-        parser.error(f"--faults takes kill and/or stop, not {','.join(sorted(unknown)) or 'nothing'}")
+        parser.error("--faults takes kill, stop, disk and corrupt, not "
+                     f"{','.join(sorted(unknown)) or 'nothing'}")
+    args.storage = bool({"disk", "corrupt"} & set(args.faults))
+    if "disk" in args.faults and os.geteuid() != 0:
+        parser.error("the disk fault mounts a tmpfs: run as root")
+    if args.storage:
+        for flag in ("--checkpoint-dir", "--checkpoint-every"):
+            if flag in args.train_flags:
+                parser.error(f"{flag} is the harness's own with disk or corrupt faults")
     if args.workers < 2:
         parser.error("--workers must be at least 2")
     if args.min_workers is None:
@@ -157,21 +179,39 @@ def job_is_whole(watcher, workers):
 
 def run_job(args, directory, inject):
     """Runs the job into DIRECTORY; with INJECT, injects faults. Returns (exit code, watcher,
-    faults); times in both are seconds since the launch."""
+    faults, what the storage faults left or None); times are seconds since the launch."""
     os.makedirs(directory, exist_ok=True)
     for old in glob.glob(os.path.join(directory, "samples", "*")):
         os.remove(old)
+    storage = None
+    flags = list(args.train_flags)
+    if args.storage:
+        storage = CheckpointStorage(os.path.join(directory, "disk"), args.disk_mb,
+                                    mount="disk" in args.faults)
+        flags += ["--checkpoint-dir", storage.directory,
+                  "--checkpoint-every", str(args.checkpoint_every)]
+    try:
+        code, watcher, faults = watch_job(args, directory, flags, inject, storage)
+        left = storage.report(os.path.join(directory, "err")) if storage else None
+    finally:
+        if storage:
+            storage.close()
+    return code, watcher, faults, left
+
+
+def watch_job(args, directory, flags, inject, storage):
     command = [args.gradsync, "launch", "-n", str(args.workers), "--elastic",
                "--max-restarts", str(args.max_restarts), "--", args.gradsync, "train",
                "--elastic", f"{args.min_workers}:{args.workers}",
                "--record-samples", os.path.join(directory, "samples"),
-               "--metrics", os.path.join(directory, "metrics.json")] + args.train_flags
+               "--metrics", os.path.join(directory, "metrics.json")] + flags
     watcher = SampleWatcher(os.path.join(directory, "samples"))
     draws = random.Random(args.seed)
     faults = []
     start = time.monotonic()
     due = start + draws.expovariate(args.per_minute / 60.0)
     stopped = None  # (pid, time to continue it)
+    full_until = None  # when to free the filled disk
     with open(os.path.join(directory, "out"), "w") as out, \
             open(os.path.join(directory, "err"), "w") as err:
         job = subprocess.Popen(command, stdout=out, stderr=err, start_new_session=True)
@@ -183,14 +223,22 @@ def run_job(args, directory, inject):
                 if stopped and now >= stopped[1]:
                     wake(stopped[0])
                     stopped = None
+                if full_until and now >= full_until:
+                    storage.release()
+                    full_until = None
+                calm = not stopped and not full_until
                 whole = job_is_whole(watcher, args.workers)
-                if faults and faults[-1].get("whole_after") is None and whole and not stopped:
+                if faults and faults[-1].get("whole_after") is None and whole and calm:
                     faults[-1]["whole_after"] = round(now - start - faults[-1]["at"], 3)
                 in_window = args.duration is None or now - start < args.duration
-                if inject and in_window and now >= due and whole and not stopped:
-                    faults.append(inject_fault(args, draws, watcher, now - start))
-                    if faults[-1]["kind"] == "stop":
-                        stopped = (faults[-1]["pid"], now + args.stop_seconds)
+                if inject and in_window and now >= due and whole and calm:
+                    fault = inject_fault(args, draws, watcher, storage, now - start)
+                    if fault:
+                        faults.append(fault)
+                        if fault["kind"] == "stop":
+                            stopped = (fault["pid"], now + args.stop_seconds)
+                        if fault["kind"] == "disk":
+                            full_until = now + args.stop_seconds
                     due = max(due, now) + draws.expovariate(args.per_minute / 60.0)
         except BaseException:
             os.killpg(job.pid, signal.SIGKILL)
@@ -198,6 +246,8 @@ def run_job(args, directory, inject):
         finally:
             if stopped:
                 wake(stopped[0])
+            if full_until:
+                storage.release()
     watcher.poll(time.monotonic() - start)
     return job.returncode, watcher, faults
 
@@ -207,14 +257,28 @@ def wake(pid):
         os.kill(pid, signal.SIGCONT)
 
 
-def inject_fault(args, draws, watcher, at):
+def inject_fault(args, draws, watcher, storage, at):
+    """Injects a fault of a random kind; its record, or None (a corrupt fault with no checkpoint
+    written yet)."""
     kind = draws.choice(args.faults)
+    fault = {"kind": kind, "at": round(at, 3), "whole_after": None}
+    if kind == "disk":
+        fault["bytes"] = storage.fill()
+        print(f"  {at:7.1f} s  disk full ({fault['bytes'] / 1e6:.0f} MB taken)", flush=True)
+        return fault
+    if kind == "corrupt":
+        corrupted = storage.corrupt_newest(draws)
+        if corrupted is None:
+            return None
+        fault["file"], fault["offset"] = corrupted
+        print(f"  {at:7.1f} s  corrupt {corrupted[0]} at byte {corrupted[1]}", flush=True)
+        return fault
     slot, process = draws.choice(sorted(live_workers(watcher).items()))
     os.kill(process["pid"], signal.SIGKILL if kind == "kill" else signal.SIGSTOP)
     print(f"  {at:7.1f} s  {kind} worker {slot} (pid {process['pid']}, round {process['round']})",
           flush=True)
-    return {"kind": kind, "at": round(at, 3), "slot": slot, "pid": process["pid"],
-            "round": process["round"], "whole_after": None}
+    fault.update(slot=slot, pid=process["pid"], round=process["round"])
+    return fault
 
 
 def committed_steps(metrics):
@@ -279,17 +343,20 @@ def timeline_svg(path, times, faults, span_end):
         return height - pad - (height - 2 * pad) * rate / top
     points = " ".join(f"{x((b + 0.5) * window):.1f},{y(buckets.get(b, 0) / window):.1f}"
                       for b in range(int(end // window) + 1))
-    colours = {"kill": "#c0392b", "stop": "#e67e22"}
+    colours = {"kill": "#c0392b", "stop": "#e67e22", "disk": "#2980b9", "corrupt": "#8e44ad"}
+
+    def what(f):
+        return f"{f['kind']} worker {f['slot']}" if "slot" in f else f.get("file", f["kind"])
     marks = "".join(
         f'<line x1="{x(f["at"]):.1f}" y1="{pad}" x2="{x(f["at"]):.1f}" y2="{height - pad}" '
-        f'stroke="{colours[f["kind"]]}" stroke-dasharray="4 3"><title>{f["kind"]} worker '
-        f'{f["slot"]} at {f["at"]} s</title></line>' for f in faults)
+        f'stroke="{colours[f["kind"]]}" stroke-dasharray="4 3"><title>{f["kind"]}: {what(f)} '
+        f'at {f["at"]} s</title></line>' for f in faults)
     with open(path, "w") as out:
         out.write(
             f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
             f'font-family="sans-serif" font-size="11">'
             f'<text x="{pad}" y="20">committed steps/s ({window:g} s windows); red: kill, '
-            f'orange: stop</text>'
+            f'orange: stop, blue: disk full, purple: corrupt checkpoint</text>'
             f'<line x1="{pad}" y1="{height - pad}" x2="{width - pad}" y2="{height - pad}" stroke="black"/>'
             f'<line x1="{pad}" y1="{pad}" x2="{pad}" y2="{height - pad}" stroke="black"/>'
             f'<text x="{pad - 4}" y="{pad + 4}" text-anchor="end">{top:.0f}</text>'
@@ -297,7 +364,7 @@ def timeline_svg(path, times, faults, span_end):
             f'{marks}<polyline fill="none" stroke="#2c3e50" points="{points}"/></svg>\n')
 
 
-def report(args, code, watcher, faults, reference):
+def report(args, code, watcher, faults, reference, storage):
     metrics_path = os.path.join(args.out, "faulty", "metrics.json")
     if code != 0 or not os.path.exists(metrics_path):
         print(f"chaos: the faulty job failed (exit {code}); its output: {args.out}/faulty/err",
@@ -306,9 +373,11 @@ def report(args, code, watcher, faults, reference):
     with open(metrics_path) as f:
         faulty = summarize(json.load(f), watcher)
     ok, why = samples_once(faulty["committed"], watcher)
+    if storage is not None and not storage["newest_intact"]:
+        ok = False
     attempted = len(watcher.first_seen)
     result = {
-        "ok": ok, "samples": why, "faults": faults,
+        "ok": ok, "samples": why, "faults": faults, "checkpoints": storage,
         "committed_steps": len(faulty["committed"]), "attempted_steps": attempted,
         "step_efficiency": round(len(faulty["committed"]) / attempted, 4) if attempted else None,
         "faulty": {k: v for k, v in faulty.items() if k not in ("committed", "times")},
@@ -338,6 +407,12 @@ def print_report(result):
     print(f"steps: {result['committed_steps']} committed of {result['attempted_steps']} attempted"
           f" (step efficiency {100 * result['step_efficiency']:.1f}%); rounds {' '.join(faulty['rounds'])}")
     print(f"samples: {result['samples']}")
+    storage = result.get("checkpoints")
+    if storage is not None:
+        left = ", ".join(f"step {c['step']} {c['problem'] or 'intact'}" for c in storage["left"])
+        print(f"checkpoints: {storage['skipped_while_full']} skipped while the disk was full; "
+              f"corrupted {', '.join(storage['corrupted']) or 'none'}; left: {left or 'none'}; "
+              f"the newest {'intact' if storage['newest_intact'] else 'NOT intact'}")
     reference = result.get("reference")
     line = f"training: {faulty['span_seconds']:.1f} s, {faulty['steps_per_second']:.2f} steps/s"
     if reference:
@@ -372,7 +447,7 @@ def main(argv):
     reference = None
     if not args.no_reference:
         print("chaos: the fault-free run", flush=True)
-        code, watcher, _ = run_job(args, os.path.join(args.out, "reference"), inject=False)
+        code, watcher, _, _ = run_job(args, os.path.join(args.out, "reference"), inject=False)
         if code != 0:
             print(f"chaos: the fault-free run failed (exit {code}): {args.out}/reference/err",
                   file=sys.stderr)
@@ -381,8 +456,8 @@ def main(argv):
             reference = summarize(json.load(f), watcher)
     print(f"chaos: the run with faults ({','.join(args.faults)}, {args.per_minute:g} a minute)",
           flush=True)
-    code, watcher, faults = run_job(args, os.path.join(args.out, "faulty"), inject=True)
-    result = report(args, code, watcher, faults, reference)
+    code, watcher, faults, storage = run_job(args, os.path.join(args.out, "faulty"), inject=True)
+    result = report(args, code, watcher, faults, reference, storage)
     with open(os.path.join(args.out, "report.json"), "w") as f:
         json.dump(result, f, indent=2)
     print_report(result)
