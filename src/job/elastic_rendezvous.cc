@@ -303,10 +303,17 @@ int64_t ElasticRendezvous::awaitVerdict(int64_t round) {
     if (MonotonicClock::now() - lastSign > options_.timeout) {
       throw TimeoutError(
           fmt::format("elastic round {} did not form, and for {} ms no round trained and no "
-                      "worker formed one",
-                      round, options_.timeout.count()),
+                      "worker formed one{}",
+                      round, options_.timeout.count(),
+                      round == 0 ? ""
+                                 : fmt::format(": only a member of round {} can form it (it "
+                                               "holds the job's state; a worker without it never "
+                                               "starts the job over)",
+                                               round - 1)),
           {.operation = "elastic rendezvous",
-           .hint = "the job's workers were lost or never started; check their output"});
+           .hint = "the job's workers were lost or never started; check their output. If every "
+                   "worker holding the state was lost, resume the job from its checkpoint "
+                   "(--checkpoint-dir, --resume)"});
     }
     std::this_thread::sleep_for(options_.poll);
   }
