@@ -1,12 +1,14 @@
 #include "torch/elastic/state.h"
 
 #include <cmath>
+#include <cstring>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "common/state_bytes.h"
 #include "common/tags.h"
+#include "data/shard_format.h"
 #include "gradsync/collectives.h"
 #include "gradsync/error.h"
 #include "torch/api/archive_bytes.h"
@@ -81,19 +83,12 @@ ElasticProgress decodeProgress(const std::vector<uint8_t>& bytes) {
   return p;
 }
 
-void shareState(Transport& transport, Model& net, torch::optim::Optimizer& optimizer,
-                ElasticProgress& progress, std::vector<uint8_t>* sync) {
-  const bool source = transport.rank() == 0;
-  StateWriter writer;
-  if (source) {
-    writer.write(encodeProgress(progress));
-    writer.write(archiveBytes([&](auto& archive) { net.save(archive); }));
-    writer.write(archiveBytes([&](auto& archive) { optimizer.save(archive); }));
-    if (sync != nullptr) writer.write(*sync);
-  }
-  const std::vector<uint8_t> bytes =
-      broadcastBytes(transport, writer.bytes(), 0, {.tag = tags::kModelState});
-  if (source) return;
+namespace {
+
+// A member's part of shareState: rank 0's bytes into its own state.
+void loadSharedState(const std::vector<uint8_t>& bytes, Model& net,
+                     torch::optim::Optimizer& optimizer, ElasticProgress& progress,
+                     std::vector<uint8_t>* sync) {
   StateReader reader(bytes, "the elastic state of rank 0");
   std::vector<uint8_t> progressBytes, model, optimizerBytes;
   reader.read(progressBytes);
@@ -108,6 +103,55 @@ void shareState(Transport& transport, Model& net, torch::optim::Optimizer& optim
                    [&](auto& archive) { optimizer.load(archive); });
   progress = std::move(shared);
   if (sync != nullptr) *sync = std::move(syncBytes);
+}
+
+}  // namespace
+
+void shareState(Transport& transport, Model& net, torch::optim::Optimizer& optimizer,
+                ElasticProgress& progress, std::vector<uint8_t>* sync) {
+  const bool source = transport.rank() == 0;
+  StateWriter writer;
+  if (source) {
+    writer.write(encodeProgress(progress));
+    writer.write(archiveBytes([&](auto& archive) { net.save(archive); }));
+    writer.write(archiveBytes([&](auto& archive) { optimizer.save(archive); }));
+    if (sync != nullptr) writer.write(*sync);
+  }
+  const std::vector<uint8_t> bytes =
+      broadcastBytes(transport, writer.bytes(), 0, {.tag = tags::kModelState});
+  if (!source) loadSharedState(bytes, net, optimizer, progress, sync);
+  checkSameState(transport, sharedStateHash(net, progress));
+}
+
+uint32_t sharedStateHash(Model& net, const ElasticProgress& progress) {
+  std::vector<uint32_t> pieces{crc32Of(encodeProgress(progress))};
+  const auto add = [&](const torch::Tensor& t) {
+    const torch::Tensor c = t.contiguous();
+    pieces.push_back(crc32Of({static_cast<const uint8_t*>(c.data_ptr()),
+                              static_cast<size_t>(c.numel()) * c.element_size()}));
+  };
+  for (const torch::Tensor& p : net.parameters()) add(p);
+  for (const torch::Tensor& b : net.buffers()) add(b);
+  return crc32Of(
+      {reinterpret_cast<const uint8_t*>(pieces.data()), pieces.size() * sizeof(uint32_t)});
+}
+
+void checkSameState(Transport& transport, uint32_t hash) {
+  std::vector<uint8_t> mine(sizeof hash);
+  std::memcpy(mine.data(), &hash, sizeof hash);
+  const std::vector<std::vector<uint8_t>> all =
+      allgatherBytes(transport, mine, {.tag = tags::kModelState});
+  for (int rank = 1; rank < transport.size(); ++rank) {
+    if (all[static_cast<size_t>(rank)] == all[0]) continue;
+    uint32_t theirs = 0, first = 0;
+    std::memcpy(&theirs, all[static_cast<size_t>(rank)].data(), sizeof theirs);
+    std::memcpy(&first, all[0].data(), sizeof first);
+    throw DataError(
+        fmt::format("rank {}'s state at the round's start is not rank 0's (hash {:08x}, "
+                    "rank 0's {:08x}): the transfer of the job's state went wrong",
+                    rank, theirs, first),
+        {.rank = transport.rank(), .peer = rank, .operation = "elastic state"});
+  }
 }
 
 }  // namespace gradsync

@@ -35,8 +35,17 @@ struct ElasticProgress {
 // only once every byte arrived, so a failure midway leaves its state as it was (still its own,
 // consistent). Collective over `transport`; throws what the transport throws (PeerLostError,
 // TimeoutError), DataError for bytes that do not load.
+// Then every member checks that what it loaded is rank 0's (checkSameState of
+// sharedStateHash): DataError naming a member whose state differs.
 void shareState(Transport& transport, Model& net, torch::optim::Optimizer& optimizer,
                 ElasticProgress& progress, std::vector<uint8_t>* sync = nullptr);
+
+// A hash (CRC32 of the pieces' CRC32s) of what shareState makes alike and training reads: the
+// progress, every parameter and buffer of `net`.
+uint32_t sharedStateHash(Model& net, const ElasticProgress& progress);
+// Collective: gathers every member's `hash`; DataError on every member, naming the first member
+// whose hash is not rank 0's.
+void checkSameState(Transport& transport, uint32_t hash);
 
 // The progress as bytes and back (exposed for tests).
 std::vector<uint8_t> encodeProgress(const ElasticProgress& progress);

@@ -96,6 +96,24 @@ TEST(ElasticState, EveryMemberGetsRankZerosState) {
   });
 }
 
+// After the transfer every member checks by hash that it holds rank 0's state (shareState
+// does); a member whose hash differs is named on every member.
+TEST(ElasticState, AMemberWhoseStateIsNotRankZerosIsNamedOnEveryMember) {
+  runWithTransports(TransportKind::kLoopback, 3, [](Transport& t) {
+    Member member(t.rank());
+    const uint32_t mine = sharedStateHash(*member.net, member.progress);
+    checkSameState(t, t.rank() == 1 ? mine : sharedStateHash(*Member(1).net, Member(1).progress));
+    try {
+      checkSameState(t, mine);
+      ADD_FAILURE() << "three different states passed the check";
+    } catch (const DataError& e) {
+      EXPECT_NE(std::string(e.what()).find("rank 1's state at the round's start is not rank 0's"),
+                std::string::npos)
+          << e.what();
+    }
+  });
+}
+
 // localsgd's and diloco's committed synchronization state comes with the rest, rank 0's to all.
 TEST(ElasticState, TheSynchronizationStateIsRankZeros) {
   runWithTransports(TransportKind::kLoopback, 3, [](Transport& t) {
