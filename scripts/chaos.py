@@ -206,10 +206,15 @@ def watch_job(args, directory, flags, inject, storage):
                "--record-samples", os.path.join(directory, "samples"),
                "--metrics", os.path.join(directory, "metrics.json")] + flags
     watcher = SampleWatcher(os.path.join(directory, "samples"))
-    draws = random.Random(args.seed)
+    # One stream per purpose, so that the kinds' sequence is the seed's whatever the timing
+    # (a machine's speed decides how many faults fall in a window, and when a checkpoint exists).
+    times = random.Random(f"{args.seed}:times")
+    kinds = random.Random(f"{args.seed}:kinds")
+    targets = random.Random(f"{args.seed}:targets")
+    kind = None  # the next fault's, drawn once and kept until injected
     faults = []
     start = time.monotonic()
-    due = start + draws.expovariate(args.per_minute / 60.0)
+    due = start + times.expovariate(args.per_minute / 60.0)
     stopped = None  # (pid, time to continue it)
     full_until = None  # when to free the filled disk
     with open(os.path.join(directory, "out"), "w") as out, \
@@ -232,14 +237,16 @@ def watch_job(args, directory, flags, inject, storage):
                     faults[-1]["whole_after"] = round(now - start - faults[-1]["at"], 3)
                 in_window = args.duration is None or now - start < args.duration
                 if inject and in_window and now >= due and whole and calm:
-                    fault = inject_fault(args, draws, watcher, storage, now - start)
-                    if fault:
+                    kind = kind or kinds.choice(args.faults)
+                    fault = inject_fault(kind, targets, watcher, storage, now - start)
+                    if fault:  # else a corrupt fault waits for the first checkpoint
                         faults.append(fault)
+                        kind = None
                         if fault["kind"] == "stop":
                             stopped = (fault["pid"], now + args.stop_seconds)
                         if fault["kind"] == "disk":
                             full_until = now + args.stop_seconds
-                    due = max(due, now) + draws.expovariate(args.per_minute / 60.0)
+                        due = max(due, now) + times.expovariate(args.per_minute / 60.0)
         except BaseException:
             os.killpg(job.pid, signal.SIGKILL)
             raise
@@ -257,23 +264,22 @@ def wake(pid):
         os.kill(pid, signal.SIGCONT)
 
 
-def inject_fault(args, draws, watcher, storage, at):
-    """Injects a fault of a random kind; its record, or None (a corrupt fault with no checkpoint
-    written yet)."""
-    kind = draws.choice(args.faults)
+def inject_fault(kind, targets, watcher, storage, at):
+    """Injects a fault of `kind` on a random target; its record, or None (a corrupt fault with no
+    checkpoint written yet)."""
     fault = {"kind": kind, "at": round(at, 3), "whole_after": None}
     if kind == "disk":
         fault["bytes"] = storage.fill()
         print(f"  {at:7.1f} s  disk full ({fault['bytes'] / 1e6:.0f} MB taken)", flush=True)
         return fault
     if kind == "corrupt":
-        corrupted = storage.corrupt_newest(draws)
+        corrupted = storage.corrupt_newest(targets)
         if corrupted is None:
             return None
         fault["file"], fault["offset"] = corrupted
         print(f"  {at:7.1f} s  corrupt {corrupted[0]} at byte {corrupted[1]}", flush=True)
         return fault
-    slot, process = draws.choice(sorted(live_workers(watcher).items()))
+    slot, process = targets.choice(sorted(live_workers(watcher).items()))
     os.kill(process["pid"], signal.SIGKILL if kind == "kill" else signal.SIGSTOP)
     print(f"  {at:7.1f} s  {kind} worker {slot} (pid {process['pid']}, round {process['round']})",
           flush=True)
