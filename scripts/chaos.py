@@ -200,6 +200,8 @@ def run_job(args, directory, inject):
 
 
 def watch_job(args, directory, flags, inject, storage):
+    """run_job's loop: launches the job with FLAGS and, with INJECT, injects faults while it
+    runs; returns (exit code, watcher, faults)."""
     command = [args.gradsync, "launch", "-n", str(args.workers), "--elastic",
                "--max-restarts", str(args.max_restarts), "--", args.gradsync, "train",
                "--elastic", f"{args.min_workers}:{args.workers}",
