@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <cmath>
 #include <mutex>
 
@@ -108,6 +109,13 @@ double maxRelativeDifference(const std::vector<float>& a, const std::vector<floa
     worst = std::max(worst, std::fabs(a[i] - b[i]) / scale);
   }
   return worst;
+}
+
+std::string testName(std::string name) {
+  for (char& c : name) {
+    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+  }
+  return name;
 }
 
 }  // namespace gradsync::testing

@@ -36,4 +36,7 @@ std::string scratchDir(const std::string& suite, const std::string& name);
 // The largest |a - b| / max(|a|, |b|, 0.01) over the elements (the sizes must match).
 double maxRelativeDifference(const std::vector<float>& a, const std::vector<float>& b);
 
+// `name` with every character but letters and digits replaced by '_' (gtest parameter names).
+std::string testName(std::string name);
+
 }  // namespace gradsync::testing

@@ -2,7 +2,6 @@
 
 #include <gtest/gtest.h>
 
-#include <cctype>
 #include <cstdio>
 #include <cstdlib>
 
@@ -27,13 +26,6 @@ void expectConverged(const std::string& name, double accuracy, double reference,
   report(name, accuracy, reference);
   EXPECT_GE(accuracy, reference - bound.maxGap) << name << ": gap to its reference";
   EXPECT_GE(accuracy, bound.floor) << name << ": absolute floor";
-}
-
-std::string testName(std::string name) {
-  for (char& c : name) {
-    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
-  }
-  return name;
 }
 
 }  // namespace gradsync::testing

@@ -40,7 +40,4 @@ struct Bound {
 // expectations, so the caller goes on).
 void expectConverged(const std::string& name, double accuracy, double reference, Bound bound);
 
-// `name` with every character but letters and digits replaced by '_' (gtest parameter names).
-std::string testName(std::string name);
-
 }  // namespace gradsync::testing

@@ -23,13 +23,8 @@ struct Case {
 };
 
 std::string caseName(const Case& c) {
-  std::string name = std::string(c.schedule) + "_" + c.sync + "_" + c.compress +
-                     (c.ps ? "_ps" : "") + (c.servers > 0 ? "_servers" : "") +
-                     (c.momentum ? "_momentum" : "");
-  for (char& ch : name) {
-    if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
-  }
-  return name;
+  return testName(std::string(c.schedule) + "_" + c.sync + "_" + c.compress + (c.ps ? "_ps" : "") +
+                  (c.servers > 0 ? "_servers" : "") + (c.momentum ? "_momentum" : ""));
 }
 
 // 2 workers, batch 6, 60 samples: 5 steps per epoch, so the checkpoint of step 8 is mid-epoch.

@@ -24,14 +24,10 @@ struct WorldCase {
 };
 
 std::string nameOf(const WorldCase& c) {
-  std::string name = std::string(c.schedule) + "_" + c.sync + "_" + c.compress + "_" +
-                     std::to_string(c.from) + "to" + std::to_string(c.to) +
-                     (c.servers > 0 ? "_servers" + std::to_string(c.servers) : "") +
-                     (c.serversTo >= 0 ? "to" + std::to_string(c.serversTo) : "");
-  for (char& ch : name) {
-    if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
-  }
-  return name;
+  return testName(std::string(c.schedule) + "_" + c.sync + "_" + c.compress + "_" +
+                  std::to_string(c.from) + "to" + std::to_string(c.to) +
+                  (c.servers > 0 ? "_servers" + std::to_string(c.servers) : "") +
+                  (c.serversTo >= 0 ? "to" + std::to_string(c.serversTo) : ""));
 }
 
 // 120 samples in batches of 6: 5 steps an epoch on 4 workers, 6 on 3; 16 steps, the checkpoint
