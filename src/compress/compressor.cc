@@ -10,7 +10,6 @@
 #include "common/units.h"
 
 namespace gradsync {
-namespace {}  // namespace
 
 double MethodArgs::number(const std::string& key, double fallback) const {
   for (const auto& [k, v] : keys) {
@@ -29,6 +28,8 @@ const char* aggregationName(Aggregation aggregation) {
       return "tree";
     case Aggregation::kHierarchical:
       return "hierarchical";
+    case Aggregation::kCompressedAllreduce:
+      return "compressed-allreduce";
   }
   return "?";
 }

@@ -12,6 +12,8 @@
 //   kTree       gtopk: pairwise merges over log2 P rounds, then a broadcast of the result.
 //   kHierarchical  hitopk (Shi et al.'s HiTopKComm): dense reduce-scatter inside each host,
 //               sparse allgather of each shard across hosts, dense allgather inside each host.
+//   kCompressedAllreduce  a quantizer's codes with ",allreduce=on" (compressed_allreduce.h):
+//               shards' codes all-to-all, averaged and re-encoded per shard, then all-gathered.
 #pragma once
 
 #include <cstddef>
@@ -29,7 +31,7 @@
 
 namespace gradsync {
 
-enum class Aggregation { kAllreduce, kAllgather, kTree, kHierarchical };
+enum class Aggregation { kAllreduce, kAllgather, kTree, kHierarchical, kCompressedAllreduce };
 const char* aggregationName(Aggregation aggregation);
 
 // What one exchange may use. The same on every rank except `transport.rank()`.

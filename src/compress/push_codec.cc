@@ -45,7 +45,8 @@ bool PushCodec::pushable(const CompressSpec& spec, std::string* why) {
 PushCodec::PushCodec(const CompressSpec& spec, std::span<const TensorShape> unit)
     : elements_(elementsOf(unit)) {
   std::string why;
-  if (spec.dense() || !pushable(spec, &why)) {
+  if (spec.compressedAllreduce) why = "allreduce=on is an exchange between workers";
+  if (spec.dense() || !why.empty() || !pushable(spec, &why)) {
     throw ConfigError(
         fmt::format("--compress {} does not apply through parameter servers{}{}", spec.toString(),
                     why.empty() ? "" : ": ", why),

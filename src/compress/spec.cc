@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "common/units.h"
+#include "compress/compressed_allreduce.h"
 #include "compress/error_feedback.h"
 #include "compress/registry.h"
 #include "gradsync/error.h"
@@ -23,10 +24,10 @@ std::vector<std::string> split(const std::string& text, char separator) {
   }
 }
 
-bool parseOnOff(const std::string& text, const std::string& what) {
+bool parseOnOff(const std::string& text, const std::string& what, const std::string& key) {
   if (text == "on") return true;
   if (text == "off") return false;
-  throw ConfigError(fmt::format("{}: ef must be on or off, not '{}'", what, text));
+  throw ConfigError(fmt::format("{}: {} must be on or off, not '{}'", what, key, text));
 }
 
 // Applies the ",key=value" options to `spec`, rejecting keys the method does not know.
@@ -40,7 +41,11 @@ void applyKeys(CompressSpec& spec, const MethodInfo& method, const std::vector<s
     std::string key = parts[i].substr(0, eq);
     std::string value = parts[i].substr(eq + 1);
     if (key == "ef") {
-      spec.errorFeedback = parseOnOff(value, what);
+      spec.errorFeedback = parseOnOff(value, what, key);
+      continue;
+    }
+    if (key == "allreduce") {
+      spec.compressedAllreduce = parseOnOff(value, what, key);
       continue;
     }
     if (key == "ef_decay") {
@@ -48,7 +53,7 @@ void applyKeys(CompressSpec& spec, const MethodInfo& method, const std::vector<s
       continue;
     }
     if (std::find(method.keys.begin(), method.keys.end(), key) == method.keys.end()) {
-      std::string known = "ef, ef_decay";
+      std::string known = "ef, ef_decay, allreduce";
       for (const auto& k : method.keys) known += ", " + k;
       throw ConfigError(fmt::format("{}: {} has no option '{}'", what, method.name, key),
                         {.hint = "its options are: " + known});
@@ -99,7 +104,14 @@ CompressSpec CompressSpec::parse(const std::string& text, const std::string& wha
   spec.args.errorFeedback = spec.errorFeedback;
   TensorShape probe{"probe", {64, 64}, 4096};
   try {
-    method.make(spec.args, {&probe, 1});
+    if (spec.compressedAllreduce && method.absorbsMomentum) {  // its velocity is the unit's
+      throw CompressedAllreduce::unavailable(method.name);
+    }
+    if (spec.compressedAllreduce) {
+      CompressedAllreduce(method.make(spec.args, {}), method.name, false);
+    } else {
+      method.make(spec.args, {&probe, 1});
+    }
   } catch (const ConfigError& e) {
     throw ConfigError(fmt::format("{} {}: {}", what, text, e.detail()), e.context());
   }
@@ -114,6 +126,7 @@ std::string CompressSpec::toString() const {
   for (const auto& [k, v] : args.keys) text += fmt::format(",{}={}", k, v);
   if (errorFeedback != method.errorFeedback) text += errorFeedback ? ",ef=on" : ",ef=off";
   if (errorFeedbackDecay != 1) text += fmt::format(",ef_decay={}", errorFeedbackDecay);
+  if (compressedAllreduce) text += ",allreduce=on";
   return text;
 }
 
@@ -123,7 +136,13 @@ std::unique_ptr<Compressor> makeCompressor(const CompressSpec& spec,
   const MethodInfo& method = findMethod(spec.method);
   MethodArgs args = spec.args;
   args.errorFeedback = spec.errorFeedback;
-  auto compressor = method.make(args, unit);
+  std::unique_ptr<Compressor> compressor;
+  if (spec.compressedAllreduce) {  // it encodes shards, not the unit's tensors
+    compressor = std::make_unique<CompressedAllreduce>(method.make(args, {}), method.name,
+                                                       spec.errorFeedback);
+  } else {
+    compressor = method.make(args, unit);
+  }
   if (!spec.errorFeedback || method.ownErrorFeedback) return compressor;
   size_t elements = 0;
   for (const TensorShape& t : unit) elements += t.elements;

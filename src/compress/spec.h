@@ -18,6 +18,7 @@ struct CompressSpec {
   MethodArgs args;
   bool errorFeedback = false;
   double errorFeedbackDecay = 1;  // β of ef_decay; 1 is plain error feedback
+  bool compressedAllreduce = false;  // ,allreduce=on
 
   // Throws ConfigError naming `what` and the valid forms; also builds one compressor for a
   // small probe tensor so that out-of-range values fail here, at startup.
@@ -26,8 +27,9 @@ struct CompressSpec {
   bool dense() const { return method == "none"; }
 };
 
-// The compressor for one unit, wrapped in error feedback when the spec asks for it; null for
-// "none". Methods that absorb momentum read it from spec.args.momentum.
+// The compressor for one unit, in the compressed all-reduce when the spec asks for it (with
+// server error feedback when it has error feedback), wrapped in error feedback when the spec
+// asks for it; null for "none". Methods that absorb momentum read it from spec.args.momentum.
 std::unique_ptr<Compressor> makeCompressor(const CompressSpec& spec,
                                            std::span<const TensorShape> unit);
 

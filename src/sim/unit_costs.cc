@@ -31,6 +31,10 @@ UnitCost compressedCost(const ClusterSpec& cluster, const Compressor& compressor
       cost.allreduceSeconds = treeSeconds(cluster, cost.wireBytes);
       cost.bytesSent = 2 * (p - 1) / p * static_cast<double>(cost.wireBytes);
       break;
+    case Aggregation::kCompressedAllreduce:  // shards' codes all-to-all, then all-gathered
+      cost.allreduceSeconds = 2 * allgathervSeconds(cluster, cost.wireBytes / cluster.workers);
+      cost.bytesSent = ringBytes(cluster, cost.wireBytes);
+      break;
     case Aggregation::kHierarchical: {  // hitopk: lists of a host shard's k pairs
       const size_t shard = regular(cluster) ? shardElements(cluster, elements) : elements;
       cost.wireBytes = compressor.encodedBytes(shard);
@@ -42,13 +46,21 @@ UnitCost compressedCost(const ClusterSpec& cluster, const Compressor& compressor
   return cost;
 }
 
-// Encoded once; decoded once per encoding received: P of them when they are all-gathered.
+// Encoded once; decoded once per encoding received: P of them when they are all-gathered. The
+// compressed all-reduce encodes the unit and its own shard again, and decodes the unit twice.
 double codecSeconds(const ClusterSpec& cluster, const Compressor& compressor,
                     const CompressSpec& spec, size_t elements, const CodecCostFn& codecCost) {
-  const CodecCost cost = codecCost(spec.toString());
-  const double decodes =
-      compressor.aggregation() == Aggregation::kAllgather ? cluster.workers : 1.0;
-  return (cost.encodeSeconds + decodes * cost.decodeSeconds) * static_cast<double>(elements);
+  CompressSpec codec = spec;  // costs are measured per codec, on a world of one
+  codec.compressedAllreduce = false;
+  const CodecCost cost = codecCost(codec.toString());
+  double encodes = 1.0, decodes = 1.0;
+  if (compressor.aggregation() == Aggregation::kAllgather) decodes = cluster.workers;
+  if (compressor.aggregation() == Aggregation::kCompressedAllreduce) {
+    encodes = 1.0 + 1.0 / cluster.workers;
+    decodes = 2.0;
+  }
+  return (encodes * cost.encodeSeconds + decodes * cost.decodeSeconds) *
+         static_cast<double>(elements);
 }
 
 }  // namespace

@@ -30,7 +30,7 @@ using methods::HiTopK;
 using Vectors = std::vector<std::vector<float>>;
 
 // Integers, so that every host sum is exact whatever its order; distinct enough to rank.
-float input(int step, int rank, size_t i) {
+float hitopkInput(int step, int rank, size_t i) {
   return static_cast<float>(static_cast<int>((i * 7919 + rank * 104729 + step * 31) % 2001) - 1000);
 }
 
@@ -119,12 +119,12 @@ TEST_P(HiTopKReference, MatchesNaiveReferenceOverSteps) {
     for (int s = 0; s < kSteps; ++s) {
       Vectors inputs(ranks, std::vector<float>(count));
       for (int r = 0; r < ranks; ++r) {
-        for (size_t i = 0; i < count; ++i) inputs[r][i] = input(s, r, i);
+        for (size_t i = 0; i < count; ++i) inputs[r][i] = hitopkInput(s, r, i);
       }
       expected = naiveStep(topology, inputs, residual, 0.1, shape.half);
     }
     const Outcome got = runHiTopK(ranks, shape.perHost > 0 ? &topology : nullptr, count, 0.1,
-                                  shape.half, kSteps, input)
+                                  shape.half, kSteps, hitopkInput)
                             .back();
     for (int r = 0; r < ranks; ++r) {
       EXPECT_TRUE(testing::sameBits(got.result[r], expected.result[r]))
@@ -181,15 +181,15 @@ TEST(HiTopK, SmallUnitsBypassToTheDenseAverage) {
     auto transport = withTopology(fabric.connect(rank), topology);
     HiTopK hitopk(0.01, 20, true, true, /*bypass=*/1000);
     std::vector<float> grad(999), sent(999);
-    for (size_t i = 0; i < grad.size(); ++i) grad[i] = input(0, rank, i);
+    for (size_t i = 0; i < grad.size(); ++i) grad[i] = hitopkInput(0, rank, i);
     ExchangeContext context{*transport, {}, 0, 1};
     ExchangeStats stats;
     hitopk.exchange(context, grad, sent, stats);
     for (size_t i = 0; i < grad.size(); ++i) {
       float sum = 0;
-      for (int r = 0; r < 4; ++r) sum += input(0, r, i);
+      for (int r = 0; r < 4; ++r) sum += hitopkInput(0, r, i);
       ASSERT_FLOAT_EQ(grad[i], sum / 4) << i;
-      ASSERT_EQ(sent[i], input(0, rank, i));
+      ASSERT_EQ(sent[i], hitopkInput(0, rank, i));
     }
     EXPECT_TRUE(hitopk.residual().empty());
   });

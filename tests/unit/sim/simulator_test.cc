@@ -248,15 +248,27 @@ TEST(Simulator, CompressionShrinksTheBytesOnTheWire) {
   EXPECT_LT(topk.bytesSentPerStep, dense / 4);
   o.compression.spec = "fp16";
   EXPECT_NEAR(simulate(o).bytesSentPerStep, dense / 2, dense * 0.01);
+  // The compressed all-reduce sends 2 (P - 1) / P encodings where the all-gather sends P - 1.
+  o.compression.spec = "onebit,bucket=512";
+  const double gathered = simulate(o).bytesSentPerStep;
+  o.compression.spec = "onebit,bucket=512,allreduce=on";
+  EXPECT_NEAR(simulate(o).bytesSentPerStep, gathered * 2 / 8, gathered * 0.01);
 }
 
 // A codec's cost lands on the communication thread: the encode once per unit, the decode once
-// per encoding received, P times for the all-gathered methods and once for the summed ones.
+// per encoding received, P times for the all-gathered methods and once for the summed ones; the
+// compressed all-reduce encodes 1 + 1/P units and decodes two, at the codec's measured costs.
 TEST(Simulator, CodecCostsAreEncodeOnceAndDecodePerEncodingReceived) {
   const ModelProfile profile =
       profileOf({layer("a", {300000}, 1e-3, 2e-3), layer("b", {500000, 200000}, 1e-3, 2e-3)});
   const double elements = 1000000;
-  for (const auto& [spec, decodes] : {std::pair{std::string("qsgd:16"), 5.0}, {"fp16", 1.0}}) {
+  struct Case {
+    std::string spec, codec;
+    double encodes, decodes;
+  };
+  for (const Case& c : {Case{"qsgd:16", "qsgd:16", 1.0, 5.0}, Case{"fp16", "fp16", 1.0, 1.0},
+                        Case{"qsgd:16,allreduce=on", "qsgd:16", 1.2, 2.0}}) {
+    const std::string& spec = c.spec;
     SimOptions o = options(profile, 5, "wfbp");
     o.compression.spec = spec;
     const SimResult free = simulate(o);
@@ -266,10 +278,11 @@ TEST(Simulator, CodecCostsAreEncodeOnceAndDecodePerEncodingReceived) {
       return CodecCost{2e-9, 3e-9};
     };
     const SimResult charged = simulate(o);
-    EXPECT_NEAR(charged.commSeconds - free.commSeconds, (2e-9 + decodes * 3e-9) * elements, 1e-9)
+    EXPECT_NEAR(charged.commSeconds - free.commSeconds,
+                (c.encodes * 2e-9 + c.decodes * 3e-9) * elements, 1e-9)
         << spec;
     ASSERT_FALSE(asked.empty());
-    for (const std::string& s : asked) EXPECT_EQ(s, spec);
+    for (const std::string& s : asked) EXPECT_EQ(s, c.codec);
   }
 }
 
