@@ -17,7 +17,9 @@ struct GuardEvent {
   // What tripped, the worst over the ranks: "alignment" (cos(sent, gradient) fell below the
   // threshold), "residual" (the error-feedback residual's norm over the gradient's) or "sent"
   // (the norm of what the unit sent over the gradient's) rose above it, or "loss" (the mean
-  // training loss over the ranks, over the dense warm-up's last window: every unit at once).
+  // training loss over the ranks, over the dense warm-up's last window: every unit at once), or
+  // "optimizer" (its method fails under the run's Adam-family optimizer: dense from the end of
+  // the warm-up on, decided at the start; ratio and threshold 0).
   std::string signal;
   double ratio = 0;      // the signal in the window that confirmed the trip (the cosine)
   double threshold = 0;  // the threshold it passed

@@ -16,6 +16,14 @@ namespace {
 
 constexpr uint64_t kCompressed = UINT64_MAX;  // denseFrom_ of a unit the guard left alone
 
+std::string optimizerRuleWhy(const std::string& methods) {
+  return fmt::format(
+      "{} under Adam's per-coordinate scaling lost 6-15% of held-out loss on the language model "
+      "(docs/performance.md, \"every compressor under AdamW\"); compress with a quantizer and "
+      "--compress-momentum (1-bit Adam), or give --guard off to compress anyway",
+      methods);
+}
+
 // A ratio of two norms, or -1 (not measured) when there is nothing to compare with.
 double ratio(double norm, double gradNorm) {
   return norm >= 0 && gradNorm > 0 ? norm / gradNorm : -1;
@@ -123,7 +131,12 @@ CompressionGuard::CompressionGuard(GuardOptions options, int64_t warmupSteps,
       units_(std::move(units)),
       denseFrom_(new std::atomic<uint64_t>[units_.size()]),
       records_(units_.size()) {
-  for (size_t u = 0; u < units_.size(); ++u) denseFrom_[u].store(kCompressed);
+  for (size_t u = 0; u < units_.size(); ++u) {
+    denseFrom_[u].store(kCompressed);
+    if (!units_[u].compressed || !units_[u].failsUnderOptimizer) continue;
+    denseFrom_[u].store(static_cast<uint64_t>(warmup_));
+    events_.push_back(eventFor({u, "optimizer", 0, 0}, warmup_, -1));
+  }
 }
 
 bool CompressionGuard::dense(size_t unit, uint64_t step) const {
@@ -260,9 +273,35 @@ std::vector<GuardEvent> CompressionGuard::decide(const Window& window, uint64_t 
   return events;
 }
 
+std::string CompressionGuard::startNotice() const {
+  std::vector<std::string> methods;
+  size_t count = 0;
+  for (const GuardEvent& e : events()) {
+    if (e.signal != "optimizer") continue;
+    ++count;
+    if (std::find(methods.begin(), methods.end(), e.method) == methods.end()) {
+      methods.push_back(e.method);
+    }
+  }
+  if (count == 0) return "";
+  return fmt::format("guard: {} of {} units -> dense at step {}: {}", count, units_.size(), warmup_,
+                     optimizerRuleWhy(joined(methods)));
+}
+
 GuardEvent CompressionGuard::eventFor(const GuardTrip& trip, uint64_t from, int rank) const {
   const GuardedUnit& unit = units_[trip.unit];
   std::string what;
+  if (trip.signal == "optimizer") {
+    GuardEvent event{.step = static_cast<int64_t>(from),
+                     .unit = trip.unit,
+                     .method = unit.method,
+                     .signal = trip.signal,
+                     .rank = rank};
+    event.tensors = unit.names;
+    event.reason = fmt::format("guard: unit {} (tensors {}) -> dense at step {}: {}", trip.unit,
+                               joined(unit.names), from, optimizerRuleWhy(unit.method));
+    return event;
+  }
   if (trip.signal == "alignment") {
     what = fmt::format("what it sent is at cos {:.3f} to the gradient (threshold: below {:.2f}",
                        trip.ratio, trip.threshold);

@@ -109,11 +109,15 @@ struct GuardedUnit {
   // Whether its alignment is watched: not for such a unit, whose accumulated velocity is
   // rightly far from the step's noisy gradient (DGC measured cos 0.0 +- 0.1, as randomk:0.01).
   bool watchAlignment = true;
+  // The optimizer rule: its method fails under the run's Adam-family optimizer
+  // (registry.h, failsUnderAdam), so the guard keeps it dense from the end of the warm-up on.
+  bool failsUnderOptimizer = false;
 };
 
 class CompressionGuard {
  public:
-  // Compressed units start being watched at `warmupSteps` (the plan's dense warm-up).
+  // Compressed units start being watched at `warmupSteps` (the plan's dense warm-up). A unit
+  // that fails under the optimizer is dense from then on at once: its event is in events().
   CompressionGuard(GuardOptions options, int64_t warmupSteps, std::vector<GuardedUnit> units);
 
   // --- the executor's communication threads (thread-safe) ---
@@ -145,6 +149,9 @@ class CompressionGuard {
   // No agreement is needed: the server decodes each push by its own flags (encoded or dense).
   std::vector<GuardEvent> checkAlone(int rank, uint64_t stepsEnded);
   std::vector<GuardEvent> events() const;
+  // One line for the log about the units the optimizer rule made dense at the start (their
+  // count, methods and why), or "" when there are none.
+  std::string startNotice() const;
   // For checkpoints, between steps: which units are dense from which step, the windows counted
   // and the last measurements, so that a resumed run decides as the uninterrupted one would.
   // The events (the log) are not kept. loadState throws DataError for another layout.

@@ -25,6 +25,8 @@ struct CompressionConfig {
   bool guard = true;
   // --compress-momentum: 1-bit Adam (SyncOptions::compressMomentum).
   bool momentum = false;
+  // The optimizer is Adam or AdamW: the guard's optimizer rule applies (guard.h, GuardedUnit).
+  bool adamFamily = false;
 };
 
 struct CompressionPlan {

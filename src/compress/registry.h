@@ -32,6 +32,11 @@ struct MethodInfo {
 const std::vector<MethodInfo>& compressionMethods();
 // Throws ConfigError listing the valid names.
 const MethodInfo& findMethod(const std::string& name);
+// Whether `method` is one of those measured to lose more than 5% of held-out loss under AdamW
+// on the language model, on gradients and on 1-bit Adam's momenta alike (the sparsifiers and
+// the low-rank methods: docs/performance.md, "Language model: every compressor under AdamW");
+// the guard's optimizer rule (guard.h) keeps them dense under Adam-family optimizers.
+bool failsUnderAdam(const std::string& method);
 // "none, fp16, topk:R, ..." for error messages and --help.
 std::string methodChoices();
 

@@ -7,6 +7,7 @@
 #include "common/check.h"
 #include "common/logging.h"
 #include "common/tags.h"
+#include "compress/registry.h"
 #include "gradsync/error.h"
 #include "ps/served_units.h"
 #include "sync/ring_executor.h"
@@ -104,6 +105,9 @@ Engine::Engine(Transport& transport, const std::vector<TensorShape>& tensors, En
   GS_CHECK(!updates_ || parameters.size() == tensors_.size());
   for (size_t u = 0; u < layout_.units.size(); ++u) waitingIn_[u] = layout_.units[u].tensors.size();
   guard_ = makeGuard();
+  if (guard_ && transport.rank() == 0 && !guard_->startNotice().empty()) {
+    GS_LOG(kWarn, "{}", guard_->startNotice());
+  }
   executor_ = makeExecutor(std::move(parameters));
   for (size_t lane = 0; lane < lanes(); ++lane) {
     threads_.emplace_back([this, rank = transport.rank()] {
@@ -169,6 +173,8 @@ std::unique_ptr<CompressionGuard> Engine::makeGuard() const {
       guarded.momentumScale = 1 / (1 - decay);  // ef_decay: the residual is a momentum
       guarded.watchAlignment = false;
     }
+    guarded.failsUnderOptimizer =
+        options_.compression.adamFamily && !spec.dense() && failsUnderAdam(spec.method);
     units.push_back(std::move(guarded));
   }
   return std::make_unique<CompressionGuard>(GuardOptions{}, plan_.warmupSteps, std::move(units));

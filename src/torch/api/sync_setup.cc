@@ -178,6 +178,8 @@ SyncSetup setupFor(const torch::optim::Optimizer& optimizer, const SyncOptions& 
                    const Absorbs& absorbs) {
   const SyncStrategy strategy = SyncStrategy::parse(sync.sync);
   EngineOptions engine = engineOptionsOf(sync, strategy);
+  engine.compression.adamFamily = dynamic_cast<const torch::optim::Adam*>(&optimizer) != nullptr ||
+                                  dynamic_cast<const torch::optim::AdamW*>(&optimizer) != nullptr;
   checkCompressionApplies(strategy, engine.compression, sync.sync);
   const StrategyKnobs knobs = knobsOf(sync);
   const bool local = strategy.kind == SyncStrategy::Kind::kLocalSgd;

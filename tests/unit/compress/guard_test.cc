@@ -189,6 +189,23 @@ TEST(CompressionGuard, AMomentumUnitsNormsAreReadInItsAccumulatedGradients) {
   EXPECT_NE(events[1].reason.find("fc.weight"), std::string::npos) << events[1].reason;
 }
 
+// The optimizer rule's unit is dense from the warm-up's end, decided at construction; the
+// notice counts it; the other unit is left to the signals.
+TEST(CompressionGuard, TheOptimizerRuleDecidesAtTheStart) {
+  std::vector<GuardedUnit> units = twoUnits();
+  units[1].failsUnderOptimizer = true;
+  CompressionGuard guard(kOptions, /*warmupSteps=*/7, units);
+  EXPECT_FALSE(guard.dense(1, 6));
+  EXPECT_TRUE(guard.dense(1, 7));
+  EXPECT_FALSE(guard.dense(0, 100));
+  ASSERT_EQ(guard.events().size(), 1u);
+  EXPECT_EQ(guard.events()[0].unit, 1u);
+  EXPECT_NE(guard.startNotice().find("1 of 2 units -> dense at step 7: topk:0.01 under Adam"),
+            std::string::npos)
+      << guard.startNotice();
+  EXPECT_EQ(CompressionGuard(kOptions, 7, twoUnits()).startNotice(), "");
+}
+
 // The loss signal over servers: this rank's own losses against its own warm-up's.
 TEST(CompressionGuard, CheckAloneWatchesThisRanksLossAgainstItsWarmup) {
   CompressionGuard guard(kOptions, /*warmupSteps=*/10, twoUnits());
@@ -332,6 +349,43 @@ TEST(EngineGuard, AGuardThatDoesNotActChangesNoBit) {
     Engine unguarded(t, kTensors, randomkOptions(false));
     runSteps(unguarded, t.rank(), 100);
     EXPECT_TRUE(unguarded.guardEvents().empty());
+  });
+}
+
+// The optimizer rule: under Adam-family optimizers the sparsifiers and low-rank methods are
+// dense from the end of the warm-up, on every rank, said at the start; under SGD, and for a
+// quantizer under Adam, nothing changes.
+TEST(EngineGuard, UnderAdamASparsifierIsDenseFromTheWarmupsEnd) {
+  constexpr int kSteps = 30, kWarmup = 5;
+  runWithTransports(TransportKind::kLoopback, 3, [&](Transport& t) {
+    auto optionsFor = [](const std::string& spec, bool adam) {
+      EngineOptions o{.schedule = ScheduleSpec::parse("wfbp"),
+                      .compression = {.spec = spec, .minElements = 1000, .warmupSteps = kWarmup}};
+      o.compression.adamFamily = adam;
+      return o;
+    };
+    std::vector<std::vector<float>> underAdam, dense;
+    {
+      Engine engine(t, kTensors, optionsFor("topk:0.01", true));
+      const std::vector<GuardEvent> atStart = engine.guardEvents();
+      ASSERT_EQ(atStart.size(), 1u);
+      EXPECT_EQ(atStart[0].signal, "optimizer");
+      EXPECT_EQ(atStart[0].step, kWarmup);
+      EXPECT_EQ(atStart[0].tensors, std::vector<std::string>{"fc.weight"});
+      EXPECT_NE(atStart[0].reason.find("--compress-momentum"), std::string::npos);
+      underAdam = runSteps(engine, t.rank(), kSteps);
+      EXPECT_EQ(engine.guardEvents().size(), 1u);
+    }
+    {
+      Engine engine(t, kTensors, optionsFor("none", true));
+      dense = runSteps(engine, t.rank(), kSteps);
+    }
+    EXPECT_EQ(underAdam, dense);  // bitwise the dense exchange, warm-up included
+    for (const auto& [spec, adam] : {std::pair{"topk:0.01", false}, {"onebit", true}}) {
+      Engine engine(t, kTensors, optionsFor(spec, adam));
+      EXPECT_NE(runSteps(engine, t.rank(), kSteps), dense) << spec;
+      for (const GuardEvent& e : engine.guardEvents()) EXPECT_NE(e.signal, "optimizer") << spec;
+    }
   });
 }
 
