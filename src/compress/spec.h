@@ -17,7 +17,7 @@ struct CompressSpec {
   std::string method = "none";
   MethodArgs args;
   bool errorFeedback = false;
-  double errorFeedbackDecay = 1;  // β of ef_decay; 1 is plain error feedback
+  double errorFeedbackDecay = 1;     // β of ef_decay; 1 is plain error feedback
   bool compressedAllreduce = false;  // ,allreduce=on
 
   // Throws ConfigError naming `what` and the valid forms; also builds one compressor for a
