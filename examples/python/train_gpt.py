@@ -3,9 +3,13 @@
 `gradsync train --model gpt` (docs/models.md, docs/data.md) in plain PyTorch, Horovod style.
 
     gradsync launch -n 2 -- python3 examples/python/train_gpt.py --steps 300
-    gradsync launch -n 4 -- python3 examples/python/train_gpt.py --compression powersgd:4
     gradsync launch -n 4 -- python3 examples/python/train_gpt.py --compression onebit \
         --compress-momentum --compress-warmup 30       # 1-bit Adam
+    gradsync launch -n 4 -- python3 examples/python/train_gpt.py --compress-momentum \
+        --compression onebit,bucket=512,allreduce=on --compress-warmup 57  # its all-reduce
+
+(Under AdamW the guard keeps sparsifiers and PowerSGD dense: docs/algorithms.md, "The
+optimizer rule".)
 
 Bytes are the tokens (256 of them); the last tenth of the corpus is held out; each sample is a
 window of context + 1 bytes (inputs, and shifted by one the targets), windows overlapping by one

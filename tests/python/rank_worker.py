@@ -275,12 +275,30 @@ def resume_elsewhere(directory: str, configs: str) -> dict:
     return out
 
 
-def momentum(compression: str) -> list:
+def momentum(compression: str, recipe: str = "step") -> list:
     """compress_momentum (1-bit Adam) under AdamW: MOMENTUM_WARMUP dense steps, then 4 that
-    exchange the ranks' momenta coded by `compression`; the parameters."""
-    _, model, opt = train({"optimizer": "adamw", "compression": compression,
-                           "compress_min_elements": 1, "compress_warmup": MOMENTUM_WARMUP,
-                           "compress_momentum": True, "guard": False}, steps=6)
+    exchange the ranks' momenta coded by `compression`; the parameters. recipe "horovod": the
+    warm-up's steps as train_gpt.py takes them, synchronize() then step() in
+    skip_synchronize() (where a clip would go), so the optimizer steps outside step()."""
+    options = {"optimizer": "adamw", "compression": compression, "compress_min_elements": 1,
+               "compress_warmup": MOMENTUM_WARMUP, "compress_momentum": True, "guard": False}
+    if recipe == "step":
+        _, model, opt = train(options, steps=6)
+    else:
+        model = gs.DistributedModel(fresh_model())
+        opt = gs.DistributedOptimizer(make_optimizer("adamw", model),
+                                      named_parameters=model.named_parameters(),
+                                      **{k: v for k, v in options.items() if k != "optimizer"})
+        for step in range(6):
+            x, y = share(step)
+            opt.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            if opt.exchanges_momenta:
+                opt.step()
+            else:
+                opt.synchronize()
+                with opt.skip_synchronize():
+                    opt.step()
     opt._close()
     return parameters(model)
 

@@ -283,6 +283,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
                 raise ConfigError("skip_synchronize() would skip diloco's outer step: call step() "
                                   "alone, which averages inside the host before the local step")
             self._inner.step()
+            self._share_adam_state()  # the optimizer stepped (Horovod's clipping recipe)
         else:
             if self._updates or self._compress_momentum:
                 self._impl.set_lrs([float(g["lr"]) for g in self.param_groups])
