@@ -140,6 +140,7 @@ Settings trainSettings(const TrainOptions& o, const std::string& transport) {
           {"--compress-override", fmt::format("{}", fmt::join(c.overrides, " "))},
           {"--compress-min-elements", text(c.minElements)},
           {"--compress-warmup", warmupFlagText(c.warmupSteps)},
+          {"--compress-warmup-codec", c.warmupCodec},
           {"--guard", c.guard ? "on" : "off"},
           {"--compress-momentum", text(c.momentum)},
           {"--eval-every", text(o.evalEvery)},
@@ -266,6 +267,12 @@ void addTrainCommand(CLI::App& app, CommandContext& context) {
       "--compress-warmup",
       [steps = &o.compression.warmupSteps](const std::string& v) { *steps = parseWarmupFlag(v); },
       "dense steps before compressing: N, or auto = a tenth of the first epoch (default auto)");
+  train
+      ->add_option("--compress-warmup-codec", o.compression.warmupCodec,
+                   "how the warm-up sends what is compressed after it: none (float32), or the "
+                   "near-lossless fp16 or int8")
+      ->check(CLI::IsMember({"none", "fp16", "int8"}))
+      ->capture_default_str();
   train
       ->add_option_function<std::string>(
           "--guard", [guard = &o.compression.guard](const std::string& v) { *guard = v == "on"; },

@@ -128,6 +128,8 @@ def main():
     parser.add_argument("--compression", default="none", help="none, fp16, topk:D, powersgd:R...")
     parser.add_argument("--sync", default="ssgd", help="ssgd, localsgd:H...")
     parser.add_argument("--compress-warmup", type=int, default=0, help="dense steps first")
+    parser.add_argument("--compress-warmup-codec", default="none",
+                        help="how those steps send: none (float32), fp16 or int8")
     parser.add_argument("--compress-momentum", action="store_true",
                         help="1-bit Adam: exchange compressed momenta after the warm-up")
     args = parser.parse_args()
@@ -150,6 +152,7 @@ def main():
     optimizer = gs.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(),
                                         compression=args.compression, sync=args.sync,
                                         compress_warmup=args.compress_warmup,
+                                        compress_warmup_codec=args.compress_warmup_codec,
                                         compress_momentum=args.compress_momentum)
     generator = torch.Generator().manual_seed(1000 + gs.rank())  # each rank its own windows
     local = args.sync.startswith(("localsgd", "diloco"))  # each rank steps on its own gradients

@@ -24,6 +24,9 @@ struct SyncOptions {
   std::vector<std::string> compressOverrides;  // GLOB=SPEC by parameter name, first match wins
   size_t compressMinElements = 1024;           // smaller tensors go dense
   int64_t compressWarmup = 0;                  // dense steps before compressing
+  // How those steps send what is compressed after them (--compress-warmup-codec): "none"
+  // (float32), or the near-lossless "fp16" or "int8" ring all-reduces. ConfigError otherwise.
+  std::string compressWarmupCodec = "none";
   // 1-bit Adam (--compress-momentum; docs/algorithms.md, "Compression under Adam"): with an Adam
   // or AdamW optimizer in gradient mode, the dense warm-up (compressWarmup >= 1 steps) is plain
   // Adam; from then on the second moment is frozen and what the engine compresses (with its

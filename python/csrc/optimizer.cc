@@ -309,6 +309,7 @@ void bindSyncOptions(py::module_& m) {
       .def_readwrite("compress_overrides", &SyncOptions::compressOverrides)
       .def_readwrite("compress_min_elements", &SyncOptions::compressMinElements)
       .def_readwrite("compress_warmup", &SyncOptions::compressWarmup)
+      .def_readwrite("compress_warmup_codec", &SyncOptions::compressWarmupCodec)
       .def_readwrite("guard", &SyncOptions::guard)
       .def_readwrite("compress_momentum", &SyncOptions::compressMomentum)
       .def_readwrite("sync", &SyncOptions::sync)

@@ -117,6 +117,13 @@ CompressionPlan planCompression(const CompressionConfig& config,
   if (config.warmupSteps < 0) throw ConfigError("--compress-warmup must be >= 0");
   CompressionPlan plan;
   plan.warmupSteps = config.warmupSteps;
+  plan.warmupCodec = CompressSpec::parse(config.warmupCodec, "--compress-warmup-codec");
+  if (!plan.warmupCodec.dense() && plan.warmupCodec.toString() != "fp16" &&
+      plan.warmupCodec.toString() != "int8") {
+    throw ConfigError(fmt::format("--compress-warmup-codec {}: the warm-up is for dense steps",
+                                  config.warmupCodec),
+                      {.hint = "choose none (float32), fp16 or int8, which hold where dense does"});
+  }
   for (const TensorShape& tensor : tensors) {
     CompressSpec spec = tensor.elements < config.minElements ? CompressSpec{} : global;
     for (const Override& o : overrides) {

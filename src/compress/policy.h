@@ -20,6 +20,9 @@ struct CompressionConfig {
   // --compress-warmup: dense steps before compressing; kAutoWarmup = a tenth of the first epoch,
   // which only a trainer knows (resolveWarmupSteps).
   int64_t warmupSteps = 0;
+  // --compress-warmup-codec: how the warm-up's steps send the units compressed after it: none
+  // (float32, the default), or the near-lossless fp16 or int8 (their ring all-reduces).
+  std::string warmupCodec = "none";
   // --guard on|off: the compression guardrail (compress/guard.h) makes a compressed unit dense when
   // its error-feedback residual or its sent bursts grow past documented thresholds.
   bool guard = true;
@@ -32,6 +35,7 @@ struct CompressionConfig {
 struct CompressionPlan {
   std::vector<CompressSpec> perTensor;  // by registration index; dense() = not compressed
   int64_t warmupSteps = 0;
+  CompressSpec warmupCodec;  // none, fp16 or int8: the warm-up's steps of compressed tensors
 
   bool any() const;
   // Whether tensor t's method applies the optimizer's momentum itself (DGC), so the optimizer
@@ -59,8 +63,8 @@ CompressionConfig resolveAutoWarmups(CompressionConfig config, uint64_t stepsPer
 int64_t parseWarmupFlag(const std::string& text);
 std::string warmupFlagText(int64_t warmupSteps);
 
-// Throws ConfigError for a malformed spec or override, naming it. `momentum` is passed to
-// methods that absorb it.
+// Throws ConfigError for a malformed spec or override, naming it, and for a warm-up codec other
+// than none, fp16 and int8. `momentum` is passed to methods that absorb it.
 CompressionPlan planCompression(const CompressionConfig& config,
                                 const std::vector<TensorShape>& tensors, double momentum);
 

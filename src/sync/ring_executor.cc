@@ -27,12 +27,25 @@ std::vector<std::unique_ptr<Compressor>> makeCompressors(const RingSetup& s) {
   return compressors;
 }
 
+// Each compressed unit's codec for the warm-up's steps (null: float32), stateless.
+std::vector<std::unique_ptr<Compressor>> makeWarmupCodecs(
+    const RingSetup& s, const std::vector<std::unique_ptr<Compressor>>& compressors) {
+  std::vector<std::unique_ptr<Compressor>> codecs;
+  for (size_t u = 0; u < s.layout.units.size(); ++u) {
+    codecs.push_back(compressors[u] == nullptr
+                         ? nullptr
+                         : makeCompressor(s.plan.warmupCodec, unitShapes(s.layout, u, s.tensors)));
+  }
+  return codecs;
+}
+
 }  // namespace
 
 RingExecutor::RingExecutor(Transport& transport, RingSetup setup)
     : transport_(transport),
       s_(std::move(setup)),
       compressors_(makeCompressors(s_)),
+      warmupCodecs_(makeWarmupCodecs(s_, compressors_)),
       budgets_(s_.tensors, s_.layout, compressors_) {
   GS_CHECK(s_.gradients.size() == s_.layout.totalElements);
   GS_CHECK(!s_.updates || s_.parameters.size() == s_.tensors.size());
@@ -84,8 +97,16 @@ std::string RingExecutor::exchange(const PlannedOp& op, Transport& transport, Op
   std::span<float> data = s_.gradients.subspan(u.offset, u.elements);
   Compressor* compressor = compressors_[op.unit].get();
   CompressionGuard* guard = s_.guard;
-  if (compressor == nullptr || op.step < static_cast<uint64_t>(s_.plan.warmupSteps) ||
-      (guard != nullptr && guard->dense(op.unit, op.step))) {
+  const bool warmup = op.step < static_cast<uint64_t>(s_.plan.warmupSteps);
+  if (warmup && warmupCodecs_[op.unit] != nullptr) {  // the warm-up in fp16 or int8
+    ExchangeContext context{transport, unitStream(op.unit), op.step, s_.seed, s_.clock};
+    ExchangeStats stats;
+    std::vector<float> sent = takeScratch(u.elements);
+    warmupCodecs_[op.unit]->exchange(context, data, {sent.data(), u.elements}, stats);
+    giveBack(std::move(sent));
+    return s_.plan.warmupCodec.toString();
+  }
+  if (compressor == nullptr || warmup || (guard != nullptr && guard->dense(op.unit, op.step))) {
     allreduce(transport, data, ReduceOp::kAverage, unitStream(op.unit));
     return {};
   }

@@ -87,9 +87,10 @@ class RingExecutor final : public Executor {
 
   Transport& transport_;
   const RingSetup s_;
-  std::vector<std::unique_ptr<Compressor>> compressors_;  // by unit; null: dense
-  SliceBudgets budgets_;                                  // p3 slices of sparsified tensors
-  std::mutex budgetsMutex_;                               // slices of one tensor share budgets_
+  std::vector<std::unique_ptr<Compressor>> compressors_;   // by unit; null: dense
+  std::vector<std::unique_ptr<Compressor>> warmupCodecs_;  // by unit; null: float32 warm-up
+  SliceBudgets budgets_;                                   // p3 slices of sparsified tensors
+  std::mutex budgetsMutex_;                                // slices of one tensor share budgets_
   std::mutex scratchMutex_;
   std::vector<std::vector<float>> scratch_;  // free scratch for compressors' exchanges
   std::vector<float> velocity_;      // update mode: by flat element (sharded: own blocks only);

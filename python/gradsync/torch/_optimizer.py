@@ -131,7 +131,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
     taken; other values are refused with what to use instead. `compression` may be a
     gs.Compression.
     Keyword-only, as SyncOptions (gradsync/sync_options.h): compress_overrides (GLOB=SPEC...),
-    compress_min_elements, compress_warmup, guard (the compression guardrail, default
+    compress_min_elements, compress_warmup, compress_warmup_codec ("none", "fp16" or "int8":
+    how the warm-up sends what is compressed after it), guard (the compression guardrail, default
     True), compress_momentum (1-bit Adam: with torch.optim.Adam or AdamW, a compressor and
     compress_warmup steps, after which the second moment is frozen and the ranks exchange
     their compressed momenta; docs/python.md), parameter_servers, servers, delay_warmup, local_lr,

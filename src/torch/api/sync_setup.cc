@@ -143,6 +143,7 @@ CompressionConfig compressionOf(const SyncOptions& sync) {
           .overrides = sync.compressOverrides,
           .minElements = sync.compressMinElements,
           .warmupSteps = sync.compressWarmup,
+          .warmupCodec = sync.compressWarmupCodec,
           .guard = sync.guard};
 }
 
@@ -187,6 +188,10 @@ SyncSetup setupFor(const torch::optim::Optimizer& optimizer, const SyncOptions& 
   if (sync.join && (servers || local)) {
     refuseSyncSetup("join works with ring ssgd only",
                     "drop join, or use sync ssgd without servers");
+  }
+  if (servers && engine.compression.warmupCodec != "none") {
+    refuseSyncSetup("the warm-up codec applies to the ring's all-reduces, not to pushes",
+                    "drop compress warm-up codec, or use ring ssgd");
   }
   SyncSetup setup;
   if (servers) {

@@ -63,6 +63,7 @@ void writeMetrics(const std::string& path, const TrainOptions& options, int work
                            {"compress_overrides", options.compression.overrides},
                            {"compress_min_elements", options.compression.minElements},
                            {"compress_warmup", warmupJson(options.compression.warmupSteps)},
+                           {"compress_warmup_codec", options.compression.warmupCodec},
                            {"guard", options.compression.guard ? "on" : "off"},
                            {"schedule", options.schedule},
                            {"optimizer", options.optimizer},

@@ -33,6 +33,7 @@ SyncOptions syncOptionsOf(const TrainOptions& options) {
           // kAutoWarmup counts only where a trainer resolved it with its epoch
           // (withResolvedWarmup); before that (validation, the servers) no step is dense.
           .compressWarmup = std::max<int64_t>(options.compression.warmupSteps, 0),
+          .compressWarmupCodec = options.compression.warmupCodec,
           .compressMomentum = options.compression.momentum,
           .guard = options.compression.guard,
           .sync = options.sync,

@@ -172,6 +172,56 @@ TEST(EngineCompression, CompressesLargeTensorsAfterTheWarmUp) {
   });
 }
 
+// --compress-warmup-codec int8: the warm-up's steps send what is compressed after them through
+// the int8 ring (bitwise allreduceInt8's average of the same gradients, at about a third of the
+// float32 bytes on the weights), the dense tensors in float32; after the warm-up every bit is the
+// run's without the codec (the compressor saw nothing of the warm-up either way).
+TEST(EngineCompression, AWarmupCodecSendsTheWarmupInInt8) {
+  constexpr int kSize = 3, kWarmup = 2;
+  auto optionsFor = [](const std::string& codec) {
+    EngineOptions o{
+        .schedule = ScheduleSpec::parse("wfbp"),
+        .compression = {.spec = "topk:0.1", .minElements = 500, .warmupSteps = kWarmup}};
+    o.compression.warmupCodec = codec;
+    return o;
+  };
+  runWithTransports(TransportKind::kLoopback, kSize, [&](Transport& t) {
+    Engine plain(t, kEngineTensors, optionsFor("none"));
+    Engine int8(t, kEngineTensors, optionsFor("int8"));
+    for (int step = 0; step < kWarmup + 2; ++step) {
+      const StepStats before = int8.totals();
+      runStep(plain, t.rank(), step);
+      runStep(int8, t.rank(), step);
+      const StepStats after = int8.totals();
+      for (int tensor = 0; tensor < 4; ++tensor) {
+        std::span<const float> got = int8.slot(tensor), reference = plain.slot(tensor);
+        if (step >= kWarmup || tensor % 2 == 1) {  // compressed alike, or dense biases
+          ASSERT_TRUE(std::equal(got.begin(), got.end(), reference.begin())) << step << tensor;
+          continue;
+        }
+        std::vector<float> expected(got.size());
+        for (size_t i = 0; i < expected.size(); ++i)
+          expected[i] = engineGradient(t.rank(), tensor, i, step) / 64;
+        allreduceInt8(t, expected, ReduceOp::kSum, {.tag = 999});
+        for (float& v : expected) v *= 1.0f / kSize;  // as the exchange scales
+        for (size_t i = 0; i < got.size(); ++i) {
+          ASSERT_EQ(got[i], expected[i]) << step << " " << tensor << " " << i;
+        }
+        EXPECT_FALSE(std::equal(got.begin(), got.end(), reference.begin()));
+      }
+      if (step < kWarmup) {
+        const double ratio = static_cast<double>(after.bytesSent - before.bytesSent) /
+                             static_cast<double>(after.denseBytes - before.denseBytes);
+        EXPECT_NEAR(ratio, 0.26, 0.03) << step;  // (1 byte + a scale per chunk) / 4 bytes
+      }
+    }
+  });
+  EXPECT_THROW(
+      runWithTransports(TransportKind::kLoopback, 1,
+                        [&](Transport& t) { Engine(t, kEngineTensors, optionsFor("topk:0.5")); }),
+      ConfigError);
+}
+
 // The engine carries out exactly the operations of its planner, in the planner's order (the
 // simulator runs the same StepPlanner): read back from the engine's trace, every engineGradient
 // ready at once, for the ring's fixed order and sharded's reduce-scatters then allgathers.
