@@ -496,6 +496,18 @@ TEST_F(CliTrain, CompressionWarmsUpDenseForATenthOfTheFirstEpochByDefault) {
   EXPECT_NE(bad.err.find("--compress-warmup takes auto or a number of steps >= 0, not '-1'"),
             std::string::npos)
       << bad.err;
+  // --compress-warmup-codec int8: the same dense steps, the weights through the int8 ring.
+  fs::path metrics = scratch() / "warmup-int8.json";
+  Result int8 =
+      gradsync({"train", "--model", "mlp", "--steps", "2", "--compress", "topk:0.01",
+                "--compress-warmup-codec", "int8", "--quiet", "--metrics", metrics.string()});
+  ASSERT_TRUE(int8.status.ok()) << int8.status.describe() << "\n" << int8.err;
+  nlohmann::json doc = nlohmann::json::parse(readFile(metrics));
+  EXPECT_EQ(doc["config"]["compress_warmup_codec"], "int8");
+  EXPECT_GT(doc["per_step"]["compression_ratio"].get<double>(), 2.5);
+  Result badCodec = gradsync({"train", "--compress-warmup-codec", "topk:0.1"});
+  EXPECT_EQ(badCodec.status.code, 2);
+  EXPECT_NE(badCodec.err.find("--compress-warmup-codec"), std::string::npos) << badCodec.err;
 }
 
 // Emulated accelerator compute over real processes and TCP: the profile's batch and shapes, its
