@@ -33,7 +33,7 @@ bool fixedSize(CodecCompressor& codec) {
   return true;
 }
 
-// Distinct seeds for a rank's shard encodings (shard < P) and its re-encoding (P + rank).
+// A rank's seeds: `which` = s < P for its encoding of shard s, P for its re-encoding.
 uint64_t seedOf(const ExchangeContext& context, uint64_t which) {
   const uint64_t rank = static_cast<uint64_t>(context.transport.rank());
   return rng::mixSeed(rng::mixSeed(rng::mixSeed(context.seed, context.step), rank), which);
@@ -136,7 +136,7 @@ void CompressedAllreduce::reduceOwnShard(ExchangeContext& context,
   const size_t n = bounds[rank + 1] - begin;
   const size_t bytes = codec_.encodedBytes(n);
   average_.assign(n, 0.0f);
-  // In rank order, the own part as this rank decoded it: the same sum on whichever rank.
+  // Summed in rank order (runs repeat bitwise), this rank's part as it decoded it itself.
   for (int r = 0; r < ranks; ++r) {
     if (r == rank) {
       addInto(average_.data(), sent.data() + begin, n);

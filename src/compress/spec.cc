@@ -53,8 +53,9 @@ void applyKeys(CompressSpec& spec, const MethodInfo& method, const std::vector<s
       continue;
     }
     if (std::find(method.keys.begin(), method.keys.end(), key) == method.keys.end()) {
-      std::string known = "ef, ef_decay, allreduce";
+      std::string known = "ef, ef_decay";
       for (const auto& k : method.keys) known += ", " + k;
+      known += ", allreduce";
       throw ConfigError(fmt::format("{}: {} has no option '{}'", what, method.name, key),
                         {.hint = "its options are: " + known});
     }

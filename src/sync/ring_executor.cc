@@ -104,6 +104,8 @@ std::string RingExecutor::exchange(const PlannedOp& op, Transport& transport, Op
     std::vector<float> sent = takeScratch(u.elements);
     warmupCodecs_[op.unit]->exchange(context, data, {sent.data(), u.elements}, stats);
     giveBack(std::move(sent));
+    outcome.encodeSeconds = stats.encodeSeconds;
+    outcome.decodeSeconds = stats.decodeSeconds;
     return s_.plan.warmupCodec.toString();
   }
   if (compressor == nullptr || warmup || (guard != nullptr && guard->dense(op.unit, op.step))) {

@@ -283,6 +283,11 @@ std::optional<PsOptions> psOptionsFor(const SyncStrategy& strategy, const Strate
 void checkCompressionApplies(const SyncStrategy& strategy, const CompressionConfig& compression,
                              const std::string& syncText) {
   const bool compressed = compression.spec != "none" || !compression.overrides.empty();
+  if (compression.warmupCodec != "none" && strategy.kind == SyncStrategy::Kind::kLocalSgd) {
+    throw ConfigError(fmt::format("--compress-warmup-codec does not apply to --sync {}", syncText),
+                      {.hint = "it is for the ring's warm-up steps; localsgd and diloco average "
+                               "models or pseudo-gradients with no such warm-up"});
+  }
   if (!compressed) return;
   if (strategy.kind == SyncStrategy::Kind::kLocalSgd) {
     // diloco compresses its pseudo-gradients (torch/api/outer_optimizer.h); localsgd averages

@@ -110,6 +110,20 @@ TEST(CompressedAllreduce, EveryTransportGivesTheSameBits) {
   }
 }
 
+// Units smaller than the world (ranks without a shard) and empty ones: a quantizer's result is
+// the same on every rank, and with every value alike it is that value.
+TEST(CompressedAllreduce, TinyUnitsGiveEveryRankTheSameResult) {
+  for (size_t n : {size_t{0}, size_t{1}, size_t{7}}) {
+    auto out = testing::runExchange(
+        5, [&] { return fromSpec("onebit,allreduce=on", n); },
+        [&](int, int) { return std::vector<float>(n, 0.25f); });
+    for (int r = 0; r < 5; ++r) {
+      EXPECT_TRUE(sameBits(out[r].result, out[0].result)) << n;
+      EXPECT_TRUE(sameBits(out[r].result, std::vector<float>(n, 0.25f))) << n;
+    }
+  }
+}
+
 // onebit: every rank ends with the same result; the server residual is what the re-encoding
 // of this rank's shard missed (the average of what the ranks sent, minus the result there).
 TEST(CompressedAllreduce, ServerResidualIsWhatTheReencodingMissed) {
