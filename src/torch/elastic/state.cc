@@ -1,11 +1,14 @@
 #include "torch/elastic/state.h"
 
+#include <chrono>
 #include <cmath>
 #include <cstring>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "common/elapsed.h"
+#include "common/logging.h"
 #include "common/state_bytes.h"
 #include "common/tags.h"
 #include "data/shard_format.h"
@@ -109,6 +112,7 @@ void loadSharedState(const std::vector<uint8_t>& bytes, Model& net,
 
 void shareState(Transport& transport, Model& net, torch::optim::Optimizer& optimizer,
                 ElasticProgress& progress, std::vector<uint8_t>* sync) {
+  const auto start = std::chrono::steady_clock::now();
   const bool source = transport.rank() == 0;
   StateWriter writer;
   if (source) {
@@ -121,6 +125,14 @@ void shareState(Transport& transport, Model& net, torch::optim::Optimizer& optim
       broadcastBytes(transport, writer.bytes(), 0, {.tag = tags::kModelState});
   if (!source) loadSharedState(bytes, net, optimizer, progress, sync);
   checkSameState(transport, sharedStateHash(net, progress));
+  // After the hash check every member has loaded it: rank 0's clock spans the whole recovery
+  // (its serialisation, the broadcast, every member's load and hash).
+  if (source && transport.size() > 1) {
+    const double seconds = secondsSince(start);
+    const double mb = static_cast<double>(bytes.size()) / 1e6;
+    GS_LOG(kInfo, "elastic: the job's state ({:.1f} MB) to {} members in {:.3f} s ({:.0f} MB/s)",
+           mb, transport.size() - 1, seconds, mb / seconds);
+  }
 }
 
 uint32_t sharedStateHash(Model& net, const ElasticProgress& progress) {
