@@ -87,12 +87,13 @@ void CompressedAllreduce::exchange(ExchangeContext& context, std::span<float> gr
     sendBytes[s] = codec_.encodedBytes(length(s));
     recvBytes[s] = codec_.encodedBytes(length(rank));
   }
-  std::vector<uint8_t> received(recvBytes[0] * ranks);
-  alltoallvBytes(transport, pieces_, sendBytes, received, recvBytes, context.collective);
-  reduceOwnShard(context, received, sent, bounds, stats);
+  received_.resize(recvBytes[0] * static_cast<size_t>(ranks));
+  alltoallvBytes(transport, pieces_, sendBytes, received_, recvBytes, context.collective);
+  reduceOwnShard(context, received_, sent, bounds, stats);
 
   // Step 4: pieces_ holds only this rank's re-encoded shard; the others' arrive around it.
-  std::vector<uint8_t> all(std::accumulate(sendBytes.begin(), sendBytes.end(), size_t{0}));
+  std::vector<uint8_t>& all = gathered_;
+  all.resize(std::accumulate(sendBytes.begin(), sendBytes.end(), size_t{0}));
   size_t offset = 0;
   for (int s = 0; s < rank; ++s) offset += sendBytes[s];
   std::copy(pieces_.begin(), pieces_.end(), all.begin() + static_cast<ptrdiff_t>(offset));

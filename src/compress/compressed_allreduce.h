@@ -77,9 +77,11 @@ class CompressedAllreduce final : public Compressor {
   CodecCompressor& codec_;
   const bool serverFeedback_;
   std::vector<float> serverResidual_;
-  std::vector<float> average_;   // this rank's shard, reused
-  std::vector<uint8_t> pieces_;  // encodings sent, reused
-  std::vector<uint8_t> piece_;   // one encoding, reused
+  std::vector<float> average_;     // this rank's shard, reused
+  std::vector<uint8_t> pieces_;    // encodings sent, reused
+  std::vector<uint8_t> piece_;     // one encoding, reused
+  std::vector<uint8_t> received_;  // the P encodings of this rank's shard, reused
+  std::vector<uint8_t> gathered_;  // every shard's re-encoding, reused
 };
 
 }  // namespace gradsync

@@ -105,8 +105,10 @@ Engine::Engine(Transport& transport, const std::vector<TensorShape>& tensors, En
   GS_CHECK(!updates_ || parameters.size() == tensors_.size());
   for (size_t u = 0; u < layout_.units.size(); ++u) waitingIn_[u] = layout_.units[u].tensors.size();
   guard_ = makeGuard();
-  if (guard_ && transport.rank() == 0 && !guard_->startNotice().empty()) {
-    GS_LOG(kWarn, "{}", guard_->startNotice());
+  if (guard_ && transport.rank() == 0) {
+    if (const std::string notice = guard_->startNotice(); !notice.empty()) {
+      GS_LOG(kWarn, "{}", notice);
+    }
   }
   executor_ = makeExecutor(std::move(parameters));
   for (size_t lane = 0; lane < lanes(); ++lane) {
