@@ -28,11 +28,11 @@ struct SyncOptions {
   // (float32), or the near-lossless "fp16" or "int8" ring all-reduces. ConfigError otherwise.
   std::string compressWarmupCodec = "none";
   // 1-bit Adam (--compress-momentum; docs/algorithms.md, "Compression under Adam"): with an Adam
-  // or AdamW optimizer in gradient mode, the dense warm-up (compressWarmup >= 1 steps) is plain
-  // Adam; from then on the second moment is frozen and what the engine compresses (with its
-  // error feedback) and averages is each rank's momentum, which step() applies over the frozen
-  // second moment. ConfigError without compression, with another optimizer, with localsgd or
-  // diloco, or where the engine updates (p3, sharded, servers).
+  // or AdamW optimizer, the dense warm-up (compressWarmup >= 1 steps) is plain Adam; from then on
+  // the second moment is frozen and what the engine compresses (with its error feedback) and
+  // averages is each rank's momentum, which step() applies over the frozen second moment (in
+  // gradient mode) or the engine applies slice by slice (p3). ConfigError without compression,
+  // with another optimizer, with localsgd or diloco, sharded or parameter servers.
   bool compressMomentum = false;
   // The compression guardrail (--guard on|off; docs/algorithms.md): a compressed unit whose
   // error-feedback residual or sent bursts grow past documented thresholds goes dense for the

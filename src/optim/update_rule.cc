@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <string_view>
@@ -100,6 +101,27 @@ void adam(const UpdateRule& rule, std::span<float> p, std::span<const float> g, 
   }
 }
 
+// Past 1-bit Adam's warm-up (UpdateRule::varianceFrozenAfter): g is the averaged momentum m̄.
+void adamFrozen(const UpdateRule& rule, std::span<float> p, std::span<const float> g,
+                std::span<float> m, std::span<float> v, uint64_t step) {
+  const bool decoupled = rule.kind == UpdateRule::Kind::kAdamW;
+  const auto beta2 = static_cast<float>(rule.beta2);
+  const auto keep2 = static_cast<float>(1.0 - rule.beta2);
+  const auto eps = static_cast<float>(rule.eps);
+  const auto shrink = static_cast<float>(1.0 - rule.lr * rule.weightDecay);
+  const double t = static_cast<double>(step);
+  const auto stepSize = static_cast<float>(rule.lr / (1.0 - std::pow(rule.beta1, t)));
+  // v stopped at the warm-up's end, and so does its bias correction (compressed_momentum.cc).
+  const double frozenT = static_cast<double>(std::min(step, rule.varianceFrozenAfter));
+  const auto rootCorrection2 = static_cast<float>(std::sqrt(1.0 - std::pow(rule.beta2, frozenT)));
+  for (size_t i = 0; i < p.size(); ++i) {
+    if (decoupled && rule.weightDecay != 0) p[i] *= shrink;
+    m[i] = g[i];
+    v[i] = std::max(v[i], beta2 * v[i] + keep2 * g[i] * g[i]);
+    p[i] -= stepSize * (m[i] / (std::sqrt(v[i]) / rootCorrection2 + eps));
+  }
+}
+
 // torch 1.13's Adagrad step (no lr decay): sum.addcmul_(g, g); p.addcdiv_(g, sum.sqrt() + eps,
 // -lr).
 void adagrad(const UpdateRule& rule, std::span<float> p, std::span<const float> g,
@@ -129,9 +151,12 @@ std::string UpdateRule::describe() const {
                          momentum, dampening, nesterov, weightDecay);
     case Kind::kAdam:
     case Kind::kAdamW:
-      return fmt::format("{}(lr={}, betas=({}, {}), eps={}, weight_decay={})",
-                         kind == Kind::kAdam ? "adam" : "adamw", lr, beta1, beta2, eps,
-                         weightDecay);
+      return fmt::format(
+          "{}(lr={}, betas=({}, {}), eps={}, weight_decay={}){}",
+          kind == Kind::kAdam ? "adam" : "adamw", lr, beta1, beta2, eps, weightDecay,
+          varianceFrozenAfter == 0
+              ? ""
+              : fmt::format(", 1-bit Adam: momenta exchanged after step {}", varianceFrozenAfter));
     case Kind::kAdagrad:
       return fmt::format("adagrad(lr={}, eps={}, weight_decay={})", lr, eps, weightDecay);
   }
@@ -151,7 +176,25 @@ void applyUpdate(const UpdateRule& rule, std::span<float> parameters,
     return;
   }
   GS_CHECK(state.first.size() == parameters.size() && state.second.size() == parameters.size());
-  adam(rule, parameters, gradients, state.first, state.second, step);
+  if (rule.exchangesMomenta(step)) {
+    adamFrozen(rule, parameters, gradients, state.first, state.second, step);
+  } else {
+    adam(rule, parameters, gradients, state.first, state.second, step);
+  }
+}
+
+void gradientToMomentum(const UpdateRule& rule, std::span<const float> parameters,
+                        std::span<float> gradient, std::span<const float> firstMoment) {
+  GS_CHECK(rule.kind == UpdateRule::Kind::kAdam || rule.kind == UpdateRule::Kind::kAdamW);
+  GS_CHECK(parameters.size() == gradient.size() && firstMoment.size() == gradient.size());
+  const auto beta1 = static_cast<float>(rule.beta1);
+  const auto keep1 = static_cast<float>(1.0 - rule.beta1);
+  const auto decay =
+      rule.kind == UpdateRule::Kind::kAdam ? static_cast<float>(rule.weightDecay) : 0.0f;
+  for (size_t i = 0; i < gradient.size(); ++i) {
+    const float g = decay != 0 ? gradient[i] + decay * parameters[i] : gradient[i];
+    gradient[i] = beta1 * firstMoment[i] + keep1 * g;
+  }
 }
 
 }  // namespace gradsync

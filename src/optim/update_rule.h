@@ -32,6 +32,16 @@ struct UpdateRule {
   // SGD and Adam add weightDecay·p to the gradient (L2); AdamW decays the parameters apart
   // from the gradient (p ·= 1 − lr·weightDecay).
   double weightDecay = 0;
+  // 1-bit Adam in the engine (SyncOptions::compressMomentum with p3; Adam and AdamW only):
+  // 0 is off. W > 0: steps 1..W are Adam's; from step W + 1 on, what the ranks exchange is each
+  // one's momentum (gradientToMomentum), `gradients` is their average m̄, and the update freezes
+  // the second moment (applyUpdate's comment).
+  uint64_t varianceFrozenAfter = 0;
+
+  // Whether the update of 1-based step `step` takes averaged momenta (varianceFrozenAfter).
+  bool exchangesMomenta(uint64_t step) const {
+    return varianceFrozenAfter > 0 && step > varianceFrozenAfter;
+  }
 
   static UpdateRule sgd(double lr, double momentum = 0) {
     return {.kind = Kind::kSgd, .lr = lr, .momentum = momentum};
@@ -59,7 +69,17 @@ struct UpdateState {
 // elements have had, this one included (1 on the first): Adam's bias correction and SGD's
 // first step (where the velocity becomes the gradient) depend on it. Throws nothing; sizes are
 // checked (GS_CHECK).
+// Where rule.exchangesMomenta(step), `gradients` is the ranks' averaged momentum m̄, and the
+// update is src/torch/api/compressed_momentum.h's (W = varianceFrozenAfter):
+//   m ← m̄;  v ← max(v, β2·v + (1 − β2)·m̄²);  p ← p·(1 − lr·wd) (AdamW);
+//   p ← p − lr/(1 − β1^t) · m̄ / (sqrt(v)/sqrt(1 − β2^min(t, W)) + eps).
 void applyUpdate(const UpdateRule& rule, std::span<float> parameters,
                  std::span<const float> gradients, UpdateState state, uint64_t step);
+
+// 1-bit Adam's exchange: this rank's gradient of `parameters` becomes, in place, its momentum
+// β1·m + (1 − β1)·g (Adam's L2 term weightDecay·p added to g first; AdamW's decay is the
+// update's), `firstMoment` being the elements' m after the last update. Adam and AdamW only.
+void gradientToMomentum(const UpdateRule& rule, std::span<const float> parameters,
+                        std::span<float> gradient, std::span<const float> firstMoment);
 
 }  // namespace gradsync

@@ -66,6 +66,14 @@ class Executor {
   // the first step, after setVelocity. loadState throws DataError for another run's state.
   virtual void saveState(StateWriter& out) const = 0;
   virtual void loadState(StateReader& in) = 0;
+  // 1-bit Adam in update mode (UpdateRule::varianceFrozenAfter): tensor t's gradient in
+  // `gradient` (its slot) becomes this rank's momentum (gradientToMomentum) from the executor's
+  // first moment. On the training thread, after the step before has updated t and before t is
+  // marked ready. Only the ring's executor keeps the moments (Engine::validate refuses the rest).
+  virtual void gradientToMomentum(int t, std::span<float> gradient) {
+    (void)t;
+    (void)gradient;
+  }
 };
 
 }  // namespace gradsync

@@ -39,10 +39,29 @@ void checkSharded(const EngineOptions& options, const CompressionPlan& plan) {
   }
 }
 
+// 1-bit Adam in the engine (UpdateRule::varianceFrozenAfter) turns each gradient into the
+// momentum from the moments of every element, which only the ring's update mode over the whole
+// model keeps on every rank (sharded keeps its block's and exchanges dense gradients anyway).
+void checkMomentumExchange(const EngineOptions& options) {
+  const UpdateRule& rule = options.update;
+  if (rule.varianceFrozenAfter == 0) return;
+  if (rule.kind != UpdateRule::Kind::kAdam && rule.kind != UpdateRule::Kind::kAdamW) {
+    throw ConfigError(fmt::format("1-bit Adam (compressed momentum) needs Adam or AdamW, not {}",
+                                  rule.describe()),
+                      {.hint = "use torch.optim.Adam or AdamW, or drop compressed momentum"});
+  }
+  if (options.servers || options.sharded || !Engine::updatesParameters(options)) {
+    throw ConfigError(
+        "1-bit Adam (compressed momentum) in the engine runs with p3 over the ring only",
+        {.hint = "use --schedule p3 with --sync ssgd, or wfbp where the optimizer steps"});
+  }
+}
+
 // Through servers the pushes' plan (which also refuses methods that cannot push); over the ring
 // the exchanges' (DGC takes the optimizer's momentum).
 CompressionPlan planFor(const EngineOptions& options, const std::vector<TensorShape>& tensors) {
   checkExchanged(options, tensors);
+  checkMomentumExchange(options);
   if (options.servers) return planPushes(options.compression, tensors);
   CompressionPlan plan = planCompression(options.compression, tensors, options.update.momentum);
   checkSharded(options, plan);
@@ -244,6 +263,12 @@ void Engine::markTensorReady(int t) {
 }
 
 void Engine::markReady(int t) {
+  // Outside the lock, which the communication threads need meanwhile: the step before updated
+  // t before this backward's forward read it, and t is not ready yet.
+  const UpdateRule& rule = options_.update;
+  if (rule.varianceFrozenAfter > 0 && rule.exchangesMomenta(nextStep() + 1)) {
+    executor_->gradientToMomentum(t, slot(t));
+  }
   {
     std::lock_guard<std::mutex> lock(mutex_);
     GS_CHECK(!ready_[t]);
@@ -266,6 +291,9 @@ void Engine::endBackward() {
       }
       std::span<float> s = slot(static_cast<int>(t));
       std::fill(s.begin(), s.end(), 0.0f);
+      if (options_.update.exchangesMomenta(stepsEnded_ + 1)) {
+        executor_->gradientToMomentum(static_cast<int>(t), s);
+      }
       markTensorReady(static_cast<int>(t));
     }
     if (!options_.schedule.overlapsBackward()) {

@@ -121,7 +121,8 @@ class Engine final : private EngineEvents {
 
   // Where tensor `t`'s gradient goes; in gradient mode, after waitFor(t), its average.
   std::span<float> slot(int t);
-  // Tensor `t`'s gradient is in its slot. Thread-safe.
+  // Tensor `t`'s gradient is in its slot. Thread-safe. Past the warm-up of 1-bit Adam in update
+  // mode (UpdateRule::varianceFrozenAfter), first turns it into this rank's momentum.
   void markReady(int t);
   // Ends the step's backward without waiting: tensors never marked ready (unused parameters)
   // count as zero gradients (with a warning naming them, once). Rethrows an earlier error.

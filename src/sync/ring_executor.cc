@@ -190,6 +190,12 @@ void RingExecutor::update(size_t unit, size_t begin, size_t end, uint64_t step, 
   }
 }
 
+void RingExecutor::gradientToMomentum(int t, std::span<float> gradient) {
+  GS_CHECK(s_.updates && !s_.sharded && gradient.size() == s_.tensors[t].elements);
+  const std::span<const float> moment(velocity_.data() + s_.layout.offsetOf[t], gradient.size());
+  gradsync::gradientToMomentum(s_.rule, s_.parameters[t], gradient, moment);
+}
+
 // The unit's slot stages the parameters: this rank's block (just updated) goes in, the
 // allgather fills the rest, and every tensor of the unit takes its values back.
 void RingExecutor::allgatherParameters(size_t unit, Transport& transport) {

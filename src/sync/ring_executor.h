@@ -68,6 +68,8 @@ class RingExecutor final : public Executor {
   // The compressors' state, and Adam's moments (SGD's velocity goes through velocity()).
   void saveState(StateWriter& out) const override;
   void loadState(StateReader& in) override;
+  // p3's 1-bit Adam: from velocity_, which holds Adam's first moment by flat element.
+  void gradientToMomentum(int t, std::span<float> gradient) override;
 
  private:
   // Averages the unit in its slot; returns the compressor's method, or empty when dense.

@@ -279,11 +279,12 @@ def momentum(compression: str, recipe: str = "step") -> list:
     """compress_momentum (1-bit Adam) under AdamW: MOMENTUM_WARMUP dense steps, then 4 that
     exchange the ranks' momenta coded by `compression`; the parameters. recipe "horovod": the
     warm-up's steps as train_gpt.py takes them, synchronize() then step() in
-    skip_synchronize() (where a clip would go), so the optimizer steps outside step()."""
+    skip_synchronize() (where a clip would go), so the optimizer steps outside step(); "p3":
+    step() with schedule p3, where the engine applies 1-bit Adam slice by slice."""
     options = {"optimizer": "adamw", "compression": compression, "compress_min_elements": 1,
                "compress_warmup": MOMENTUM_WARMUP, "compress_momentum": True, "guard": False}
-    if recipe == "step":
-        _, model, opt = train(options, steps=6)
+    if recipe in ("step", "p3"):
+        _, model, opt = train(dict(options, schedule="p3") if recipe == "p3" else options, steps=6)
     else:
         model = gs.DistributedModel(fresh_model())
         opt = gs.DistributedOptimizer(make_optimizer("adamw", model),

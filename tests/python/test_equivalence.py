@@ -63,11 +63,11 @@ def test_compressed_momentum_is_adamw_with_the_second_moment_frozen(job):
     """compress_momentum=True (1-bit Adam from Python): with topk:1 (every value sent) the
     averaged momenta are the global batch's, so 1 and 3 ranks end where the naive replay does
     (1e-5, as the C++ test), also when the warm-up's steps go through synchronize() and
-    skip_synchronize() (Horovod's clipping recipe, where the optimizer steps outside step());
-    with 1-bit codes, all-gathered or through the compressed all-reduce, every rank applies the
-    same update (bitwise)."""
+    skip_synchronize() (Horovod's clipping recipe, where the optimizer steps outside step()),
+    and with schedule p3 (the engine applies the update); with 1-bit codes, all-gathered or
+    through the compressed all-reduce, every rank applies the same update (bitwise)."""
     reference = naive_frozen_adamw()
-    for ranks, recipe in ((1, "step"), (3, "step"), (3, "horovod")):
+    for ranks, recipe in ((1, "step"), (3, "step"), (3, "horovod"), (3, "p3")):
         result = job(ranks, "momentum", "topk:1", recipe).check()
         for rank in range(ranks):
             difference = max_relative_difference(reference, result.results[rank]["value"])

@@ -101,7 +101,8 @@ class DistributedOptimizer {
   // average. localsgd and diloco: steps the optimizer on this rank's own gradients, then
   // endLocalStep(). SyncOptions::compressMomentum, past the dense warm-up: exchanges the ranks'
   // momenta instead and applies Adam's update over the frozen second moment itself (the
-  // optimizer's step() is not called; its state is updated).
+  // optimizer's step() is not called; its state is updated); with p3 the engine does, keeping
+  // the moments itself.
   void step();
   // localsgd and diloco, for a loop that steps its optimizer itself (clipping, schedules): after
   // each local step, the outer work due then (every H steps the outer step; Streaming DiLoCo a
@@ -113,9 +114,9 @@ class DistributedOptimizer {
   // group=host: the average over this host's ranks, before the local step and endLocalStep()
   // (ConfigError for the other local strategies, whose steps use each rank's own gradients).
   void synchronize();
-  // SyncOptions::compressMomentum past its dense warm-up: the ranks' momenta are averaged
-  // (during backward) and step() applies Adam's update; synchronize() is refused. Before that,
-  // and without the option, false.
+  // SyncOptions::compressMomentum past its dense warm-up in gradient mode: the ranks' momenta
+  // are averaged (during backward) and step() applies Adam's update; synchronize() is refused.
+  // Before that, without the option and in update mode (p3: the engine's business), false.
   bool exchangesMomenta() const;
   // Update mode: waits for the parameters of `layer` (a submodule) only; call it in a forward
   // before each layer runs, to overlap the previous step's communication. No-op otherwise.

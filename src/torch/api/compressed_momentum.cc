@@ -27,12 +27,7 @@ bool amsgradOf(const torch::optim::OptimizerOptions& options, bool decoupled) {
 
 }  // namespace
 
-CompressedMomentum::CompressedMomentum(torch::optim::Optimizer& optimizer,
-                                       std::vector<torch::Tensor> parameters, int64_t warmupSteps)
-    : optimizer_(optimizer),
-      parameters_(std::move(parameters)),
-      decoupled_(isAdamW(optimizer)),
-      warmupSteps_(warmupSteps) {
+void CompressedMomentum::check(const torch::optim::Optimizer& optimizer, int64_t warmupSteps) {
   if (!isAdamW(optimizer) && !isAdam(optimizer)) {
     throw ConfigError("compressed momentum (1-bit Adam) needs an Adam or AdamW optimizer",
                       {.hint = "use --optimizer adamw, or drop --compress-momentum"});
@@ -43,13 +38,22 @@ CompressedMomentum::CompressedMomentum(torch::optim::Optimizer& optimizer,
         "which is 0 steps",
         {.hint = "give the compression a warm-up (--compress-warmup STEPS)"});
   }
-  const auto& groups = optimizer.param_groups();
-  for (const auto& group : groups) {
-    if (amsgradOf(group.options(), decoupled_)) {
+  for (const auto& group : optimizer.param_groups()) {
+    if (amsgradOf(group.options(), isAdamW(optimizer))) {
       throw ConfigError("compressed momentum (1-bit Adam) does not support amsgrad",
                         {.hint = "construct the optimizer with amsgrad(false)"});
     }
   }
+}
+
+CompressedMomentum::CompressedMomentum(torch::optim::Optimizer& optimizer,
+                                       std::vector<torch::Tensor> parameters, int64_t warmupSteps)
+    : optimizer_(optimizer),
+      parameters_(std::move(parameters)),
+      decoupled_(isAdamW(optimizer)),
+      warmupSteps_(warmupSteps) {
+  check(optimizer, warmupSteps);
+  const auto& groups = optimizer.param_groups();
   for (const torch::Tensor& p : parameters_) {  // DistributedOptimizer checked that it is there
     size_t g = 0;
     while (g + 1 < groups.size() &&

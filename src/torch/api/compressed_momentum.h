@@ -29,6 +29,9 @@ class CompressedMomentum {
   // frozen second moment comes from the dense warm-up's steps).
   CompressedMomentum(torch::optim::Optimizer& optimizer, std::vector<torch::Tensor> parameters,
                      int64_t warmupSteps);
+  // The constructor's checks of `optimizer` and `warmupSteps` alone, for p3, where the engine
+  // runs 1-bit Adam (UpdateRule::varianceFrozenAfter) and no CompressedMomentum is built.
+  static void check(const torch::optim::Optimizer& optimizer, int64_t warmupSteps);
 
   // Whether this step exchanges momenta (it is past the dense warm-up).
   bool frozen() const { return step_ >= warmupSteps_; }

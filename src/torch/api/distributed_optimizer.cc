@@ -147,25 +147,22 @@ std::unique_ptr<ScheduleTuning> tuningFor(const SyncOptions& options,
   return std::make_unique<ScheduleTuning>(options.schedule, largest, workers);
 }
 
-// SyncOptions::compressMomentum: gradient mode, compressed, not a local strategy.
-std::unique_ptr<CompressedMomentum> compressedMomentumFor(torch::optim::Optimizer& optimizer,
-                                                          const SyncOptions& options,
-                                                          const DistributedModel& model) {
+// SyncOptions::compressMomentum: Adam or AdamW, compressed, ssgd (setupFor refuses servers; the
+// engine, sharded). Before the engine is built: with p3 its rule runs 1-bit Adam.
+void checkCompressedMomentum(const torch::optim::Optimizer& optimizer, const SyncOptions& options) {
   if (CompressSpec::parse(options.compress).dense()) {
     refuseSyncSetup(
         "compressed momentum (1-bit Adam) compresses the momentum, and --compress is "
         "none",
         "choose a compressor, e.g. --compress onebit");
   }
-  if (SyncStrategy::parse(options.sync).kind != SyncStrategy::Kind::kSsgd ||
-      model.updatesParameters()) {
-    refuseSyncSetup(fmt::format("compressed momentum (1-bit Adam) is for gradient mode (ssgd "
-                                "with fifo, wfbp or fusion), not sync {} with schedule {}",
-                                options.sync, options.schedule),
-                    "use --sync ssgd --schedule wfbp");
+  if (SyncStrategy::parse(options.sync).kind != SyncStrategy::Kind::kSsgd) {
+    refuseSyncSetup(fmt::format("compressed momentum (1-bit Adam) is for ssgd (with fifo, wfbp, "
+                                "fusion or p3), not sync {}",
+                                options.sync),
+                    "use --sync ssgd");
   }
-  return std::make_unique<CompressedMomentum>(optimizer, model.parameters(),
-                                              options.compressWarmup);
+  CompressedMomentum::check(optimizer, options.compressWarmup);
 }
 
 }  // namespace
@@ -189,6 +186,7 @@ DistributedOptimizer::DistributedOptimizer(torch::optim::Optimizer& optimizer,
     if (transport_.size() == 1) tuning_.reset();  // nothing is communicated: nothing to tune
   }
   schedule_ = options.schedule;
+  if (options.compressMomentum) checkCompressedMomentum(optimizer, options);
   const auto absorbs = absorbsOf(synchronized, options);
   SyncSetup setup = setupFor(optimizer, options, transport_.size(), absorbs);
   if (setup.local) {
@@ -210,8 +208,9 @@ DistributedOptimizer::DistributedOptimizer(torch::optim::Optimizer& optimizer,
       std::move(module), hostGroup_ ? *hostGroup_ : transport_, std::move(setup));
   if (tuning_) ScheduleTuning::checkRunCanSwitch(model_->whyNotReschedulable());
   checkMomentumAppliedOnce(optimizer, absorbs, options.compress);
-  if (options.compressMomentum) {
-    momentum_ = compressedMomentumFor(optimizer, options, *model_);
+  if (options.compressMomentum && !model_->updatesParameters()) {  // p3: the engine's rule
+    momentum_ = std::make_unique<CompressedMomentum>(optimizer, model_->parameters(),
+                                                     options.compressWarmup);
     installMomentumTransform();
   }
 }

@@ -193,6 +193,12 @@ SyncSetup setupFor(const torch::optim::Optimizer& optimizer, const SyncOptions& 
     refuseSyncSetup("the warm-up codec applies to the ring's all-reduces, not to pushes",
                     "drop compress warm-up codec, or use ring ssgd");
   }
+  if (servers && sync.compressMomentum) {
+    refuseSyncSetup(
+        "compressed momentum (1-bit Adam) needs the moments on every worker; the "
+        "parameter servers apply SGD",
+        "drop parameter servers, or compressed momentum");
+  }
   SyncSetup setup;
   if (servers) {
     engine.update = serverRule(optimizer, absorbs);
@@ -206,6 +212,10 @@ SyncSetup setupFor(const torch::optim::Optimizer& optimizer, const SyncOptions& 
           "use schedule fifo, wfbp or fusion with join");
     }
     engine.update = engineRule(optimizer, absorbs);
+    // p3's 1-bit Adam (DistributedOptimizer checked compressWarmup >= 1 and the optimizer).
+    if (sync.compressMomentum) {
+      engine.update.varianceFrozenAfter = static_cast<uint64_t>(sync.compressWarmup);
+    }
   } else {
     engine.update.momentum = compressorMomentum(optimizer, absorbs);
   }

@@ -123,7 +123,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"p3", "ssgd", "topk:0.05"}, Case{"fusion:0.1", "ssgd", "qsgd:4"},
                       Case{"wfbp", "ssgd", "topk:0.05", true}, Case{"p3", "ssgd", "onebit", true},
                       Case{"wfbp", "odsgd", "topk:0.05"}, Case{"wfbp", "ssdsgd:3", "qsgd:4"},
-                      Case{"wfbp", "ssgd", "onebit", false, 0, true}),
+                      Case{"wfbp", "ssgd", "onebit", false, 0, true},
+                      Case{"p3", "ssgd", "onebit", false, 0, true}),
     [](const auto& info) { return caseName(info.param); });
 
 // A resume of the checkpoint in `dir` with `changed` settings is refused with a ConfigError
