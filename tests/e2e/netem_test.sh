@@ -19,8 +19,8 @@
 #                to the other host over the shaped link; training goes through the hierarchical
 #                allreduce, and no segment is left in /dev/shm.
 #   partition_2_2, partition_3_1  an elastic job of 4 hosts is cut in two by blackhole routes
-#                (2 | 2 and 3 | 1): the side with the store trains on, the other commits nothing
-#                after the cut and exits saying it is cut off (docs/cluster.md, "Network
+#                (2 | 2 and 3 | 1): the side with the store trains on, the other completes no
+#                step after the one the cut interrupted and exits saying it is cut off (docs/cluster.md, "Network
 #                partitions").
 # After every case no namespace or bridge of that netem run is left. Exits 77 (skipped) without
 # root, ip/tc or network namespaces.
@@ -162,8 +162,11 @@ case_hosts_2x2() {
 # training is under way (host 0's eth0 sent 100 MB), every host installs blackhole routes to the
 # hosts of the other side: hosts 0..MAJORITY-1 with the store, the rest without (2 | 2, 3 | 1).
 # The side with the store re-forms without the others and trains on (round 1 of MAJORITY
-# workers); the other side commits no step after the cut (its last logged step is at most the
-# first of round 1) and every worker of it exits with an error saying it is cut off, within
+# workers); the other side completes no step after the one the cut interrupted, which round 1
+# trains again (its last completed step is at most the first of round 1: a worker logs a step's
+# line before the step's gradients leave, so a logged step N + 1 says step N completed; the cut
+# step completes there when every share reached it before its routes went, and that copy dies
+# with the worker). Every worker of it exits with an error saying it is cut off, within
 # 2 x --timeout (16 s) of the cut. The job itself runs until netem's grace ends it after that.
 case_partition() {
   local majority="$1" name="partition_$1_$((4 - $1))"
@@ -217,13 +220,13 @@ case_partition() {
     if awk '!/^#/ && $1 >= 1 { found = 1 } END { exit !found }' "$samples/worker-$h-0.txt"; then
       fail "$name: host $h trained in a round after the cut"
     fi
-    local last
-    last="$(awk '!/^#/ && $2 > m { m = $2 } END { print m + 0 }' "$samples/worker-$h-0.txt")"
-    if [ "$last" -gt "$last_b" ]; then last_b="$last"; fi
+    local completed  # the step before the last logged one
+    completed="$(awk '!/^#/ && $2 > m { m = $2 } END { print m - 1 }' "$samples/worker-$h-0.txt")"
+    if [ "$completed" -gt "$last_b" ]; then last_b="$completed"; fi
   done
   [ "$last_b" -le "$first_round1" ] ||
-    fail "$name: the cut-off side reached step $last_b, past round 1's first step $first_round1"
-  echo "   round 1 of $majority workers: steps $first_round1-$last_round1; the cut-off side's last step $last_b"
+    fail "$name: the cut-off side completed step $last_b, past round 1's first step $first_round1"
+  echo "   round 1 of $majority workers: steps $first_round1-$last_round1; the cut-off side's last completed step $last_b"
 }
 case_partition_2_2() { case_partition 2; }
 case_partition_3_1() { case_partition 3; }
