@@ -2,6 +2,9 @@
 
 #include <malloc.h>
 #include <stdlib.h>
+#include <sys/mman.h>
+
+#include <cstdint>
 
 namespace gradsync {
 
@@ -18,6 +21,16 @@ namespace gradsync {
 
 void shareOneHeapAcrossThreads() {
   mallopt(M_ARENA_MAX, 1);
+}
+
+void adviseHugePages(void* data, size_t size) {
+  constexpr uintptr_t kHugePage = uintptr_t{2} << 20;
+  const auto begin = reinterpret_cast<uintptr_t>(data);
+  const uintptr_t first = (begin + kHugePage - 1) & ~(kHugePage - 1);
+  const uintptr_t last = (begin + size) & ~(kHugePage - 1);
+  if (last <= first) return;
+  // The advice is best effort: EINVAL where THP is compiled out leaves 4 KiB pages.
+  (void)madvise(reinterpret_cast<void*>(first), last - first, MADV_HUGEPAGE);
 }
 
 }  // namespace gradsync

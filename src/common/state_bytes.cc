@@ -2,12 +2,27 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
+#include "common/allocator.h"
 #include "gradsync/error.h"
 
 namespace gradsync {
 
+void StateWriter::reserve(size_t size) {
+  if (size <= bytes_.capacity()) return;
+  // Doubling, into storage advised to huge pages before its first touch (a model's state is
+  // tens of MB written once: common/allocator.h).
+  std::vector<uint8_t> bigger;
+  bigger.reserve(std::max(size, 2 * bytes_.capacity()));
+  adviseHugePages(bigger.data(), bigger.capacity());
+  bigger.assign(bytes_.begin(), bytes_.end());
+  bytes_.swap(bigger);
+}
+
 void StateWriter::writeRaw(uint64_t count, const void* data, size_t size) {
   const size_t at = bytes_.size();
+  reserve(at + sizeof(count) + size);
   bytes_.resize(at + sizeof(count) + size);
   std::memcpy(bytes_.data() + at, &count, sizeof(count));
   if (size > 0) std::memcpy(bytes_.data() + at + sizeof(count), data, size);

@@ -29,6 +29,8 @@ class StateWriter {
     write(std::span<const T>(values));
   }
   void write(uint64_t value) { write(std::span<const uint64_t>(&value, 1)); }
+  // Room for `size` bytes in all, so that writes up to it do not reallocate.
+  void reserve(size_t size);
 
   const std::vector<uint8_t>& bytes() const { return bytes_; }
   std::vector<uint8_t> take() { return std::move(bytes_); }

@@ -1,28 +1,11 @@
 #include "torch/elastic/snapshot.h"
 
-#include <memory>
-#include <string>
-
 #include "common/check.h"
 #include "torch/api/archive_bytes.h"
-#include "torch/api/optimizer_state_key.h"
+#include "torch/elastic/plain_state.h"
 
 namespace gradsync {
 namespace {
-
-std::vector<torch::Tensor> modelTensors(torch::nn::Module& model) {
-  std::vector<torch::Tensor> tensors = model.parameters();
-  for (const torch::Tensor& buffer : model.buffers()) tensors.push_back(buffer);
-  return tensors;
-}
-
-std::vector<torch::Tensor> parametersOf(torch::optim::Optimizer& optimizer) {
-  std::vector<torch::Tensor> parameters;
-  for (auto& group : optimizer.param_groups()) {
-    parameters.insert(parameters.end(), group.params().begin(), group.params().end());
-  }
-  return parameters;
-}
 
 // into[i] becomes a copy of from[i], in place where it already has its shape and type.
 void copyTensors(std::vector<torch::Tensor>& into, const std::vector<torch::Tensor>& from) {
@@ -44,20 +27,14 @@ void copyTensors(std::vector<torch::Tensor>& into, const std::vector<torch::Tens
 
 void StateSnapshot::take(torch::nn::Module& model, torch::optim::Optimizer& optimizer) {
   copyTensors(model_, modelTensors(model));
-  auto* sgd = dynamic_cast<torch::optim::SGD*>(&optimizer);
-  if (sgd == nullptr) {
+  if (!hasPlainState(optimizer)) {
     archive_ = archiveBytes([&](auto& archive) { optimizer.save(archive); });
     return;
   }
-  std::vector<torch::Tensor> momenta;
-  for (const torch::Tensor& p : parametersOf(optimizer)) {
-    auto found = sgd->state().find(optimizerStateKey(p));
-    momenta.push_back(
-        found == sgd->state().end()
-            ? torch::Tensor()
-            : static_cast<torch::optim::SGDParamState&>(*found->second).momentum_buffer());
-  }
-  copyTensors(momenta_, momenta);
+  const PlainOptimizerState plain = plainStateOf(optimizer);
+  optimizer_.resize(plain.tensors.size());
+  for (size_t i = 0; i < plain.tensors.size(); ++i) copyTensors(optimizer_[i], plain.tensors[i]);
+  steps_ = plain.steps;
 }
 
 void StateSnapshot::restore(torch::nn::Module& model, torch::optim::Optimizer& optimizer) const {
@@ -69,23 +46,17 @@ void StateSnapshot::restore(torch::nn::Module& model, torch::optim::Optimizer& o
 }
 
 void StateSnapshot::restoreOptimizer(torch::optim::Optimizer& optimizer) const {
-  auto* sgd = dynamic_cast<torch::optim::SGD*>(&optimizer);
-  if (sgd == nullptr) {
+  if (!hasPlainState(optimizer)) {
     return loadArchiveBytes(archive_, "the last commit's optimizer state",
                             [&](auto& archive) { optimizer.load(archive); });
   }
-  const std::vector<torch::Tensor> parameters = parametersOf(optimizer);
-  GS_CHECK(parameters.size() == momenta_.size());
-  for (size_t i = 0; i < parameters.size(); ++i) {
-    const std::string key = optimizerStateKey(parameters[i]);
-    if (!momenta_[i].defined()) {
-      sgd->state().erase(key);
-      continue;
-    }
-    auto state = std::make_unique<torch::optim::SGDParamState>();
-    state->momentum_buffer(momenta_[i].clone());
-    sgd->state()[key] = std::move(state);
+  // The optimizer keeps training on what it is given: copies, so that the snapshot stays.
+  PlainOptimizerState plain{.tensors = {}, .steps = steps_};
+  for (const std::vector<torch::Tensor>& tensors : optimizer_) {
+    std::vector<torch::Tensor>& copies = plain.tensors.emplace_back();
+    for (const torch::Tensor& t : tensors) copies.push_back(t.defined() ? t.clone() : t);
   }
+  setPlainState(optimizer, plain);
 }
 
 }  // namespace gradsync

@@ -14,7 +14,7 @@
 #include "data/shard_format.h"
 #include "gradsync/collectives.h"
 #include "gradsync/error.h"
-#include "torch/api/archive_bytes.h"
+#include "torch/elastic/plain_state.h"
 
 namespace gradsync {
 namespace {
@@ -88,22 +88,18 @@ ElasticProgress decodeProgress(const std::vector<uint8_t>& bytes) {
 
 namespace {
 
-// A member's part of shareState: rank 0's bytes into its own state.
+// A member's part of shareState: rank 0's bytes into its own state. The progress and the
+// synchronization state are decoded before anything is replaced; the tensors go in place.
 void loadSharedState(const std::vector<uint8_t>& bytes, Model& net,
                      torch::optim::Optimizer& optimizer, ElasticProgress& progress,
                      std::vector<uint8_t>* sync) {
   StateReader reader(bytes, "the elastic state of rank 0");
-  std::vector<uint8_t> progressBytes, model, optimizerBytes;
+  std::vector<uint8_t> progressBytes, syncBytes;
   reader.read(progressBytes);
-  reader.read(model);
-  reader.read(optimizerBytes);
-  std::vector<uint8_t> syncBytes;
   if (sync != nullptr) reader.read(syncBytes);
-  reader.expectEnd();
   ElasticProgress shared = decodeProgress(progressBytes);
-  loadModuleInPlace(net, model, "rank 0's model");
-  loadArchiveBytes(optimizerBytes, "rank 0's optimizer state",
-                   [&](auto& archive) { optimizer.load(archive); });
+  readTrainingState(reader, net, optimizer);
+  reader.expectEnd();
   progress = std::move(shared);
   if (sync != nullptr) *sync = std::move(syncBytes);
 }
@@ -117,9 +113,8 @@ void shareState(Transport& transport, Model& net, torch::optim::Optimizer& optim
   StateWriter writer;
   if (source) {
     writer.write(encodeProgress(progress));
-    writer.write(archiveBytes([&](auto& archive) { net.save(archive); }));
-    writer.write(archiveBytes([&](auto& archive) { optimizer.save(archive); }));
     if (sync != nullptr) writer.write(*sync);
+    writeTrainingState(writer, net, optimizer);
   }
   const std::vector<uint8_t> bytes =
       broadcastBytes(transport, writer.bytes(), 0, {.tag = tags::kModelState});

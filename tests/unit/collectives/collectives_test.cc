@@ -306,11 +306,13 @@ TEST(CollectivesBytes, AllgatherBytesOfUnknownLengths) {
   }
 }
 
-// Lengths 0, 1, not a multiple of a float's 4 bytes, and large; from every root.
+// Lengths 0, 1, not a multiple of a float's 4 bytes, and large (past 2 MiB: received into
+// storage advised to huge pages); from every root.
 TEST(CollectivesBytes, BroadcastBytesOfAnyLength) {
   for (int size : {1, 2, 3, 5}) {
     runWithTransports(TransportKind::kLoopback, size, [](Transport& t) {
-      for (size_t length : {size_t{0}, size_t{1}, size_t{7}, size_t{1} << 20 | 3}) {
+      for (size_t length :
+           {size_t{0}, size_t{1}, size_t{7}, size_t{1} << 20 | 3, (size_t{5} << 20) + 1}) {
         for (int root = 0; root < t.size(); ++root) {
           std::vector<uint8_t> expected(length);
           for (size_t i = 0; i < length; ++i) expected[i] = static_cast<uint8_t>(i * 7 + root);

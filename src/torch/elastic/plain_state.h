@@ -1,0 +1,51 @@
+// A model's tensors and its optimizer's state as plain tensors and raw bytes, for the copies an
+// elastic job makes of them many times: the in-memory commit after every step (snapshot.h) and
+// the state a round's rank 0 gives to every other member (state.h). A torch archive costs a zip
+// writer, CRCs and two string copies each way (the transfer of the language model's 51.7 MB spent
+// two thirds of its time there); these are one memcpy per tensor.
+//
+// The optimizer's state is plain where its kind is known: SGD (and its subclasses, FusedSGD),
+// Adam and AdamW; any other optimizer (sign descent, RMSprop...) goes through its archive. Both
+// sides must hold the same model and the same kind of optimizer over the same parameters (an
+// elastic round's members do); a mismatch of sizes throws DataError. Torch headers: src/torch/
+// only. Not thread-safe.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "common/state_bytes.h"
+
+namespace gradsync {
+
+// The parameters, then the buffers (views, not copies).
+std::vector<torch::Tensor> modelTensors(torch::nn::Module& model);
+
+// An SGD's, Adam's or AdamW's state by parameter, in param_groups order: per parameter its
+// state's tensors (empty where it has none yet): SGD {momentum_buffer}; Adam and AdamW
+// {exp_avg, exp_avg_sq, max_exp_avg_sq} (the last undefined without amsgrad), and their step
+// counts (0 for SGD).
+struct PlainOptimizerState {
+  std::vector<std::vector<torch::Tensor>> tensors;
+  std::vector<int64_t> steps;
+};
+
+// Whether `optimizer`'s state has that form.
+bool hasPlainState(const torch::optim::Optimizer& optimizer);
+// Its state, as views of the optimizer's own tensors. hasPlainState() must hold.
+PlainOptimizerState plainStateOf(torch::optim::Optimizer& optimizer);
+// The optimizer's state becomes `state` (its tensors are taken as they are: pass copies).
+void setPlainState(torch::optim::Optimizer& optimizer, const PlainOptimizerState& state);
+
+// Appends the model's tensors' bytes, each group's learning rate and the optimizer's state
+// (plain, or its archive) to `out`.
+void writeTrainingState(StateWriter& out, torch::nn::Module& model,
+                        torch::optim::Optimizer& optimizer);
+// Reads what writeTrainingState wrote into `model` (in place: the engine updates parameters
+// through their storage) and `optimizer`. DataError for bytes of another model or optimizer.
+void readTrainingState(StateReader& in, torch::nn::Module& model,
+                       torch::optim::Optimizer& optimizer);
+
+}  // namespace gradsync
