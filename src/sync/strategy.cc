@@ -288,6 +288,12 @@ void checkCompressionApplies(const SyncStrategy& strategy, const CompressionConf
                       {.hint = "it is for the ring's warm-up steps; localsgd and diloco average "
                                "models or pseudo-gradients with no such warm-up"});
   }
+  if (!compressed && compression.warmupCodec != "none") {
+    throw ConfigError(
+        "--compress-warmup-codec codes the warm-up of what --compress compresses after it, and "
+        "--compress is none",
+        {.hint = "choose a compressor (--compress onebit), or drop --compress-warmup-codec"});
+  }
   if (!compressed) return;
   if (strategy.kind == SyncStrategy::Kind::kLocalSgd) {
     // diloco compresses its pseudo-gradients (torch/api/outer_optimizer.h); localsgd averages

@@ -98,8 +98,8 @@ int64_t paperWarmup(SyncStrategy::Kind kind);
 // sharded, a negative knob, a compensation without asgd or ssp).
 // Throws ConfigError when `compression` asks for compression that `strategy` cannot apply:
 // localsgd exchanges whole models, cdsgd its own 2-bit codes (through parameter servers, which
-// methods can push is planPushes's check). `syncText` is the --sync value as given, for the
-// message.
+// methods can push is planPushes's check), and a warm-up codec with nothing compressed.
+// `syncText` is the --sync value as given, for the message.
 void checkCompressionApplies(const SyncStrategy& strategy, const CompressionConfig& compression,
                              const std::string& syncText);
 

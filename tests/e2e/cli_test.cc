@@ -656,6 +656,7 @@ TEST_F(CliTrain, BadFlagsGiveAOneLineErrorWithTheChoices) {
       {{"train", "--compress", "topk:0.01,allreduce=on"}, "topk has no compressed all-reduce"},
       {{"train", "--sync", "diloco:4", "--compress-warmup-codec", "int8"},
        "--compress-warmup-codec does not apply to --sync diloco:4"},
+      {{"train", "--compress-warmup-codec", "int8"}, "and --compress is none"},
       {{"train", "--compress-override", "fc*"}, "GLOB=SPEC"},
       {{"train", "--resume"}, "--checkpoint-dir"},
       {{"train", "--compute", "gpu"}, "real or emulate:PROFILE"},
