@@ -20,7 +20,8 @@ std::string optimizerRuleWhy(const std::string& methods) {
   return fmt::format(
       "{} under Adam's per-coordinate scaling lost 6-15% of held-out loss on the language model "
       "(docs/performance.md, \"every compressor under AdamW\"); compress with a quantizer and "
-      "--compress-momentum (1-bit Adam), or give --guard off to compress anyway",
+      "--compress-momentum (Python: compress_momentum=True; 1-bit Adam), or give --guard off "
+      "(guard=False) to compress anyway",
       methods);
 }
 
