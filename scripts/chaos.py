@@ -72,7 +72,8 @@ def parse_args(argv):
     parser.add_argument("--disk-mb", type=int, default=256, help="the checkpoints' tmpfs (disk)")
     parser.add_argument("--checkpoint-every", type=int, default=20, help="(disk, corrupt)")
     parser.add_argument("--duration", type=float, default=None,
-                        help="inject faults only in the first DURATION seconds")
+                        help="inject faults only in the first DURATION seconds after the job "
+                             "first trains with every worker")
     parser.add_argument("--seed", type=int, default=0, help="of the fault draws")
     parser.add_argument("--out", default="/tmp/gradsync-chaos")
     parser.add_argument("--no-reference", action="store_true",
@@ -219,6 +220,7 @@ def watch_job(args, directory, flags, inject, storage):
     due = start + times.expovariate(args.per_minute / 60.0)
     stopped = None  # (pid, time to continue it)
     full_until = None  # when to free the filled disk
+    trained_from = None  # when the job was first whole (MAX workers training one round)
     with open(os.path.join(directory, "out"), "w") as out, \
             open(os.path.join(directory, "err"), "w") as err:
         job = subprocess.Popen(command, stdout=out, stderr=err, start_new_session=True)
@@ -237,7 +239,12 @@ def watch_job(args, directory, flags, inject, storage):
                 whole = job_is_whole(watcher, args.workers)
                 if faults and faults[-1].get("whole_after") is None and whole and calm:
                     faults[-1]["whole_after"] = round(now - start - faults[-1]["at"], 3)
-                in_window = args.duration is None or now - start < args.duration
+                if whole and trained_from is None:
+                    trained_from = now
+                # --duration counts from the job's first whole round, not from the launch: a
+                # slower machine's start-up (LibTorch, the data) must not eat the window.
+                in_window = args.duration is None or (
+                    trained_from is not None and now - trained_from < args.duration)
                 if inject and in_window and now >= due and whole and calm:
                     kind = kind or kinds.choice(args.faults)
                     fault = inject_fault(kind, targets, watcher, storage, now - start)

@@ -101,7 +101,7 @@ for stage in "$@"; do
       for kernel in $KERNELS; do
         OPENBLAS_CORETYPE=$kernel run_stage "ctest, OpenBLAS kernel $kernel" \
           "$RESULTS/kernel-$kernel.xml" ctest_in "$BUILD" "$RESULTS/kernel-$kernel.xml" \
-          -R '^(torch_test|convergence_test|convergence_long|compress_test|guard_test|sync_test|ps_test)$'
+          -R '^(torch_test|torch_test_rest|convergence_test|convergence_long|compress_test|guard_test|sync_test|ps_test)$'
       done
       ;;
     *)

@@ -4,9 +4,9 @@
   tests/e2e/chaos_test.py GRADSYNC_BINARY
 
 Two epochs of mlp on Fashion-MNIST, 4 workers under `gradsync launch --elastic --max-restarts`,
-faults at a high rate for the first seconds (seed 4 draws two kills, then a stop): the harness must
-inject both kinds on real processes, the job must become whole again after each (the killed worker
-restarted, the stopped one evicted after --hang-timeout and back when woken), commit the
+faults at a high rate for the first seconds of training (seed 4 draws two kills, then a stop): the
+harness must inject both kinds on real processes, the job must become whole again after each (the
+killed worker restarted, the stopped one evicted after --hang-timeout and back when woken), commit the
 fault-free run's steps with every sample once, end within a point of its test accuracy, and
 count more attempted steps than committed ones only by steps a fault cut. Then (root only) full
 disks and a corrupt checkpoint: checkpoints skipped, no step cut, the newest checkpoint intact.
@@ -43,7 +43,7 @@ def bad_arguments_exit_2(binary, out):
 
 
 def faults_cost_nothing_but_time(binary, out):
-    # Two epochs (11 s of training or more) for faults in the first 6 s: the last one's recovery
+    # Two epochs (11 s of training or more) for faults in its first 6 s: the last one's recovery
     # (a 2 s stop, a 1 s --hang-timeout, the rejoin) ends well before the job does.
     run = chaos(binary, out, "--seed", "4", "--per-minute", "40", "--duration", "6",
                 "--stop-seconds", "2", "--", "--model", "mlp", "--epochs", "2", "--hang-timeout",
