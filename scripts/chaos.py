@@ -23,9 +23,11 @@ With disk or corrupt, the harness gives the job --checkpoint-dir (OUT/RUN/disk/c
 disk was full and each checkpoint file left, verified; the newest must be intact (it is the one
 a --resume reads).
 
-A fault falls due at the Poisson clock's times but is injected only while the job is whole (its
-newest round trains with MAX workers, none stopped): one that falls due during the recovery from
-the last waits for it, so every fault hits a running job and none can push it below MIN.
+The Poisson clock runs only while the job is whole (its newest round trains with MAX workers,
+none stopped, the disk free): --per-minute counts faults per minute of healthy training, and a
+fault is injected only then, so every fault hits a running job, none can push it below MIN, and
+a seed's faults fall at the same points of training on any machine (its start-up and recoveries
+take no clock time).
 
 Report (printed, and OUT/report.json): the faults with the time each took until the job was
 whole again (null when the job ended first); committed steps (the job's) against attempted steps (every (round, step) any worker
@@ -66,14 +68,14 @@ def parse_args(argv):
     parser.add_argument("--max-restarts", type=int, default=1000)
     parser.add_argument("--faults", default="kill,stop",
                         help="comma-separated: kill, stop, disk, corrupt")
-    parser.add_argument("--per-minute", type=float, default=1.0, help="mean faults per minute")
+    parser.add_argument("--per-minute", type=float, default=1.0, help="mean faults per minute of healthy training")
     parser.add_argument("--stop-seconds", type=float, default=6.0,
                         help="how long a stop, or a full disk, lasts")
     parser.add_argument("--disk-mb", type=int, default=256, help="the checkpoints' tmpfs (disk)")
     parser.add_argument("--checkpoint-every", type=int, default=20, help="(disk, corrupt)")
     parser.add_argument("--duration", type=float, default=None,
-                        help="inject faults only in the first DURATION seconds after the job "
-                             "first trains with every worker")
+                        help="inject faults only in the first DURATION seconds of healthy "
+                             "training (the Poisson clock's)")
     parser.add_argument("--seed", type=int, default=0, help="of the fault draws")
     parser.add_argument("--out", default="/tmp/gradsync-chaos")
     parser.add_argument("--no-reference", action="store_true",
@@ -216,11 +218,15 @@ def watch_job(args, directory, flags, inject, storage):
     targets = random.Random(f"{args.seed}:targets")
     kind = None  # the next fault's, drawn once and kept until injected
     faults = []
-    start = time.monotonic()
-    due = start + times.expovariate(args.per_minute / 60.0)
+    start = last_poll = time.monotonic()
+    # The Poisson clock (and --duration's window) runs only while the job is whole and calm:
+    # the faults' times are then seconds of healthy training, the same on any machine, however
+    # long its start-up or its recoveries take (a wall clock let a slow machine's recoveries eat
+    # the window, and a seed's faults differ from machine to machine).
+    healthy = 0.0
+    due = times.expovariate(args.per_minute / 60.0)
     stopped = None  # (pid, time to continue it)
     full_until = None  # when to free the filled disk
-    trained_from = None  # when the job was first whole (MAX workers training one round)
     with open(os.path.join(directory, "out"), "w") as out, \
             open(os.path.join(directory, "err"), "w") as err:
         job = subprocess.Popen(command, stdout=out, stderr=err, start_new_session=True)
@@ -239,13 +245,11 @@ def watch_job(args, directory, flags, inject, storage):
                 whole = job_is_whole(watcher, args.workers)
                 if faults and faults[-1].get("whole_after") is None and whole and calm:
                     faults[-1]["whole_after"] = round(now - start - faults[-1]["at"], 3)
-                if whole and trained_from is None:
-                    trained_from = now
-                # --duration counts from the job's first whole round, not from the launch: a
-                # slower machine's start-up (LibTorch, the data) must not eat the window.
-                in_window = args.duration is None or (
-                    trained_from is not None and now - trained_from < args.duration)
-                if inject and in_window and now >= due and whole and calm:
+                if whole and calm:
+                    healthy += now - last_poll
+                last_poll = now
+                in_window = args.duration is None or healthy < args.duration
+                if inject and in_window and healthy >= due and whole and calm:
                     kind = kind or kinds.choice(args.faults)
                     fault = inject_fault(kind, targets, watcher, storage, now - start)
                     if fault:  # else a corrupt fault waits for the first checkpoint
@@ -255,7 +259,7 @@ def watch_job(args, directory, flags, inject, storage):
                             stopped = (fault["pid"], now + args.stop_seconds)
                         if fault["kind"] == "disk":
                             full_until = now + args.stop_seconds
-                        due = max(due, now) + times.expovariate(args.per_minute / 60.0)
+                        due = max(due, healthy) + times.expovariate(args.per_minute / 60.0)
         except BaseException:
             os.killpg(job.pid, signal.SIGKILL)
             raise
