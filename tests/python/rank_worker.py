@@ -374,6 +374,8 @@ def main() -> int:
     torch.save(result, OUT / f"rank{rank}.pt")
     if code:
         print(f"rank {rank}: {result['error']}: {result['message']}", flush=True)
+    if torch.distributed.is_initialized():  # gloo's groups must not wait for the teardown
+        torch.distributed.destroy_process_group()  # (dist_worker.py says why)
     return code
 
 
