@@ -27,18 +27,28 @@ namespace gradsync {
 // host and of a host's NIC.
 struct LinkModel {
   // Shared memory between processes here (docs/performance.md). The latency is what puts the
-  // measured crossover of the ring and recursive doubling on one host of 4 ranks (between 32
-  // and 64 KiB: "Small messages") where the model puts it.
+  // measured crossover of the ring and recursive doubling on one host of 4 ranks (between 16
+  // and 32 KiB: "Small messages") where the model puts it (25 kB).
   double intraBytesPerSec = 3e9;
-  double intraLatencySec = 7e-6;
+  double intraLatencySec = 3.5e-6;
   double interBytesPerSec = 1.25e9;  // 10 Gbit/s unless the transport knows (--bandwidth)
   double interLatencySec = 50e-6;
   // Adding a received buffer into one's own, bytes per second (one core; memory-bound). The
   // ring hides its additions behind its transfers; recursive doubling waits for each.
   double reduceBytesPerSec = 5e9;
 
-  // The model for a transport: its --bandwidth and --latency, where set, are the NIC's.
-  static LinkModel of(const TransportOptions& options);
+  // TCP over loopback between the processes of one host, what a host's ranks use without shared
+  // memory (docs/performance.md, "Small messages"): a message's latency is the kernel's two
+  // socket paths and a thread's wake-up on each side; the latency puts the ring's and recursive
+  // doubling's modelled crossover on 4 ranks (533 kB) where they were measured to cross (between
+  // 512 KiB and 1 MiB).
+  static constexpr double kLoopbackBytesPerSec = 1e9;
+  static constexpr double kLoopbackLatencySec = 120e-6;
+
+  // The model for a transport: its --bandwidth and --latency, where set, are the NIC's; ranks of
+  // a host that talk over TCP (`hostLinks`, the transport's topology's) get loopback's link.
+  static LinkModel of(const TransportOptions& options,
+                      Topology::HostLinks hostLinks = Topology::HostLinks::kSharedMemory);
 };
 
 // Whether the hierarchical algorithm applies: every host has the same number n >= 2 of ranks and

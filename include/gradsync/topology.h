@@ -20,6 +20,12 @@ namespace gradsync {
 
 class Topology {
  public:
+  // How the ranks of one host reach each other: what the collectives' cost model charges a
+  // message inside a host (gradsync/hierarchical.h). Shared memory unless the transport says
+  // otherwise (a host transport whose ranks on a host talk over TCP loopback: --no-shm, or
+  // segments it may not create).
+  enum class HostLinks { kSharedMemory, kTcp };
+
   // Every rank on a host of its own (what gradsync assumes without topology information).
   static Topology flat(int size);
   // Consecutive runs of `ranksPerHost` ranks share a host (the last host may have fewer).
@@ -49,12 +55,18 @@ class Topology {
   // "2 hosts x 2 ranks", "3 hosts (2, 2, 1 ranks)".
   std::string describe() const;
 
+  HostLinks hostLinks() const { return hostLinks_; }
+  // This placement with the ranks of a host reaching each other by `links`.
+  Topology withHostLinks(HostLinks links) const;
+
+  // The same placement (whatever the links).
   bool operator==(const Topology& other) const { return hostOf_ == other.hostOf_; }
 
  private:
   std::vector<int> hostOf_;
   std::vector<std::vector<int>> members_;
   std::vector<int> localRank_;
+  HostLinks hostLinks_ = HostLinks::kSharedMemory;
 };
 
 }  // namespace gradsync

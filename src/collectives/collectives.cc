@@ -54,8 +54,13 @@ void allreduce(Transport& transport, std::span<float> data, ReduceOp op,
   const Topology* topology = transport.topology();
   AllreduceAlgorithm chosen = options.algorithm;
   if (chosen == AllreduceAlgorithm::kAuto) {
-    chosen = chooseAllreduce(topology != nullptr ? *topology : Topology::flat(transport.size()),
-                             data.size_bytes(), LinkModel::of(transport.options()));
+    if (topology != nullptr) {
+      chosen = chooseAllreduce(*topology, data.size_bytes(),
+                               LinkModel::of(transport.options(), topology->hostLinks()));
+    } else {
+      chosen = chooseAllreduce(Topology::flat(transport.size()), data.size_bytes(),
+                               LinkModel::of(transport.options()));
+    }
   }
   if (chosen == AllreduceAlgorithm::kRecursiveDoubling) {
     return recursiveDoublingAllreduce(transport, data, op, options);

@@ -11,8 +11,12 @@
 
 namespace gradsync {
 
-LinkModel LinkModel::of(const TransportOptions& options) {
+LinkModel LinkModel::of(const TransportOptions& options, Topology::HostLinks hostLinks) {
   LinkModel links;
+  if (hostLinks == Topology::HostLinks::kTcp) {
+    links.intraBytesPerSec = kLoopbackBytesPerSec;
+    links.intraLatencySec = kLoopbackLatencySec;
+  }
   if (options.bandwidthBytesPerSec > 0) links.interBytesPerSec = options.bandwidthBytesPerSec;
   if (options.latency.count() > 0) links.interLatencySec = options.latency.count() * 1e-6;
   return links;

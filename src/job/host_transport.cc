@@ -125,11 +125,11 @@ HostsInfo exchangeHosts(Store& store, int rank, int size, const HostTransportOpt
 
 namespace {
 
-// The ranks this rank reaches through shared memory: those of its logical host that share its
-// real host, if every one of them can create its segment (else none: TCP). Every rank of the
-// group computes the same answer from the same facts.
+// The ranks `rank` reaches through shared memory: those of its logical host that share its real
+// host, if every one of them can create its segment (else none: TCP, and a warning with `warn`).
+// Every rank of the group computes the same answer from the same facts.
 std::vector<int> sharedMemoryGroup(const HostsInfo& hosts, const Topology& logical, int rank,
-                                   bool enabled) {
+                                   bool enabled, bool warn) {
   std::vector<int> group;
   for (int peer : logical.localGroup(rank)) {
     if (hosts.real.sameHost(rank, peer)) group.push_back(peer);
@@ -140,14 +140,30 @@ std::vector<int> sharedMemoryGroup(const HostsInfo& hosts, const Topology& logic
       shm::Segment::bytesFor(static_cast<uint32_t>(slots), shm::defaultRingBytes(slots));
   for (int peer : group) {
     if (hosts.fileSizeLimit[peer] < bytes) {
-      GS_LOG(kWarn,
-             "rank {} may not create files of {} bytes (ulimit -f): ranks {} use TCP "
-             "instead of shared memory",
-             peer, bytes, fmt::join(group, ", "));
+      if (warn) {
+        GS_LOG(kWarn,
+               "rank {} may not create files of {} bytes (ulimit -f): ranks {} use TCP "
+               "instead of shared memory",
+               peer, bytes, fmt::join(group, ", "));
+      }
       return {};
     }
   }
   return group;
+}
+
+// Shared memory only where the ranks of every logical host all reach each other through it:
+// the collectives' cost model must be the same on every rank, so one host whose ranks talk over
+// TCP makes the whole job's kTcp (the slowest link inside a host sets the model, as a NIC does
+// across hosts).
+Topology::HostLinks hostLinksOf(const HostsInfo& hosts, const Topology& logical, bool enabled) {
+  for (int r = 0; r < logical.size(); ++r) {
+    const size_t local = logical.localGroup(r).size();
+    if (local >= 2 && sharedMemoryGroup(hosts, logical, r, enabled, false).size() != local) {
+      return Topology::HostLinks::kTcp;
+    }
+  }
+  return Topology::HostLinks::kSharedMemory;
 }
 
 }  // namespace
@@ -158,8 +174,11 @@ std::unique_ptr<Transport> connectHostTransport(Store& store, int rank, int size
   const TransportOptions& link = options.tcp.transport;
   const bool emulatedLink = link.bandwidthBytesPerSec > 0 || link.latency.count() > 0;
   const int ranksPerHost = options.ranksPerHost > 0 ? options.ranksPerHost : emulatedLink ? 1 : 0;
-  const Topology logical = ranksPerHost > 0 ? Topology::uniform(size, ranksPerHost) : hosts.real;
-  const std::vector<int> locals = sharedMemoryGroup(hosts, logical, rank, options.sharedMemory);
+  const Topology placement = ranksPerHost > 0 ? Topology::uniform(size, ranksPerHost) : hosts.real;
+  const Topology logical =
+      placement.withHostLinks(hostLinksOf(hosts, placement, options.sharedMemory));
+  const std::vector<int> locals = sharedMemoryGroup(hosts, logical, rank, options.sharedMemory,
+                                                    /*warn=*/true);
   const bool shm = !locals.empty();
   auto relay = std::make_shared<BreakRelay>();
   std::vector<std::unique_ptr<Transport>> routes;

@@ -51,6 +51,12 @@ Topology::Topology(std::vector<int> hostOf) : hostOf_(std::move(hostOf)) {
   }
 }
 
+Topology Topology::withHostLinks(HostLinks links) const {
+  Topology copy = *this;
+  copy.hostLinks_ = links;
+  return copy;
+}
+
 std::vector<int> Topology::crossGroup(int rank) const {
   std::vector<int> group;
   const int local = localRank_[rank];

@@ -21,7 +21,7 @@ class PrefixTransport final : public Transport {
     if (const Topology* whole = parent.topology()) {
       std::vector<int> hostOf(size);  // a prefix keeps hosts numbered by their lowest rank
       for (int r = 0; r < size; ++r) hostOf[r] = whole->hostOf(r);
-      topology_.emplace(std::move(hostOf));
+      topology_.emplace(Topology(std::move(hostOf)).withHostLinks(whole->hostLinks()));
     }
   }
 
