@@ -27,10 +27,10 @@ namespace gradsync {
 // host and of a host's NIC.
 struct LinkModel {
   // Shared memory between processes here (docs/performance.md). The latency is what puts the
-  // measured crossover of the ring and recursive doubling on one host of 4 ranks (between 16
-  // and 32 KiB: "Small messages") where the model puts it (25 kB).
+  // measured crossover of the ring and recursive doubling on one host of 4 ranks (between 64
+  // and 128 KiB: "Small messages") where the model puts it (85 kB).
   double intraBytesPerSec = 3e9;
-  double intraLatencySec = 3.5e-6;
+  double intraLatencySec = 12e-6;
   double interBytesPerSec = 1.25e9;  // 10 Gbit/s unless the transport knows (--bandwidth)
   double interLatencySec = 50e-6;
   // Adding a received buffer into one's own, bytes per second (one core; memory-bound). The
