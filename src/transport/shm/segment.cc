@@ -57,8 +57,7 @@ pid_t pidOfName(const std::string& name) {
 // job's first thousand 4 KiB messages several times slower than the rest (a 4 KiB allreduce on 2
 // ranks 83 us over its first 1,000 repeats against 10 us once the rings were warm).
 void* mapShared(int fd, size_t bytes, const std::string& name) {
-  void* base =
-      ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+  void* base = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
   if (base == MAP_FAILED) {
     throw SystemError(fmt::format("mapping shared memory {} ({} bytes) failed: {}", name, bytes,
                                   errnoText(errno)),
