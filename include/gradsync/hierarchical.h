@@ -51,6 +51,15 @@ struct LinkModel {
                       Topology::HostLinks hostLinks = Topology::HostLinks::kSharedMemory);
 };
 
+// The slowest link a ring over `transport`'s ranks crosses, by LinkModel::of(transport): a
+// NIC's once its topology has two hosts (or it has none: a rank per host), else the link inside
+// the one host (shared memory's, or loopback TCP's).
+struct RingLink {
+  double latencySec = 0;
+  double bytesPerSec = 0;
+};
+RingLink ringLinkOf(const Transport& transport);
+
 // Whether the hierarchical algorithm applies: every host has the same number n >= 2 of ranks and
 // there are N >= 2 hosts.
 bool hierarchicalApplies(const Topology& topology);

@@ -22,6 +22,17 @@ LinkModel LinkModel::of(const TransportOptions& options, Topology::HostLinks hos
   return links;
 }
 
+RingLink ringLinkOf(const Transport& transport) {
+  const Topology* topology = transport.topology();
+  if (topology == nullptr) {
+    const LinkModel links = LinkModel::of(transport.options());
+    return {links.interLatencySec, links.interBytesPerSec};
+  }
+  const LinkModel links = LinkModel::of(transport.options(), topology->hostLinks());
+  if (topology->hosts() > 1) return {links.interLatencySec, links.interBytesPerSec};
+  return {links.intraLatencySec, links.intraBytesPerSec};
+}
+
 bool hierarchicalApplies(const Topology& topology) {
   return topology.regular() && topology.hosts() >= 2 && topology.ranksPerHost() >= 2;
 }

@@ -9,6 +9,7 @@
 #include "common/tags.h"
 #include "compress/registry.h"
 #include "gradsync/error.h"
+#include "gradsync/hierarchical.h"
 #include "ps/served_units.h"
 #include "sync/ring_executor.h"
 
@@ -82,6 +83,21 @@ StepPlanner::Route routeOf(const EngineOptions& options) {
                            : StepPlanner::Route::kRing;
 }
 
+// p3 without slice= over a link the transport was told (--bandwidth, --latency): that link's
+// slice (p3SliceForLink), as simulate and tune take it; P3's 40,000 where the link is unknown,
+// and through servers (a slice there is a push and a pull, not a ring).
+EngineOptions withLinkSlice(EngineOptions options, const Transport& transport) {
+  ScheduleSpec& schedule = options.schedule;
+  const TransportOptions& told = transport.options();
+  const bool known = told.bandwidthBytesPerSec > 0 || told.latency.count() > 0;
+  if (!schedule.prioritized() || schedule.sliceGiven || options.servers || !known) return options;
+  const RingLink link = ringLinkOf(transport);
+  schedule.sliceElements = p3SliceForLink(transport.size(), link.latencySec, link.bytesPerSec);
+  GS_LOG(kInfo, "p3: slices of {} elements for the link told ({} us, {:.3g} B/s)",
+         schedule.sliceElements, link.latencySec * 1e6, link.bytesPerSec);
+  return options;
+}
+
 }  // namespace
 
 StepStats& StepStats::operator+=(const StepStats& other) {
@@ -104,7 +120,7 @@ Engine::Engine(Transport& transport, const std::vector<TensorShape>& tensors, En
                std::vector<std::span<float>> parameters)
     : transport_(transport),
       tensors_(tensors),
-      options_(std::move(options)),
+      options_(withLinkSlice(std::move(options), transport)),
       plan_(planFor(options_, tensors)),
       layout_(planLayout(tensors, options_.schedule,
                          isolateExchanged(plan_.groups(), options_.exchanged, tensors.size()))),

@@ -268,6 +268,32 @@ TEST(EngineCompression, BadSpecsFailAtConstruction) {
   });
 }
 
+// p3 without slice= over a link the transport was told takes that link's slice (p3SliceForLink:
+// 49 x 20 us x 1e8 B/s x 3 ranks / 4 = 73,500 elements, so fc1.weight's 70,000 in one slice);
+// slice= and an untold link keep theirs (40,000: 40 rows of 1,000, two slices).
+TEST(EngineP3, TakesTheSliceOfALinkItWasTold) {
+  auto slicesOfFc1 = [](const Engine& engine) {
+    return std::count_if(engine.layout().units.begin(), engine.layout().units.end(),
+                         [](const CommUnit& unit) { return unit.tensors == std::vector<int>{0}; });
+  };
+  const TransportOptions told{.bandwidthBytesPerSec = 1e8,
+                              .latency = std::chrono::microseconds(20)};
+  for (const auto& [schedule, options, slices] :
+       {std::tuple{"p3", told, 1}, std::tuple{"p3:slice=40000", told, 2},
+        std::tuple{"p3", TransportOptions{}, 2}}) {
+    runWithTransports(
+        TransportKind::kLoopback, 3,
+        [&](Transport& t) {
+          std::vector<std::vector<float>> parameters;  // p3 updates them in the engine
+          for (const TensorShape& shape : kEngineTensors) parameters.emplace_back(shape.elements);
+          Engine engine(t, kEngineTensors, {.schedule = ScheduleSpec::parse(schedule)},
+                        {parameters.begin(), parameters.end()});
+          EXPECT_EQ(slicesOfFc1(engine), slices) << schedule;
+        },
+        options);
+  }
+}
+
 TEST(EngineErrors, LostPeerIsRethrownOnTheTrainingThread) {
   TransportOptions options;
   options.timeout = std::chrono::milliseconds(5000);
