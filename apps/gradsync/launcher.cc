@@ -211,6 +211,13 @@ int superviseElastic(const LaunchOptions& options, const std::vector<SpawnOption
     if (status.ok()) continue;
     std::fprintf(stderr, "gradsync launch: worker %zu %s\n", slot, status.describe().c_str());
     const bool failed = status.signal != 0 || status.code != kAskedToStop;
+    if (status.signal == 0 && status.code == kStateLostExitCode) {
+      std::fprintf(stderr,
+                   "gradsync launch: worker %zu cannot rejoin: the job's state was lost with the "
+                   "last worker holding it; not restarted (resume from a checkpoint)\n",
+                   slot);
+      continue;
+    }
     if (failed && jobFinished()) {
       std::fprintf(stderr, "gradsync launch: the job had finished: worker %zu not restarted\n",
                    slot);

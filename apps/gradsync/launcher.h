@@ -17,6 +17,11 @@
 
 namespace gradsync {
 
+// The exit code of a process that failed with StateLostError (gradsync/error.h): every worker
+// holding an elastic job's state was lost, so the elastic launcher restarts no worker that
+// exits with it (each restart would only wait --timeout in vain again).
+constexpr int kStateLostExitCode = 76;
+
 struct LaunchOptions {
   int processes = 2;
   std::vector<std::string> command;

@@ -71,6 +71,9 @@ int main(int argc, char** argv) {
   } catch (const gradsync::ConfigError& e) {
     std::fprintf(stderr, "gradsync: error: %s\n", e.what());
     return 2;
+  } catch (const gradsync::StateLostError& e) {
+    std::fprintf(stderr, "gradsync: error: %s\n", e.what());
+    return gradsync::kStateLostExitCode;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "gradsync: error: %s\n", e.what());
     return 1;

@@ -39,6 +39,13 @@ class PeerLostError : public Error {
 class TimeoutError : public Error {
   using Error::Error;
 };
+// The job's state is gone: every worker that held it was lost, and a worker without it never
+// starts the job over (elastic rounds: docs/cluster.md). Restarting workers cannot bring it
+// back; resuming from a checkpoint can (`gradsync train` exits 76 on it, and `gradsync launch`
+// restarts no worker that did). Found by waiting in vain, so a kind of TimeoutError.
+class StateLostError : public TimeoutError {
+  using TimeoutError::TimeoutError;
+};
 // Malformed, truncated or oversized data on the wire, or a refused handshake.
 class ProtocolError : public Error {
   using Error::Error;

@@ -278,6 +278,26 @@ void ElasticRendezvous::fail(int64_t round, const Arrivals& arrivals) {
   store_.add(roundKey(round, "size"), -1);
 }
 
+// Round 0 waits for workers that never started (a restart may bring them); a later round for a
+// member of the one before, which holds the job's state: none left, the state is lost.
+void ElasticRendezvous::throwNoRound(int64_t round) const {
+  const std::string what = fmt::format(
+      "elastic round {} did not form, and for {} ms no round trained and no worker formed one",
+      round, options_.timeout.count());
+  if (round == 0) {
+    throw TimeoutError(what, {.operation = "elastic rendezvous",
+                              .hint = "the job's workers were lost or never started; check "
+                                      "their output"});
+  }
+  throw StateLostError(
+      fmt::format("{}: only a member of round {} can form it (it holds the job's state; a "
+                  "worker without it never starts the job over), and none is left",
+                  what, round - 1),
+      {.operation = "elastic rendezvous",
+       .hint = "every worker holding the job's state was lost: resume the job from its "
+               "checkpoint (--checkpoint-dir, --resume)"});
+}
+
 int64_t ElasticRendezvous::awaitVerdict(int64_t round) {
   auto lastSign = MonotonicClock::now();
   int64_t beats = peek(store_, kHeartbeat);
@@ -300,21 +320,7 @@ int64_t ElasticRendezvous::awaitVerdict(int64_t round) {
       beats = now;
       lastSign = MonotonicClock::now();
     }
-    if (MonotonicClock::now() - lastSign > options_.timeout) {
-      throw TimeoutError(
-          fmt::format("elastic round {} did not form, and for {} ms no round trained and no "
-                      "worker formed one{}",
-                      round, options_.timeout.count(),
-                      round == 0 ? ""
-                                 : fmt::format(": only a member of round {} can form it (it "
-                                               "holds the job's state; a worker without it never "
-                                               "starts the job over)",
-                                               round - 1)),
-          {.operation = "elastic rendezvous",
-           .hint = "the job's workers were lost or never started; check their output. If every "
-                   "worker holding the state was lost, resume the job from its checkpoint "
-                   "(--checkpoint-dir, --resume)"});
-    }
+    if (MonotonicClock::now() - lastSign > options_.timeout) throwNoRound(round);
     std::this_thread::sleep_for(options_.poll);
   }
 }

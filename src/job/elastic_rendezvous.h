@@ -113,6 +113,8 @@ class ElasticRendezvous {
   void fail(int64_t round, const Arrivals& arrivals);
   // Waits for round's verdict: the number of members, or 0 if the job finished first.
   int64_t awaitVerdict(int64_t round);
+  // No round formed within the timeout: TimeoutError for round 0, StateLostError after.
+  [[noreturn]] void throwNoRound(int64_t round) const;
   // This worker's place in the formed round; nullopt if it came too late.
   std::optional<ElasticMembership> placeIn(int64_t round, int64_t index);
   ElasticWorker record(int64_t round, int64_t index);

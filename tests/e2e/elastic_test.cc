@@ -454,5 +454,35 @@ TEST_F(Elastic, BelowTheMinimumTheJobFailsNamingTheLostRankAndResumesOnFewerWork
   EXPECT_NEAR(metrics["summary"]["final_test_accuracy"].get<double>(), unfailed, 0.01);
 }
 
+// Every worker holding the state lost at once (docs/cluster.md, "Membership"): the restarted
+// workers wait --timeout for a member of the last round, then exit 76 (StateLostError), and the
+// launcher restarts them no more, whatever --max-restarts allows: the job fails after one
+// timeout, not ten, saying to resume from a checkpoint.
+TEST_F(Elastic, WhenEveryStateHolderIsLostTheJobFailsOnceAndSaysSo) {
+#ifndef GRADSYNC_HAVE_TORCH
+  GTEST_SKIP() << "built without LibTorch: no gradsync train";
+#endif
+  const fs::path dir = scratch("state-lost");
+  const pid_t job = launch(dir, "1:2", 10, {"--timeout", "4s"}, 2);
+  killAfter(dir, 0, 30);
+  killAfter(dir, 1, 30);
+  const auto killed = std::chrono::steady_clock::now();
+  const ExitStatus status = finish(job, 120s);
+  // One restart each (a second or two) and one --timeout: far from ten restarts' 40 s and more.
+  EXPECT_LT(std::chrono::steady_clock::now() - killed, 25s);
+  EXPECT_EQ(status.code, 76) << status.describe();
+  const std::string err = readFile(dir / "err");
+  EXPECT_NE(err.find("holds the job's state; a worker without it never starts the job over), "
+                     "and none is left"),
+            std::string::npos)
+      << err;
+  EXPECT_NE(err.find("resume the job from its checkpoint"), std::string::npos) << err;
+  for (int slot : {0, 1}) {
+    EXPECT_NE(err.find("worker " + std::to_string(slot) + " cannot rejoin"), std::string::npos)
+        << err;
+  }
+  EXPECT_EQ(err.find("restart 3 of 10"), std::string::npos) << err;  // one each, 2 in all
+}
+
 }  // namespace
 }  // namespace gradsync
