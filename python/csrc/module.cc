@@ -48,6 +48,8 @@ void translate(std::exception_ptr pending) {
     raise("ConfigError", e);
   } catch (const PeerLostError& e) {
     raise("PeerLostError", e);
+  } catch (const StateLostError& e) {
+    raise("StateLostError", e);
   } catch (const TimeoutError& e) {
     raise("TimeoutError", e);
   } catch (const ProtocolError& e) {

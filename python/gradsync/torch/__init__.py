@@ -23,7 +23,7 @@ import torch  # noqa: F401  (loads LibTorch and its Python bindings before grads
 from gradsync import _C
 
 from ._errors import (ConfigError, DataError, GradsyncError, InternalError, PeerLostError,
-                      ProtocolError, SystemCallError, TimeoutError)
+                      ProtocolError, StateLostError, SystemCallError, TimeoutError)
 from ._errors import CLASSES as _ERROR_CLASSES
 
 _C._register_errors(_ERROR_CLASSES)
@@ -72,6 +72,6 @@ __all__ = [
     "global_process_set", "mpi_built", "mpi_enabled", "mpi_threads_supported", "gloo_built",
     "gloo_enabled", "nccl_built", "ddl_built", "ccl_built", "cuda_built", "rocm_built",
     "start_timeline", "stop_timeline", "elastic", "metrics", "trace", "Trace", "serve", "is_server",
-    "GradsyncError", "ConfigError", "PeerLostError", "TimeoutError", "ProtocolError",
-    "DataError", "SystemCallError", "InternalError",
+    "GradsyncError", "ConfigError", "PeerLostError", "TimeoutError", "StateLostError",
+    "ProtocolError", "DataError", "SystemCallError", "InternalError",
 ]

@@ -4,7 +4,8 @@ Every one is a ``GradsyncError`` whose message names the rank that saw it, the o
 peer involved and a hint, as in C++; the same pieces are attributes (``rank``, ``peer``: int or
 None; ``operation``, ``hint``, ``detail``: str). ``ConfigError`` is also a ``ValueError`` (a bad
 spec, flag or combination, raised before any work starts), ``TimeoutError`` also Python's
-``TimeoutError``, ``PeerLostError`` also a ``ConnectionError`` and ``SystemCallError`` also an
+``TimeoutError`` (``StateLostError``, an elastic job's state lost with every worker holding it, is
+one), ``PeerLostError`` also a ``ConnectionError`` and ``SystemCallError`` also an
 ``OSError``.
 """
 
@@ -35,6 +36,10 @@ class TimeoutError(GradsyncError, builtins.TimeoutError):  # noqa: A001 (mirrors
     """A wait exceeded the job's timeout (GRADSYNC_TIMEOUT); the message names who is missing."""
 
 
+class StateLostError(TimeoutError):
+    """Every worker holding an elastic job's state was lost: resume from a checkpoint."""
+
+
 class ProtocolError(GradsyncError):
     """Malformed data from a peer, or a refused handshake (another job's token)."""
 
@@ -53,6 +58,6 @@ class InternalError(GradsyncError):
 
 CLASSES = {
     cls.__name__: cls
-    for cls in (GradsyncError, ConfigError, PeerLostError, TimeoutError, ProtocolError, DataError,
-                SystemCallError, InternalError)
+    for cls in (GradsyncError, ConfigError, PeerLostError, TimeoutError, StateLostError,
+                ProtocolError, DataError, SystemCallError, InternalError)
 }
