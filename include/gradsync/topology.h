@@ -22,7 +22,7 @@ class Topology {
  public:
   // How the ranks of one host reach each other: what the collectives' cost model charges a
   // message inside a host (gradsync/hierarchical.h). Shared memory unless the transport says
-  // otherwise (a host transport whose ranks on a host talk over TCP loopback: --no-shm, or
+  // otherwise (a host transport whose ranks on a host talk over TCP loopback: --shm off, or
   // segments it may not create).
   enum class HostLinks { kSharedMemory, kTcp };
 

@@ -207,7 +207,7 @@ TEST(AllreduceModel, TcpInsideAHostMovesTheCrossoverUp) {
 }
 
 // The host transport says how a host's ranks talk: shared memory where every host's ranks
-// share a segment, else TCP (--no-shm here), the same on every rank.
+// share a segment, else TCP (--shm off here), the same on every rank.
 TEST(AllreduceModel, HostTransportReportsItsHostLinks) {
   for (bool sharedMemory : {true, false}) {
     auto store = makeInMemoryStore();
