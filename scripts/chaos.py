@@ -68,7 +68,8 @@ def parse_args(argv):
     parser.add_argument("--max-restarts", type=int, default=1000)
     parser.add_argument("--faults", default="kill,stop",
                         help="comma-separated: kill, stop, disk, corrupt")
-    parser.add_argument("--per-minute", type=float, default=1.0, help="mean faults per minute of healthy training")
+    parser.add_argument("--per-minute", type=float, default=1.0,
+                        help="mean faults per minute of healthy training")
     parser.add_argument("--stop-seconds", type=float, default=6.0,
                         help="how long a stop, or a full disk, lasts")
     parser.add_argument("--disk-mb", type=int, default=256, help="the checkpoints' tmpfs (disk)")
