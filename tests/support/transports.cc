@@ -1,5 +1,6 @@
 #include "transports.h"
 
+#include <chrono>
 #include <memory>
 #include <numeric>
 
@@ -79,6 +80,22 @@ void runWithTransports(TransportKind kind, int size, const std::function<void(Tr
     std::unique_ptr<Transport> transport = connectTcpTransport(*store, rank, size, tcp);
     body(*transport);
   });
+}
+
+double timeTransferToRank1(Transport& transport, const std::vector<uint8_t>& data,
+                           std::vector<uint8_t>* received) {
+  constexpr uint64_t kGoTag = 1, kDataTag = 2;
+  uint8_t go = 1;
+  if (transport.rank() == 0) {
+    transport.recv(1, kGoTag, &go, 1)->wait();
+    transport.send(1, kDataTag, data.data(), data.size())->wait();
+    return 0;
+  }
+  received->assign(data.size(), 0);
+  auto start = std::chrono::steady_clock::now();
+  transport.send(0, kGoTag, &go, 1)->wait();
+  transport.recv(0, kDataTag, received->data(), received->size())->wait();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 }  // namespace gradsync::testing

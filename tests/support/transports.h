@@ -2,8 +2,10 @@
 // conformance and collective suites are parameterised over the kinds.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "gradsync/transport.h"
 
@@ -31,5 +33,12 @@ std::string kindName(TransportKind kind);
 // body(transport) on each, destroys the transports, and rethrows the first failure.
 void runWithTransports(TransportKind kind, int size, const std::function<void(Transport&)>& body,
                        TransportOptions options = {});
+
+// Sends `data` from rank 0 to rank 1 of `transport` and returns, on rank 1, the seconds from a
+// point before rank 0 may start (rank 1 starts its clock, then tells rank 0 to go) to the last
+// byte's arrival, so the interval covers the whole transfer however late rank 1's thread starts;
+// `received` gets what arrived. Returns 0 on rank 0. Blocking.
+double timeTransferToRank1(Transport& transport, const std::vector<uint8_t>& data,
+                           std::vector<uint8_t>* received);
 
 }  // namespace gradsync::testing
