@@ -63,6 +63,12 @@ std::vector<std::string> shmLeftovers(const std::vector<pid_t>& pids) {
   return names;
 }
 
+// Where a job's ranks say they are ready: one name per test process, so that two test processes
+// (make test's and make test-long's) running at once never read each other's markers.
+fs::path readyMarker(const std::string& name) {
+  return fs::temp_directory_path() / (name + "-" + std::to_string(::getpid()));
+}
+
 // Starts `size` collective_rank processes of one job, stderr of each in dir/rankN.err.
 Job startJob(int size, const std::vector<std::string>& args, const std::string& timeout = "60",
              Links links = Links::kShm) {
@@ -156,11 +162,11 @@ TEST_P(MultiProcessFailure, KilledRankIsNamedByEverySurvivor) {
   const auto [links, count] = GetParam();
   Job job = startJob(
       kSize,
-      {"loop", (fs::temp_directory_path() / "gs-kill-ready").string(), std::to_string(count)},
+      {"loop", readyMarker("gs-kill-ready").string(), std::to_string(count)},
       /*timeout=*/"30", links);
   auto ready = [&] {
     for (int r = 0; r < kSize; ++r) {
-      if (!fs::exists(fs::temp_directory_path() / ("gs-kill-ready." + std::to_string(r)))) {
+      if (!fs::exists(readyMarker("gs-kill-ready").string() + "." + std::to_string(r))) {
         return false;
       }
     }
@@ -185,7 +191,7 @@ TEST_P(MultiProcessFailure, KilledRankIsNamedByEverySurvivor) {
     EXPECT_NE(log.find("rank 2"), std::string::npos) << "rank " << rank << " said: " << log;
   }
   for (int r = 0; r < kSize; ++r) {
-    fs::remove(fs::temp_directory_path() / ("gs-kill-ready." + std::to_string(r)));
+    fs::remove(readyMarker("gs-kill-ready").string() + "." + std::to_string(r));
   }
   EXPECT_EQ(shmLeftovers(job.pids), std::vector<std::string>{});
 }
@@ -226,7 +232,7 @@ class MultiProcessShrink : public ::testing::TestWithParam<std::tuple<Links, int
 TEST_P(MultiProcessShrink, SurvivorsOfAKillGoOnInAGroupOfTheirOwn) {
   constexpr int kSize = 5;
   const auto [links, victim] = GetParam();
-  const fs::path marker = fs::temp_directory_path() / "gs-shrink-ready";
+  const fs::path marker = readyMarker("gs-shrink-ready");
   Job job = startJob(kSize, {"shrink", marker.string()}, /*timeout=*/"30", links);
   ASSERT_TRUE(waitReady(job, marker)) << "the job never started: " << job.log(0);
   ::kill(job.pids[victim], SIGKILL);
@@ -294,7 +300,7 @@ std::string describe(const Trial& t) {
 
 // Runs one trial; returns the time from the kill until the last survivor exited.
 std::chrono::milliseconds runTrial(const Trial& trial) {
-  const fs::path marker = fs::temp_directory_path() / "gs-chaos-ready";
+  const fs::path marker = readyMarker("gs-chaos-ready");
   Job job = startJob(trial.size, {"chaos", marker.string(), std::to_string(trial.seed)},
                      /*timeout=*/"30", trial.links);
   if (!waitReady(job, marker)) {
@@ -349,7 +355,7 @@ TEST(MultiProcessChaos, RandomKillsFailEverySurvivorWithinTheBound) {
 TEST(MultiProcessChaos, AStoppedRankFailsCleanlyWhenItWakesAfterTheOthersTimedOut) {
   const int trials = envOr("GRADSYNC_STOP_TRIALS", testing::kSanitized ? 2 : 5);
   const int firstSeed = envOr("GRADSYNC_STOP_SEED", 5000);
-  const fs::path marker = fs::temp_directory_path() / "gs-chaos-ready";
+  const fs::path marker = readyMarker("gs-chaos-ready");
   for (int i = 0; i < trials && !HasFailure(); ++i) {
     const Trial trial = drawTrial(static_cast<uint64_t>(firstSeed + i));
     Job job = startJob(trial.size, {"chaos", marker.string(), std::to_string(trial.seed)},
