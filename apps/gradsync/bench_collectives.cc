@@ -127,6 +127,7 @@ AllreduceAlgorithm algorithmNamed(const std::string& name) {
   if (name == "ring") return AllreduceAlgorithm::kRing;
   if (name == "hierarchical") return AllreduceAlgorithm::kHierarchical;
   if (name == "doubling") return AllreduceAlgorithm::kRecursiveDoubling;
+  if (name == "halving") return AllreduceAlgorithm::kHalvingDoubling;
   return AllreduceAlgorithm::kAuto;
 }
 

@@ -53,9 +53,11 @@ void addBenchCommand(CLI::App& app, CommandContext& context) {
   bench->add_option("--segment-bytes", flags->segment, "pipeline segment")->capture_default_str();
   bench->add_option("--json", flags->options.jsonPath, "write results as JSON");
   bench
-      ->add_option("--algorithm", flags->options.algorithm,
-                   "allreduce: ring, doubling (recursive), hierarchical (across hosts) or auto")
-      ->check(CLI::IsMember({"auto", "ring", "doubling", "hierarchical"}))
+      ->add_option(
+          "--algorithm", flags->options.algorithm,
+          "allreduce: ring, doubling (recursive), halving (halving-doubling), hierarchical "
+          "(across hosts) or auto")
+      ->check(CLI::IsMember({"auto", "ring", "doubling", "halving", "hierarchical"}))
       ->capture_default_str();
   bench->add_option("--methods", flags->methods, "compress: specs to measure (default: all)");
   bench->add_option("--sizes", flags->sizes, "compress: gradient sizes in elements (1M = 2^20)");

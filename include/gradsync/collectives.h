@@ -26,10 +26,12 @@ inline constexpr uint64_t kReservedTagBase = uint64_t{1} << 56;
 // How allreduce combines the ranks' data. kRing: reduce-scatter then allgather, 2 (P - 1)
 // messages of 1/P of the buffer (the bandwidth-bound sizes'). kRecursiveDoubling: log2 P swaps
 // of the whole buffer, two more where P is not a power of two (the latency-bound sizes').
+// kHalvingDoubling (Rabenseifner's): a reduce-scatter by recursive halving and an allgather by
+// recursive doubling, 2 log2 P messages carrying a ring's bytes (the middle sizes').
 // kHierarchical: over the hosts of the transport's topology (gradsync/hierarchical.h; the ring
 // where there is no topology). kAuto picks the fastest by the alpha-beta model of
 // gradsync/hierarchical.h (chooseAllreduce) for the world size, topology and message size.
-enum class AllreduceAlgorithm { kAuto, kRing, kHierarchical, kRecursiveDoubling };
+enum class AllreduceAlgorithm { kAuto, kRing, kHierarchical, kRecursiveDoubling, kHalvingDoubling };
 
 struct CollectiveOptions {
   // Message stream of this collective; collectives running concurrently need distinct tags.

@@ -31,6 +31,10 @@ struct LinkModel {
   // and 128 KiB: "Small messages") where the model puts it (85 kB).
   double intraBytesPerSec = 3e9;
   double intraLatencySec = 12e-6;
+  // Shared memory's messages from this size up take the single-copy path, whose acknowledgement
+  // costs one latency more (ShmTransportOptions::singleCopyMinBytes); SIZE_MAX for links with no
+  // such path (loopback TCP, an accelerator's).
+  size_t intraRoundTripMinBytes = size_t{64} << 10;
   double interBytesPerSec = 1.25e9;  // 10 Gbit/s unless the transport knows (--bandwidth)
   double interLatencySec = 50e-6;
   // Adding a received buffer into one's own, bytes per second (one core; memory-bound). The
@@ -71,9 +75,12 @@ double hierarchicalAllreduceSeconds(const Topology& topology, size_t bytes, cons
 // and every addition of a whole buffer at reduceBytesPerSec.
 double recursiveDoublingAllreduceSeconds(const Topology& topology, size_t bytes,
                                          const LinkModel& links);
+// Charged as recursive doubling is, with a ring's bytes in 2 log2 P messages.
+double halvingDoublingAllreduceSeconds(const Topology& topology, size_t bytes,
+                                       const LinkModel& links);
 
-// kAuto's pick: the fastest of the ring, recursive doubling and (where it applies)
-// hierarchical by the model. allreduce passes Topology::flat(P) for a transport without a
+// kAuto's pick: the fastest of the ring, recursive doubling, halving-doubling and (where it
+// applies) hierarchical by the model. allreduce passes Topology::flat(P) for a transport without a
 // topology (every rank behind a NIC of its own).
 AllreduceAlgorithm chooseAllreduce(const Topology& topology, size_t bytes, const LinkModel& links);
 

@@ -65,6 +65,9 @@ void allreduce(Transport& transport, std::span<float> data, ReduceOp op,
   if (chosen == AllreduceAlgorithm::kRecursiveDoubling) {
     return recursiveDoublingAllreduce(transport, data, op, options);
   }
+  if (chosen == AllreduceAlgorithm::kHalvingDoubling) {
+    return halvingDoublingAllreduce(transport, data, op, options);
+  }
   if (chosen == AllreduceAlgorithm::kHierarchical && topology != nullptr) {
     return hierarchicalAllreduce(transport, *topology, data, op, options);
   }

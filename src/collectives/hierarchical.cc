@@ -2,6 +2,8 @@
 // on a cross group, through GroupTransports over the one transport.
 #include "gradsync/hierarchical.h"
 
+#include <cstdint>
+
 #include <fmt/format.h>
 
 #include "collectives/guard.h"
@@ -16,6 +18,7 @@ LinkModel LinkModel::of(const TransportOptions& options, Topology::HostLinks hos
   if (hostLinks == Topology::HostLinks::kTcp) {
     links.intraBytesPerSec = kLoopbackBytesPerSec;
     links.intraLatencySec = kLoopbackLatencySec;
+    links.intraRoundTripMinBytes = SIZE_MAX;
   }
   if (options.bandwidthBytesPerSec > 0) links.interBytesPerSec = options.bandwidthBytesPerSec;
   if (options.latency.count() > 0) links.interLatencySec = options.latency.count() * 1e-6;
@@ -37,15 +40,32 @@ bool hierarchicalApplies(const Topology& topology) {
   return topology.regular() && topology.hosts() >= 2 && topology.ranksPerHost() >= 2;
 }
 
+namespace {
+
+// One message of `bytes` on a NIC, or inside a host (where shared memory's single-copy path pays
+// its acknowledgement's latency).
+double messageSeconds(const LinkModel& links, bool crossesHosts, double bytes) {
+  if (crossesHosts) return links.interLatencySec + bytes / links.interBytesPerSec;
+  const double acknowledgement =
+      bytes >= static_cast<double>(links.intraRoundTripMinBytes) ? links.intraLatencySec : 0;
+  return links.intraLatencySec + acknowledgement + bytes / links.intraBytesPerSec;
+}
+
+// log2 of the largest power of two <= p.
+int doublingSteps(int p) {
+  int steps = 0;
+  for (int p2 = 2; p2 <= p; p2 *= 2) ++steps;
+  return steps;
+}
+
+}  // namespace
+
 // A ring step moves d/P bytes on every link at once; the slowest link sets its time: a NIC (one
 // flow each way per host, ranks being consecutive on their host) once there are two hosts.
 double ringAllreduceSeconds(const Topology& topology, size_t bytes, const LinkModel& links) {
   const double p = topology.size();
   if (p < 2) return 0;
-  const bool crossesHosts = topology.hosts() > 1;
-  const double latency = crossesHosts ? links.interLatencySec : links.intraLatencySec;
-  const double bandwidth = crossesHosts ? links.interBytesPerSec : links.intraBytesPerSec;
-  return 2 * (p - 1) * (latency + static_cast<double>(bytes) / p / bandwidth);
+  return 2 * (p - 1) * messageSeconds(links, topology.hosts() > 1, static_cast<double>(bytes) / p);
 }
 
 // The n cross groups share each host's NIC: each of their N-1 steps per phase moves d/(nN)
@@ -54,10 +74,8 @@ double hierarchicalAllreduceSeconds(const Topology& topology, size_t bytes,
                                     const LinkModel& links) {
   const double n = topology.ranksPerHost(), hosts = topology.hosts();
   const double d = static_cast<double>(bytes);
-  const double intra = 2 * (n - 1) * (links.intraLatencySec + d / n / links.intraBytesPerSec);
-  const double inter =
-      2 * (hosts - 1) * (links.interLatencySec + d / hosts / links.interBytesPerSec);
-  return intra + inter;
+  return 2 * (n - 1) * messageSeconds(links, false, d / n) +
+         2 * (hosts - 1) * messageSeconds(links, true, d / hosts);
 }
 
 // log2 p2 swaps, and a fold and an unfold where P is not a power of two: each message carries the
@@ -66,24 +84,39 @@ double recursiveDoublingAllreduceSeconds(const Topology& topology, size_t bytes,
                                          const LinkModel& links) {
   const int p = topology.size();
   if (p < 2) return 0;
-  int swaps = 0, p2 = 1;
-  for (; p2 * 2 <= p; p2 *= 2) ++swaps;
-  const int folds = p2 < p ? 1 : 0;
-  const bool crossesHosts = topology.hosts() > 1;
-  const double latency = crossesHosts ? links.interLatencySec : links.intraLatencySec;
-  const double bandwidth = crossesHosts ? links.interBytesPerSec : links.intraBytesPerSec;
+  const int swaps = doublingSteps(p), folds = (1 << swaps) < p ? 1 : 0;
   const double d = static_cast<double>(bytes);
-  return (swaps + 2 * folds) * (latency + d / bandwidth) +
+  return (swaps + 2 * folds) * messageSeconds(links, topology.hosts() > 1, d) +
          (swaps + folds) * d / links.reduceBytesPerSec;
 }
 
-// Ties go to the ring, then to recursive doubling: the simpler pattern where the model cannot
-// tell them apart.
+// Messages of 1/2, 1/4, ... of the buffer and back (2 (p2 - 1) / p2 of it in all), the halving's
+// additions of (p2 - 1) / p2 of it, waited for as recursive doubling's are; a fold and an
+// unfold of the whole buffer where P is not a power of two.
+double halvingDoublingAllreduceSeconds(const Topology& topology, size_t bytes,
+                                       const LinkModel& links) {
+  const int p = topology.size();
+  if (p < 2) return 0;
+  const int steps = doublingSteps(p), p2 = 1 << steps;
+  const bool crossesHosts = topology.hosts() > 1;
+  const double d = static_cast<double>(bytes);
+  double seconds = (p2 - 1.0) / p2 * d / links.reduceBytesPerSec;
+  for (int k = 1; k <= steps; ++k) seconds += 2 * messageSeconds(links, crossesHosts, d / (1 << k));
+  if (p2 < p) seconds += 2 * messageSeconds(links, crossesHosts, d) + d / links.reduceBytesPerSec;
+  return seconds;
+}
+
+// Ties go to the ring, then to recursive doubling, then to halving-doubling: the simpler pattern
+// where the model cannot tell them apart.
 AllreduceAlgorithm chooseAllreduce(const Topology& topology, size_t bytes, const LinkModel& links) {
   AllreduceAlgorithm best = AllreduceAlgorithm::kRing;
   double fastest = ringAllreduceSeconds(topology, bytes, links);
   if (const double s = recursiveDoublingAllreduceSeconds(topology, bytes, links); s < fastest) {
     best = AllreduceAlgorithm::kRecursiveDoubling;
+    fastest = s;
+  }
+  if (const double s = halvingDoublingAllreduceSeconds(topology, bytes, links); s < fastest) {
+    best = AllreduceAlgorithm::kHalvingDoubling;
     fastest = s;
   }
   if (hierarchicalApplies(topology) &&

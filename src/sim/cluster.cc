@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdint>
 
 #include "gradsync/collectives.h"
 #include "gradsync/error.h"
@@ -141,6 +142,7 @@ double denseAllreduceSeconds(const ClusterSpec& cluster, size_t elements, size_t
   if (!hierarchicalApplies(cluster)) return ring;
   const LinkModel links{.intraBytesPerSec = cluster.localBandwidth,
                         .intraLatencySec = cluster.localLatency,
+                        .intraRoundTripMinBytes = SIZE_MAX,
                         .interBytesPerSec = cluster.bandwidth,
                         .interLatencySec = cluster.latency};
   const Topology topology = Topology::uniform(cluster.workers, cluster.gpusPerHost);

@@ -110,7 +110,7 @@ void randomCollective(Transport& t, std::mt19937_64& random) {
   const size_t count = sizes[random() % std::size(sizes)];
   std::vector<float> data(count, 1.0f);
   CollectiveOptions options;
-  switch (random() % 8) {
+  switch (random() % 9) {
     case 0:
       options.algorithm = AllreduceAlgorithm::kRing;
       return allreduce(t, data, ReduceOp::kSum, options);
@@ -129,6 +129,9 @@ void randomCollective(Transport& t, std::mt19937_64& random) {
       std::vector<float> send(count / t.size() * t.size(), 1.0f), recv(send.size());
       return alltoall(t, send, recv);
     }
+    case 7:
+      options.algorithm = AllreduceAlgorithm::kHalvingDoubling;
+      return allreduce(t, data, ReduceOp::kSum, options);
     default:
       broadcast(t, data, static_cast<int>(random() % t.size()));
       return barrier(t);

@@ -160,10 +160,8 @@ TEST_P(MultiProcessFailure, KilledRankIsNamedByEverySurvivor) {
   constexpr int kSize = 4;
   constexpr int kVictim = 2;
   const auto [links, count] = GetParam();
-  Job job = startJob(
-      kSize,
-      {"loop", readyMarker("gs-kill-ready").string(), std::to_string(count)},
-      /*timeout=*/"30", links);
+  Job job = startJob(kSize, {"loop", readyMarker("gs-kill-ready").string(), std::to_string(count)},
+                     /*timeout=*/"30", links);
   auto ready = [&] {
     for (int r = 0; r < kSize; ++r) {
       if (!fs::exists(readyMarker("gs-kill-ready").string() + "." + std::to_string(r))) {
