@@ -5,10 +5,12 @@
 // Hierarchical allreduce of d bytes on N hosts of n ranks:
 //   1. reduce-scatter inside each host: local rank j ends with block j (d/n) of its host's sum;
 //   2. allreduce of block j among the N ranks of local rank j (a cross group; the n cross groups
-//      run at once and share each host's NIC);
+//      run at once and share each host's NIC), by the flat algorithm the model finds fastest for
+//      a block over a NIC of B/n (the ring, recursive doubling or halving-doubling);
 //   3. allgather inside each host.
-// Each host's NIC carries 2(N-1)/N d bytes each way, against 2(P-1)/P d for a flat ring over
-// node-contiguous ranks, in 2(N-1) latencies instead of 2(P-1).
+// By the ring, each host's NIC carries 2(N-1)/N d bytes each way, against 2(P-1)/P d for a flat
+// ring over node-contiguous ranks, in 2(N-1) latencies instead of 2(P-1); by recursive doubling,
+// in log2 N latencies.
 //
 // Blocking, collective over every rank of the transport, float32 in place, like the ring
 // collectives (gradsync/collectives.h); results are bitwise the same on every rank.
@@ -70,6 +72,7 @@ bool hierarchicalApplies(const Topology& topology);
 
 // Modelled seconds of an allreduce of `bytes` by each algorithm (the ring over ranks in order).
 double ringAllreduceSeconds(const Topology& topology, size_t bytes, const LinkModel& links);
+// Hierarchical: the two intra-host passes and the cross groups' fastest flat allreduce.
 double hierarchicalAllreduceSeconds(const Topology& topology, size_t bytes, const LinkModel& links);
 // Every message charged at the slowest link the topology has (a NIC once there are two hosts),
 // and every addition of a whole buffer at reduceBytesPerSec.

@@ -68,14 +68,44 @@ double ringAllreduceSeconds(const Topology& topology, size_t bytes, const LinkMo
   return 2 * (p - 1) * messageSeconds(links, topology.hosts() > 1, static_cast<double>(bytes) / p);
 }
 
-// The n cross groups share each host's NIC: each of their N-1 steps per phase moves d/(nN)
-// bytes per flow at B/n, so d/(N B) per step, as if one flow carried d/N.
+namespace {
+
+struct Pick {
+  AllreduceAlgorithm algorithm;
+  double seconds;
+};
+
+// The fastest flat algorithm by the model. Ties go to the ring, then to recursive doubling: the
+// simpler pattern where the model cannot tell them apart.
+Pick fastestFlat(const Topology& topology, size_t bytes, const LinkModel& links) {
+  Pick best{AllreduceAlgorithm::kRing, ringAllreduceSeconds(topology, bytes, links)};
+  if (const double s = recursiveDoublingAllreduceSeconds(topology, bytes, links);
+      s < best.seconds) {
+    best = {AllreduceAlgorithm::kRecursiveDoubling, s};
+  }
+  if (const double s = halvingDoublingAllreduceSeconds(topology, bytes, links); s < best.seconds) {
+    best = {AllreduceAlgorithm::kHalvingDoubling, s};
+  }
+  return best;
+}
+
+// A cross group's allreduce of its block among the N hosts. The n groups share each host's NIC,
+// so each is charged as a flat allreduce over a NIC of B/n (for the ring: N-1 steps per phase of
+// d/(nN) bytes per flow at B/n, d/(N B) a step). Every member of a group holds a block of the
+// same size, so all pick the same algorithm.
+Pick crossGroupPick(const Topology& topology, size_t blockBytes, const LinkModel& links) {
+  LinkModel shared = links;
+  shared.interBytesPerSec /= topology.ranksPerHost();
+  return fastestFlat(Topology::flat(topology.hosts()), blockBytes, shared);
+}
+
+}  // namespace
+
 double hierarchicalAllreduceSeconds(const Topology& topology, size_t bytes,
                                     const LinkModel& links) {
-  const double n = topology.ranksPerHost(), hosts = topology.hosts();
-  const double d = static_cast<double>(bytes);
-  return 2 * (n - 1) * messageSeconds(links, false, d / n) +
-         2 * (hosts - 1) * messageSeconds(links, true, d / hosts);
+  const int n = topology.ranksPerHost();
+  const double intra = 2 * (n - 1) * messageSeconds(links, false, static_cast<double>(bytes) / n);
+  return intra + crossGroupPick(topology, bytes / n, links).seconds;
 }
 
 // log2 p2 swaps, and a fold and an unfold where P is not a power of two: each message carries the
@@ -106,24 +136,14 @@ double halvingDoublingAllreduceSeconds(const Topology& topology, size_t bytes,
   return seconds;
 }
 
-// Ties go to the ring, then to recursive doubling, then to halving-doubling: the simpler pattern
-// where the model cannot tell them apart.
+// Ties go to the flat algorithms (fastestFlat's order), then to the hierarchical one.
 AllreduceAlgorithm chooseAllreduce(const Topology& topology, size_t bytes, const LinkModel& links) {
-  AllreduceAlgorithm best = AllreduceAlgorithm::kRing;
-  double fastest = ringAllreduceSeconds(topology, bytes, links);
-  if (const double s = recursiveDoublingAllreduceSeconds(topology, bytes, links); s < fastest) {
-    best = AllreduceAlgorithm::kRecursiveDoubling;
-    fastest = s;
-  }
-  if (const double s = halvingDoublingAllreduceSeconds(topology, bytes, links); s < fastest) {
-    best = AllreduceAlgorithm::kHalvingDoubling;
-    fastest = s;
-  }
+  const Pick flat = fastestFlat(topology, bytes, links);
   if (hierarchicalApplies(topology) &&
-      hierarchicalAllreduceSeconds(topology, bytes, links) < fastest) {
-    best = AllreduceAlgorithm::kHierarchical;
+      hierarchicalAllreduceSeconds(topology, bytes, links) < flat.seconds) {
+    return AllreduceAlgorithm::kHierarchical;
   }
-  return best;
+  return flat.algorithm;
 }
 
 void hierarchicalAllreduce(Transport& transport, const Topology& topology, std::span<float> data,
@@ -135,19 +155,21 @@ void hierarchicalAllreduce(Transport& transport, const Topology& topology, std::
                     transport.size(), topology.describe()),
         {.rank = transport.rank(), .operation = "allreduce (hierarchical)"});
   }
-  CollectiveOptions inner = options;
-  inner.algorithm = AllreduceAlgorithm::kRing;
   // The inner collectives name ranks of their groups; this names the job's.
   detail::runCollective("allreduce (hierarchical)", transport, [&] {
     const int rank = transport.rank();
     GroupTransport local(transport, topology.localGroup(rank));
     GroupTransport cross(transport, topology.crossGroup(rank));
-    reduceScatter(local, data, ReduceOp::kSum, inner);
+    reduceScatter(local, data, ReduceOp::kSum, options);
     const Block own = blockOf(data.size(), local.size(), local.rank());
     std::span<float> block = data.subspan(own.begin, own.size());
-    allreduce(cross, block, ReduceOp::kSum, inner);
+    CollectiveOptions acrossHosts = options;
+    acrossHosts.algorithm = crossGroupPick(topology, block.size_bytes(),
+                                           LinkModel::of(transport.options(), topology.hostLinks()))
+                                .algorithm;
+    allreduce(cross, block, ReduceOp::kSum, acrossHosts);
     if (op == ReduceOp::kAverage) scale(block.data(), block.size(), 1.0f / transport.size());
-    allgather(local, data, inner);
+    allgather(local, data, options);
   });
 }
 
