@@ -58,18 +58,6 @@ int doublingSteps(int p) {
   return steps;
 }
 
-}  // namespace
-
-// A ring step moves d/P bytes on every link at once; the slowest link sets its time: a NIC (one
-// flow each way per host, ranks being consecutive on their host) once there are two hosts.
-double ringAllreduceSeconds(const Topology& topology, size_t bytes, const LinkModel& links) {
-  const double p = topology.size();
-  if (p < 2) return 0;
-  return 2 * (p - 1) * messageSeconds(links, topology.hosts() > 1, static_cast<double>(bytes) / p);
-}
-
-namespace {
-
 struct Pick {
   AllreduceAlgorithm algorithm;
   double seconds;
@@ -100,6 +88,14 @@ Pick crossGroupPick(const Topology& topology, size_t blockBytes, const LinkModel
 }
 
 }  // namespace
+
+// A ring step moves d/P bytes on every link at once; the slowest link sets its time: a NIC (one
+// flow each way per host, ranks being consecutive on their host) once there are two hosts.
+double ringAllreduceSeconds(const Topology& topology, size_t bytes, const LinkModel& links) {
+  const double p = topology.size();
+  if (p < 2) return 0;
+  return 2 * (p - 1) * messageSeconds(links, topology.hosts() > 1, static_cast<double>(bytes) / p);
+}
 
 double hierarchicalAllreduceSeconds(const Topology& topology, size_t bytes,
                                     const LinkModel& links) {
