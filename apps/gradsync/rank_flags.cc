@@ -123,8 +123,10 @@ int runElasticWorkers(
     const RankFlags& flags, const Env& env, const std::vector<std::string>& argv,
     const std::function<int(const BootstrapConfig&, const TransportOptions&)>& body) {
   if (flags.transport != "tcp") {
-    throw ConfigError("--elastic runs its workers as processes over TCP",
-                      {.hint = "drop --transport " + flags.transport});
+    throw ConfigError(
+        "--elastic runs its workers as processes on gradsync's own transport (TCP, "
+        "shared memory inside a host): its rounds re-form the mesh",
+        {.hint = "drop --transport " + flags.transport});
   }
   TransportOptions link = parseLink(flags);
   if (flags.bootstrap.rank || !env.launcher.empty()) {

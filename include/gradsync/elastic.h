@@ -3,12 +3,13 @@
 // hvd.elastic is built on (docs/python.md).
 //
 // A job runs in rounds. Each round has its members, ranks 0..size-1, and a Context of its own
-// (a TCP mesh over the job's store). A program trains in a round until a collective fails (a
-// member was lost: PeerLostError or TimeoutError) or, at a point where all members agree to look,
-// waiting() says a worker waits to come in; every member then leaves the round (abort() the
-// round's transport after a failure, so that the others hear of it at once) and calls
-// joinNextRound() again. Ranks go by the state each worker holds: rank 0 of a round is a worker
-// with the most advanced `progress`, and should give its state to the others (broadcast).
+// (its mesh over the job's store, connected as gradsync::init connects a fixed job's). A program
+// trains in a round until a collective fails (a member was lost: PeerLostError or TimeoutError) or,
+// at a point where all members agree to look, waiting() says a worker waits to come in; every
+// member then leaves the round (abort() the round's transport after a failure, so that the others
+// hear of it at once) and calls joinNextRound() again. Ranks go by the state each worker holds:
+// rank 0 of a round is a worker with the most advanced `progress`, and should give its state to the
+// others (broadcast).
 //
 // The store must outlive every worker: `gradsync launch --elastic` serves it (and restarts
 // failed workers with --max-restarts); without that launcher, worker 0 serves it and the job ends
@@ -31,8 +32,11 @@ struct ElasticSessionOptions {
   // the launch's world size. Every worker of a job must give the same range (a worker with
   // another is refused: ConfigError naming both).
   std::string range;
-  // The job as gradsync::init takes it (launcher environment, flags). The ranks of a round always
-  // talk over TCP (TLS with bootstrap.tls); link emulation applies.
+  // The job as gradsync::init takes it (launcher environment, flags). The ranks of a round talk
+  // as a fixed job's do: through shared memory inside a host (bootstrap.sharedMemory, on by
+  // default), over TCP between hosts (TLS with bootstrap.tls); link emulation applies (an
+  // emulated link makes every rank a host of its own). The round's Context has its local rank
+  // and size.
   InitOptions init;
   // A member of a round whose heartbeats (a thread of each member's own, through the job's
   // store) stop this long is named, within about 1.5 times it, by the member before it, which

@@ -7,7 +7,6 @@
 #include "common/env.h"
 #include "common/logging.h"
 #include "gradsync/error.h"
-#include "gradsync/tcp.h"
 #include "job/agreement.h"
 #include "job/elastic_worker.h"
 #include "job/hang_watch.h"
@@ -67,11 +66,14 @@ std::optional<Context> ElasticSession::joinNextRound(int64_t progress) {
   s.me.lastRank = m.rank;
   s.current = m.round;
   s.next = m.round + 1;
-  std::unique_ptr<Transport> transport =
-      connectTcpTransport(*s.store, m.rank, m.size(), roundMeshOptions(s.config, s.link, m.round));
+  std::unique_ptr<Transport> transport = connectRoundMesh(*s.store, m, s.config, s.link);
   BootstrapConfig config = s.config;
   config.rank = m.rank;
   config.size = m.size();
+  if (const Topology* topology = transport->topology()) {
+    config.localRank = topology->localRank(m.rank);
+    config.localSize = topology->localSize(m.rank);
+  }
   config.source = fmt::format("elastic round {}", m.round);
   GS_LOG(kInfo, "{}: rank {} of {} in elastic round {}", s.me.name, m.rank, m.size(), m.round);
   Context context(config, nullptr, s.store, std::move(transport));

@@ -5,6 +5,8 @@
 #include <fmt/format.h>
 
 #include "gradsync/error.h"
+#include "gradsync/tcp.h"
+#include "job/host_transport.h"
 
 namespace gradsync {
 namespace {
@@ -27,11 +29,17 @@ ElasticWorker thisWorker(int slot, int restartCount, std::string settings) {
   return me;
 }
 
-TcpTransportOptions roundMeshOptions(const BootstrapConfig& config, const TransportOptions& link,
-                                     int64_t round) {
-  TcpTransportOptions tcp = tcpOptionsFor(config, link);
-  tcp.keyPrefix = fmt::format("elastic/{}/tcp", round);  // each round's mesh apart
-  return tcp;
+std::unique_ptr<Transport> connectRoundMesh(Store& store, const ElasticMembership& m,
+                                            const BootstrapConfig& config,
+                                            const TransportOptions& link) {
+  BootstrapConfig member = config;
+  member.rank = m.rank;
+  member.size = m.size();
+  HostTransportOptions options{.sharedMemory = config.sharedMemory,
+                               .ranksPerHost = config.ranksPerHost};
+  options.tcp = tcpOptionsFor(member, link);
+  options.tcp.keyPrefix = fmt::format("elastic/{}/mesh", m.round);  // each round's mesh apart
+  return connectHostTransport(store, m.rank, m.size(), options);
 }
 
 namespace {

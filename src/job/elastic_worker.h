@@ -4,10 +4,12 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "gradsync/bootstrap.h"
-#include "gradsync/tcp.h"
+#include "gradsync/store.h"
+#include "gradsync/transport.h"
 #include "job/elastic_rendezvous.h"
 
 namespace gradsync {
@@ -16,10 +18,14 @@ namespace gradsync {
 // "pid 4242 on host-a", with its launch's `settings` (encodeSettings).
 ElasticWorker thisWorker(int slot, int restartCount, std::string settings);
 
-// The TCP mesh of round `round`: the job's identity, TLS, timeout and link, under store keys of
-// the round's own.
-TcpTransportOptions roundMeshOptions(const BootstrapConfig& config, const TransportOptions& link,
-                                     int64_t round);
+// Connects this member to the others of its round `m`, as a fixed job connects
+// (job/host_transport.h): shared memory between members on one host (unless `config`'s
+// sharedMemory is off or `link` emulates a network), TCP between hosts, with the job's identity,
+// TLS, timeout and link, under store keys of the round's own. Blocking, bounded by the timeout;
+// every member of the round must call it. Throws as connectHostTransport does.
+std::unique_ptr<Transport> connectRoundMesh(Store& store, const ElasticMembership& m,
+                                            const BootstrapConfig& config,
+                                            const TransportOptions& link);
 
 // rendezvous.join(round, me); when the store is lost, the PeerLostError says whose it was
 // (`servesStore`: this worker serves it itself), and for a worker that trained in a round before

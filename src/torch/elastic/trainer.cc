@@ -11,7 +11,6 @@
 #include "common/stop_request.h"
 #include "common/units.h"
 #include "gradsync/error.h"
-#include "gradsync/tcp.h"
 #include "job/elastic_worker.h"
 #include "job/hang_watch.h"
 #include "rendezvous/tcp_store.h"
@@ -160,8 +159,7 @@ ElasticOutcome ElasticTrainer::run() {
 // of the abort and fails too, so the whole round notices within the step. The hang watch (of the
 // next rank's heartbeats) aborts it the same way when that member stands still; it goes first.
 RoundEnd ElasticTrainer::trainRound(const ElasticMembership& m) {
-  std::unique_ptr<Transport> transport = connectTcpTransport(
-      *store_, m.rank, m.size(), roundMeshOptions(job_.bootstrap, job_.link, m.round));
+  std::unique_ptr<Transport> transport = connectRoundMesh(*store_, m, job_.bootstrap, job_.link);
   std::unique_ptr<ElasticRound> round;
   std::unique_ptr<HangWatch> watch;
   try {

@@ -12,6 +12,7 @@
 
 #include "gradsync/collectives.h"
 #include "gradsync/error.h"
+#include "gradsync/topology.h"
 #include "support/free_port.h"
 #include "support/local_job.h"
 
@@ -103,6 +104,47 @@ TEST(ElasticSession, RoundsTakeANewcomerInAndGoOnWithoutALeaver) {
     EXPECT_EQ(s.sum, 10);
   }
 }
+
+// A round's members on one host talk through shared memory, as a fixed job's do (--shm, the
+// default), and over TCP with it off; either way the context knows the members' host.
+class ElasticSessionLinks : public ::testing::TestWithParam<bool> {};
+
+TEST_P(ElasticSessionLinks, ARoundOnOneHostTalksAsAFixedJobWould) {
+  const bool sharedMemory = GetParam();
+  const int port = testing::freePort();
+  std::vector<Seen> seen(3);
+  std::vector<int> localRanks(3, -1), localSizes(3, 0);
+  std::vector<Topology::HostLinks> links(3);
+  auto member = [&](int slot) {
+    ElasticSessionOptions options = sessionOptions(slot, 3, port);
+    options.init.bootstrap.sharedMemory = sharedMemory;
+    ElasticSession session(options);
+    std::optional<Context> c = session.joinNextRound(-1);
+    ASSERT_TRUE(c);
+    const Topology* topology = c->transport().topology();
+    ASSERT_NE(topology, nullptr);
+    links[slot] = topology->hostLinks();
+    localRanks[slot] = c->localRank();
+    localSizes[slot] = c->localSize();
+    seen[slot] = {c->rank(), c->size(), sumOfRanks(*c)};
+    if (c->rank() == 0) session.finish();
+  };
+  std::vector<std::thread> threads;
+  for (int slot = 0; slot < 3; ++slot) threads.emplace_back(member, slot);
+  for (std::thread& t : threads) t.join();
+  for (int slot = 0; slot < 3; ++slot) {
+    EXPECT_EQ(links[slot],
+              sharedMemory ? Topology::HostLinks::kSharedMemory : Topology::HostLinks::kTcp);
+    EXPECT_EQ(localRanks[slot], seen[slot].rank);
+    EXPECT_EQ(localSizes[slot], 3);
+    EXPECT_EQ(seen[slot].sum, 6);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(SharedMemory, ElasticSessionLinks, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? "on" : "off";
+                         });
 
 TEST(ElasticSession, ABadRangeIsAConfigError) {
   ElasticSessionOptions options = sessionOptions(0, 1, testing::freePort());
