@@ -181,6 +181,15 @@ void validateBench(const BenchOptions& options) {
                                   options.minBytes, options.maxBytes),
                       {.hint = "need 4 <= --min-bytes <= --max-bytes"});
   }
+  const std::string& a = options.algorithm;
+  if (options.collective == "allgather" && (a == "halving" || a == "hierarchical")) {
+    throw ConfigError("bench allgather runs the ring or doubling (Bruck's), or picks one",
+                      {.hint = "--algorithm auto, ring or doubling"});
+  }
+  if (options.collective == "broadcast" && a != "auto") {
+    throw ConfigError("bench broadcast has one algorithm (the pipelined chain)",
+                      {.hint = "drop --algorithm"});
+  }
   if (options.factor < 2) throw ConfigError("--factor must be at least 2");
   if (options.iters < 1 || options.warmup < 0) {
     throw ConfigError("--iters must be at least 1 and --warmup at least 0");

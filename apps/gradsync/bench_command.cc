@@ -56,7 +56,7 @@ void addBenchCommand(CLI::App& app, CommandContext& context) {
       ->add_option(
           "--algorithm", flags->options.algorithm,
           "allreduce: ring, doubling (recursive), halving (halving-doubling), hierarchical "
-          "(across hosts) or auto")
+          "(across hosts) or auto; allgather: ring, doubling (Bruck's) or auto")
       ->check(CLI::IsMember({"auto", "ring", "doubling", "halving", "hierarchical"}))
       ->capture_default_str();
   bench->add_option("--methods", flags->methods, "compress: specs to measure (default: all)");

@@ -39,7 +39,8 @@ struct CollectiveOptions {
   // Pipeline granularity: blocks are sent as segments of this many bytes, so the reduction of
   // one segment overlaps the transfer of the next. Tests lower it to reach multi-segment paths.
   size_t segmentBytes = size_t{1} << 20;
-  // allreduce only.
+  // allreduce; allgather and allgatherv run kRing or kRecursiveDoubling (Bruck's allgather, for
+  // any P) where asked, and pick one as kAuto does for any other value.
   AllreduceAlgorithm algorithm = AllreduceAlgorithm::kAuto;
 };
 
@@ -88,12 +89,15 @@ void allreduceHalf(Transport& transport, std::span<uint16_t> data,
 void reduceScatter(Transport& transport, std::span<float> data, ReduceOp op = ReduceOp::kSum,
                    const CollectiveOptions& options = {});
 
-// Ring allgather: rank r contributes data[blockOf(count, size, r)]; afterwards every rank
-// holds every block.
+// Allgather: rank r contributes data[blockOf(count, size, r)]; afterwards every rank holds
+// every block. By the ring (P - 1 messages of a block each), or where latency dominates by
+// Bruck's algorithm (ceil(log2 P) messages, as many bytes): options.algorithm, kAuto picking by
+// the model of gradsync/hierarchical.h (chooseAllgather). Either copies bytes only.
 void allgather(Transport& transport, std::span<float> data, const CollectiveOptions& options = {});
 
-// Ring allgather of variable-size byte blocks: rank r contributes `byteCounts[r]` bytes at
-// offset sum(byteCounts[0..r)) of `data`. Every rank passes the same byteCounts.
+// Allgather of variable-size byte blocks (the ring or Bruck's, as allgather): rank r contributes
+// `byteCounts[r]` bytes at offset sum(byteCounts[0..r)) of `data`. Every rank passes the same
+// byteCounts.
 void allgatherv(Transport& transport, std::span<uint8_t> data, std::span<const size_t> byteCounts,
                 const CollectiveOptions& options = {});
 

@@ -87,6 +87,15 @@ double halvingDoublingAllreduceSeconds(const Topology& topology, size_t bytes,
 // topology (every rank behind a NIC of its own).
 AllreduceAlgorithm chooseAllreduce(const Topology& topology, size_t bytes, const LinkModel& links);
 
+// Modelled seconds of an allgather of `bytes` in all: the ring's P - 1 messages of a block, or
+// Bruck's ceil(log2 P) messages of 1, 2, 4, ... blocks (two where its blocks wrap around), each
+// charged as recursive doubling's are (the slowest link the topology has).
+double ringAllgatherSeconds(const Topology& topology, size_t bytes, const LinkModel& links);
+double bruckAllgatherSeconds(const Topology& topology, size_t bytes, const LinkModel& links);
+// allgather's and allgatherv's kAuto: kRing or kRecursiveDoubling (Bruck's), the faster by the
+// model; ties go to the ring.
+AllreduceAlgorithm chooseAllgather(const Topology& topology, size_t bytes, const LinkModel& links);
+
 // The hierarchical allreduce on `topology`, which must be `transport`'s ranks with the same
 // number on every host (ConfigError otherwise; one host, or one rank per host, is allowed and
 // degenerates to the ring).

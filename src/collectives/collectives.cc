@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "collectives/bruck.h"
 #include "collectives/guard.h"
 #include "collectives/recursive_doubling.h"
 #include "collectives/reduce.h"
@@ -38,6 +39,38 @@ ring::Reduction averaging(ReduceOp op, const Transport& transport) {
 
 uint8_t* bytesOf(std::span<float> data) {
   return reinterpret_cast<uint8_t*>(data.data());
+}
+
+// allgather's and allgatherv's algorithm: the ring or Bruck's where one is asked for, else (kAuto,
+// or an allreduce's algorithm passed on with the rest of its options) chooseAllgather's pick for
+// the transport's topology and links.
+AllreduceAlgorithm allgatherAlgorithm(const Transport& transport, size_t bytes,
+                                      AllreduceAlgorithm requested) {
+  if (requested == AllreduceAlgorithm::kRing ||
+      requested == AllreduceAlgorithm::kRecursiveDoubling) {
+    return requested;
+  }
+  const Topology* topology = transport.topology();
+  if (topology != nullptr) {
+    return chooseAllgather(*topology, bytes,
+                           LinkModel::of(transport.options(), topology->hostLinks()));
+  }
+  return chooseAllgather(Topology::flat(transport.size()), bytes,
+                         LinkModel::of(transport.options()));
+}
+
+void allgatherBlocks(Transport& transport, uint8_t* data, const std::vector<ring::Span>& blocks,
+                     const CollectiveOptions& options) {
+  const size_t bytes = blocks.back().offset + blocks.back().bytes;
+  if (allgatherAlgorithm(transport, bytes, options.algorithm) ==
+      AllreduceAlgorithm::kRecursiveDoubling) {
+    return bruckAllgatherv(transport, data, blocks, options);
+  }
+  detail::runCollective("allgather", transport, [&] {
+    std::vector<ring::Step> steps;
+    ring::appendPass(steps, blocks, transport.rank(), 0, false);
+    ring::run(transport, data, steps, options);
+  });
 }
 
 }  // namespace
@@ -104,31 +137,25 @@ void reduceScatter(Transport& transport, std::span<float> data, ReduceOp op,
 }
 
 void allgather(Transport& transport, std::span<float> data, const CollectiveOptions& options) {
-  detail::runCollective("allgather", transport, [&] {
-    std::vector<ring::Step> steps;
-    ring::appendPass(steps, floatBlocks(data.size(), transport.size()), transport.rank(), 0, false);
-    ring::run(transport, bytesOf(data), steps, options);
-  });
+  allgatherBlocks(transport, bytesOf(data), floatBlocks(data.size(), transport.size()), options);
 }
 
 void allgatherv(Transport& transport, std::span<uint8_t> data, std::span<const size_t> byteCounts,
                 const CollectiveOptions& options) {
-  detail::runCollective("allgatherv", transport, [&] {
-    if (byteCounts.size() != static_cast<size_t>(transport.size())) {
-      throw ConfigError(fmt::format("allgatherv needs one count per rank: got {} for {} ranks",
-                                    byteCounts.size(), transport.size()));
-    }
-    std::vector<size_t> counts(byteCounts.begin(), byteCounts.end());
-    auto blocks = ring::layout(counts);
-    size_t total = blocks.back().offset + blocks.back().bytes;
-    if (total > data.size()) {
-      throw ConfigError(fmt::format("allgatherv: counts add up to {} bytes but the buffer holds {}",
-                                    total, data.size()));
-    }
-    std::vector<ring::Step> steps;
-    ring::appendPass(steps, blocks, transport.rank(), 0, false);
-    ring::run(transport, data.data(), steps, options);
-  });
+  if (byteCounts.size() != static_cast<size_t>(transport.size())) {
+    throw ConfigError(fmt::format("allgatherv needs one count per rank: got {} for {} ranks",
+                                  byteCounts.size(), transport.size()),
+                      {.rank = transport.rank(), .operation = "allgatherv"});
+  }
+  std::vector<size_t> counts(byteCounts.begin(), byteCounts.end());
+  auto blocks = ring::layout(counts);
+  size_t total = blocks.back().offset + blocks.back().bytes;
+  if (total > data.size()) {
+    throw ConfigError(fmt::format("allgatherv: counts add up to {} bytes but the buffer holds {}",
+                                  total, data.size()),
+                      {.rank = transport.rank(), .operation = "allgatherv"});
+  }
+  allgatherBlocks(transport, data.data(), blocks, options);
 }
 
 std::vector<std::vector<uint8_t>> allgatherBytes(Transport& transport,

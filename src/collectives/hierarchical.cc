@@ -2,6 +2,7 @@
 // on a cross group, through GroupTransports over the one transport.
 #include "gradsync/hierarchical.h"
 
+#include <algorithm>
 #include <cstdint>
 
 #include <fmt/format.h>
@@ -140,6 +141,47 @@ AllreduceAlgorithm chooseAllreduce(const Topology& topology, size_t bytes, const
     return AllreduceAlgorithm::kHierarchical;
   }
   return flat.algorithm;
+}
+
+// A ring step moves a block on every link at once, as the allreduce's do.
+double ringAllgatherSeconds(const Topology& topology, size_t bytes, const LinkModel& links) {
+  const double p = topology.size();
+  if (p < 2) return 0;
+  return (p - 1) * messageSeconds(links, topology.hosts() > 1, static_cast<double>(bytes) / p);
+}
+
+// Step k sends m = min(h, P - h) blocks (h held); a wrapped step's second message goes right
+// behind its first and is not charged a latency of its own. Across hosts every rank of a host
+// sends across at once from the step whose distance passes its host, so a host's ranks share its
+// NIC (charged at B / ranks on the largest host, at every step: the model's bound).
+double bruckAllgatherSeconds(const Topology& topology, size_t bytes, const LinkModel& links) {
+  const int p = topology.size();
+  if (p < 2) return 0;
+  LinkModel shared = links;
+  int largest = 1;
+  for (int r = 0; r < p; ++r) largest = std::max(largest, topology.localSize(r));
+  shared.interBytesPerSec /= largest;
+  const double block = static_cast<double>(bytes) / p;
+  double seconds = 0;
+  for (int held = 1; held < p;) {
+    const int m = std::min(held, p - held);
+    seconds += messageSeconds(shared, topology.hosts() > 1, m * block);
+    held += m;
+  }
+  return seconds;
+}
+
+// Over TCP inside a host the ring was measured faster than Bruck's at every size from 4 KiB to
+// 16 MiB (docs/performance.md, "Allgather: Bruck's against the ring"): there the processes' CPU
+// time per message, not a wire's latency, sets the pace, which the model does not describe.
+AllreduceAlgorithm chooseAllgather(const Topology& topology, size_t bytes, const LinkModel& links) {
+  if (topology.hosts() == 1 && topology.hostLinks() == Topology::HostLinks::kTcp) {
+    return AllreduceAlgorithm::kRing;
+  }
+  return bruckAllgatherSeconds(topology, bytes, links) <
+                 ringAllgatherSeconds(topology, bytes, links)
+             ? AllreduceAlgorithm::kRecursiveDoubling
+             : AllreduceAlgorithm::kRing;
 }
 
 void hierarchicalAllreduce(Transport& transport, const Topology& topology, std::span<float> data,

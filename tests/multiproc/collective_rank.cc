@@ -123,8 +123,10 @@ void randomCollective(Transport& t, std::mt19937_64& random) {
       return allreduceInt8(t, data);
     case 4:
       return reduceScatter(t, data);
-    case 5:
-      return allgather(t, data);
+    case 5:  // the ring or Bruck's, forced: kAuto would take one per transport and size
+      options.algorithm =
+          random() % 2 ? AllreduceAlgorithm::kRing : AllreduceAlgorithm::kRecursiveDoubling;
+      return allgather(t, data, options);
     case 6: {
       std::vector<float> send(count / t.size() * t.size(), 1.0f), recv(send.size());
       return alltoall(t, send, recv);

@@ -145,38 +145,52 @@ TEST_P(Collectives, ReduceScatterOwnBlock) {
   });
 }
 
+// Both of allgather's algorithms, forced: the ring and Bruck's (kRecursiveDoubling).
+constexpr AllreduceAlgorithm kAllgatherAlgorithms[] = {AllreduceAlgorithm::kRing,
+                                                       AllreduceAlgorithm::kRecursiveDoubling};
+
 TEST_P(Collectives, AllgatherCollectsEveryBlock) {
-  run([&](Transport& t) {
-    std::vector<float> data(count(), -1.0f);
-    Block own = blockOf(count(), t.size(), t.rank());
-    for (size_t i = own.begin; i < own.end; ++i) data[i] = input(t.rank(), i);
-    allgather(t, data, options());
-    for (int r = 0; r < t.size(); ++r) {
-      Block b = blockOf(count(), t.size(), r);
-      for (size_t i = b.begin; i < b.end; ++i) ASSERT_EQ(data[i], input(r, i)) << i;
-    }
-  });
+  for (AllreduceAlgorithm algorithm : kAllgatherAlgorithms) {
+    run([&](Transport& t) {
+      std::vector<float> data(count(), -1.0f);
+      Block own = blockOf(count(), t.size(), t.rank());
+      for (size_t i = own.begin; i < own.end; ++i) data[i] = input(t.rank(), i);
+      CollectiveOptions o = options();
+      o.algorithm = algorithm;
+      allgather(t, data, o);
+      for (int r = 0; r < t.size(); ++r) {
+        Block b = blockOf(count(), t.size(), r);
+        for (size_t i = b.begin; i < b.end; ++i) {
+          ASSERT_EQ(data[i], input(r, i)) << i << ", algorithm " << int(algorithm);
+        }
+      }
+    });
+  }
 }
 
 TEST_P(Collectives, AllgathervWithUnequalAndEmptyBlocks) {
-  run([&](Transport& t) {
-    // Rank r contributes (count * r) % 7919 bytes: unequal, some empty, never aligned.
-    std::vector<size_t> counts(t.size());
-    for (int r = 0; r < t.size(); ++r) counts[r] = (count() * static_cast<size_t>(r)) % 7919;
-    size_t total = std::accumulate(counts.begin(), counts.end(), size_t{0});
-    std::vector<uint8_t> data(total, 0);
-    size_t offset = std::accumulate(counts.begin(), counts.begin() + t.rank(), size_t{0});
-    for (size_t i = 0; i < counts[t.rank()]; ++i)
-      data[offset + i] = static_cast<uint8_t>(i + t.rank());
-    allgatherv(t, data, counts, options());
-    offset = 0;
-    for (int r = 0; r < t.size(); ++r) {
-      for (size_t i = 0; i < counts[r]; ++i) {
-        ASSERT_EQ(data[offset + i], static_cast<uint8_t>(i + r)) << "rank " << r << " byte " << i;
+  for (AllreduceAlgorithm algorithm : kAllgatherAlgorithms)
+    run([&](Transport& t) {
+      // Rank r contributes (count * r) % 7919 bytes: unequal, some empty, never aligned.
+      std::vector<size_t> counts(t.size());
+      for (int r = 0; r < t.size(); ++r) counts[r] = (count() * static_cast<size_t>(r)) % 7919;
+      size_t total = std::accumulate(counts.begin(), counts.end(), size_t{0});
+      std::vector<uint8_t> data(total, 0);
+      size_t offset = std::accumulate(counts.begin(), counts.begin() + t.rank(), size_t{0});
+      for (size_t i = 0; i < counts[t.rank()]; ++i)
+        data[offset + i] = static_cast<uint8_t>(i + t.rank());
+      CollectiveOptions o = options();
+      o.algorithm = algorithm;
+      allgatherv(t, data, counts, o);
+      offset = 0;
+      for (int r = 0; r < t.size(); ++r) {
+        for (size_t i = 0; i < counts[r]; ++i) {
+          ASSERT_EQ(data[offset + i], static_cast<uint8_t>(i + r))
+              << "rank " << r << " byte " << i << ", algorithm " << int(algorithm);
+        }
+        offset += counts[r];
       }
-      offset += counts[r];
-    }
-  });
+    });
 }
 
 // What rank `from` sends rank `to` in the all-to-all tests: blocks of unequal sizes (the

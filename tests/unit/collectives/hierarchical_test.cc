@@ -282,6 +282,56 @@ TEST(AllreduceModel, HostTransportReportsItsHostLinks) {
   }
 }
 
+// Allgather's model against a recorded table (docs/performance.md, "Allgather: Bruck's against
+// the ring", 2026-12-01: `gradsync bench allgather --workers 4 [--shm off | --latency 1ms]
+// --algorithm ring|doubling`, us per allgather; only the sizes where the two differ by more
+// than the repeats' spread): Bruck's over shared memory up to 64 KiB and across hosts 1 ms
+// apart; the ring over TCP inside a host, where the model keeps it.
+TEST(AllgatherModel, PicksTheMeasuredFasterWhereTheyDiffer) {
+  struct Recorded {
+    Topology topology;
+    TransportOptions link;
+    size_t bytes;
+    double ringMicros, bruckMicros;
+  };
+  const Topology shm = Topology::uniform(4, 4);
+  const Topology tcp = shm.withHostLinks(Topology::HostLinks::kTcp);
+  const Topology far = Topology::flat(4);
+  const TransportOptions none, latency{.latency = std::chrono::milliseconds(1)};
+  const Recorded table[] = {
+      {shm, none, 4 << 10, 72.9, 35.4},        {shm, none, 16 << 10, 75.3, 48.5},
+      {shm, none, 64 << 10, 98.6, 62.2},       {tcp, none, 128 << 10, 247.8, 286.0},
+      {tcp, none, 512 << 10, 549.2, 778.2},    {tcp, none, 4 << 20, 3385.1, 4613.1},
+      {far, latency, 4 << 10, 3326.1, 2231.1}, {far, latency, 64 << 10, 3314.5, 2224.9},
+      {far, latency, 1 << 20, 4003.4, 2947.0}};
+  for (const Recorded& r : table) {
+    const LinkModel links = LinkModel::of(r.link, r.topology.hostLinks());
+    const AllreduceAlgorithm picked = chooseAllgather(r.topology, r.bytes, links);
+    const AllreduceAlgorithm faster = r.bruckMicros < r.ringMicros
+                                          ? AllreduceAlgorithm::kRecursiveDoubling
+                                          : AllreduceAlgorithm::kRing;
+    EXPECT_EQ(picked, faster) << r.bytes << " bytes on " << r.topology.describe();
+  }
+}
+
+// Bruck's sends the ring's bytes in ceil(log2 P) messages (1, 2, 4, ... blocks); two ranks are
+// one message either way (a tie: the ring). Ranks that share a NIC share it at every Bruck step,
+// where the ring crosses it once per step: on 2 hosts of 2, Bruck's for latency, the ring for
+// bandwidth.
+TEST(AllgatherModel, ChargesBrucksStepsAndSharedNics) {
+  const LinkModel links;
+  const Topology five = Topology::flat(5);
+  const double block = 1000 / links.interBytesPerSec;
+  EXPECT_DOUBLE_EQ(bruckAllgatherSeconds(five, 5000, links),
+                   3 * links.interLatencySec + 4 * block);  // 1 + 2 + 1 blocks
+  EXPECT_DOUBLE_EQ(ringAllgatherSeconds(five, 5000, links), 4 * (links.interLatencySec + block));
+  EXPECT_EQ(chooseAllgather(Topology::flat(2), 4, links), AllreduceAlgorithm::kRing);
+  EXPECT_EQ(bruckAllgatherSeconds(Topology::flat(1), 1000, links), 0);
+  const Topology twoByTwo = Topology::uniform(4, 2);
+  EXPECT_EQ(chooseAllgather(twoByTwo, 4 << 10, links), AllreduceAlgorithm::kRecursiveDoubling);
+  EXPECT_EQ(chooseAllgather(twoByTwo, 64 << 20, links), AllreduceAlgorithm::kRing);
+}
+
 TEST(HierarchicalModel, UnequalHostsAreRefused) {
   LoopbackFabric fabric(3);
   testing::runRankThreads(3, [&](int rank) {
