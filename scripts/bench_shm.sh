@@ -6,22 +6,25 @@
 # every gradsync run's ratio to Open MPI, and writes OUT/shm.json. Same method as
 # scripts/bench_peers.sh. --algorithms "ring auto" runs gradsync once per allreduce algorithm
 # (`gradsync bench allreduce --algorithm`), each over shared memory and over TCP.
+# --collective allgather measures allgather the same way (Open MPI's MPI_Allgather; algorithms
+# auto, ring, doubling).
 #
 #   scripts/bench_shm.sh [--workers 4] [--min-bytes 4K] [--max-bytes 256M] [--iters 20]
 #                        [--warmup 5] [--repeats 3] [--algorithms auto] [--out results/shm]
-#                        [--build build] [--timeout 900]
+#                        [--collective allreduce] [--build build] [--timeout 900]
 set -euo pipefail
 
 command_line="$(printf '%q ' "$0" "$@")"
 command_line="${command_line% }"
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 workers=4 min_bytes=4K max_bytes=256M iters=20 warmup=5 repeats=3 timeout_s=900 algorithms=auto
+collective=allreduce
 build="${GRADSYNC_BUILD_DIR:-$repo/build}"
 out="$repo/results/shm"
 
 die() { echo "bench_shm: error: $*" >&2; exit 1; }
 while [ $# -gt 0 ]; do
-  case "$1" in -h | --help) sed -n '2,12s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; exit 0 ;; esac
+  case "$1" in -h | --help) sed -n '2,14s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"; exit 0 ;; esac
   [ $# -ge 2 ] || die "$1 needs a value"
   case "$1" in
     --workers) workers="$2" ;;
@@ -31,6 +34,7 @@ while [ $# -gt 0 ]; do
     --warmup) warmup="$2" ;;
     --repeats) repeats="$2" ;;
     --algorithms) algorithms="$2" ;;
+    --collective) collective="$2" ;;
     --out) out="$2" ;;
     --build) build="$2" ;;
     --timeout) timeout_s="$2" ;;
@@ -39,6 +43,7 @@ while [ $# -gt 0 ]; do
   shift 2
 done
 [[ "$repeats" =~ ^[1-9][0-9]*$ ]] || die "--repeats must be a positive integer"
+[[ "$collective" =~ ^(allreduce|allgather)$ ]] || die "--collective is allreduce or allgather"
 gradsync_bin="$build/apps/gradsync/gradsync"
 mpi_bin="$build/benchmarks/peers_mpi_allreduce"
 [ -x "$gradsync_bin" ] || die "$gradsync_bin not found (ninja -C $build gradsync)"
@@ -52,13 +57,14 @@ for r in $(seq 1 "$repeats"); do
   for algorithm in $algorithms; do
     for shm in on off; do
       name="gradsync-$shm-$algorithm"
-      run "$name-$r" "$out/$name-$r.json" "$gradsync_bin" bench allreduce --workers "$workers" \
+      run "$name-$r" "$out/$name-$r.json" "$gradsync_bin" bench "$collective" --workers "$workers" \
         --shm "$shm" --algorithm "$algorithm" --factor 2 "${sweep[@]}" --json "$out/$name-$r.json"
     done
   done
   # Unbound ranks, like gradsync's processes; root and more ranks than cores allowed.
   run "openmpi-$r" "$out/openmpi-$r.json" mpirun --allow-run-as-root --oversubscribe \
-    --bind-to none -np "$workers" "$mpi_bin" "${sweep[@]}" --json "$out/openmpi-$r.json"
+    --bind-to none -np "$workers" "$mpi_bin" --collective "$collective" "${sweep[@]}" \
+    --json "$out/openmpi-$r.json"
 done
 
 /usr/bin/python3 - "$out" "$command_line" "${run_jsons[@]}" <<'EOF'

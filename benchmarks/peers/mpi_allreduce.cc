@@ -1,6 +1,8 @@
-// Open MPI baseline for `gradsync bench allreduce`: in-place MPI_Allreduce of float32 sums over
-// the same size sweep, measured by the shared method in peer_bench.h. Launch with
-// `mpirun -np N peers_mpi_allreduce [--min-bytes 1M] [--max-bytes 64M] [--iters 20] [--json F]`.
+// Open MPI baseline for `gradsync bench allreduce` and `bench allgather`: in-place MPI_Allreduce
+// of float32 sums (or MPI_Allgather of equal blocks, `--collective allgather`) over the same size
+// sweep, measured by the shared method in peer_bench.h. Launch with `mpirun -np N
+// peers_mpi_allreduce [--collective allgather] [--min-bytes 1M] [--max-bytes 64M] [--iters 20]
+// [--json F]`.
 // Exit status: 0 ok, 2 bad arguments, 3 wrong results, 1 any other error (after MPI_Abort).
 #include <mpi.h>
 
@@ -30,6 +32,16 @@ class MpiPeer {
     if (data.size() > static_cast<size_t>(INT_MAX)) throw std::length_error("count > INT_MAX");
     MPI_Allreduce(MPI_IN_PLACE, data.data(), static_cast<int>(data.size()), MPI_FLOAT, MPI_SUM,
                   comm_);
+  }
+
+  // In place: rank r's block of data.size() / size elements (the sweep's sizes divide evenly).
+  void allgather(std::span<float> data) {
+    const size_t block = data.size() / static_cast<size_t>(size_);
+    if (block * static_cast<size_t>(size_) != data.size() || block > static_cast<size_t>(INT_MAX)) {
+      throw std::length_error("allgather: the size must divide into equal blocks of < 2^31");
+    }
+    MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data.data(), static_cast<int>(block),
+                  MPI_FLOAT, comm_);
   }
 
   void barrier() { MPI_Barrier(comm_); }
@@ -72,9 +84,12 @@ std::string describeTransport() {
 int run(int argc, char** argv, int rank) {
   BenchOptions options;
   int workers = 0;
-  CLI::App app{"Open MPI MPI_Allreduce baseline (launch with mpirun -np N)"};
+  CLI::App app{"Open MPI MPI_Allreduce / MPI_Allgather baseline (launch with mpirun -np N)"};
   gradsync::peers::addCommonOptions(app, options);
   app.add_option("--workers", workers, "expected number of ranks (checked against mpirun -np)");
+  app.add_option("--collective", options.collective, "allreduce | allgather")
+      ->check(CLI::IsMember({"allreduce", "allgather"}))
+      ->capture_default_str();
   try {
     app.parse(argc, argv);
     gradsync::peers::finishOptions(options);

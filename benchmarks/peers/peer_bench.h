@@ -1,5 +1,6 @@
 // Shared by the peer baselines (Open MPI, Gloo) so that both measure allreduce with one method,
-// the one `gradsync bench allreduce` uses: the same size sweep, inputs, check, row and JSON.
+// the one `gradsync bench allreduce` uses: the same size sweep, inputs, check, row and JSON; and
+// allgather (`options.collective`, for a peer that has one) as `gradsync bench allgather` does.
 // Header-only and independent of gradsync_core on purpose: a baseline must measure the peer
 // library alone, and must keep building while our own library changes.
 //
@@ -15,6 +16,7 @@
 #include <fmt/core.h>
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cctype>
 #include <chrono>
 #include <concepts>
@@ -38,6 +40,9 @@ struct BenchOptions {
   int iters = 20;
   int warmup = 5;
   std::string jsonPath;  // Empty: no JSON.
+  // "allreduce", or "allgather" for a peer with allgather(data): rank r's block of `data` (as
+  // gradsync's blockOf cuts it; the sweep's sizes divide evenly) to every rank, in place.
+  std::string collective = "allreduce";
 };
 
 struct Row {
@@ -147,17 +152,24 @@ inline int64_t countWrong(std::span<const float> data, int workers) {
   return wrong;
 }
 
+// nccl-tests' bus factor: what each link carries in a ring, per byte of the buffer.
+inline double busFactor(std::string_view collective, int workers) {
+  const double shares = static_cast<double>(workers - 1) / workers;
+  return collective == "allgather" ? shares : 2 * shares;
+}
+
 inline Row makeRow(uint64_t bytes, double seconds, int workers, int64_t wrong,
-                   double cpuSeconds = 0) {
+                   double cpuSeconds = 0, std::string_view collective = "allreduce") {
   Row row;
   row.bytes = bytes;
   row.count = bytes / sizeof(float);
   row.timeUs = seconds * 1e6;
   row.algbwGbps = static_cast<double>(bytes) / seconds / 1e9;
-  // nccl-tests' bus bandwidth: what each link carries in a ring, comparable across worker counts.
-  row.busbwGbps = row.algbwGbps * 2.0 * (workers - 1) / workers;
+  // nccl-tests' bus bandwidth: comparable across worker counts.
+  row.busbwGbps = row.algbwGbps * busFactor(collective, workers);
   row.cpuSeconds = cpuSeconds;
-  const double movedGb = 2.0 * (workers - 1) / workers * static_cast<double>(bytes) * workers / 1e9;
+  const double movedGb =
+      busFactor(collective, workers) * static_cast<double>(bytes) * workers / 1e9;
   row.cpuSecondsPerGb = movedGb > 0 ? cpuSeconds / movedGb : 0;
   row.wrong = wrong;
   return row;
@@ -165,8 +177,9 @@ inline Row makeRow(uint64_t bytes, double seconds, int workers, int64_t wrong,
 
 inline void printHeader(std::string_view system, int workers, std::string_view transport,
                         const BenchOptions& options) {
-  fmt::print("# {} allreduce float32 sum in place: {} workers, {} iters, {} warmup\n", system,
-             workers, options.iters, options.warmup);
+  fmt::print("# {} {} float32{} in place: {} workers, {} iters, {} warmup\n", system,
+             options.collective, options.collective == "allreduce" ? " sum" : "", workers,
+             options.iters, options.warmup);
   fmt::print("# transport: {}\n", transport);
   fmt::print("# {:>12} {:>13} {:>12} {:>10} {:>10} {:>10} {:>7}\n", "size", "count", "time",
              "algbw", "busbw", "cpu", "#wrong");
@@ -196,7 +209,7 @@ inline void writeJson(const std::string& path, std::string_view system, int work
                        {"wrong", row.wrong}});
   }
   nlohmann::ordered_json doc = {{"system", system},
-                                {"collective", "allreduce"},
+                                {"collective", options.collective},
                                 {"workers", workers},
                                 {"transport", transport},
                                 {"iters", options.iters},
@@ -207,23 +220,53 @@ inline void writeJson(const std::string& path, std::string_view system, int work
   if (!out) throw std::runtime_error(fmt::format("cannot write {}", path));
 }
 
+// Allgather's input: rank `rank` fills its block (gradsync's blockOf), the rest -1.
+inline void fillBlock(std::span<float> data, int rank, int workers) {
+  std::fill(data.begin(), data.end(), -1.0f);
+  const uint64_t begin = data.size() * rank / workers, end = data.size() * (rank + 1) / workers;
+  for (uint64_t i = begin; i < end; ++i) data[i] = inputValue(i, rank);
+}
+
+inline int64_t countWrongGathered(std::span<const float> data, int workers) {
+  int64_t wrong = 0;
+  for (int r = 0; r < workers; ++r) {
+    const uint64_t begin = data.size() * r / workers, end = data.size() * (r + 1) / workers;
+    for (uint64_t i = begin; i < end; ++i) wrong += data[i] != inputValue(i, r);
+  }
+  return wrong;
+}
+
 template <PeerCollectives Peer>
 Row measureSize(Peer& peer, uint64_t bytes, const BenchOptions& options) {
   std::vector<float> buffer(bytes / sizeof(float));
-  fillInput(buffer, peer.rank());
-  for (int i = 0; i < options.warmup; ++i) peer.allreduceSum(buffer);
+  const bool gather = options.collective == "allgather";
+  auto run = [&] {
+    if constexpr (requires { peer.allgather(std::span<float>(buffer)); }) {
+      if (gather) return peer.allgather(std::span<float>(buffer));
+    }
+    if (gather) throw std::invalid_argument("this peer has no allgather");
+    peer.allreduceSum(buffer);
+  };
+  auto fill = [&] {
+    if (gather) return fillBlock(buffer, peer.rank(), peer.size());
+    fillInput(buffer, peer.rank());
+  };
+  fill();
+  for (int i = 0; i < options.warmup; ++i) run();
   peer.barrier();
   const int64_t cpuStart = processCpuMicros();
   const auto start = std::chrono::steady_clock::now();
-  for (int i = 0; i < options.iters; ++i) peer.allreduceSum(buffer);
+  for (int i = 0; i < options.iters; ++i) run();
   const std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - start;
   const int64_t cpuMicros = peer.sumOverRanks(processCpuMicros() - cpuStart);
   const double seconds = peer.maxOverRanks(elapsed.count() / options.iters);
 
-  fillInput(buffer, peer.rank());
-  peer.allreduceSum(buffer);
-  const int64_t wrong = peer.sumOverRanks(countWrong(buffer, peer.size()));
-  return makeRow(bytes, seconds, peer.size(), wrong, 1e-6 * cpuMicros / options.iters);
+  fill();
+  run();
+  const int64_t wrong = peer.sumOverRanks(gather ? countWrongGathered(buffer, peer.size())
+                                                 : countWrong(buffer, peer.size()));
+  return makeRow(bytes, seconds, peer.size(), wrong, 1e-6 * cpuMicros / options.iters,
+                 options.collective);
 }
 
 // Runs the whole sweep; rank 0 prints each row as it is measured and writes the JSON.
