@@ -38,19 +38,28 @@ void bruckAllgatherv(Transport& transport, uint8_t* data, const std::vector<ring
   const int p = transport.size(), rank = transport.rank();
   if (p == 1) return;
   detail::runCollective("allgather (Bruck)", transport, [&] {
-    for (int held = 1; held < p;) {
-      const int m = std::min(held, p - held);
-      const int to = (rank - held + p) % p, from = (rank + held) % p;
-      std::vector<WorkPtr> sends;
+    // Every step's receives are posted first, into their final places: each step hears from
+    // another rank (r + h for h = 1, 2, 4, ... < P), so none waits behind another, and a run
+    // that arrives before its step is not buffered and copied again.
+    std::vector<std::vector<WorkPtr>> recvs;
+    for (int held = 1; held < p; held += std::min(held, p - held)) {
+      const int from = (rank + held) % p;
+      recvs.emplace_back();
+      for (const ring::Span& run : runsOf(blocks, from, std::min(held, p - held))) {
+        recvs.back().push_back(transport.recv(from, options.tag, data + run.offset, run.bytes));
+      }
+    }
+    std::vector<WorkPtr> sends;
+    size_t step = 0;
+    for (int held = 1; held < p; ++step) {
+      const int m = std::min(held, p - held), to = (rank - held + p) % p;
       for (const ring::Span& run : runsOf(blocks, rank, m)) {
         sends.push_back(transport.send(to, options.tag, data + run.offset, run.bytes));
       }
-      for (const ring::Span& run : runsOf(blocks, from, m)) {
-        transport.recv(from, options.tag, data + run.offset, run.bytes)->wait();
-      }
-      for (WorkPtr& send : sends) send->wait();
+      for (WorkPtr& recv : recvs[step]) recv->wait();  // what the next step sends
       held += m;
     }
+    for (WorkPtr& send : sends) send->wait();
   });
 }
 
