@@ -10,15 +10,23 @@ std::function<void(std::exception_ptr)> BreakRelay::callbackOf(
   return [relay](const std::exception_ptr& error) { relay->broken(error); };
 }
 
+// A route can break while the others are still connecting, before the routed transport attaches
+// them: such a late transport is aborted with that failure as it is attached.
 void BreakRelay::attach(Transport* transport) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  transports_.push_back(transport);
+  std::exception_ptr error;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    transports_.push_back(transport);
+    error = error_;
+  }
+  if (error) transport->abort(error);
 }
 
 void BreakRelay::detach() {
   std::unique_lock<std::mutex> lock(mutex_);
   transports_.clear();
   fired_ = true;
+  error_ = nullptr;
   idle_.wait(lock, [this] { return inFlight_ == 0; });
 }
 
@@ -30,6 +38,7 @@ void BreakRelay::broken(const std::exception_ptr& error) {
     std::lock_guard<std::mutex> lock(mutex_);
     if (fired_) return;
     fired_ = true;
+    error_ = error;
     targets = transports_;
     ++inFlight_;
   }

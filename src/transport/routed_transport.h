@@ -23,8 +23,9 @@ namespace gradsync {
 
 // Passes one route's failure on to the others. Routes are built before the routed transport
 // and given `callbackOf(relay)` as their onBroken callback (it keeps the relay alive); the relay
-// then aborts every attached transport, once. Thread-safe; detach() waits for a relay in
-// progress.
+// then aborts every attached transport, once, and any transport attached after that failure as
+// it is attached (a route that broke while another was still connecting). Thread-safe; detach()
+// waits for a relay in progress.
 class BreakRelay {
  public:
   static std::function<void(std::exception_ptr)> callbackOf(
@@ -40,6 +41,7 @@ class BreakRelay {
   std::condition_variable idle_;
   std::vector<Transport*> transports_;
   bool fired_ = false;
+  std::exception_ptr error_;  // the failure it relayed, for transports attached later
   int inFlight_ = 0;
 };
 

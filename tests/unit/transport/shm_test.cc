@@ -17,6 +17,7 @@
 
 #include "gradsync/collectives.h"
 #include "gradsync/error.h"
+#include "gradsync/loopback.h"
 #include "gradsync/store.h"
 #include "gradsync/topology.h"
 #include "job/host_transport.h"
@@ -163,6 +164,29 @@ TEST(Routed, AFailureOnOneRouteBreaksTheOthers) {
     }
     EXPECT_LT(std::chrono::steady_clock::now() - start, 10s);
   });
+}
+
+// A route that breaks before the routed transport attaches the others (rank 3 gave up while
+// its peers were still connecting their shared memory) aborts each of them as it is attached:
+// a receive on one then fails at once instead of waiting out the timeout (seen under TSan in
+// AFailureOnOneRouteBreaksTheOthers, whose ranks 0 and 1 waited 20 s).
+TEST(Routed, ARouteBrokenBeforeTheOthersAttachAbortsThemAsTheyAttach) {
+  auto relay = std::make_shared<BreakRelay>();
+  BreakRelay::callbackOf(relay)(
+      std::make_exception_ptr(PeerLostError("rank 3 gave up while the others connected")));
+  LoopbackFabric fabric(2, {.timeout = std::chrono::seconds(5)});
+  auto transport = fabric.connect(0);
+  relay->attach(transport.get());
+  int in = 0;
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    transport->recv(1, 5, &in, sizeof in)->wait();
+    FAIL() << "the receive should fail";
+  } catch (const PeerLostError& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 3 gave up"), std::string::npos) << e.what();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+  relay->detach();
 }
 
 TEST(Routed, RanksThatDisagreeOnTheHostsAreRefused) {
