@@ -39,6 +39,14 @@ struct Member {
   float sum = 0;
 };
 
+// Counts members past a point; a member that leaves waits there first, so that its goodbye fails
+// the others' next collective and never one still finishing that it took part in (a slow member
+// would otherwise see its assertion-free collective throw, and the exception end the process).
+void passTogether(std::atomic<int>& passed, int members) {
+  ++passed;
+  while (passed < members) std::this_thread::sleep_for(1ms);
+}
+
 // Each rank r runs `body(r, context)`; rank 0 (which serves the store) leaves last.
 template <typename Body>
 void runRanks(int size, Body body) {
@@ -60,13 +68,16 @@ void runRanks(int size, Body body) {
 
 TEST(Shrink, SurvivorsFormAGroupInTheOrderOfTheirRanksAndShrinkAgain) {
   std::vector<Member> first(4), second(4);
+  std::atomic<int> firstSums{0}, secondSums{0};
   runRanks(4, [&](int r, Context context) {
     EXPECT_EQ(sumOf(context, 1), 4);
+    passTogether(firstSums, 4);
     if (r == 2) return context;  // leaves: its transport says goodbye
     EXPECT_THROW(sumOf(context, 1), PeerLostError);
     context = shrink(std::move(context), {.window = 3s});
     first[r] = {context.rank(), context.size(), context.generation(),
                 sumOf(context, static_cast<float>(r + 1))};
+    passTogether(secondSums, 3);
     if (r == 3) return context;  // old rank 3, now rank 2, leaves the survivors too
     EXPECT_THROW(sumOf(context, 1), PeerLostError);
     context = shrink(std::move(context), {.window = 3s});
@@ -92,8 +103,10 @@ TEST(Shrink, SurvivorsFormAGroupInTheOrderOfTheirRanksAndShrinkAgain) {
 TEST(Shrink, ASurvivorArrivingAfterTheWindowIsLeftOut) {
   std::vector<Member> seen(3);
   std::atomic<bool> leftOut{false};
+  std::atomic<int> sums{0};
   runRanks(3, [&](int r, Context context) {
     sumOf(context, 1);
+    passTogether(sums, 3);
     if (r == 1) return context;
     EXPECT_THROW(sumOf(context, 1), PeerLostError);
     if (r == 2) std::this_thread::sleep_for(1s);  // the window is 200 ms
@@ -115,8 +128,10 @@ TEST(Shrink, ASurvivorArrivingAfterTheWindowIsLeftOut) {
 }
 
 TEST(Shrink, FewerSurvivorsThanTheMinimumAreRefused) {
+  std::atomic<int> sums{0};
   runRanks(2, [&](int r, Context context) {
     sumOf(context, 1);
+    passTogether(sums, 2);
     if (r == 1) return context;
     EXPECT_THROW(sumOf(context, 1), PeerLostError);
     EXPECT_THROW(shrink(std::move(context), {.window = 100ms, .minSize = 2}), ConfigError);
