@@ -43,6 +43,7 @@ struct Seen {
 TEST(ElasticSession, RoundsTakeANewcomerInAndGoOnWithoutALeaver) {
   const int port = testing::freePort();
   std::atomic<bool> newcomerWaits{false}, leaverGone{false};
+  std::atomic<int> secondSums{0};  // members past round 1's allreduce: the newcomer leaves after
   std::vector<Seen> first(3), second(4), third(3);
 
   // Worker 0 serves the store: it stays for the whole test.
@@ -64,6 +65,7 @@ TEST(ElasticSession, RoundsTakeANewcomerInAndGoOnWithoutALeaver) {
     ASSERT_TRUE(c);
     EXPECT_EQ(session.round(), 1);
     second[slot] = {c->rank(), c->size(), sumOfRanks(*c)};
+    ++secondSums;
     while (!leaverGone) std::this_thread::sleep_for(1ms);
     EXPECT_THROW(sumOfRanks(*c), PeerLostError);  // the newcomer left
     c->transport().abort(std::make_exception_ptr(PeerLostError("left behind")));
@@ -79,6 +81,8 @@ TEST(ElasticSession, RoundsTakeANewcomerInAndGoOnWithoutALeaver) {
     std::optional<Context> c = session.joinNextRound(-1);
     ASSERT_TRUE(c);
     second[3] = {c->rank(), c->size(), sumOfRanks(*c)};
+    // Its goodbye must fail the members' next allreduce, not one a slow member is still in.
+    while (secondSums < 3) std::this_thread::sleep_for(1ms);
     leaverGone = true;
     c.reset();  // leaves: its goodbye fails the others' collective
   };
