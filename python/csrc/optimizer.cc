@@ -245,8 +245,9 @@ std::unique_ptr<torch::optim::OptimizerParamState> adamState(torch::Tensor expAv
   return state;
 }
 
-// SyncOptions::compressMomentum (1-bit Adam) from Python: the twin's Adam state becomes the
-// Python optimizer's own tensors, shared, not copied, so that the momenta the hooks exchange
+// The twin's Adam state becomes the Python optimizer's own tensors, shared, not copied: for
+// update mode's loadOptimizerState (which copies them into the engine), and for
+// SyncOptions::compressMomentum (1-bit Adam) from Python, so that the momenta the hooks exchange
 // past the warm-up and the update the engine applies read and write the state torch.optim
 // keeps (and saves). `states`: by parameter in param_groups order, None (no state yet) or
 // (exp_avg, exp_avg_sq, step).
@@ -254,7 +255,7 @@ void shareAdamState(Synchronized& s, const py::list& states) {
   torch::optim::Optimizer& twin = s.twin();
   const bool decoupled = dynamic_cast<torch::optim::AdamW*>(&twin) != nullptr;
   if (!decoupled && dynamic_cast<torch::optim::Adam*>(&twin) == nullptr) {
-    throw ConfigError("compressed momentum (1-bit Adam) needs torch.optim.Adam or AdamW");
+    throw ConfigError("Adam state for an optimizer that is not torch.optim.Adam or AdamW");
   }
   auto& state = twin.state();
   state.clear();
@@ -272,9 +273,11 @@ void shareAdamState(Synchronized& s, const py::list& states) {
   }
 }
 
-// The twin's Adam step counts, by parameter in param_groups order (None: no state): after a
-// step past the warm-up, the engine's update advanced them.
-py::list adamSteps(Synchronized& s) {
+// The twin's Adam state, by parameter in param_groups order: None (no state) or, with `whole`,
+// (exp_avg, exp_avg_sq, step) as copies (update mode's moments, which withOptimizerState put
+// there), else the step count alone (after a step past 1-bit Adam's warm-up, the engine's update
+// advanced it).
+py::list adamStates(Synchronized& s, bool whole) {
   torch::optim::Optimizer& twin = s.twin();
   const bool decoupled = dynamic_cast<torch::optim::AdamW*>(&twin) != nullptr;
   py::list out;
@@ -283,11 +286,14 @@ py::list adamSteps(Synchronized& s) {
       auto found = twin.state().find(c10::guts::to_string(p.unsafeGetTensorImpl()));
       if (found == twin.state().end()) {
         out.append(py::none());
-      } else if (decoupled) {
-        out.append(static_cast<torch::optim::AdamWParamState&>(*found->second).step());
-      } else {
-        out.append(static_cast<torch::optim::AdamParamState&>(*found->second).step());
+        continue;
       }
+      const auto entry = [&](const auto& adam) -> py::object {
+        if (!whole) return py::cast(adam.step());
+        return py::make_tuple(adam.exp_avg().clone(), adam.exp_avg_sq().clone(), adam.step());
+      };
+      out.append(decoupled ? entry(static_cast<torch::optim::AdamWParamState&>(*found->second))
+                           : entry(static_cast<torch::optim::AdamParamState&>(*found->second)));
     }
   }
   return out;
@@ -407,7 +413,8 @@ void bindState(py::class_<S>& c) {
       .def("set_momentum_buffers", &setMomentumBuffers)
       .def("exchanges_momenta", [](S& s) { return s.impl().exchangesMomenta(); })
       .def("share_adam_state", &shareAdamState)
-      .def("adam_steps", &adamSteps);
+      .def("adam_steps", [](S& s) { return adamStates(s, false); })
+      .def("adam_states", [](S& s) { return adamStates(s, true); });
 }
 
 // Statistics and the trace.

@@ -28,8 +28,8 @@
 //
 // Servers are co-located (server s is a thread of worker s, run by this client) or separate
 // ranks (PsPlacement). Threading: run() on the engine's communication thread; one receiver
-// thread per server; velocity(), setVelocity() and pullGlobalModel() on the training thread
-// between steps.
+// thread per server; optimizerState(), setOptimizerState() and pullGlobalModel() on the training
+// thread between steps.
 #pragma once
 
 #include <atomic>
@@ -94,10 +94,10 @@ class PsWorkerClient final : public Executor {
   // From the servers; also makes this worker's parameters the servers' (the global model, which
   // checkpoints save and evaluations test, never a weight prediction), leaving the delayed
   // strategies' own state alone.
-  std::vector<float> velocity() override;
+  std::vector<float> optimizerState() override;
   // Only before the first push: rank 0 sends it to the servers with the parameters.
-  void setVelocity(std::span<const float> velocity) override;
-  void pullGlobalModel() override { velocity(); }
+  void setOptimizerState(std::span<const float> velocity) override;
+  void pullGlobalModel() override { optimizerState(); }
   // The compressors' residuals, the delayed strategies' local state (the last two pulled
   // models, local velocity, CD-SGD's residual) and, where workers train their own copies (asgd,
   // ssp, the delayed strategies), this worker's parameters (with predictWeights, each unit's last
@@ -105,7 +105,7 @@ class PsWorkerClient final : public Executor {
   // loadState makes the parameters the worker's own and keeps the model they held (the
   // checkpoint's: the servers') for the servers.
   void saveState(StateWriter& out) const override;
-  void loadState(StateReader& in) override;
+  void loadState(StateReader& in, uint64_t format) override;
 
  private:
   struct Expected {  // a reply a receiver thread waits for
@@ -160,10 +160,10 @@ class PsWorkerClient final : public Executor {
   std::vector<float> residual_;       // flat: cdsgd's error feedback
   std::vector<float> localVelocity_;  // flat: the delayed strategies' local momentum
   std::vector<int> span_;             // by unit: steps between previous_ and global_
-  std::vector<float> velocity_;       // by tensor, set by setVelocity, sent with the first push
-  std::vector<float> serverModel_;    // flat, after loadState: the servers' model to publish
-  bool restoredDelayed_ = false;      // loadState restored global_ and previous_
-  uint64_t bytesReported_ = 0;        // the transport's bytes counted in outcomes so far
+  std::vector<float> velocity_;     // by tensor, set by setOptimizerState, sent with the first push
+  std::vector<float> serverModel_;  // flat, after loadState: the servers' model to publish
+  bool restoredDelayed_ = false;    // loadState restored global_ and previous_
+  uint64_t bytesReported_ = 0;      // the transport's bytes counted in outcomes so far
 
   std::mutex mutex_;  // guards what follows
   std::condition_variable cv_;

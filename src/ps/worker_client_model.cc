@@ -94,7 +94,7 @@ void PsWorkerClient::publishState() {
   }
 }
 
-std::vector<float> PsWorkerClient::velocity() {
+std::vector<float> PsWorkerClient::optimizerState() {
   std::vector<float> parameters(s_.layout.totalElements), velocity(s_.layout.totalElements);
   std::vector<float> state;
   for (size_t unit = 0; unit < s_.layout.units.size(); ++unit) {
@@ -119,7 +119,7 @@ std::vector<float> PsWorkerClient::velocity() {
   return layoutToTensors(s_.layout, s_.tensors, velocity);
 }
 
-void PsWorkerClient::setVelocity(std::span<const float> velocity) {
+void PsWorkerClient::setOptimizerState(std::span<const float> velocity) {
   GS_CHECK(!published_ && velocity.size() == s_.layout.totalElements);
   velocity_.assign(velocity.begin(), velocity.end());
 }
@@ -153,7 +153,7 @@ void PsWorkerClient::saveState(StateWriter& out) const {
   }
 }
 
-void PsWorkerClient::loadState(StateReader& in) {
+void PsWorkerClient::loadState(StateReader& in, uint64_t /*format: the same for the servers*/) {
   GS_CHECK(!published_);
   for (const auto& codec : codecs_) {
     if (codec) codec->loadState(in);

@@ -52,20 +52,23 @@ class Executor {
   // Carries out `op` on the engine's communication thread, without the engine's lock, reading
   // the unit's gradients from the engine's slots. Blocking; throws the transport's errors.
   virtual OpOutcome run(const PlannedOp& op) = 0;
-  // The optimizer state the executor keeps (SGD's velocity, by tensor in registration order;
-  // empty when the caller's optimizer keeps it), and back. Between steps, after the engine
-  // drained; collective (every rank calls it).
-  virtual std::vector<float> velocity() = 0;
-  virtual void setVelocity(std::span<const float> velocity) = 0;
+  // The optimizer state the executor keeps, whole on every rank (sharded: gathered from the
+  // ranks that own each block), and back: SGD's velocity, or Adam's first moment then its
+  // second, each by tensor in registration order; empty when the caller's optimizer keeps it.
+  // Between steps, after the engine drained; collective (every rank calls it).
+  virtual std::vector<float> optimizerState() = 0;
+  virtual void setOptimizerState(std::span<const float> state) = 0;
   // Makes this worker's parameters the one global model where workers may differ (the
   // servers'); nothing to do where they cannot. Between steps; collective.
   virtual void pullGlobalModel() = 0;
-  // This rank's state beyond the model and the velocity above, for checkpoints: compressors'
-  // state, Adam's moments in update mode, the delayed strategies' local models. This rank's
-  // own (not collective). saveState between steps, after the engine drained; loadState before
-  // the first step, after setVelocity. loadState throws DataError for another run's state.
+  // This rank's state beyond the model and the optimizer state above, for checkpoints:
+  // compressors' state, the delayed strategies' local models. This rank's own (not collective).
+  // saveState between steps, after the engine drained; loadState before the first step, after
+  // setOptimizerState. `format` is the engine state's (Engine::saveState): 1 also held Adam's
+  // moments in update mode, this rank's, which loadState then takes. loadState throws DataError
+  // for another run's state.
   virtual void saveState(StateWriter& out) const = 0;
-  virtual void loadState(StateReader& in) = 0;
+  virtual void loadState(StateReader& in, uint64_t format) = 0;
   // 1-bit Adam in update mode (UpdateRule::varianceFrozenAfter): tensor t's gradient in
   // `gradient` (its slot) becomes this rank's momentum (gradientToMomentum) from the executor's
   // first moment. On the training thread, after the step before has updated t and before t is

@@ -360,14 +360,14 @@ void Engine::finishStep() {
   drain();
 }
 
-std::vector<float> Engine::velocity() {
+std::vector<float> Engine::optimizerState() {
   drain();
-  return executor_->velocity();
+  return executor_->optimizerState();
 }
 
-void Engine::setVelocity(std::span<const float> velocity) {
+void Engine::setOptimizerState(std::span<const float> state) {
   drain();
-  executor_->setVelocity(velocity);
+  executor_->setOptimizerState(state);
 }
 
 void Engine::pullGlobalModel() {
@@ -376,7 +376,8 @@ void Engine::pullGlobalModel() {
 }
 
 namespace {
-constexpr uint64_t kEngineStateFormat = 1;
+// 2: Adam's moments in update mode moved to optimizerState() (1 held them in the executor's part).
+constexpr uint64_t kEngineStateFormat = 2;
 }  // namespace
 
 std::vector<uint8_t> Engine::saveState() {
@@ -389,10 +390,17 @@ std::vector<uint8_t> Engine::saveState() {
   return out.take();
 }
 
+uint64_t Engine::stateFormat(std::span<const uint8_t> state) {
+  if (state.empty()) return 0;
+  StateReader in(state, "an engine's state");
+  return in.readU64();
+}
+
 void Engine::loadState(std::span<const uint8_t> state) {
   drain();
   StateReader in(state, fmt::format("the synchronization state of rank {}", transport_.rank()));
-  if (in.readU64() != kEngineStateFormat) {
+  const uint64_t format = in.readU64();
+  if (format != 1 && format != kEngineStateFormat) {
     throw DataError(fmt::format("{}: unknown format (written by another gradsync)", in.what()));
   }
   // Stateless units (dense, SGD) may change: say, the schedule from wfbp to fusion.
@@ -403,7 +411,7 @@ void Engine::loadState(std::span<const uint8_t> state) {
                     "schedule or model)",
                     in.what(), units, layout_.units.size()));
   }
-  executor_->loadState(in);
+  executor_->loadState(in, format);
   // The guard's decisions (a checkpoint written before it existed has none: it starts afresh).
   if (guard_ && !in.atEnd()) guard_->loadState(in);
   if (!guard_ && !in.atEnd()) {

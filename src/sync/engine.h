@@ -133,23 +133,29 @@ class Engine final : private EngineEvents {
   void drain();
   // endBackward(), then drain(): gradient mode's end of a step.
   void finishStep();
-  // Between steps, for checkpoints (collective: every rank calls them): the SGD velocity the
-  // engine (update mode over the ring) or the servers keep, by tensor in registration order,
-  // and back; empty in gradient mode, where the caller's optimizer keeps it. Through servers
-  // velocity() also makes this worker's parameters the servers', and setVelocity() is only
-  // possible before the first step.
-  std::vector<float> velocity();
-  void setVelocity(std::span<const float> velocity);
+  // Between steps, for checkpoints and elastic commits (collective: every rank calls them): the
+  // optimizer state the engine (update mode over the ring) or the servers keep, and back: SGD's
+  // velocity, or Adam's and AdamW's first moment then second moment, each by tensor in
+  // registration order (sharded: gathered whole from the ranks that own each block); empty in
+  // gradient mode, where the caller's optimizer keeps it. Through servers (SGD only)
+  // optimizerState() also makes this worker's parameters the servers', and setOptimizerState()
+  // is only possible before the first step.
+  std::vector<float> optimizerState();
+  void setOptimizerState(std::span<const float> state);
   // Makes this worker's parameters the one global model (the servers', where each worker may
   // train its own copy); nothing to do over the ring. Between steps; collective.
   void pullGlobalModel();
-  // This rank's state beyond the parameters and the velocity (Executor::saveState: compressors,
-  // Adam's moments in update mode, the delayed strategies' local models), as bytes for a
-  // checkpoint, and back into a fresh engine of the same run before its first step (after
-  // setVelocity). This rank's own, not collective. loadState throws DataError for state of
-  // another run (another schedule, compressor, strategy or model).
+  // This rank's state beyond the parameters and the optimizer state (Executor::saveState:
+  // compressors, the delayed strategies' local models), as bytes for a checkpoint, and back into
+  // a fresh engine of the same run before its first step (after setOptimizerState). This rank's
+  // own, not collective. loadState also reads the older format that held Adam's moments (this
+  // rank's) here. loadState throws DataError for state of another run (another schedule,
+  // compressor, strategy or model).
   std::vector<uint8_t> saveState();
   void loadState(std::span<const uint8_t> state);
+  // The format saveState's `state` is in (1: it also held Adam's moments in update mode); 0 for
+  // none (empty). Throws DataError for bytes too short to say.
+  static uint64_t stateFormat(std::span<const uint8_t> state);
 
   // Sums over every completed operation. Thread-safe.
   StepStats totals() const;

@@ -222,52 +222,68 @@ void RingExecutor::allgatherParameters(size_t unit, Transport& transport) {
   copy(0, u.elements, true);
 }
 
-std::vector<float> RingExecutor::velocity() {
+std::vector<std::vector<float>*> RingExecutor::stateArrays() {
   if (!s_.updates) return {};
-  GS_CHECK(s_.rule.kind == UpdateRule::Kind::kSgd);
+  if (secondMoment_.empty()) return {&velocity_};
+  return {&velocity_, &secondMoment_};
+}
+
+std::vector<float> RingExecutor::wholeByTensor(const std::vector<float>& local) {
   std::vector<float> flat(s_.layout.totalElements);
   if (s_.sharded) {
     std::vector<float> staging;
     for (size_t u = 0; u < s_.layout.units.size(); ++u) {
       const CommUnit& unit = s_.layout.units[u];
       std::span<float> values(flat.data() + unit.offset, unit.elements);
-      unpackOwned(owned_[u], std::span(velocity_).subspan(velocityAt_[u]), values);
+      unpackOwned(owned_[u], std::span(local).subspan(velocityAt_[u]), values);
       staging.resize(unit.elements);
       allgatherOwned(transport_, values, exchangedColumns(u), staging, kVelocityStream.tag);
     }
   } else {
-    flat = velocity_;
+    flat = local;
   }
   return layoutToTensors(s_.layout, s_.tensors, flat);
 }
 
-void RingExecutor::setVelocity(std::span<const float> byTensor) {
-  GS_CHECK(s_.updates && s_.rule.kind == UpdateRule::Kind::kSgd &&
-           byTensor.size() == s_.layout.totalElements);
+void RingExecutor::setFromTensors(std::span<const float> byTensor, std::vector<float>& local) {
   std::vector<float> flat = tensorsToLayout(s_.layout, s_.tensors, byTensor);
   if (!s_.sharded) {
-    velocity_ = std::move(flat);
+    local = std::move(flat);
     return;
   }
   for (size_t u = 0; u < s_.layout.units.size(); ++u) {
     const CommUnit& unit = s_.layout.units[u];
     packOwned(owned_[u], std::span<const float>(flat).subspan(unit.offset, unit.elements),
-              std::span(velocity_).subspan(velocityAt_[u]));
+              std::span(local).subspan(velocityAt_[u]));
+  }
+}
+
+std::vector<float> RingExecutor::optimizerState() {
+  std::vector<float> state;
+  for (const std::vector<float>* local : stateArrays()) {
+    const std::vector<float> whole = wholeByTensor(*local);
+    state.insert(state.end(), whole.begin(), whole.end());
+  }
+  return state;
+}
+
+void RingExecutor::setOptimizerState(std::span<const float> byTensor) {
+  const std::vector<std::vector<float>*> arrays = stateArrays();
+  const size_t total = s_.layout.totalElements;
+  GS_CHECK(s_.updates && byTensor.size() == arrays.size() * total);
+  for (size_t i = 0; i < arrays.size(); ++i) {
+    setFromTensors(byTensor.subspan(i * total, total), *arrays[i]);
   }
 }
 
 void RingExecutor::saveState(StateWriter& out) const {
-  if (!secondMoment_.empty()) {  // Adam's moments (this rank's blocks, when sharded)
-    out.write(velocity_);
-    out.write(secondMoment_);
-  }
   for (const auto& compressor : compressors_) {
     if (compressor) compressor->saveState(out);
   }
 }
 
-void RingExecutor::loadState(StateReader& in) {
-  if (!secondMoment_.empty()) {
+void RingExecutor::loadState(StateReader& in, uint64_t format) {
+  if (format == 1 && !secondMoment_.empty()) {  // Adam's moments (this rank's blocks if sharded)
     in.readExact(velocity_);
     in.readExact(secondMoment_);
   }

@@ -60,14 +60,15 @@ class RingExecutor final : public Executor {
   RingExecutor(Transport& transport, RingSetup setup);
 
   OpOutcome run(const PlannedOp& op) override;
-  // Update mode with SGD: the velocity of every tensor (sharded: gathered from the ranks that
-  // own each block, a collective); gradient mode: empty (the caller's optimizer keeps it).
-  std::vector<float> velocity() override;
-  void setVelocity(std::span<const float> byTensor) override;
+  // Update mode: SGD's velocity, or Adam's two moments one after the other, of every tensor
+  // (sharded: gathered from the ranks that own each block, a collective); gradient mode: empty
+  // (the caller's optimizer keeps it).
+  std::vector<float> optimizerState() override;
+  void setOptimizerState(std::span<const float> byTensor) override;
   void pullGlobalModel() override {}  // every worker holds the one model already
-  // The compressors' state, and Adam's moments (SGD's velocity goes through velocity()).
+  // The compressors' state (format 1 began with Adam's moments, this rank's).
   void saveState(StateWriter& out) const override;
-  void loadState(StateReader& in) override;
+  void loadState(StateReader& in, uint64_t format) override;
   // p3's 1-bit Adam: from velocity_, which holds Adam's first moment by flat element.
   void gradientToMomentum(int t, std::span<float> gradient) override;
 
@@ -82,6 +83,12 @@ class RingExecutor final : public Executor {
   // The FC exchange's columns of `unit`'s weight, or 0.
   size_t exchangedColumns(size_t unit) const;
   void allgatherParameters(size_t unit, Transport& transport);
+  // Update mode: the optimizer's state arrays, laid out alike: velocity_, then secondMoment_
+  // with Adam.
+  std::vector<std::vector<float>*> stateArrays();
+  // One state array laid out by tensor, whole (sharded: gathered, a collective), and back.
+  std::vector<float> wholeByTensor(const std::vector<float>& local);
+  void setFromTensors(std::span<const float> byTensor, std::vector<float>& local);
   // A compressor's scratch of at least `elements` floats, taken from and given back to a pool
   // (one buffer per operation in flight, reused across steps).
   std::vector<float> takeScratch(size_t elements);

@@ -59,8 +59,8 @@ def test_resume_repeats_the_uninterrupted_run(job, tmp_path):
 
 def test_resume_on_another_number_of_ranks(job, tmp_path):
     """Saved by 2 ranks, resumed by 3: each adopts what maps (docs/checkpoints.md, "Another
-    number of workers"); localsgd saved between outer steps (step 3 of localsgd:2) and Adam's
-    moments in update mode (sharded) are refused, naming why."""
+    number of workers"); localsgd saved between outer steps (step 3 of localsgd:2) is refused,
+    naming why."""
     configs = repr([
         {"schedule": "wfbp", "compression": "topk:0.1", "compress_min_elements": 64},
         {"schedule": "p3", "optimizer": "sgd"},
@@ -73,11 +73,11 @@ def test_resume_on_another_number_of_ranks(job, tmp_path):
     for rank in range(3):
         resumed = elsewhere.results[rank]["value"]
         # The workload's global batch divides among 2 and 3 ranks alike: the same steps. p3's
-        # SGD momentum maps whole (measured within 1e-6); top-k's residuals start afresh
-        # (measured within 8e-5 of the uninterrupted losses).
-        for i, bound in ((0, 1e-3), (1, 1e-5)):
+        # SGD momentum (measured within 1e-6) and sharded's AdamW moments (within 1e-5; without the
+        # moments, 2e-3 off); top-k's residuals start afresh (measured within 8e-5 of the
+        # uninterrupted losses).
+        for i, bound in ((0, 1e-3), (1, 1e-5), (3, 1e-5)):
             assert len(resumed[i]) == 3, f"config {i}: {resumed[i]}"
             for a, b in zip(resumed[i], whole[i][3:]):
                 assert abs(a - b) <= bound * abs(b), f"config {i}: {resumed[i]} vs {whole[i][3:]}"
         assert "between two outer steps" in resumed[2], resumed[2]
-        assert "Adam's moments in update mode" in resumed[3], resumed[3]

@@ -160,19 +160,19 @@ class DistributedOptimizer {
   void setStep(int64_t step);
 
   // Checkpoints. In update mode the optimizer's state lives in the engine or the servers:
-  // withOptimizerState(fn) copies it into the torch optimizer's state (SGD's momentum buffers)
-  // for `fn` (which saves the optimizer as usual) and clears it again afterwards, and, through
-  // servers, runs `fn` on the global model (as withGlobalModel). loadOptimizerState() hands a
-  // loaded optimizer's state to the engine or the servers (a parameter without a momentum buffer
-  // starts from zero) and clears it from the optimizer. In gradient mode the optimizer keeps its
-  // own state: `fn` just runs, and loading does nothing. Update mode with Adam or AdamW: the
-  // moments are part of syncState(), `fn` just runs. Between steps; collective; servers: load
-  // before the first step.
+  // withOptimizerState(fn) copies it into the torch optimizer's state (SGD's momentum buffers;
+  // Adam's and AdamW's moments and step count; sharded gathers it whole) for `fn` (which saves
+  // the optimizer as usual) and clears it again afterwards, and, through servers, runs `fn` on
+  // the global model (as withGlobalModel). loadOptimizerState() hands a loaded optimizer's state
+  // to the engine or the servers (a parameter without state starts from zeros) and clears it
+  // from the optimizer; it maps onto any number of workers. In gradient mode the optimizer keeps
+  // its own state: `fn` just runs, and loading does nothing. Between steps; collective; servers:
+  // load before the first step.
   void withOptimizerState(const std::function<void()>& fn);
   void loadOptimizerState();
   // This rank's synchronization state beyond the model and the optimizer: the compressors'
   // (error-feedback residuals, PowerSGD's Q, DGC's momentum and velocity, GradiVeQ's basis),
-  // Adam's moments in update mode, the delayed strategies' local state (the last two pulled
+  // the delayed strategies' local state (the last two pulled
   // models, the local velocity, CD-SGD's residual) and, where each rank trains its own copy
   // (asgd, ssp, the delayed strategies, localsgd), this rank's parameters (and with localsgd its
   // optimizer). Opaque bytes that differ per rank: save every rank's beside the model and the
@@ -191,8 +191,9 @@ class DistributedOptimizer {
   // and diloco adopt the rank's parameters, inner optimizer and outer state, which is the job's
   // only at an outer step: a state saved between two (`step`, the steps the saving run had
   // completed, is not a multiple of H, or θ_global is not the parameters) or with a fragment
-  // in flight is refused (ConfigError), as are Adam's moments in update mode (p3, sharded: kept
-  // per rank by the engine). Same call order as loadSyncState; not collective.
+  // in flight is refused (ConfigError), as is a state written before 2026-12-01 with Adam's
+  // moments in update mode (p3, sharded: kept per rank then; they now travel with the optimizer,
+  // withOptimizerState). Same call order as loadSyncState; not collective.
   void adoptSyncState(std::span<const uint8_t> state, int64_t step);
   // Runs `fn` with this worker's parameters being the one global model (the servers', where
   // workers train their own copies: asgd, ssp, the delayed strategies), then gives the worker

@@ -354,10 +354,9 @@ class DistributedOptimizer(torch.optim.Optimizer):
         return [p for g in self.param_groups for p in g["params"]]
 
     def state_dict(self) -> dict:
-        """The wrapped optimizer's state_dict (with the engine's SGD momentum in update mode),
-        plus "gradsync": the step and every rank's synchronization state (compressors'
-        residuals, PowerSGD's Q, Adam's moments in update mode, the delayed strategies' local
-        models). Collective: every rank gets the whole; rank 0 saves it."""
+        """The wrapped optimizer's state_dict (with the engine's SGD momentum or Adam's moments
+        in update mode), plus "gradsync": the step and every rank's synchronization state
+        (compressors' residuals, PowerSGD's Q, the delayed strategies' local models). Collective: every rank gets the whole; rank 0 saves it."""
         sync_state = self._impl.sync_state()
         optimizer = self._optimizer_state_dict()
         # With localsgd every rank's optimizer steps on its own gradients: each keeps its own.
@@ -368,8 +367,9 @@ class DistributedOptimizer(torch.optim.Optimizer):
                              "world_size": _job.size(), "ranks": allgather_object(mine)}}
 
     def _optimizer_state_dict(self) -> dict:
-        """The wrapped optimizer's state_dict, with the SGD momentum the engine keeps in update
-        mode (waits for the last step's updates first; collective with sharded and servers)."""
+        """The wrapped optimizer's state_dict, with the state the engine keeps in update mode
+        (SGD's momentum, Adam's and AdamW's moments and step; waits for the last step's updates
+        first; collective with sharded and servers)."""
         captured = {}
 
         def capture():
@@ -380,6 +380,13 @@ class DistributedOptimizer(torch.optim.Optimizer):
                     if buffer is not None:
                         self._inner.state[p]["momentum_buffer"] = buffer
                         added.append(p)
+            elif self._updates:
+                for p, entry in zip(params, self._impl.adam_states()):
+                    if entry is not None:
+                        m, v, step = entry
+                        self._inner.state[p] = {"step": torch.tensor(float(step)), "exp_avg": m,
+                                                "exp_avg_sq": v}
+                        added.append(p)
             captured["optimizer"] = self._inner.state_dict()
             for p in added:
                 del self._inner.state[p]
@@ -388,14 +395,20 @@ class DistributedOptimizer(torch.optim.Optimizer):
         return captured["optimizer"]
 
     def _momentum_to_engine(self) -> None:
-        """Update mode with SGD: the wrapped optimizer's momentum buffers go to the engine, which
-        keeps them from then on (they leave the optimizer's state)."""
-        if self._updates and self._kind == "sgd":
-            params = self._params()
+        """Update mode: the wrapped optimizer's state (SGD's momentum buffers, Adam's moments) goes
+        to the engine, which keeps it from then on (it leaves the optimizer's state)."""
+        if not self._updates:
+            return
+        params = self._params()
+        if self._kind == "sgd":
             self._impl.set_momentum_buffers(
                 [self._inner.state.get(p, {}).get("momentum_buffer") for p in params])
-            self._impl.load_optimizer_state()
-            self._inner.state = defaultdict(dict)
+        else:
+            states = [self._inner.state.get(p, {}) for p in params]
+            self._impl.share_adam_state([(s["exp_avg"], s["exp_avg_sq"], int(s["step"]))
+                                         if "exp_avg" in s else None for s in states])
+        self._impl.load_optimizer_state()
+        self._inner.state = defaultdict(dict)
 
     def load_state_dict(self, state_dict: dict) -> None:
         """Restores a state_dict() (every rank loads the same dict and takes its own

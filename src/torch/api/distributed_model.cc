@@ -10,7 +10,7 @@
 #include "common/tags.h"
 #include "gradsync/collectives.h"
 #include "gradsync/error.h"
-#include "torch/api/optimizer_state_key.h"
+#include "torch/api/engine_optimizer_state.h"
 #include "torch/models/float_span.h"
 
 namespace gradsync {
@@ -339,37 +339,20 @@ void DistributedModel::loadEngineState(std::span<const uint8_t> state) {
   }
 }
 
-void DistributedModel::velocityToOptimizer(torch::optim::SGD& optimizer) {
+void DistributedModel::stateToOptimizer(torch::optim::Optimizer& optimizer) {
   if (!updates_) return;
   waitForParameters();
   if (servers_) barrier(transport_, kStateTag);  // every worker's pushes are in
-  std::vector<float> velocity = engine_->velocity();
-  size_t at = 0;
-  for (const torch::Tensor& p : parameters_) {
-    auto state = std::make_unique<torch::optim::SGDParamState>();
-    state->momentum_buffer(torch::from_blob(velocity.data() + at, p.sizes()).clone());
-    optimizer.state()[optimizerStateKey(p)] = std::move(state);
-    at += static_cast<size_t>(p.numel());
-  }
+  const std::vector<float> state = engine_->optimizerState();
+  engineStateIntoOptimizer(state, parameters_, static_cast<int64_t>(engine_->nextStep()),
+                           optimizer);
 }
 
-// A parameter without a momentum buffer (a checkpoint of a run without momentum) starts from
-// zero velocity, as torch's SGD would.
-void DistributedModel::velocityFromOptimizer(torch::optim::SGD& optimizer) {
+// A parameter without state (a checkpoint of a run without momentum, or of gradient mode's
+// first step) starts from zeros, as torch's optimizers would.
+void DistributedModel::stateFromOptimizer(torch::optim::Optimizer& optimizer) {
   if (!updates_) return;
-  std::vector<float> velocity;
-  for (const torch::Tensor& p : parameters_) {
-    auto found = optimizer.state().find(optimizerStateKey(p));
-    torch::Tensor buffer;
-    if (found != optimizer.state().end()) {
-      buffer = static_cast<torch::optim::SGDParamState&>(*found->second).momentum_buffer();
-    }
-    if (!buffer.defined()) buffer = torch::zeros_like(p);
-    buffer = buffer.contiguous();
-    velocity.insert(velocity.end(), buffer.data_ptr<float>(),
-                    buffer.data_ptr<float>() + buffer.numel());
-  }
-  engine_->setVelocity(velocity);
+  engine_->setOptimizerState(engineStateFromOptimizer(parameters_, optimizer));
 }
 
 std::string DistributedModel::whyNotReschedulable() const {
@@ -384,7 +367,7 @@ void DistributedModel::reschedule(const ScheduleSpec& schedule) {
   GS_CHECK(Engine::updatesParameters(options) == updates_);
   waitForParameters();
   const uint64_t step = engine_->nextStep();
-  const std::vector<float> velocity = updates_ ? engine_->velocity() : std::vector<float>{};
+  const std::vector<float> state = updates_ ? engine_->optimizerState() : std::vector<float>{};
   retired_ += engine_->totals();
   engine_.reset();  // its threads end before the next engine's start on the same tags
   std::vector<std::span<float>> storage;
@@ -393,7 +376,7 @@ void DistributedModel::reschedule(const ScheduleSpec& schedule) {
   engine_ = std::make_unique<Engine>(transport_, tensors_, options, storage);
   engineOptions_ = std::move(options);
   engine_->setStep(step);
-  if (updates_) engine_->setVelocity(velocity);
+  if (updates_) engine_->setOptimizerState(state);
   engine_->setTrace(trace_);
 }
 

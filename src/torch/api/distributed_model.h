@@ -108,14 +108,21 @@ class DistributedModel {
   void pullGlobalModel();
   void keepLocalModel(const std::function<void()>& fn);
 
-  // With updatesParameters(), the SGD velocity lives in the engine: these move it into the
-  // optimizer's momentum buffers before a checkpoint is saved (a collective for sharded), and
-  // back after one is loaded, so checkpoints have one format whatever the schedule.
-  void velocityToOptimizer(torch::optim::SGD& optimizer);
-  void velocityFromOptimizer(torch::optim::SGD& optimizer);
+  // With updatesParameters(), the optimizer's state (SGD's velocity, Adam's and AdamW's moments)
+  // lives in the engine: these move it into the optimizer's own state before a checkpoint is
+  // saved or an elastic commit taken (a collective for sharded, which gathers it whole), and
+  // back after one is loaded (engine_optimizer_state.h), so checkpoints have one format whatever
+  // the schedule and the world size. Nothing without updatesParameters().
+  void stateToOptimizer(torch::optim::Optimizer& optimizer);
+  void stateFromOptimizer(torch::optim::Optimizer& optimizer);
   // The engine's state for checkpoints (Engine::saveState), empty without an engine, and back.
   std::vector<uint8_t> engineState();
   void loadEngineState(std::span<const uint8_t> state);
+  // Whether engineState() bytes are of the older format that held Adam's moments in update mode
+  // (this rank's), which maps onto no other membership.
+  static bool engineStateKeepsMoments(std::span<const uint8_t> state) {
+    return Engine::stateFormat(state) == 1;
+  }
 
   // Sums over every completed step (none for a world of one), the FC exchange's traffic
   // included.

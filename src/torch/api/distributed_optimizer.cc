@@ -402,12 +402,11 @@ void DistributedOptimizer::setStep(int64_t step) {
   beginOuter(outer_.get(), *model_);
 }
 
-// Adam's moments in update mode travel in syncState() (by rank: sharded keeps 1/P per rank).
+// In update mode the optimizer is SGD, Adam or AdamW (sync_setup.cc refuses the rest).
 void DistributedOptimizer::withOptimizerState(const std::function<void()>& fn) {
-  auto* sgd = dynamic_cast<torch::optim::SGD*>(&optimizer_);
-  if (!model_->updatesParameters() || sgd == nullptr) return fn();
+  if (!model_->updatesParameters()) return fn();
   model_->keepLocalModel([&] {
-    model_->velocityToOptimizer(*sgd);  // through servers, the parameters become theirs too
+    model_->stateToOptimizer(optimizer_);  // through servers, the parameters become theirs too
     fn();
   });
   // The engine keeps the state (sharded: 1/P of it); a full copy here would undo that.
@@ -415,9 +414,8 @@ void DistributedOptimizer::withOptimizerState(const std::function<void()>& fn) {
 }
 
 void DistributedOptimizer::loadOptimizerState() {
-  auto* sgd = dynamic_cast<torch::optim::SGD*>(&optimizer_);
-  if (!model_->updatesParameters() || sgd == nullptr) return;
-  model_->velocityFromOptimizer(*sgd);
+  if (!model_->updatesParameters()) return;
+  model_->stateFromOptimizer(optimizer_);
   optimizer_.state().clear();
 }
 

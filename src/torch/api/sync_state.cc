@@ -59,7 +59,8 @@ void DistributedOptimizer::loadSyncState(std::span<const uint8_t> state) {
 // What is this rank's own does not map onto another membership: the engine's state (the
 // compressors' residuals, PowerSGD's Q, DGC's buffers, the guard; the own copies and pulled
 // models of asgd, ssp and the delayed strategies) starts afresh, as at a run's start (the rule
-// elastic rounds use, docs/cluster.md). Adam's moments in update mode live there too (sharded:
+// elastic rounds use, docs/cluster.md). Adam's moments in update mode are the optimizer's, whole
+// (loadOptimizerState), unless the state is of the older format that kept them per rank (sharded:
 // in blocks laid out for the saving run's ranks): refused. localsgd and diloco take the saved
 // rank's parameters, inner optimizer and outer state, which describe the job only at an outer step.
 void DistributedOptimizer::adoptSyncState(std::span<const uint8_t> state, int64_t step) {
@@ -73,16 +74,17 @@ void DistributedOptimizer::adoptSyncState(std::span<const uint8_t> state, int64_
                              "checkpoint at a multiple of {} (--checkpoint-every)",
                              localPeriod_)});
   }
-  if (model_->updatesParameters() && dynamic_cast<torch::optim::SGD*>(&optimizer_) == nullptr) {
-    throw ConfigError(
-        "Adam's moments in update mode (p3, sharded) are kept by the engine, per rank (sharded: "
-        "in blocks of the saving run's ranks): they cannot be resumed on another number of "
-        "workers",
-        {.hint = "resume on the number of workers that saved them"});
-  }
   StateReader in(state, "the synchronization state of another number of workers");
   std::vector<uint8_t> bytes;
   in.read(bytes);  // the engine's: left behind
+  if (model_->updatesParameters() && dynamic_cast<torch::optim::SGD*>(&optimizer_) == nullptr &&
+      DistributedModel::engineStateKeepsMoments(bytes)) {
+    throw ConfigError(
+        "this checkpoint's Adam moments in update mode (p3, sharded) are kept per rank (sharded: "
+        "in blocks of the saving run's ranks), as gradsync wrote them before 2026-12-01: they "
+        "cannot be resumed on another number of workers",
+        {.hint = "resume on the number of workers that saved them; its next checkpoint can"});
+  }
   if (localPeriod_ > 0) {
     readLocalState(in, *model_, optimizer_, *outer_, /*adopt=*/true);
   }

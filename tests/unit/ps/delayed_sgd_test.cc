@@ -154,7 +154,7 @@ TEST_P(DelayedSgd, MatchesTheNaiveReplay) {
     for (int s = 0; s < kSteps; ++s) step(engine, t.rank(), s, backwardOrder(t.rank()));
     engine.drain();
     expectClose(p, expected.local[t.rank()], fmt::format("worker {}'s local model", t.rank()));
-    std::vector<float> velocity = engine.velocity();
+    std::vector<float> velocity = engine.optimizerState();
     expectClose(p, expected.global, "the servers' model");
     size_t at = 0;
     for (const auto& v : expected.velocity) {

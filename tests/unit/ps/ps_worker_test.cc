@@ -61,7 +61,7 @@ TEST_P(PsSync, MatchesSgdOnTheAverage) {
     for (int s = 0; s < kSteps; ++s) step(engine, t.rank(), s, backwardOrder(t.rank()));
     engine.drain();
     expectClose(p, expected, "parameters");
-    std::vector<float> velocity = engine.velocity();
+    std::vector<float> velocity = engine.optimizerState();
     std::vector<float> flat;
     for (const auto& v : expectedVelocity) flat.insert(flat.end(), v.begin(), v.end());
     ASSERT_EQ(velocity.size(), flat.size());

@@ -113,7 +113,7 @@ TEST_P(UpdateEngine, AppliesSgdOnTheAverage) {
       expectClose(model.parameters[tensor], expected.parameters[tensor],
                   kUpdateTensors[tensor].name);
     }
-    std::vector<float> velocity = engine.velocity();
+    std::vector<float> velocity = engine.optimizerState();
     std::vector<float> expectedVelocity;
     for (const auto& v : expected.velocity)
       expectedVelocity.insert(expectedVelocity.end(), v.begin(), v.end());
@@ -295,13 +295,13 @@ TEST(UpdateEngine, ShardedExchangedWeightsAreUpdatedByColumns) {
         expectClose(model.parameters[tensor], expected.parameters[tensor],
                     kUpdateTensors[tensor].name);
       }
-      std::vector<float> velocity = engine.velocity();
+      std::vector<float> velocity = engine.optimizerState();
       std::vector<float> expectedVelocity;
       for (const auto& v : expected.velocity)
         expectedVelocity.insert(expectedVelocity.end(), v.begin(), v.end());
       expectClose(velocity, expectedVelocity, "velocity");
-      engine.setVelocity(velocity);
-      EXPECT_EQ(engine.velocity(), velocity);
+      engine.setOptimizerState(velocity);
+      EXPECT_EQ(engine.optimizerState(), velocity);
     });
   }
 }
@@ -364,8 +364,8 @@ TEST(UpdateEngine, VelocityRoundTripsThroughACheckpoint) {
     Engine engine(t, kUpdateTensors, options, spans);
     std::vector<float> saved(engine.layout().totalElements);
     for (size_t i = 0; i < saved.size(); ++i) saved[i] = static_cast<float>(i);
-    engine.setVelocity(saved);
-    EXPECT_EQ(engine.velocity(), saved);
+    engine.setOptimizerState(saved);
+    EXPECT_EQ(engine.optimizerState(), saved);
   });
 }
 

@@ -5,11 +5,12 @@
 
 #include <nlohmann/json.hpp>
 
-#include <map>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "api_fixture.h"
+#include "common/state_bytes.h"
 #include "gradsync/collectives.h"
 #include "gradsync/trace.h"
 
@@ -28,34 +29,26 @@ void trainStep(SequenceClassifier& model, DistributedOptimizer& distributed, int
   distributed.step();
 }
 
-using Buffers = std::map<std::string, torch::Tensor>;  // by parameter name
-
-// SGD's momentum buffers, as a checkpoint would save them.
-Buffers momentumOf(SequenceClassifier& model, torch::optim::Optimizer& optimizer) {
-  Buffers buffers;
-  for (const auto& item : model->named_parameters()) {
-    auto found = optimizer.state().find(c10::guts::to_string(item.value().unsafeGetTensorImpl()));
-    if (found == optimizer.state().end()) continue;
-    auto& state = static_cast<torch::optim::SGDParamState&>(*found->second);
-    buffers[item.key()] = state.momentum_buffer().clone();
-  }
-  return buffers;
+// The optimizer's state as a checkpoint saves it (torch's archive), and back.
+std::string savedState(torch::optim::Optimizer& optimizer) {
+  torch::serialize::OutputArchive archive;
+  optimizer.save(archive);
+  std::ostringstream out;
+  archive.save_to(out);
+  return out.str();
 }
 
-void restore(SequenceClassifier& model, torch::optim::Optimizer& optimizer,
-             const Buffers& buffers) {
-  for (const auto& item : model->named_parameters()) {
-    if (!buffers.contains(item.key())) continue;
-    auto state = std::make_unique<torch::optim::SGDParamState>();
-    state->momentum_buffer(buffers.at(item.key()).clone());
-    optimizer.state()[c10::guts::to_string(item.value().unsafeGetTensorImpl())] = std::move(state);
-  }
+void restore(torch::optim::Optimizer& optimizer, const std::string& saved) {
+  std::istringstream in(saved);
+  torch::serialize::InputArchive archive;
+  archive.load_from(in);
+  optimizer.load(archive);
 }
 
 // A run of 6 steps, and the same run stopped after 3 (parameters, the optimizer state saved
 // through withOptimizerState and each rank's syncState) and resumed in fresh objects: the same
-// parameters, bitwise. Adam's moments in update mode and the compressors' residuals travel in
-// syncState.
+// parameters, bitwise. SGD's velocity and Adam's moments in update mode travel in the optimizer's
+// state, the compressors' residuals in syncState.
 TEST(DistributedState, CheckpointsResumeBitwiseInEveryMode) {
   constexpr int kWorkers = 2;
   constexpr int64_t kStop = 3, kTotal = 6;
@@ -71,7 +64,7 @@ TEST(DistributedState, CheckpointsResumeBitwiseInEveryMode) {
     std::vector<SequenceClassifier> uninterrupted = trained(kWorkers, kind, sync, kTotal, 0);
     std::vector<SequenceClassifier> resumed;
     for (int r = 0; r < kWorkers; ++r) resumed.push_back(freshModel());
-    std::vector<Buffers> saved(kWorkers);
+    std::vector<std::string> saved(kWorkers);
     std::vector<std::vector<uint8_t>> syncStates(kWorkers);
     runWithTransports(TransportKind::kLoopback, kWorkers, [&](Transport& t) {
       SequenceClassifier& model = resumed[static_cast<size_t>(t.rank())];
@@ -81,12 +74,12 @@ TEST(DistributedState, CheckpointsResumeBitwiseInEveryMode) {
       distributed.waitForParameters();
       syncStates[static_cast<size_t>(t.rank())] = distributed.syncState();
       distributed.withOptimizerState(
-          [&] { saved[static_cast<size_t>(t.rank())] = momentumOf(model, *optimizer); });
+          [&] { saved[static_cast<size_t>(t.rank())] = savedState(*optimizer); });
     });
     runWithTransports(TransportKind::kLoopback, kWorkers, [&](Transport& t) {
       SequenceClassifier& model = resumed[static_cast<size_t>(t.rank())];
       auto optimizer = makeOptimizer(kind, model);
-      restore(model, *optimizer, saved[static_cast<size_t>(t.rank())]);
+      restore(*optimizer, saved[static_cast<size_t>(t.rank())]);
       DistributedOptimizer distributed(*optimizer, model.ptr(), t, sync);
       distributed.loadOptimizerState();
       distributed.loadSyncState(syncStates[static_cast<size_t>(t.rank())]);
@@ -100,6 +93,31 @@ TEST(DistributedState, CheckpointsResumeBitwiseInEveryMode) {
           << (sync.parameterServers ? " servers" : "") << ", rank " << r;
     }
   }
+}
+
+// A resume on another number of workers adopts a rank's synchronization state: Adam's moments in
+// update mode travel in the optimizer's state, so the engine's is left behind; one of the format
+// gradsync wrote before 2026-12-01, which held this rank's moments, is refused with the reason.
+TEST(DistributedState, AdoptRefusesOnlyTheOlderFormatThatKeptAdamsMoments) {
+  runWithTransports(TransportKind::kLoopback, 2, [&](Transport& t) {
+    SequenceClassifier model = freshModel();
+    auto optimizer = makeOptimizer("adamw", model);
+    DistributedOptimizer distributed(*optimizer, model.ptr(), t, {.schedule = "p3:slice=50"});
+    for (int64_t s = 0; s < 2; ++s) trainStep(model, distributed, t.rank(), 2, s);
+    distributed.waitForParameters();
+    EXPECT_NO_THROW(distributed.adoptSyncState(distributed.syncState(), 2));
+    StateWriter engine;  // format 1's header: the format, then the units (whose state follows)
+    engine.write(uint64_t{1});
+    engine.write(uint64_t{1});
+    StateWriter legacy;
+    legacy.write(engine.take());
+    try {
+      distributed.adoptSyncState(legacy.take(), 2);
+      ADD_FAILURE() << "rank " << t.rank() << ": the older format was adopted";
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("before 2026-12-01"), std::string::npos) << e.what();
+    }
+  });
 }
 
 // Two workers and a separate server rank (SyncOptions::servers) give one worker's parameters,
