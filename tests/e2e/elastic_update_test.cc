@@ -3,10 +3,11 @@
 // mid-step leaves the survivors with a partly updated model, which they roll back to the copy
 // they committed after the last complete step. The check is bitwise: the killed job must end
 // exactly as a job that stopped at that step (its checkpoint, written from the same commit) and
-// was resumed on the survivors alone, so nothing of the cut step may remain. p3's velocity is
-// committed with the model (and written in the checkpoint); sharded's restarts at zero with
-// each round, in both runs. Without a failure, the elastic sharded run is the fixed one, bitwise
-// (p3's differs from the fixed p3 run in the last bits: docs/cluster.md).
+// was resumed on the survivors alone, so nothing of the cut step may remain. p3's velocity, or
+// AdamW's moments and step count, are committed with the model (and written in the checkpoint);
+// sharded's velocity restarts at zero with each round, in both runs. Without a failure, the elastic
+// sharded run is the fixed one, bitwise (p3's differs from the fixed p3 run in the last bits:
+// docs/cluster.md).
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -108,6 +109,16 @@ TEST(ElasticUpdateMode, P3RollsBackTheStepAKillCut) {
   GTEST_SKIP() << "built without LibTorch: no gradsync train";
 #endif
   expectKillRollsBackTheCutStep("p3", {"--schedule", "p3"});
+}
+
+// AdamW's moments travel in the commit as SGD's velocity does; its step count is the job's (bias
+// correction), in the round after the kill as in the resumed run.
+TEST(ElasticUpdateMode, P3WithAdamWRollsBackTheStepAKillCut) {
+#ifndef GRADSYNC_HAVE_TORCH
+  GTEST_SKIP() << "built without LibTorch: no gradsync train";
+#endif
+  expectKillRollsBackTheCutStep("p3-adamw",
+                                {"--schedule", "p3", "--optimizer", "adamw", "--lr", "0.002"});
 }
 
 TEST(ElasticUpdateMode, ShardedRollsBackTheStepAKillCut) {

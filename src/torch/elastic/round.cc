@@ -43,7 +43,10 @@ int64_t stepsLeft(const ElasticMember& m) {
 // warm-up counted in the job's steps, not the round's.
 SyncOptions roundSyncOptions(const ElasticMember& m, int64_t round) {
   SyncOptions sync = syncOptionsOf(m.options);
-  sync.compressWarmup = std::max<int64_t>(0, sync.compressWarmup - m.progress.step);
+  // Update mode's engine counts the job's steps (ElasticRound); the others' count the round's.
+  if (!m.updatesInEngine()) {
+    sync.compressWarmup = std::max<int64_t>(0, sync.compressWarmup - m.progress.step);
+  }
   sync.seed = m.options.seed + 0x9E3779B97F4A7C15ull * static_cast<uint64_t>(round);
   return sync;
 }
@@ -143,9 +146,12 @@ ElasticRound::ElasticRound(ElasticMember& member, Transport& transport,
       nextCheck_(member.progress.step + 1) {
   distributed_.setTrace(member.trace.get());
   if (member.updatesInEngine()) {
-    // The round's start is a commit, with the velocity the round was given (p3: rank 0's, in the
-    // optimizer); the engine takes it from there (sharded: none, it restarts at zero).
+    // The round's start is a commit, with the optimizer state the round was given (p3: rank 0's
+    // velocity or Adam's moments, in the optimizer); the engine takes it from there (sharded:
+    // none, its velocity restarts at zero). The engine counts the job's steps, as Adam's bias
+    // correction and the compression warm-up do.
     member.commit({});
+    distributed_.setStep(member.progress.step);
     distributed_.loadOptimizerState();
     return;
   }
@@ -220,10 +226,10 @@ RoundEnd ElasticRound::train() {
   }
 }
 
-// p3's velocity lives in the engine during a round, on every member alike: withOptimizerState
-// copies it into the optimizer for the commit and the checkpoint (not collective: no sharded or
-// servers here). sharded's is split among the members and restarts with every round: the commit
-// has none.
+// p3's optimizer state (SGD's velocity, Adam's moments) lives in the engine during a round, on
+// every member alike: withOptimizerState copies it into the optimizer for the commit and the
+// checkpoint (not collective: no sharded or servers here). sharded's velocity is split among the
+// members and restarts with every round: the commit has none.
 void ElasticRound::commitStep(bool checkpoint) {
   const auto keep = [&] {
     member_.commit({});
