@@ -21,6 +21,10 @@ void StateWriter::reserve(size_t size) {
 }
 
 void StateWriter::writeRaw(uint64_t count, const void* data, size_t size) {
+  if (sizing_) {
+    sized_ += sizeof(count) + size;
+    return;
+  }
   const size_t at = bytes_.size();
   reserve(at + sizeof(count) + size);
   bytes_.resize(at + sizeof(count) + size);

@@ -19,6 +19,14 @@ namespace gradsync {
 
 class StateWriter {
  public:
+  // A writer that keeps nothing and only counts what it is given (size()): writing a large state
+  // twice, first into one, lets the real writer reserve() it all at once, instead of doubling
+  // through buffers whose copies and first touches cost more than the writes (docs/cluster.md).
+  static StateWriter sizer() {
+    StateWriter w;
+    w.sizing_ = true;
+    return w;
+  }
   template <typename T>
   void write(std::span<const T> values) {
     static_assert(std::is_trivially_copyable_v<T>);
@@ -32,12 +40,16 @@ class StateWriter {
   // Room for `size` bytes in all, so that writes up to it do not reallocate.
   void reserve(size_t size);
 
+  // The bytes written so far (a sizer's: none; size() counts them).
   const std::vector<uint8_t>& bytes() const { return bytes_; }
   std::vector<uint8_t> take() { return std::move(bytes_); }
+  size_t size() const { return sizing_ ? sized_ : bytes_.size(); }
 
  private:
   void writeRaw(uint64_t count, const void* data, size_t size);
   std::vector<uint8_t> bytes_;
+  bool sizing_ = false;
+  size_t sized_ = 0;  // what a sizer was given
 };
 
 // Reads what a StateWriter wrote. Every mismatch (fewer bytes than an array needs, an array of

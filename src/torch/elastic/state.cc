@@ -112,9 +112,15 @@ void shareState(Transport& transport, Model& net, torch::optim::Optimizer& optim
   const bool source = transport.rank() == 0;
   StateWriter writer;
   if (source) {
-    writer.write(encodeProgress(progress));
-    if (sync != nullptr) writer.write(*sync);
-    writeTrainingState(writer, net, optimizer);
+    const auto write = [&](StateWriter& out) {
+      out.write(encodeProgress(progress));
+      if (sync != nullptr) out.write(*sync);
+      writeTrainingState(out, net, optimizer);
+    };
+    StateWriter sizer = StateWriter::sizer();  // one buffer of the whole size, touched once
+    write(sizer);
+    writer.reserve(sizer.size());
+    write(writer);
   }
   const std::vector<uint8_t> bytes =
       broadcastBytes(transport, writer.bytes(), 0, {.tag = tags::kModelState});

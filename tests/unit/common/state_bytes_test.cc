@@ -93,5 +93,26 @@ TEST(StateBytes, LeftoverBytesAreRefused) {
   EXPECT_FALSE(in.atEnd());
 }
 
+// A sizer counts exactly the bytes a writer keeps, and keeps none; a writer reserved to that size
+// writes it all into the one buffer it reserved.
+TEST(StateBytes, ASizerCountsWhatAWriterWrites) {
+  const auto write = [](StateWriter& out) {
+    out.write(uint64_t{7});
+    out.write(std::vector<float>(1000, 1.5f));
+    out.write(std::vector<uint8_t>{});
+    out.write(std::vector<double>{0.25, 2.0, -1.0});
+  };
+  StateWriter sizer = StateWriter::sizer();
+  write(sizer);
+  EXPECT_TRUE(sizer.bytes().empty());
+  StateWriter writer;
+  writer.reserve(sizer.size());
+  const uint8_t* buffer = writer.bytes().data();
+  write(writer);
+  EXPECT_EQ(writer.size(), sizer.size());
+  EXPECT_EQ(writer.bytes().size(), 4 * sizeof(uint64_t) + 8 + 4000 + 24);
+  EXPECT_EQ(writer.bytes().data(), buffer);  // no reallocation
+}
+
 }  // namespace
 }  // namespace gradsync
