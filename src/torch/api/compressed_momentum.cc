@@ -8,17 +8,10 @@
 #include <string>
 
 #include "gradsync/error.h"
+#include "torch/api/optimizer_kind.h"
 
 namespace gradsync {
 namespace {
-
-bool isAdamW(const torch::optim::Optimizer& optimizer) {
-  return dynamic_cast<const torch::optim::AdamW*>(&optimizer) != nullptr;
-}
-
-bool isAdam(const torch::optim::Optimizer& optimizer) {
-  return dynamic_cast<const torch::optim::Adam*>(&optimizer) != nullptr;
-}
 
 bool amsgradOf(const torch::optim::OptimizerOptions& options, bool decoupled) {
   return decoupled ? static_cast<const torch::optim::AdamWOptions&>(options).amsgrad()
@@ -28,7 +21,7 @@ bool amsgradOf(const torch::optim::OptimizerOptions& options, bool decoupled) {
 }  // namespace
 
 void CompressedMomentum::check(const torch::optim::Optimizer& optimizer, int64_t warmupSteps) {
-  if (!isAdamW(optimizer) && !isAdam(optimizer)) {
+  if (!isAdamFamily(optimizer)) {
     throw ConfigError("compressed momentum (1-bit Adam) needs an Adam or AdamW optimizer",
                       {.hint = "use --optimizer adamw, or drop --compress-momentum"});
   }

@@ -16,6 +16,7 @@
 #include "torch/api/archive_bytes.h"
 #include "torch/api/compressed_momentum.h"
 #include "torch/api/distributed_model.h"
+#include "torch/api/optimizer_kind.h"
 #include "torch/api/schedule_tuning.h"
 #include "torch/api/sync_setup.h"
 #include "torch/models/float_span.h"
@@ -96,7 +97,7 @@ std::function<bool(const torch::Tensor&)> absorbsOf(const Parameters& parameters
 void checkMomentumAppliedOnce(const torch::optim::Optimizer& optimizer,
                               const std::function<bool(const torch::Tensor&)>& absorbs,
                               const std::string& compress) {
-  if (dynamic_cast<const torch::optim::SGD*>(&optimizer) == nullptr) return;
+  if (!isSgd(optimizer)) return;
   for (const auto& group : optimizer.param_groups()) {
     if (static_cast<const torch::optim::SGDOptions&>(group.options()).momentum() == 0) continue;
     for (const auto& p : group.params()) {

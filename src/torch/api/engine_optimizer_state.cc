@@ -4,17 +4,11 @@
 #include <memory>
 
 #include "common/check.h"
+#include "torch/api/optimizer_kind.h"
 #include "torch/api/optimizer_state_key.h"
 
 namespace gradsync {
 namespace {
-
-bool isAdam(const torch::optim::Optimizer& o) {
-  return dynamic_cast<const torch::optim::Adam*>(&o) != nullptr;
-}
-bool isAdamW(const torch::optim::Optimizer& o) {
-  return dynamic_cast<const torch::optim::AdamW*>(&o) != nullptr;
-}
 
 // Adam's and AdamW's state: the same fields under two unrelated types.
 template <typename State>
@@ -47,8 +41,8 @@ std::vector<torch::Tensor> stateTensors(const torch::optim::Optimizer& optimizer
 }  // namespace
 
 size_t engineStateSlots(const torch::optim::Optimizer& optimizer) {
-  if (dynamic_cast<const torch::optim::SGD*>(&optimizer) != nullptr) return 1;
-  return isAdam(optimizer) || isAdamW(optimizer) ? 2 : 0;
+  if (isSgd(optimizer)) return 1;
+  return isAdamFamily(optimizer) ? 2 : 0;
 }
 
 void engineStateIntoOptimizer(std::span<const float> state,

@@ -12,6 +12,7 @@
 #include "ps/served_units.h"
 #include "schedule/schedule_tuner.h"
 #include "sync/strategy.h"
+#include "torch/api/optimizer_kind.h"
 #include "torch/api/schedule_tuning.h"
 
 namespace gradsync {
@@ -29,7 +30,7 @@ namespace {
 UpdateRule ruleOfGroup(const torch::optim::Optimizer& optimizer,
                        const torch::optim::OptimizerParamGroup& group) {
   const torch::optim::OptimizerOptions& options = group.options();
-  if (dynamic_cast<const torch::optim::SGD*>(&optimizer) != nullptr) {
+  if (isSgd(optimizer)) {
     const auto& o = static_cast<const torch::optim::SGDOptions&>(options);
     return {.kind = UpdateRule::Kind::kSgd,
             .lr = o.lr(),
@@ -51,11 +52,11 @@ UpdateRule ruleOfGroup(const torch::optim::Optimizer& optimizer,
                       .eps = o.eps(),
                       .weightDecay = o.weight_decay()};
   };
-  if (dynamic_cast<const torch::optim::AdamW*>(&optimizer) != nullptr) {
+  if (isAdamW(optimizer)) {
     return adamLike(UpdateRule::Kind::kAdamW,
                     static_cast<const torch::optim::AdamWOptions&>(options));
   }
-  if (dynamic_cast<const torch::optim::Adam*>(&optimizer) != nullptr) {
+  if (isAdam(optimizer)) {
     return adamLike(UpdateRule::Kind::kAdam,
                     static_cast<const torch::optim::AdamOptions&>(options));
   }
@@ -109,7 +110,7 @@ UpdateRule engineRule(const torch::optim::Optimizer& optimizer, const Absorbs& a
 // The momentum a compressor that applies it itself (dgc) uses in gradient mode: SGD's, from
 // the group of the parameters that do not.
 double compressorMomentum(const torch::optim::Optimizer& optimizer, const Absorbs& absorbs) {
-  if (dynamic_cast<const torch::optim::SGD*>(&optimizer) == nullptr) return 0;
+  if (!isSgd(optimizer)) return 0;
   const auto& group = referenceGroup(optimizer, absorbs);
   return static_cast<const torch::optim::SGDOptions&>(group.options()).momentum();
 }
@@ -179,8 +180,7 @@ SyncSetup setupFor(const torch::optim::Optimizer& optimizer, const SyncOptions& 
                    const Absorbs& absorbs) {
   const SyncStrategy strategy = SyncStrategy::parse(sync.sync);
   EngineOptions engine = engineOptionsOf(sync, strategy);
-  engine.compression.adamFamily = dynamic_cast<const torch::optim::Adam*>(&optimizer) != nullptr ||
-                                  dynamic_cast<const torch::optim::AdamW*>(&optimizer) != nullptr;
+  engine.compression.adamFamily = isAdamFamily(optimizer);
   checkCompressionApplies(strategy, engine.compression, sync.sync);
   const StrategyKnobs knobs = knobsOf(sync);
   const bool local = strategy.kind == SyncStrategy::Kind::kLocalSgd;

@@ -8,6 +8,7 @@
 #include "gradsync/torch/distributed_optimizer.h"
 #include "torch/api/archive_bytes.h"
 #include "torch/api/distributed_model.h"
+#include "torch/api/optimizer_kind.h"
 #include "torch/api/outer_optimizer.h"
 #include "torch/models/float_span.h"
 
@@ -77,7 +78,7 @@ void DistributedOptimizer::adoptSyncState(std::span<const uint8_t> state, int64_
   StateReader in(state, "the synchronization state of another number of workers");
   std::vector<uint8_t> bytes;
   in.read(bytes);  // the engine's: left behind
-  if (model_->updatesParameters() && dynamic_cast<torch::optim::SGD*>(&optimizer_) == nullptr &&
+  if (model_->updatesParameters() && !isSgd(optimizer_) &&
       DistributedModel::engineStateKeepsMoments(bytes)) {
     throw ConfigError(
         "this checkpoint's Adam moments in update mode (p3, sharded) are kept per rank (sharded: "

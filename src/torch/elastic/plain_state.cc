@@ -10,19 +10,13 @@
 #include "common/check.h"
 #include "gradsync/error.h"
 #include "torch/api/archive_bytes.h"
+#include "torch/api/optimizer_kind.h"
 #include "torch/api/optimizer_state_key.h"
 
 namespace gradsync {
 namespace {
 
-enum class Kind { kSgd, kAdam, kAdamW, kOther };
-
-Kind kindOf(const torch::optim::Optimizer& optimizer) {
-  if (dynamic_cast<const torch::optim::SGD*>(&optimizer) != nullptr) return Kind::kSgd;
-  if (dynamic_cast<const torch::optim::Adam*>(&optimizer) != nullptr) return Kind::kAdam;
-  if (dynamic_cast<const torch::optim::AdamW*>(&optimizer) != nullptr) return Kind::kAdamW;
-  return Kind::kOther;
-}
+using Kind = OptimizerKind;
 
 std::vector<torch::Tensor> parametersOf(torch::optim::Optimizer& optimizer) {
   std::vector<torch::Tensor> parameters;
@@ -102,7 +96,7 @@ void readOptimizer(StateReader& in, torch::optim::Optimizer& optimizer) {
     return;
   }
   const std::vector<torch::Tensor> parameters = parametersOf(optimizer);
-  const size_t slots = kindOf(optimizer) == Kind::kSgd ? 1 : 3;
+  const size_t slots = optimizerKind(optimizer) == Kind::kSgd ? 1 : 3;
   PlainOptimizerState state{.tensors = std::vector<std::vector<torch::Tensor>>(parameters.size()),
                             .steps = std::vector<int64_t>(parameters.size(), 0)};
   for (size_t i = 0; i < parameters.size(); ++i) {
@@ -129,11 +123,11 @@ std::vector<torch::Tensor> modelTensors(torch::nn::Module& model) {
 }
 
 bool hasPlainState(const torch::optim::Optimizer& optimizer) {
-  return kindOf(optimizer) != Kind::kOther;
+  return optimizerKind(optimizer) != Kind::kOther;
 }
 
 PlainOptimizerState plainStateOf(torch::optim::Optimizer& optimizer) {
-  const Kind kind = kindOf(optimizer);
+  const Kind kind = optimizerKind(optimizer);
   GS_CHECK(kind != Kind::kOther);
   PlainOptimizerState plain;
   for (const torch::Tensor& p : parametersOf(optimizer)) {
@@ -161,7 +155,7 @@ PlainOptimizerState plainStateOf(torch::optim::Optimizer& optimizer) {
 }
 
 void setPlainState(torch::optim::Optimizer& optimizer, const PlainOptimizerState& plain) {
-  const Kind kind = kindOf(optimizer);
+  const Kind kind = optimizerKind(optimizer);
   GS_CHECK(kind != Kind::kOther);
   const std::vector<torch::Tensor> parameters = parametersOf(optimizer);
   GS_CHECK(plain.tensors.size() == parameters.size() && plain.steps.size() == parameters.size());
