@@ -1,6 +1,7 @@
 #include "common/state_bytes.h"
 
 #include <fmt/format.h>
+#include <zlib.h>
 
 #include <algorithm>
 
@@ -21,8 +22,10 @@ void StateWriter::reserve(size_t size) {
 }
 
 void StateWriter::writeRaw(uint64_t count, const void* data, size_t size) {
-  if (sizing_) {
-    sized_ += sizeof(count) + size;
+  if (hashing_) {
+    counted_ += sizeof(count) + size;
+    hashRaw(&count, sizeof(count));
+    hashRaw(data, size);
     return;
   }
   const size_t at = bytes_.size();
@@ -30,6 +33,16 @@ void StateWriter::writeRaw(uint64_t count, const void* data, size_t size) {
   bytes_.resize(at + sizeof(count) + size);
   std::memcpy(bytes_.data() + at, &count, sizeof(count));
   if (size > 0) std::memcpy(bytes_.data() + at + sizeof(count), data, size);
+}
+
+void StateWriter::hashRaw(const void* data, size_t size) {
+  // zlib takes uInt lengths: at most 1 GiB at a time.
+  constexpr size_t kChunk = size_t{1} << 30;
+  const auto* bytes = static_cast<const Bytef*>(data);
+  for (size_t at = 0; at < size; at += kChunk) {
+    crc_ = static_cast<uint32_t>(
+        ::crc32(crc_, bytes + at, static_cast<uInt>(std::min(kChunk, size - at))));
+  }
 }
 
 uint64_t StateReader::readCount(size_t elementSize) {

@@ -19,12 +19,15 @@ namespace gradsync {
 
 class StateWriter {
  public:
-  // A writer that keeps nothing and only counts what it is given (size()): writing a large state
-  // twice, first into one, lets the real writer reserve() it all at once, instead of doubling
-  // through buffers whose copies and first touches cost more than the writes (docs/cluster.md).
-  static StateWriter sizer() {
+  // A writer that keeps nothing and only hashes and counts what it is given (hash(), size()):
+  // the CRC32 of the bytes a real writer would hold, without holding them. An elastic round's
+  // members compare what they hold before anything moves (torch/elastic/state.h), and the one
+  // that sends reserve()s the size counted, so that a large state is written into one buffer
+  // instead of doubling through buffers whose copies and first touches cost more than the
+  // writes (docs/cluster.md).
+  static StateWriter hasher() {
     StateWriter w;
-    w.sizing_ = true;
+    w.hashing_ = true;
     return w;
   }
   template <typename T>
@@ -40,16 +43,21 @@ class StateWriter {
   // Room for `size` bytes in all, so that writes up to it do not reallocate.
   void reserve(size_t size);
 
-  // The bytes written so far (a sizer's: none; size() counts them).
+  // The bytes written so far (a hasher's: none; size() counts them).
   const std::vector<uint8_t>& bytes() const { return bytes_; }
   std::vector<uint8_t> take() { return std::move(bytes_); }
-  size_t size() const { return sizing_ ? sized_ : bytes_.size(); }
+  size_t size() const { return hashing_ ? counted_ : bytes_.size(); }
+  // A hasher's CRC32 of every byte written so far: the CRC32 of bytes() of a real writer given
+  // the same writes (0 for a writer that is not a hasher).
+  uint32_t hash() const { return crc_; }
 
  private:
   void writeRaw(uint64_t count, const void* data, size_t size);
+  void hashRaw(const void* data, size_t size);
   std::vector<uint8_t> bytes_;
-  bool sizing_ = false;
-  size_t sized_ = 0;  // what a sizer was given
+  bool hashing_ = false;
+  size_t counted_ = 0;  // what a hasher was given
+  uint32_t crc_ = 0;    // a hasher's CRC32 so far
 };
 
 // Reads what a StateWriter wrote. Every mismatch (fewer bytes than an array needs, an array of

@@ -63,6 +63,11 @@ static_assert(kAverager == kReservedTagBase + 16);
 // The compression guard's per-window agreement (compress/guard.h), on the training thread.
 inline constexpr uint64_t kGuard = kReservedTagBase + 17;
 
+// An elastic round's state bytes, rank 0's to a member that lacks them (torch/elastic/state.h):
+// apart from kModelState so that the member can post its receive before the small collectives
+// on kModelState that come first.
+inline constexpr uint64_t kElasticState = kReservedTagBase + 18;
+
 // Wavelet's waves (torch/waves/wavelet_trainer.h): wave w's streams are every stream above shifted
 // by (w + 1) * kWaveShift (transport/tag_shift_transport.h), above all per-unit ranges, so that two
 // waves' engines on one transport never meet each other or the unshifted streams.
@@ -77,7 +82,7 @@ inline constexpr uint64_t kAll[] = {
     kPsRequest, kPsPayload,           kPsState,           kAgreement,    kTorchApi,
     kJoin,      kEmbRequest,          kEmbPayload,        kEmbReply,     kEmbReplyPayload,
     kRecStatus, kPipelineActivations, kPipelineGradients, kPipelineEval, kAverager,
-    kGuard};
+    kGuard,     kElasticState};
 
 constexpr bool allDistinct() {
   for (size_t i = 0; i < std::size(kAll); ++i) {

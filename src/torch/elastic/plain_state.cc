@@ -7,6 +7,7 @@
 #include <span>
 #include <string>
 
+#include "common/allocator.h"
 #include "common/check.h"
 #include "gradsync/error.h"
 #include "torch/api/archive_bytes.h"
@@ -69,6 +70,9 @@ void readInto(StateReader& in, torch::Tensor& into) {
 torch::Tensor readStateTensor(StateReader& in, const torch::Tensor& parameter) {
   if (in.readU64() == 0) return {};
   torch::Tensor t = torch::empty_like(parameter.detach(), torch::MemoryFormat::Contiguous);
+  // Huge pages before the first touch: a joiner's Adam state is two fresh model-sized tensors
+  // (src/common/allocator.h: 4 KiB faults cost 0.15 s per 51.6 MB here, 2 MiB ones 5 ms).
+  adviseHugePages(t.data_ptr(), t.nbytes());
   readInto(in, t);
   return t;
 }

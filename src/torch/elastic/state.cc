@@ -1,12 +1,15 @@
 #include "torch/elastic/state.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <optional>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "common/allocator.h"
 #include "common/elapsed.h"
 #include "common/logging.h"
 #include "common/state_bytes.h"
@@ -88,19 +91,155 @@ ElasticProgress decodeProgress(const std::vector<uint8_t>& bytes) {
 
 namespace {
 
-// A member's part of shareState: rank 0's bytes into its own state. The progress and the
-// synchronization state are decoded before anything is replaced; the tensors go in place.
-void loadSharedState(const std::vector<uint8_t>& bytes, Model& net,
-                     torch::optim::Optimizer& optimizer, ElasticProgress& progress,
-                     std::vector<uint8_t>* sync) {
+// What shareState moves besides the progress: the synchronization state, then the training
+// state. A member "holds" rank 0's state when these bytes would be rank 0's.
+void writeHeldState(StateWriter& out, Model& net, torch::optim::Optimizer& optimizer,
+                    const std::vector<uint8_t>* sync) {
+  if (sync != nullptr) out.write(*sync);
+  writeTrainingState(out, net, optimizer);
+}
+
+// Its hash (hash()) and size (size()), from a hasher: nothing is copied.
+StateWriter hashHeldState(Model& net, torch::optim::Optimizer& optimizer,
+                          const std::vector<uint8_t>* sync) {
+  StateWriter hasher = StateWriter::hasher();
+  writeHeldState(hasher, net, optimizer, sync);
+  return hasher;
+}
+
+// What every member holds, as every member learns it (one allgather of 12 bytes each): the
+// hash and the size of its held state, by rank.
+struct Holdings {
+  std::vector<uint32_t> hashes;
+  std::vector<uint64_t> sizes;
+
+  // The ranks whose held state is not rank 0's.
+  std::vector<int> lacking() const {
+    std::vector<int> ranks;
+    for (size_t rank = 1; rank < hashes.size(); ++rank) {
+      if (hashes[rank] != hashes[0] || sizes[rank] != sizes[0]) {
+        ranks.push_back(static_cast<int>(rank));
+      }
+    }
+    return ranks;
+  }
+};
+
+Holdings gatherHoldings(Transport& transport, const StateWriter& held) {
+  const uint32_t hash = held.hash();
+  const uint64_t size = held.size();
+  std::vector<uint8_t> mine(sizeof hash + sizeof size);
+  std::memcpy(mine.data(), &hash, sizeof hash);
+  std::memcpy(mine.data() + sizeof hash, &size, sizeof size);
+  Holdings all;
+  for (const std::vector<uint8_t>& theirs :
+       allgatherBytes(transport, mine, {.tag = tags::kModelState})) {
+    if (theirs.size() != mine.size()) {
+      throw ProtocolError(fmt::format("rank {} described its elastic state in {} bytes, not {}",
+                                      all.hashes.size(), theirs.size(), mine.size()),
+                          {.rank = transport.rank(),
+                           .peer = static_cast<int>(all.hashes.size()),
+                           .operation = "elastic state"});
+    }
+    all.hashes.push_back(0);
+    all.sizes.push_back(0);
+    std::memcpy(&all.hashes.back(), theirs.data(), sizeof hash);
+    std::memcpy(&all.sizes.back(), theirs.data() + sizeof hash, sizeof size);
+  }
+  return all;
+}
+
+// A member's receive of rank 0's held state (`size` bytes). It touches its buffer first (advised
+// to huge pages: src/common/allocator.h), while rank 0 writes, then posts the receive and tells
+// rank 0 it is ready: rank 0 sends only then, so the bytes land straight in this buffer
+// (single-copy through shared memory), not in a fresh one the transport would allocate, fault
+// in and copy from (first touches of fresh memory cost more than the copy on this machine).
+class HeldStateReceive {
+ public:
+  HeldStateReceive(Transport& transport, uint64_t size) : transport_(transport) {
+    bytes_.reserve(size);
+    adviseHugePages(bytes_.data(), bytes_.capacity());
+    bytes_.resize(size);
+    work_ = transport.recv(0, tags::kElasticState, bytes_.data(), size);
+    ready_ = transport.send(0, tags::kElasticState, &kReady, sizeof kReady);
+  }
+  HeldStateReceive(const HeldStateReceive&) = delete;
+  HeldStateReceive& operator=(const HeldStateReceive&) = delete;
+  // A receive still pending when the share fails (an exception on its way out) must not write
+  // into a freed buffer: the round's transport is aborted (the round fails anyway) and the
+  // receive waited out.
+  ~HeldStateReceive() {
+    if (work_->done() && ready_->done()) return;
+    transport_.abort(std::make_exception_ptr(
+        Error("the elastic state's transfer was abandoned", {.rank = transport_.rank()})));
+    for (const WorkPtr& work : {work_, ready_}) {
+      try {
+        work->wait();
+      } catch (...) {  // the abort's, as meant
+      }
+    }
+  }
+
+  // Blocks until every byte arrived; throws what the transport throws.
+  const std::vector<uint8_t>& bytes() {
+    ready_->wait();
+    work_->wait();
+    return bytes_;
+  }
+
+  static constexpr uint8_t kReady = 1;
+
+ private:
+  Transport& transport_;
+  std::vector<uint8_t> bytes_;
+  WorkPtr work_, ready_;
+};
+
+// Rank 0's held state (`size` bytes, as its hasher counted them) to the ranks in `to`, written
+// once into one buffer, sent to each as soon as it is ready (HeldStateReceive). On a failure the
+// transport is aborted before the buffer goes (the round fails anyway), so that no send still
+// reads it.
+void sendHeldState(Transport& transport, const std::vector<int>& to, size_t size, Model& net,
+                   torch::optim::Optimizer& optimizer, const std::vector<uint8_t>* sync) {
+  StateWriter writer;
+  writer.reserve(size);
+  writeHeldState(writer, net, optimizer, sync);
+  std::vector<WorkPtr> sends;
+  try {
+    for (int rank : to) {
+      uint8_t ready = 0;
+      transport.recv(rank, tags::kElasticState, &ready, sizeof ready)->wait();
+      sends.push_back(
+          transport.send(rank, tags::kElasticState, writer.bytes().data(), writer.size()));
+    }
+    for (WorkPtr& work : sends) work->wait();
+  } catch (...) {
+    transport.abort(std::current_exception());
+    for (WorkPtr& work : sends) {
+      try {
+        work->wait();
+      } catch (...) {  // the abort's
+      }
+    }
+    throw;
+  }
+}
+
+// The hash of a held state's hash and the progress.
+uint32_t withProgress(uint32_t held, const ElasticProgress& progress) {
+  const std::vector<uint32_t> pieces{crc32Of(encodeProgress(progress)), held};
+  return crc32Of(
+      {reinterpret_cast<const uint8_t*>(pieces.data()), pieces.size() * sizeof(uint32_t)});
+}
+
+// A member's part of shareState: rank 0's held state into its own (the tensors in place).
+void loadHeldState(const std::vector<uint8_t>& bytes, Model& net,
+                   torch::optim::Optimizer& optimizer, std::vector<uint8_t>* sync) {
   StateReader reader(bytes, "the elastic state of rank 0");
-  std::vector<uint8_t> progressBytes, syncBytes;
-  reader.read(progressBytes);
+  std::vector<uint8_t> syncBytes;
   if (sync != nullptr) reader.read(syncBytes);
-  ElasticProgress shared = decodeProgress(progressBytes);
   readTrainingState(reader, net, optimizer);
   reader.expectEnd();
-  progress = std::move(shared);
   if (sync != nullptr) *sync = std::move(syncBytes);
 }
 
@@ -110,43 +249,49 @@ void shareState(Transport& transport, Model& net, torch::optim::Optimizer& optim
                 ElasticProgress& progress, std::vector<uint8_t>* sync) {
   const auto start = std::chrono::steady_clock::now();
   const bool source = transport.rank() == 0;
-  StateWriter writer;
-  if (source) {
-    const auto write = [&](StateWriter& out) {
-      out.write(encodeProgress(progress));
-      if (sync != nullptr) out.write(*sync);
-      writeTrainingState(out, net, optimizer);
-    };
-    StateWriter sizer = StateWriter::sizer();  // one buffer of the whole size, touched once
-    write(sizer);
-    writer.reserve(sizer.size());
-    write(writer);
+  const StateWriter before = hashHeldState(net, optimizer, sync);
+  const Holdings holdings = gatherHoldings(transport, before);
+  const std::vector<int> lacking = holdings.lacking();
+  std::optional<HeldStateReceive> receive;
+  if (std::find(lacking.begin(), lacking.end(), transport.rank()) != lacking.end()) {
+    receive.emplace(transport, holdings.sizes[0]);
   }
-  const std::vector<uint8_t> bytes =
-      broadcastBytes(transport, writer.bytes(), 0, {.tag = tags::kModelState});
-  if (!source) loadSharedState(bytes, net, optimizer, progress, sync);
-  checkSameState(transport, sharedStateHash(net, progress));
+  const std::vector<uint8_t> progressBytes =
+      broadcastBytes(transport, source ? encodeProgress(progress) : std::vector<uint8_t>{}, 0,
+                     {.tag = tags::kModelState});
+  ElasticProgress shared = decodeProgress(progressBytes);  // before anything is replaced
+  if (source && !lacking.empty()) {
+    sendHeldState(transport, lacking, before.size(), net, optimizer, sync);
+  }
+  uint32_t held = before.hash();
+  if (receive) {
+    loadHeldState(receive->bytes(), net, optimizer, sync);
+    held = hashHeldState(net, optimizer, sync).hash();  // what it loaded, checked below
+  }
+  progress = std::move(shared);
+  checkSameState(transport, withProgress(held, progress));
   // After the hash check every member has loaded it: rank 0's clock spans the whole recovery
-  // (its serialisation, the broadcast, every member's load and hash).
+  // (the hashes, its serialisation, the transfers, every member's load and hash).
   if (source && transport.size() > 1) {
     const double seconds = secondsSince(start);
-    const double mb = static_cast<double>(bytes.size()) / 1e6;
-    GS_LOG(kInfo, "elastic: the job's state ({:.1f} MB) to {} members in {:.3f} s ({:.0f} MB/s)",
-           mb, transport.size() - 1, seconds, mb / seconds);
+    const double mb = static_cast<double>(before.size()) / 1e6;
+    if (lacking.empty()) {
+      GS_LOG(kInfo,
+             "elastic: the {} other members held the job's state ({:.1f} MB) already: "
+             "checked in {:.3f} s",
+             transport.size() - 1, mb, seconds);
+    } else {
+      GS_LOG(kInfo,
+             "elastic: the job's state ({:.1f} MB) to {} of the {} other members in {:.3f} s "
+             "({:.0f} MB/s to each; the others held it already)",
+             mb, lacking.size(), transport.size() - 1, seconds, mb / seconds);
+    }
   }
 }
 
-uint32_t sharedStateHash(Model& net, const ElasticProgress& progress) {
-  std::vector<uint32_t> pieces{crc32Of(encodeProgress(progress))};
-  const auto add = [&](const torch::Tensor& t) {
-    const torch::Tensor c = t.contiguous();
-    pieces.push_back(crc32Of({static_cast<const uint8_t*>(c.data_ptr()),
-                              static_cast<size_t>(c.numel()) * c.element_size()}));
-  };
-  for (const torch::Tensor& p : net.parameters()) add(p);
-  for (const torch::Tensor& b : net.buffers()) add(b);
-  return crc32Of(
-      {reinterpret_cast<const uint8_t*>(pieces.data()), pieces.size() * sizeof(uint32_t)});
+uint32_t sharedStateHash(Model& net, torch::optim::Optimizer& optimizer,
+                         const ElasticProgress& progress, const std::vector<uint8_t>* sync) {
+  return withProgress(hashHeldState(net, optimizer, sync).hash(), progress);
 }
 
 void checkSameState(Transport& transport, uint32_t hash) {

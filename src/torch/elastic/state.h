@@ -29,20 +29,25 @@ struct ElasticProgress {
   std::vector<Evaluation> evaluations;  // --eval-every's, in step order
 };
 
-// Makes every member's model (parameters and buffers), optimizer state and progress rank 0's,
-// with one broadcast of their bytes; with `sync` (localsgd and diloco: the committed
-// synchronization state, torch/elastic/round.h) rank 0's bytes too. A member replaces its own
-// only once every byte arrived, so a failure midway leaves its state as it was (still its own,
-// consistent). Collective over `transport`; throws what the transport throws (PeerLostError,
-// TimeoutError), DataError for bytes that do not load.
-// Then every member checks that what it loaded is rank 0's (checkSameState of
-// sharedStateHash): DataError naming a member whose state differs.
+// Makes every member's model (parameters and buffers), optimizer state and progress rank 0's;
+// with `sync` (localsgd and diloco: the committed synchronization state, torch/elastic/round.h)
+// rank 0's bytes too. Only the members that lack it receive it: every member hashes what it
+// holds first (sharedStateHash's pieces, without copying), and rank 0 sends its bytes to those
+// whose hash differs from its own (a joiner; a survivor that lost a step), while the members
+// that already hold it (the survivors of a failure, rolled back to the same commit) take only
+// the progress. A member replaces its own only once every byte arrived, so a failure midway
+// leaves its state as it was (still its own, consistent). Collective over `transport`; throws
+// what the transport throws (PeerLostError, TimeoutError), DataError for bytes that do not load.
+// Then every member checks that what it holds is rank 0's (checkSameState of the hash of the
+// progress and of what it loaded or held): DataError naming a member whose state differs.
 void shareState(Transport& transport, Model& net, torch::optim::Optimizer& optimizer,
                 ElasticProgress& progress, std::vector<uint8_t>* sync = nullptr);
 
-// A hash (CRC32 of the pieces' CRC32s) of what shareState makes alike and training reads: the
-// progress, every parameter and buffer of `net`.
-uint32_t sharedStateHash(Model& net, const ElasticProgress& progress);
+// A hash (CRC32) of everything shareState makes alike: the progress, `sync` (when given), every
+// parameter and buffer of `net` and the optimizer's state.
+uint32_t sharedStateHash(Model& net, torch::optim::Optimizer& optimizer,
+                         const ElasticProgress& progress,
+                         const std::vector<uint8_t>* sync = nullptr);
 // Collective: gathers every member's `hash`; DataError on every member, naming the first member
 // whose hash is not rank 0's.
 void checkSameState(Transport& transport, uint32_t hash);

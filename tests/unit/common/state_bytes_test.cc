@@ -93,25 +93,54 @@ TEST(StateBytes, LeftoverBytesAreRefused) {
   EXPECT_FALSE(in.atEnd());
 }
 
-// A sizer counts exactly the bytes a writer keeps, and keeps none; a writer reserved to that size
-// writes it all into the one buffer it reserved.
-TEST(StateBytes, ASizerCountsWhatAWriterWrites) {
+// A hasher counts exactly the bytes a writer keeps, and keeps none; a writer reserved to that
+// size writes it all into the one buffer it reserved.
+TEST(StateBytes, AHasherCountsWhatAWriterWrites) {
   const auto write = [](StateWriter& out) {
     out.write(uint64_t{7});
     out.write(std::vector<float>(1000, 1.5f));
     out.write(std::vector<uint8_t>{});
     out.write(std::vector<double>{0.25, 2.0, -1.0});
   };
-  StateWriter sizer = StateWriter::sizer();
-  write(sizer);
-  EXPECT_TRUE(sizer.bytes().empty());
+  StateWriter hasher = StateWriter::hasher();
+  write(hasher);
+  EXPECT_TRUE(hasher.bytes().empty());
   StateWriter writer;
-  writer.reserve(sizer.size());
+  writer.reserve(hasher.size());
   const uint8_t* buffer = writer.bytes().data();
   write(writer);
-  EXPECT_EQ(writer.size(), sizer.size());
+  EXPECT_EQ(writer.size(), hasher.size());
   EXPECT_EQ(writer.bytes().size(), 4 * sizeof(uint64_t) + 8 + 4000 + 24);
   EXPECT_EQ(writer.bytes().data(), buffer);  // no reallocation
+}
+
+// CRC-32 (IEEE, reflected: zlib's) bit by bit, the reference for a hasher.
+uint32_t naiveCrc32(const std::vector<uint8_t>& bytes) {
+  uint32_t crc = 0xFFFFFFFFu;
+  for (uint8_t byte : bytes) {
+    crc ^= byte;
+    for (int bit = 0; bit < 8; ++bit) crc = (crc >> 1) ^ (0xEDB88320u & (0u - (crc & 1u)));
+  }
+  return ~crc;
+}
+
+// A hasher gives the CRC32 of exactly the bytes a writer keeps; another value changes it.
+TEST(StateBytes, AHasherHashesWhatAWriterWrites) {
+  const auto write = [](StateWriter& out, float value) {
+    out.write(uint64_t{7});
+    out.write(std::vector<float>(1000, value));
+    out.write(std::vector<uint8_t>{});
+    out.write(std::vector<double>{0.25, 2.0, -1.0});
+  };
+  StateWriter hasher = StateWriter::hasher();
+  write(hasher, 1.5f);
+  StateWriter writer;
+  write(writer, 1.5f);
+  EXPECT_EQ(hasher.hash(), naiveCrc32(writer.bytes()));
+  StateWriter other = StateWriter::hasher();
+  write(other, -1.5f);
+  EXPECT_NE(other.hash(), hasher.hash());
+  EXPECT_EQ(StateWriter::hasher().hash(), naiveCrc32({}));
 }
 
 }  // namespace

@@ -96,13 +96,34 @@ TEST(ElasticState, EveryMemberGetsRankZerosState) {
   });
 }
 
+// Members that already hold rank 0's state (the survivors of a failure, rolled back to the same
+// commit) take only its progress: rank 1 here forwards nothing of the model, while rank 2 (a
+// joiner) gets all of it.
+TEST(ElasticState, OnlyTheMembersThatLackTheStateReceiveIt) {
+  runWithTransports(TransportKind::kLoopback, 3, [](Transport& t) {
+    Member member(t.rank() == 1 ? 0 : t.rank());  // rank 1 holds rank 0's tensors
+    member.progress.step = 7 * t.rank();          // but not its progress
+    const uint64_t sentBefore = t.bytesSent();
+    shareState(t, *member.net, member.optimizer, member.progress);
+    const uint64_t sent = t.bytesSent() - sentBefore;
+    const std::vector<std::vector<uint8_t>> all = allgatherBytes(t, member.bytes());
+    for (int r = 0; r < t.size(); ++r) EXPECT_EQ(all[r], all[0]) << "rank " << r;
+    EXPECT_EQ(member.progress.step, 0);
+    const size_t model = all[0].size() - encodeProgress(member.progress).size();
+    if (t.rank() == 0) EXPECT_GE(sent, model) << "rank 2 lacked it";
+    if (t.rank() == 1) EXPECT_LT(sent, 4096u) << "rank 1 held it: " << model << " bytes of model";
+  });
+}
+
 // After the transfer every member checks by hash that it holds rank 0's state (shareState
 // does); a member whose hash differs is named on every member.
 TEST(ElasticState, AMemberWhoseStateIsNotRankZerosIsNamedOnEveryMember) {
   runWithTransports(TransportKind::kLoopback, 3, [](Transport& t) {
     Member member(t.rank());
-    const uint32_t mine = sharedStateHash(*member.net, member.progress);
-    checkSameState(t, t.rank() == 1 ? mine : sharedStateHash(*Member(1).net, Member(1).progress));
+    const uint32_t mine = sharedStateHash(*member.net, member.optimizer, member.progress);
+    Member one(1);
+    checkSameState(t,
+                   t.rank() == 1 ? mine : sharedStateHash(*one.net, one.optimizer, one.progress));
     try {
       checkSameState(t, mine);
       ADD_FAILURE() << "three different states passed the check";
@@ -124,17 +145,25 @@ TEST(ElasticState, TheSynchronizationStateIsRankZeros) {
   });
 }
 
-// Rank 0 sends the length of its state and fails: the others give up waiting for the bytes
-// (time out, or hear of their neighbour's failure) and keep their own state, bitwise.
+// Rank 0 takes part in the hashes (a state of 1 MiB that nobody holds), sends its progress,
+// hears that both others are ready for its state, and fails: the others give up waiting for the
+// bytes (time out, or hear of their neighbour's failure) and keep their own state, bitwise,
+// progress included.
 TEST(ElasticState, AFailedTransferLeavesAMembersStateWhole) {
   runWithTransports(TransportKind::kLoopback, 3,
                     [](Transport& t) {
                       Member member(t.rank());
                       if (t.rank() == 0) {
-                        const uint64_t length = 1 << 20;
-                        float words[2];
-                        std::memcpy(words, &length, sizeof length);
-                        broadcast(t, words, 0, {.tag = tags::kModelState});
+                        const CollectiveOptions options{.tag = tags::kModelState};
+                        std::vector<uint8_t> holding(12, 0);  // hash 0, then the size
+                        const uint64_t size = 1 << 20;
+                        std::memcpy(holding.data() + 4, &size, sizeof size);
+                        allgatherBytes(t, holding, options);
+                        broadcastBytes(t, encodeProgress(member.progress), 0, options);
+                        for (int rank : {1, 2}) {
+                          uint8_t ready = 0;
+                          t.recv(rank, tags::kElasticState, &ready, 1)->wait();
+                        }
                         return;
                       }
                       const std::vector<uint8_t> before = member.bytes();
