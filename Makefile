@@ -105,8 +105,9 @@ SANITIZE_LABELS ?=
 test-sanitize: deps
 	@SANITIZE_LABELS=$(SANITIZE_LABELS) $(CI_TEST) asan tsan
 
-# The long suites make test leaves out (the rest of the convergence cases, about 15 minutes):
-# run before changing an algorithm, and record its figures (docs/testing.md).
+# The long suites make test leaves out (the rest of the convergence cases, about 15 minutes; the
+# 1,000 kill-during-collective trials; the Python cases marked long): run before changing an
+# algorithm, and record its figures (docs/testing.md).
 test-long: build
 	@$(CI_TEST) long
 

@@ -7,7 +7,8 @@
 #
 # release  ctest on BUILD (the release build): every suite but the long ones (label long);
 #          convergence_test runs alone (RUN_SERIAL), never beside the timing-sensitive suites.
-# long     the long suites (convergence_long: the convergence cases make test leaves out).
+# long     the long suites (convergence_long: the convergence cases make test leaves out;
+#          multiproc_chaos_long; python_long).
 # fuzz     libFuzzer on every decoder of untrusted bytes (seven targets: tests/fuzz) for
 #          FUZZ_SECONDS each, from the committed seed corpora, one target per core at a time.
 # asan     AddressSanitizer build (no LibTorch) and its ctest: the suites labelled asan (every

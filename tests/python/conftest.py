@@ -22,6 +22,11 @@ from pathlib import Path
 import pytest
 import torch
 
+def pytest_configure(config):
+    # `long`: cases make test leaves to make test-long (ctest python_long), CI's time.
+    config.addinivalue_line("markers", "long: runs in make test-long only (ctest python_long)")
+
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 PACKAGE = Path(os.environ.get("GRADSYNC_PYTHONPATH", REPO / "build" / "python"))

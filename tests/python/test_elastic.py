@@ -40,7 +40,9 @@ def elastic_example(ranks: int, out: Path, *flags: str) -> dict:
 @pytest.mark.skipif(not GRADSYNC.exists(), reason=f"{GRADSYNC} not built")
 @pytest.mark.skipif(not (DATA / "t10k-images-idx3-ubyte.gz").exists(),
                     reason=f"Fashion-MNIST not in {DATA} (dataset-fashion-mnist)")
-@pytest.mark.parametrize("schedule", ["wfbp", "p3"])
+# p3's cases (about 25 s each) run in make test-long (ctest python_long); wfbp's on every run, and
+# elastic_update_test runs p3 under --elastic through the CLI on every run.
+@pytest.mark.parametrize("schedule", ["wfbp", pytest.param("p3", marks=pytest.mark.long)])
 def test_the_elastic_loop_gives_one_process_parameters(tmp_path, schedule):
     """The elastic example (commit every step, ElasticSampler) on 2 and 3 workers ends where 1
     worker on the same global batch ends: the sampler's global batch i is the same samples for
@@ -59,7 +61,7 @@ def test_the_elastic_loop_gives_one_process_parameters(tmp_path, schedule):
 @pytest.mark.skipif(not GRADSYNC.exists(), reason=f"{GRADSYNC} not built")
 @pytest.mark.skipif(not (DATA / "t10k-images-idx3-ubyte.gz").exists(),
                     reason=f"Fashion-MNIST not in {DATA} (dataset-fashion-mnist)")
-@pytest.mark.parametrize("schedule", ["wfbp", "p3"])
+@pytest.mark.parametrize("schedule", ["wfbp", pytest.param("p3", marks=pytest.mark.long)])
 def test_a_killed_worker_is_left_behind_and_comes_back(tmp_path, schedule):
     """3 workers; one is killed with SIGKILL at step 50. The other two restore their last
     commit and go on as a job of 2; the launcher restarts the killed one, which comes in at a
