@@ -283,8 +283,9 @@ void shareState(Transport& transport, Model& net, torch::optim::Optimizer& optim
     } else {
       GS_LOG(kInfo,
              "elastic: the job's state ({:.1f} MB) to {} of the {} other members in {:.3f} s "
-             "({:.0f} MB/s to each; the others held it already)",
-             mb, lacking.size(), transport.size() - 1, seconds, mb / seconds);
+             "({:.0f} MB/s to each; {} held it already)",
+             mb, lacking.size(), transport.size() - 1, seconds, mb / seconds,
+             transport.size() - 1 - static_cast<int>(lacking.size()));
     }
   }
 }
