@@ -1,9 +1,12 @@
 // A subset of a transport's ranks as a transport of their own: a host's local group or a cross
 // group (gradsync/topology.h), on which hierarchical collectives run the ordinary ring
-// collectives. Rank i of the group is parent rank members[i]; messages pass through unchanged
-// (same tags), so a group's collective and the parent's never meet as long as they are called
-// one after the other by every rank, as a hierarchical collective does. Holds a reference to the
-// parent, which must outlive it. Thread-safe as the parent is.
+// collectives; the replicas of one pipeline stage, which synchronize their gradients among
+// themselves while the whole job carries activations between stages; a user's process set
+// (gradsync::subsetTransport, which checks the ranks first). Rank i of the group is parent rank
+// members[i]; messages pass through unchanged (same tags), so a group's collective and the
+// parent's never meet as long as they are called one after the other by every rank, as a
+// hierarchical collective does, and groups that share ranks at once must use distinct tags.
+// Holds a reference to the parent, which must outlive it. Thread-safe as the parent is.
 #pragma once
 
 #include <vector>

@@ -18,7 +18,7 @@
 #include "torch/pipeline/setup.h"
 #include "torch/pipeline/stage.h"
 #include "torch/pipeline/wire.h"
-#include "transport/subset_transport.h"
+#include "transport/group_transport.h"
 
 namespace gradsync {
 namespace {
@@ -57,7 +57,7 @@ class PipelineRank {
   const int stage_, replica_;
   std::shared_ptr<Model> model_;
   MicroBatches data_;
-  std::unique_ptr<SubsetTransport> replicas_;  // this stage in every pipeline
+  std::unique_ptr<GroupTransport> replicas_;  // this stage in every pipeline
   std::unique_ptr<PipelineStage> pipelineStage_;
   StageLinks links_;
   double waited_ = 0;  // seconds blocked receiving from the neighbours
@@ -80,7 +80,7 @@ PipelineRank::PipelineRank(Transport& transport, const TrainOptions& options, Pi
   if (plan_.replicas > 1) {
     std::vector<int> ranks;
     for (int r = 0; r < plan_.replicas; ++r) ranks.push_back(r * plan_.shape.stages + stage_);
-    replicas_ = std::make_unique<SubsetTransport>(transport, ranks);
+    replicas_ = std::make_unique<GroupTransport>(transport, ranks);
     pipelineStage_->setReplicas(std::make_unique<ReplicaAverager>(
         pipelineStage_->parameters(), *replicas_, syncOptionsOf(options)));
   }
