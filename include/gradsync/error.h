@@ -17,6 +17,9 @@ struct ErrorContext {
   int peer = -1;          // the remote rank involved, if any
   std::string operation;  // e.g. "allreduce", "recv", "store.get"
   std::string hint;       // what the user can do about it
+  // Where a failure that a peer relayed began (the rank that was lost, or that failed first),
+  // when the relaying peer said; failureOrigin() falls back to the peer or the rank.
+  int origin = -1;
 };
 
 class Error : public std::runtime_error {
@@ -30,6 +33,11 @@ class Error : public std::runtime_error {
   ErrorContext context_;
   std::string detail_;
 };
+
+// The rank where `error` began: its context's origin, else the peer of a PeerLostError, else the
+// rank that observed it; -1 when it names none. E.g. rank 0 sees "rank 1 failed: lost
+// connection to rank 2" with peer 1 and origin 2.
+int failureOrigin(const Error& error);
 
 // A peer process died or closed its connection.
 class PeerLostError : public Error {

@@ -35,6 +35,8 @@ void raise(const char* name, const Error& e) {
   const ErrorContext& c = e.context();
   error.attr("rank") = c.rank >= 0 ? py::object(py::int_(c.rank)) : py::object(py::none());
   error.attr("peer") = c.peer >= 0 ? py::object(py::int_(c.peer)) : py::object(py::none());
+  const int origin = failureOrigin(e);
+  error.attr("origin") = origin >= 0 ? py::object(py::int_(origin)) : py::object(py::none());
   error.attr("operation") = c.operation;
   error.attr("hint") = c.hint;
   error.attr("detail") = e.detail();

@@ -20,4 +20,11 @@ std::string decorate(const std::string& what, const ErrorContext& c) {
 Error::Error(const std::string& what, ErrorContext context)
     : std::runtime_error(decorate(what, context)), context_(std::move(context)), detail_(what) {}
 
+int failureOrigin(const Error& error) {
+  const ErrorContext& c = error.context();
+  if (c.origin >= 0) return c.origin;
+  if (c.peer >= 0 && dynamic_cast<const PeerLostError*>(&error)) return c.peer;
+  return c.rank;
+}
+
 }  // namespace gradsync

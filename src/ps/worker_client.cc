@@ -245,7 +245,8 @@ void PsWorkerClient::rethrowNamingServer(int server, const Error& e) const {
   ErrorContext context{.rank = transport_.rank(),
                        .peer = p.serverRank(server),
                        .operation = "parameter-server push/pull",
-                       .hint = hint};
+                       .hint = hint,
+                       .origin = e.context().origin};  // where a relayed failure began
   std::string what = fmt::format("{}: {}", serverName(server), e.detail());
   if (dynamic_cast<const PeerLostError*>(&e)) throw PeerLostError(what, context);
   if (dynamic_cast<const TimeoutError*>(&e)) throw TimeoutError(what, context);

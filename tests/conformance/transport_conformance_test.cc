@@ -227,6 +227,41 @@ TEST_P(TransportConformance, AbortFailsPendingAndLaterOperations) {
   });
 }
 
+// A rank that breaks because it lost another tells its peers where the failure began, so that a
+// peer of a peer names the lost rank, not the one that relayed it (error.h: failureOrigin).
+// Loopback ranks share no connection to relay on, and MPI aborts the whole job.
+TEST_P(TransportConformance, AnAbortTellsThePeersWhereTheFailureBegan) {
+  const TransportKind kind = GetParam();
+  if (kind == TransportKind::kLoopback || kind == TransportKind::kMpi) {
+    GTEST_SKIP() << kindName(kind) << " relays no abort";
+  }
+  run(3, [](Transport& t) {
+    int ready = 1;
+    if (t.rank() == 2) {
+      std::this_thread::sleep_for(300ms);  // alive while the others fail
+      return;
+    }
+    if (t.rank() == 1) {
+      t.recv(0, 3, &ready, sizeof ready)->wait();
+      t.abort(std::make_exception_ptr(
+          PeerLostError("lost connection to rank 2: it was killed", {.rank = 1, .peer = 2})));
+      std::this_thread::sleep_for(300ms);
+      return;
+    }
+    int in = 0;
+    WorkPtr pending = t.recv(1, 4, &in, sizeof in);
+    t.send(1, 3, &ready, sizeof ready)->wait();
+    try {
+      pending->wait();
+      FAIL() << "expected the receive to fail";
+    } catch (const PeerLostError& e) {  // from rank 1, or from rank 2 relaying rank 1's abort
+      EXPECT_EQ(failureOrigin(e), 2) << e.what();
+      EXPECT_NE(std::string(e.what()).find("lost connection to rank 2"), std::string::npos)
+          << e.what();
+    }
+  });
+}
+
 TEST_P(TransportConformance, InvalidPeerIsAConfigError) {
   run(2, [](Transport& t) {
     int v = 0;

@@ -368,6 +368,7 @@ def main() -> int:
     except BaseException as e:  # noqa: BLE001 (the test inspects every failure)
         result = {"error": type(e).__name__, "message": str(e),
                   "error_rank": getattr(e, "rank", None),
+                  "origin": getattr(e, "origin", None),
                   "is_gradsync": isinstance(e, gs.GradsyncError),
                   "seconds_after_start": time.monotonic() - START}
         code = 1

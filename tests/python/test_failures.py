@@ -19,6 +19,7 @@ def test_a_killed_rank_is_named_by_every_other_rank(job):
         assert error is not None and "error" in error, result.outputs[rank]
         assert error["error"] == "PeerLostError", error
         assert "rank 1" in error["message"], error["message"]
+        assert error["origin"] == 1, error  # whether it saw the loss or heard of it from a peer
         assert result.codes[rank] == 1
         # Within the timeout: the lost connection is seen at once, not after 20 s.
         assert error["seconds_after_start"] < 20, error

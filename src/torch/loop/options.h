@@ -262,8 +262,10 @@ inline bool isServerRank(const TrainOptions& options, int rank, int worldSize) {
 }
 
 // Rethrows `lost`, naming the peer by its role when it is a separate parameter server: a worker
-// may notice a lost server first in any collective (the transport watches every peer), and the
-// error then says "lost parameter server S (rank R)", as the servers' own client does.
+// may notice a lost server first in any collective (the transport watches every peer), or hear
+// of it from a worker that noticed first (its abort says where the failure began: error.h's
+// failureOrigin), and the error then says "lost parameter server S (rank R)", as the servers'
+// own client does.
 [[noreturn]] void rethrowNamingServer(const PeerLostError& lost, const TrainOptions& options,
                                       int worldSize);
 

@@ -110,12 +110,13 @@ double injectedSlowdownMs(const std::string& spec, int rank) {
 }
 
 void rethrowNamingServer(const PeerLostError& lost, const TrainOptions& options, int worldSize) {
-  const int peer = lost.context().peer;
+  // A worker that lost the server first relays it: its peers' errors name it as the origin.
+  const int peer = failureOrigin(lost);
   if (peer < 0 || !isServerRank(options, peer, worldSize)) throw lost;
   const int server = peer - (worldSize - options.strategy.servers);
-  throw PeerLostError(
-      fmt::format("lost parameter server {} (rank {}): {}", server, peer, lost.detail()),
-      lost.context());
+  const std::string name = fmt::format("parameter server {} (rank {})", server, peer);
+  if (lost.detail().find(name) != std::string::npos) throw lost;  // the servers' client said it
+  throw PeerLostError(fmt::format("lost {}: {}", name, lost.detail()), lost.context());
 }
 
 TrainOptions withModelDefaults(TrainOptions options,

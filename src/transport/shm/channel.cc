@@ -186,7 +186,10 @@ void Channel::copyFromPeer(const FrameHeader& header) {
 std::exception_ptr Channel::abortError() const {
   return std::make_exception_ptr(
       PeerLostError(fmt::format("rank {} failed: {}", config_.peer, in_.reason()),
-                    {.rank = config_.rank, .peer = config_.peer, .operation = "shm"}));
+                    {.rank = config_.rank,
+                     .peer = config_.peer,
+                     .operation = "shm",
+                     .origin = in_.origin() >= 0 ? in_.origin() : config_.peer}));
 }
 
 // A sender writes its state after its last frame, so a state seen before an empty ring means
@@ -228,8 +231,8 @@ void Channel::failAll(const std::exception_ptr& error) {
   inPayload_ = false;
 }
 
-void Channel::close(RingState state, const std::string& reason) {
-  out_.close(state, reason);
+void Channel::close(RingState state, const std::string& reason, int origin) {
+  out_.close(state, reason, origin);
   peerBell_.ring();
 }
 

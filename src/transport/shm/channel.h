@@ -88,7 +88,7 @@ class Channel {
   // with `error`.
   void failAll(const std::exception_ptr& error);
   // This side's farewell to the peer (after the last frame), and a wake-up for it.
-  void close(RingState state, const std::string& reason);
+  void close(RingState state, const std::string& reason, int origin = -1);
 
  private:
   bool writeQueued();  // REQUIRES: outMutex_

@@ -9,8 +9,8 @@
 // store of head after copying them, the reader frees space with a release store of tail after
 // copying them out. `state` says whether the sender is still there: it moves from kOpen to
 // kGoodbye (the sender's transport closed after its last byte) or kAbort (it broke; `reason`
-// says why), once, after the sender's last write, so a reader that sees it and then an empty
-// ring has seen everything.
+// says why, `origin` where the failure began), once, after the sender's last write, so a reader
+// that sees it and then an empty ring has seen everything.
 #pragma once
 
 #include <algorithm>
@@ -28,6 +28,7 @@ struct alignas(64) RingControl {
   alignas(64) std::atomic<uint64_t> tail{0};  // written by the receiver
   alignas(64) std::atomic<uint32_t> writerWaiting{0};
   std::atomic<uint32_t> state{kOpen};
+  int32_t origin = -1;  // kAbort: the rank where the failure began (-1: unknown)
   char reason[240] = {};
 };
 
@@ -71,7 +72,8 @@ class Ring {
   }
 
   // The sender's farewell (after its last write).
-  void close(RingState state, const std::string& reason) {
+  void close(RingState state, const std::string& reason, int origin = -1) {
+    control_->origin = origin;
     const size_t n = std::min(reason.size(), sizeof(control_->reason) - 1);
     std::memcpy(control_->reason, reason.data(), n);
     control_->reason[n] = 0;
@@ -80,6 +82,7 @@ class Ring {
   RingState state() const {
     return static_cast<RingState>(control_->state.load(std::memory_order_acquire));
   }
+  int origin() const { return control_->origin; }  // after state() said kAbort
   std::string reason() const {
     return std::string(control_->reason, strnlen(control_->reason, sizeof(control_->reason)));
   }

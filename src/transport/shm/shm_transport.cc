@@ -405,15 +405,7 @@ void ShmTransport::checkLiveness() {
 void ShmTransport::breakAll(const std::exception_ptr& error) {
   if (broken_) return;
   broken_ = true;
-  std::string reason;
-  try {
-    std::rethrow_exception(error);
-  } catch (const Error& e) {
-    reason = e.detail();
-    GS_LOG(kError, "{}", e.what());
-  } catch (const std::exception& e) {
-    reason = e.what();
-  }
+  const AbortNotice notice = abortNoticeOf(error, rank_);
   {
     std::lock_guard<std::mutex> lock(mutex_);
     brokenError_ = error;
@@ -422,7 +414,7 @@ void ShmTransport::breakAll(const std::exception_ptr& error) {
   mailbox_.failAll(error);
   for (Channel* channel : active_) {
     channel->failAll(error);
-    channel->close(shm::kAbort, reason);
+    channel->close(shm::kAbort, notice.reason, notice.origin);
   }
   saidFarewell_ = true;
   bell_.ring();  // waiters look at their works again

@@ -1,5 +1,8 @@
 #include "transport/tcp/connection.h"
 
+#include <algorithm>
+#include <climits>
+
 #include <fmt/format.h>
 
 #include "gradsync/error.h"
@@ -116,6 +119,8 @@ bool Connection::readHeader() {
   }
   if (header.type == FrameType::kAbort) {
     abortIncoming_ = true;
+    abortOrigin_ =
+        header.tag > 0 ? static_cast<int>(std::min<uint64_t>(header.tag - 1, INT32_MAX)) : peer_;
     delivery_ = {};
     delivery_.discard.resize(header.length);
     delivery_.dest = delivery_.discard.data();
@@ -140,8 +145,9 @@ bool Connection::readPayload() {
     inPayload_ = false;
     if (abortIncoming_) {
       std::string reason(delivery_.discard.begin(), delivery_.discard.end());
-      throw PeerLostError(fmt::format("rank {} failed: {}", peer_, reason),
-                          {.rank = rank_, .peer = peer_, .operation = "tcp"});
+      throw PeerLostError(
+          fmt::format("rank {} failed: {}", peer_, reason),
+          {.rank = rank_, .peer = peer_, .operation = "tcp", .origin = abortOrigin_});
     }
     mailbox_.endDelivery(delivery_);
     delivery_ = {};
@@ -170,14 +176,16 @@ std::exception_ptr Connection::peerAbortReason() {
   return nullptr;
 }
 
-void Connection::sendAbort(const std::string& reason) {
+void Connection::sendAbort(const std::string& reason, int origin) {
   if (closed_) return;
   // Mid-frame (or mid-record): no room for a reason, but still end the stream so that the peer
   // fails at once.
   const bool midFrame = (!out_.empty() && out_.front().sent > 0) || link_->writeInProgress();
   std::string text = midFrame ? "" : reason.substr(0, kMaxAbortBytes);
   std::string frame(kFrameHeaderBytes, '\0');
-  encodeFrameHeader({FrameType::kAbort, 0, text.size()}, reinterpret_cast<uint8_t*>(frame.data()));
+  const uint64_t originTag = origin >= 0 ? static_cast<uint64_t>(origin) + 1 : 0;
+  encodeFrameHeader({FrameType::kAbort, originTag, text.size()},
+                    reinterpret_cast<uint8_t*>(frame.data()));
   frame += text;
   // Stop sending after the reason, so the peer reads it before the end of the stream.
   link_->writeLastWords(frame.data(), midFrame ? 0 : frame.size());

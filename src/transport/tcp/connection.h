@@ -61,8 +61,9 @@ class Connection {
   // Fails every queued send, and the receive of a message half read, with `error`.
   void failQueued(const std::exception_ptr& error);
   // Best effort, never blocks: tells the peer why this rank is failing (an abort frame), unless a
-  // frame is half written (the stream cannot be interrupted) or the socket is full.
-  void sendAbort(const std::string& reason);
+  // frame is half written (the stream cannot be interrupted) or the socket is full. `origin`: the
+  // rank where the failure began (error.h's failureOrigin), -1 if unknown.
+  void sendAbort(const std::string& reason, int origin);
 
  private:
   [[noreturn]] void lost(const std::string& why) const;
@@ -86,6 +87,7 @@ class Connection {
   size_t payloadRead_ = 0;
   uint64_t bytesRead_ = 0;      // all bytes read, for the per-call fairness budget
   bool abortIncoming_ = false;  // the payload being read is an abort reason
+  int abortOrigin_ = -1;        // where the peer's failure began, when its abort frame said
   bool goodbyeReceived_ = false;
   bool closed_ = false;
 };

@@ -34,8 +34,9 @@ constexpr size_t kAckBytes = 8;
 constexpr size_t kMaxHelloField = 256;
 
 // kData carries a message; kGoodbye announces an orderly close; kAbort carries the reason a rank
-// is failing (e.g. "lost connection to rank 2"), so its peers name the real culprit rather than
-// the rank that merely exited after noticing.
+// is failing (e.g. "lost connection to rank 2") and, in its tag, 1 + the rank where the failure
+// began (0: unknown), so its peers name the real culprit rather than the rank that merely exited
+// after noticing.
 enum class FrameType : uint16_t { kData = 1, kGoodbye = 2, kAbort = 3 };
 constexpr size_t kMaxAbortBytes = 4096;
 

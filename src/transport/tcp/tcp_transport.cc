@@ -384,16 +384,7 @@ void TcpTransport::setWriteInterest(Connection& connection, bool enabled) {
 void TcpTransport::breakAll(const std::exception_ptr& error) {
   if (broken_) return;
   broken_ = true;
-  std::string reason;
-  try {
-    std::rethrow_exception(error);
-  } catch (const Error& e) {
-    reason = e.detail();
-    GS_LOG(kError, "{}", e.what());
-  } catch (const std::exception& e) {
-    reason = e.what();
-    GS_LOG(kError, "{}", e.what());
-  }
+  const AbortNotice notice = abortNoticeOf(error, rank_);
   {
     std::lock_guard<std::mutex> lock(submitMutex_);
     brokenError_ = error;
@@ -402,7 +393,8 @@ void TcpTransport::breakAll(const std::exception_ptr& error) {
   mailbox_.failAll(error);
   for (auto& connection : connections_) {
     if (!connection) continue;
-    connection->sendAbort(reason);  // first: it checks for a half-written frame
+    connection->sendAbort(notice.reason,
+                          notice.origin);  // first: it checks for a half-written frame
     connection->failQueued(error);
     ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, connection->fd(), nullptr);
   }

@@ -17,6 +17,14 @@ TEST(Error, MessageCarriesContext) {
   EXPECT_EQ(e.detail(), "connection reset");
 }
 
+TEST(Error, FailureOriginIsTheRelayedOriginElseTheLostPeerElseTheRank) {
+  EXPECT_EQ(failureOrigin(PeerLostError("rank 1 failed", {.rank = 0, .peer = 1, .origin = 2})), 2);
+  EXPECT_EQ(failureOrigin(PeerLostError("lost connection", {.rank = 0, .peer = 1})), 1);
+  // A timeout names the peer it waited for, but the failure is the waiting rank's own.
+  EXPECT_EQ(failureOrigin(TimeoutError("no reply", {.rank = 0, .peer = 1})), 0);
+  EXPECT_EQ(failureOrigin(ConfigError("bad flag")), -1);
+}
+
 TEST(Error, CheckThrowsInternalErrorWithOperands) {
   int a = 3;
   int b = 4;
