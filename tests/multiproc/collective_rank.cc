@@ -4,7 +4,8 @@
 //               default 4 Mi); exit 3 on a wrong element
 //   loop FILE [N]  allreduce N floats (1 Mi: the ring; 256: recursive doubling) forever,
 //               touching FILE.<rank> after the first iteration (the kill test waits for it);
-//               exits 1 with the error when a peer is lost
+//               exits 1 with the error, and "the failure began at rank R" (failureOrigin),
+//               when a peer is lost
 //   shrink FILE  allreduces as loop does until a peer is lost, then shrinks to the survivors
 //               (gradsync::shrink) and writes "shrunk: rank R of S, sum X" (X: the survivors'
 //               old ranks + 1, summed by an allreduce of the new group); exits 0
@@ -168,6 +169,10 @@ int main(int argc, char** argv) {
     const size_t large =
         argc > 2 ? std::stoul(argv[2]) : testing::sanitizedSize((1 << 22) + 3, (1 << 16) + 3);
     return verify(context.transport(), large);
+  } catch (const Error& e) {
+    std::fprintf(stderr, "collective_rank: %s\ncollective_rank: the failure began at rank %d\n",
+                 e.what(), failureOrigin(e));
+    return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "collective_rank: %s\n", e.what());
     return 1;

@@ -187,6 +187,9 @@ TEST_P(MultiProcessFailure, KilledRankIsNamedByEverySurvivor) {
     std::string log = job.log(rank);
     EXPECT_EQ(statuses[rank].code, 1) << "rank " << rank << " " << statuses[rank].describe();
     EXPECT_NE(log.find("rank 2"), std::string::npos) << "rank " << rank << " said: " << log;
+    // Whether it saw the loss or heard of it from a survivor that did (error.h: failureOrigin).
+    EXPECT_NE(log.find("the failure began at rank 2"), std::string::npos)
+        << "rank " << rank << " said: " << log;
   }
   for (int r = 0; r < kSize; ++r) {
     fs::remove(readyMarker("gs-kill-ready").string() + "." + std::to_string(r));
@@ -320,6 +323,9 @@ std::chrono::milliseconds runTrial(const Trial& trial) {
         << describe(trial) << ": rank " << rank << " " << statuses[rank].describe() << "\n"
         << log;
     EXPECT_NE(log.find("rank " + std::to_string(trial.victim)), std::string::npos)
+        << describe(trial) << ": rank " << rank << " said: " << log;
+    EXPECT_NE(log.find("the failure began at rank " + std::to_string(trial.victim)),
+              std::string::npos)
         << describe(trial) << ": rank " << rank << " said: " << log;
   }
   EXPECT_LT(elapsed, kFailFastBound) << describe(trial);
