@@ -1,11 +1,11 @@
 #include "common/state_bytes.h"
 
 #include <fmt/format.h>
-#include <zlib.h>
 
 #include <algorithm>
 
 #include "common/allocator.h"
+#include "common/crc32c.h"
 #include "gradsync/error.h"
 
 namespace gradsync {
@@ -21,13 +21,28 @@ void StateWriter::reserve(size_t size) {
   bytes_.swap(bigger);
 }
 
+void StateWriter::writeBulk(std::span<const uint8_t> bytes) {
+  if (mode_ != Mode::kGather) {
+    write(bytes);
+    return;
+  }
+  counted_ += sizeof(uint64_t) + bytes.size();
+  const uint64_t count = bytes.size();
+  append(1, &count, sizeof count);  // as an array of one count
+  segments_.push_back(bytes);
+}
+
 void StateWriter::writeRaw(uint64_t count, const void* data, size_t size) {
-  if (hashing_) {
-    counted_ += sizeof(count) + size;
+  counted_ += sizeof(count) + size;
+  if (mode_ == Mode::kHash) {
     hashRaw(&count, sizeof(count));
     hashRaw(data, size);
     return;
   }
+  append(count, data, size);
+}
+
+void StateWriter::append(uint64_t count, const void* data, size_t size) {
   const size_t at = bytes_.size();
   reserve(at + sizeof(count) + size);
   bytes_.resize(at + sizeof(count) + size);
@@ -36,13 +51,7 @@ void StateWriter::writeRaw(uint64_t count, const void* data, size_t size) {
 }
 
 void StateWriter::hashRaw(const void* data, size_t size) {
-  // zlib takes uInt lengths: at most 1 GiB at a time.
-  constexpr size_t kChunk = size_t{1} << 30;
-  const auto* bytes = static_cast<const Bytef*>(data);
-  for (size_t at = 0; at < size; at += kChunk) {
-    crc_ = static_cast<uint32_t>(
-        ::crc32(crc_, bytes + at, static_cast<uInt>(std::min(kChunk, size - at))));
-  }
+  crc_ = crc32c(crc_, data, size);
 }
 
 uint64_t StateReader::readCount(size_t elementSize) {
@@ -56,6 +65,17 @@ uint64_t StateReader::readCount(size_t elementSize) {
                     what_, count, elementSize, left));
   }
   return count;
+}
+
+void StateReader::readBulk(std::span<uint8_t> into) {
+  if (!scattering_) {
+    readExact(into);
+    return;
+  }
+  uint64_t count = 0;
+  readExact(std::span<uint64_t>(&count, 1));
+  if (count != into.size()) mismatch(count, into.size());
+  destinations_.push_back(into);
 }
 
 void StateReader::take(void* into, size_t size) {

@@ -49,20 +49,38 @@ std::span<const uint8_t> bytesOf(const torch::Tensor& t) {
   return {static_cast<const uint8_t*>(t.data_ptr()), t.nbytes()};
 }
 
-void writeTensor(StateWriter& out, const torch::Tensor& t) {
+// A tensor's bytes as a bulk array. A gatherer lists them where they are, so a tensor that is not
+// contiguous goes through a contiguous copy it keeps (`keep`: until its segments are sent).
+void writeBytesOf(StateWriter& out, const torch::Tensor& t, std::vector<torch::Tensor>& keep) {
+  if (t.is_contiguous()) {
+    out.writeBulk(bytesOf(t));
+    return;
+  }
+  keep.push_back(t.contiguous());
+  out.writeBulk(bytesOf(keep.back()));
+}
+
+void writeTensor(StateWriter& out, const torch::Tensor& t, std::vector<torch::Tensor>& keep) {
   out.write(uint64_t{t.defined() ? 1u : 0u});
-  if (t.defined()) out.write(bytesOf(t.contiguous()));
+  if (t.defined()) writeBytesOf(out, t, keep);
 }
 
 // Fills `into` (defined, of the expected shape) from the next array, in place.
 void readInto(StateReader& in, torch::Tensor& into) {
   torch::NoGradGuard noGrad;
   if (into.is_contiguous()) {
-    in.readExact(std::span<uint8_t>(static_cast<uint8_t*>(into.data_ptr()), into.nbytes()));
+    in.readBulk(std::span<uint8_t>(static_cast<uint8_t*>(into.data_ptr()), into.nbytes()));
     return;
   }
+  // A scatterer lists places for bytes still to come: a staged copy would be taken too early.
+  if (in.scattering()) {
+    throw DataError(
+        fmt::format("{}: a tensor of the model is not contiguous: its bytes cannot "
+                    "be received in place",
+                    in.what()));
+  }
   torch::Tensor staged = torch::empty_like(into, torch::MemoryFormat::Contiguous);
-  in.readExact(std::span<uint8_t>(static_cast<uint8_t*>(staged.data_ptr()), staged.nbytes()));
+  in.readBulk(std::span<uint8_t>(static_cast<uint8_t*>(staged.data_ptr()), staged.nbytes()));
   into.copy_(staged);
 }
 
@@ -77,7 +95,8 @@ torch::Tensor readStateTensor(StateReader& in, const torch::Tensor& parameter) {
   return t;
 }
 
-void writeOptimizer(StateWriter& out, torch::optim::Optimizer& optimizer) {
+void writeOptimizer(StateWriter& out, torch::optim::Optimizer& optimizer,
+                    std::vector<torch::Tensor>& keep) {
   if (!hasPlainState(optimizer)) {
     out.write(archiveBytes([&](auto& archive) { optimizer.save(archive); }));
     return;
@@ -87,7 +106,7 @@ void writeOptimizer(StateWriter& out, torch::optim::Optimizer& optimizer) {
     out.write(uint64_t{state.tensors[i].size()});
     if (state.tensors[i].empty()) continue;
     out.write(static_cast<uint64_t>(state.steps[i]));
-    for (const torch::Tensor& t : state.tensors[i]) writeTensor(out, t);
+    for (const torch::Tensor& t : state.tensors[i]) writeTensor(out, t, keep);
   }
 }
 
@@ -124,6 +143,13 @@ std::vector<torch::Tensor> modelTensors(torch::nn::Module& model) {
   std::vector<torch::Tensor> tensors = model.parameters();
   for (const torch::Tensor& buffer : model.buffers()) tensors.push_back(buffer);
   return tensors;
+}
+
+bool modelIsContiguous(torch::nn::Module& model) {
+  for (const torch::Tensor& t : modelTensors(model)) {
+    if (!t.is_contiguous()) return false;
+  }
+  return true;
 }
 
 bool hasPlainState(const torch::optim::Optimizer& optimizer) {
@@ -181,13 +207,15 @@ void setPlainState(torch::optim::Optimizer& optimizer, const PlainOptimizerState
   }
 }
 
-void writeTrainingState(StateWriter& out, torch::nn::Module& model,
-                        torch::optim::Optimizer& optimizer) {
-  for (const torch::Tensor& t : modelTensors(model)) out.write(bytesOf(t.contiguous()));
+std::vector<torch::Tensor> writeTrainingState(StateWriter& out, torch::nn::Module& model,
+                                              torch::optim::Optimizer& optimizer) {
+  std::vector<torch::Tensor> keep;
+  for (const torch::Tensor& t : modelTensors(model)) writeBytesOf(out, t, keep);
   std::vector<double> lrs;
   for (const auto& group : optimizer.param_groups()) lrs.push_back(group.options().get_lr());
   out.write(lrs);
-  writeOptimizer(out, optimizer);
+  writeOptimizer(out, optimizer, keep);
+  return keep;
 }
 
 void readTrainingState(StateReader& in, torch::nn::Module& model,

@@ -22,6 +22,8 @@ namespace gradsync {
 
 // The parameters, then the buffers (views, not copies).
 std::vector<torch::Tensor> modelTensors(torch::nn::Module& model);
+// Whether each of them is contiguous (so readTrainingState can scatter into them).
+bool modelIsContiguous(torch::nn::Module& model);
 
 // An SGD's, Adam's or AdamW's state by parameter, in param_groups order: per parameter its
 // state's tensors (empty where it has none yet): SGD {momentum_buffer}; Adam and AdamW
@@ -40,11 +42,17 @@ PlainOptimizerState plainStateOf(torch::optim::Optimizer& optimizer);
 void setPlainState(torch::optim::Optimizer& optimizer, const PlainOptimizerState& state);
 
 // Appends the model's tensors' bytes, each group's learning rate and the optimizer's state
-// (plain, or its archive) to `out`.
-void writeTrainingState(StateWriter& out, torch::nn::Module& model,
-                        torch::optim::Optimizer& optimizer);
+// (plain, or its archive) to `out`; the tensors' bytes as bulk arrays (StateWriter::writeBulk),
+// which a gatherer lists where they lie. Returns the contiguous copies made of tensors that were
+// not contiguous, which a gatherer's segments point into: keep them until those are sent.
+[[nodiscard]] std::vector<torch::Tensor> writeTrainingState(StateWriter& out,
+                                                            torch::nn::Module& model,
+                                                            torch::optim::Optimizer& optimizer);
 // Reads what writeTrainingState wrote into `model` (in place: the engine updates parameters
 // through their storage) and `optimizer`. DataError for bytes of another model or optimizer.
+// From a scatterer (StateReader::scatterer), the optimizer's state tensors are allocated and set
+// and every tensor's place listed, its bytes still to be received there; every tensor of the
+// model must then be contiguous (DataError otherwise: check modelIsContiguous first).
 void readTrainingState(StateReader& in, torch::nn::Module& model,
                        torch::optim::Optimizer& optimizer);
 

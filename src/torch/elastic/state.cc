@@ -5,11 +5,11 @@
 #include <cmath>
 #include <cstring>
 #include <optional>
+#include <utility>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "common/allocator.h"
 #include "common/elapsed.h"
 #include "common/logging.h"
 #include "common/state_bytes.h"
@@ -18,6 +18,7 @@
 #include "gradsync/collectives.h"
 #include "gradsync/error.h"
 #include "torch/elastic/plain_state.h"
+#include "torch/elastic/state_transfer.h"
 
 namespace gradsync {
 namespace {
@@ -91,138 +92,122 @@ ElasticProgress decodeProgress(const std::vector<uint8_t>& bytes) {
 
 namespace {
 
-// What shareState moves besides the progress: the synchronization state, then the training
-// state. A member "holds" rank 0's state when these bytes would be rank 0's.
-void writeHeldState(StateWriter& out, Model& net, torch::optim::Optimizer& optimizer,
-                    const std::vector<uint8_t>* sync) {
-  if (sync != nullptr) out.write(*sync);
-  writeTrainingState(out, net, optimizer);
+// Fixed-size records, one from each member, by rank (`what` names them in an error).
+std::vector<std::vector<uint8_t>> allgatherRecords(Transport& transport,
+                                                   const std::vector<uint8_t>& mine,
+                                                   const char* what) {
+  std::vector<std::vector<uint8_t>> all =
+      allgatherBytes(transport, mine, {.tag = tags::kModelState});
+  for (size_t rank = 0; rank < all.size(); ++rank) {
+    if (all[rank].size() != mine.size()) {
+      throw ProtocolError(
+          fmt::format("rank {} described its {} in {} bytes, not {}", rank, what, all[rank].size(),
+                      mine.size()),
+          {.rank = transport.rank(), .peer = static_cast<int>(rank), .operation = "elastic state"});
+    }
+  }
+  return all;
 }
 
-// Its hash (hash()) and size (size()), from a hasher: nothing is copied.
-StateWriter hashHeldState(Model& net, torch::optim::Optimizer& optimizer,
-                          const std::vector<uint8_t>* sync) {
-  StateWriter hasher = StateWriter::hasher();
-  writeHeldState(hasher, net, optimizer, sync);
-  return hasher;
+template <typename T>
+T fieldOf(const std::vector<uint8_t>& record, size_t at) {
+  T value{};
+  std::memcpy(&value, record.data() + at, sizeof value);
+  return value;
 }
 
-// What every member holds, as every member learns it (one allgather of 12 bytes each): the
-// hash and the size of its held state, by rank.
-struct Holdings {
-  std::vector<uint32_t> hashes;
-  std::vector<uint64_t> sizes;
+// Where every member stands before anything moves (one allgather of 9 bytes each): behind (at
+// another step than rank 0's: it lacks rank 0's state for certain, and receives it without
+// hashing its own first), and whether it takes rank 0's state in place.
+struct Standings {
+  std::vector<bool> behind, inPlace;
 
-  // The ranks whose held state is not rank 0's.
-  std::vector<int> lacking() const {
+  std::vector<int> behindRanks() const {
     std::vector<int> ranks;
-    for (size_t rank = 1; rank < hashes.size(); ++rank) {
-      if (hashes[rank] != hashes[0] || sizes[rank] != sizes[0]) {
-        ranks.push_back(static_cast<int>(rank));
-      }
+    for (size_t rank = 1; rank < behind.size(); ++rank) {
+      if (behind[rank]) ranks.push_back(static_cast<int>(rank));
     }
     return ranks;
   }
 };
 
-Holdings gatherHoldings(Transport& transport, const StateWriter& held) {
-  const uint32_t hash = held.hash();
-  const uint64_t size = held.size();
+Standings gatherStandings(Transport& transport, int64_t step, bool inPlace) {
+  std::vector<uint8_t> mine(sizeof step + 1);
+  std::memcpy(mine.data(), &step, sizeof step);
+  mine.back() = inPlace ? 1 : 0;
+  const std::vector<std::vector<uint8_t>> all = allgatherRecords(transport, mine, "step");
+  Standings standings;
+  for (const std::vector<uint8_t>& theirs : all) {
+    standings.behind.push_back(fieldOf<int64_t>(theirs, 0) != fieldOf<int64_t>(all[0], 0));
+    standings.inPlace.push_back(theirs.back() != 0);
+  }
+  return standings;
+}
+
+// The hash and size of every member's held state (one allgather of 12 bytes each): a member at
+// rank 0's step whose hash or size is not rank 0's lacks it too (a survivor that lost a step).
+// A member behind sends zeros: it lacks it anyway.
+std::vector<int> gatherLacking(Transport& transport, const StateWriter* held,
+                               const Standings& standings) {
+  const uint32_t hash = held != nullptr ? held->hash() : 0;
+  const uint64_t size = held != nullptr ? held->size() : 0;
   std::vector<uint8_t> mine(sizeof hash + sizeof size);
   std::memcpy(mine.data(), &hash, sizeof hash);
   std::memcpy(mine.data() + sizeof hash, &size, sizeof size);
-  Holdings all;
-  for (const std::vector<uint8_t>& theirs :
-       allgatherBytes(transport, mine, {.tag = tags::kModelState})) {
-    if (theirs.size() != mine.size()) {
-      throw ProtocolError(fmt::format("rank {} described its elastic state in {} bytes, not {}",
-                                      all.hashes.size(), theirs.size(), mine.size()),
-                          {.rank = transport.rank(),
-                           .peer = static_cast<int>(all.hashes.size()),
-                           .operation = "elastic state"});
-    }
-    all.hashes.push_back(0);
-    all.sizes.push_back(0);
-    std::memcpy(&all.hashes.back(), theirs.data(), sizeof hash);
-    std::memcpy(&all.sizes.back(), theirs.data() + sizeof hash, sizeof size);
+  const std::vector<std::vector<uint8_t>> all = allgatherRecords(transport, mine, "state");
+  std::vector<int> lacking;
+  for (size_t rank = 1; rank < all.size(); ++rank) {
+    if (!standings.behind[rank] && all[rank] != all[0]) lacking.push_back(static_cast<int>(rank));
   }
-  return all;
+  return lacking;
 }
 
-// A member's receive of rank 0's held state (`size` bytes). It touches its buffer first (advised
-// to huge pages: src/common/allocator.h), while rank 0 writes, then posts the receive and tells
-// rank 0 it is ready: rank 0 sends only then, so the bytes land straight in this buffer
-// (single-copy through shared memory), not in a fresh one the transport would allocate, fault
-// in and copy from (first touches of fresh memory cost more than the copy on this machine).
-class HeldStateReceive {
- public:
-  HeldStateReceive(Transport& transport, uint64_t size) : transport_(transport) {
-    bytes_.reserve(size);
-    adviseHugePages(bytes_.data(), bytes_.capacity());
-    bytes_.resize(size);
-    work_ = transport.recv(0, tags::kElasticState, bytes_.data(), size);
-    ready_ = transport.send(0, tags::kElasticState, &kReady, sizeof kReady);
-  }
-  HeldStateReceive(const HeldStateReceive&) = delete;
-  HeldStateReceive& operator=(const HeldStateReceive&) = delete;
-  // A receive still pending when the share fails (an exception on its way out) must not write
-  // into a freed buffer: the round's transport is aborted (the round fails anyway) and the
-  // receive waited out.
-  ~HeldStateReceive() {
-    if (work_->done() && ready_->done()) return;
-    transport_.abort(std::make_exception_ptr(
-        Error("the elastic state's transfer was abandoned", {.rank = transport_.rank()})));
-    for (const WorkPtr& work : {work_, ready_}) {
-      try {
-        work->wait();
-      } catch (...) {  // the abort's, as meant
-      }
-    }
-  }
-
-  // Blocks until every byte arrived; throws what the transport throws.
-  const std::vector<uint8_t>& bytes() {
-    ready_->wait();
-    work_->wait();
-    return bytes_;
-  }
-
-  static constexpr uint8_t kReady = 1;
-
- private:
-  Transport& transport_;
-  std::vector<uint8_t> bytes_;
-  WorkPtr work_, ready_;
-};
-
-// Rank 0's held state (`size` bytes, as its hasher counted them) to the ranks in `to`, written
-// once into one buffer, sent to each as soon as it is ready (HeldStateReceive). On a failure the
-// transport is aborted before the buffer goes (the round fails anyway), so that no send still
-// reads it.
-void sendHeldState(Transport& transport, const std::vector<int>& to, size_t size, Model& net,
-                   torch::optim::Optimizer& optimizer, const std::vector<uint8_t>* sync) {
-  StateWriter writer;
-  writer.reserve(size);
-  writeHeldState(writer, net, optimizer, sync);
+// Rank 0's part of shareState: it gives its state to the members behind, hashes its own while
+// they receive, learns which members at its step hold another and gives it to those too. Returns
+// its held state's hasher and how many members it gave the state to.
+std::pair<StateWriter, size_t> giveState(Transport& transport, const Standings& standings,
+                                         Model& net, torch::optim::Optimizer& optimizer,
+                                         const std::vector<uint8_t>* sync) {
+  std::optional<HeldStateSource> source;
   std::vector<WorkPtr> sends;
   try {
-    for (int rank : to) {
-      uint8_t ready = 0;
-      transport.recv(rank, tags::kElasticState, &ready, sizeof ready)->wait();
-      sends.push_back(
-          transport.send(rank, tags::kElasticState, writer.bytes().data(), writer.size()));
+    const std::vector<int> behind = standings.behindRanks();
+    if (!behind.empty()) source.emplace(net, optimizer, sync);
+    for (int rank : behind) {
+      source->give(transport, rank, standings.inPlace[static_cast<size_t>(rank)], sends);
     }
-    for (WorkPtr& work : sends) work->wait();
+    StateWriter held = hashHeldState(net, optimizer, sync);
+    const std::vector<int> lacking = gatherLacking(transport, &held, standings);
+    if (!lacking.empty() && !source) source.emplace(net, optimizer, sync);
+    for (int rank : lacking) {
+      source->give(transport, rank, standings.inPlace[static_cast<size_t>(rank)], sends);
+    }
+    for (const WorkPtr& work : sends) work->wait();
+    return {std::move(held), behind.size() + lacking.size()};
   } catch (...) {
-    transport.abort(std::current_exception());
-    for (WorkPtr& work : sends) {
-      try {
-        work->wait();
-      } catch (...) {  // the abort's
-      }
-    }
+    abandonTransfers(transport, sends, std::current_exception());
     throw;
   }
+}
+
+// Another member's part: rank 0's state, straight away when behind, or after the hashes when
+// they show that it holds another. Returns the hash of what it holds then.
+uint32_t takeState(Transport& transport, const Standings& standings, Model& net,
+                   torch::optim::Optimizer& optimizer, std::vector<uint8_t>* sync) {
+  const auto me = static_cast<size_t>(transport.rank());
+  const bool inPlace = standings.inPlace[me];
+  if (standings.behind[me]) {
+    receiveHeldState(transport, inPlace, net, optimizer, sync);
+    gatherLacking(transport, nullptr, standings);
+  } else {
+    const StateWriter held = hashHeldState(net, optimizer, sync);
+    const std::vector<int> lacking = gatherLacking(transport, &held, standings);
+    if (std::find(lacking.begin(), lacking.end(), transport.rank()) == lacking.end()) {
+      return held.hash();
+    }
+    receiveHeldState(transport, inPlace, net, optimizer, sync);
+  }
+  return hashHeldState(net, optimizer, sync).hash();  // what it received, checked after
 }
 
 // The hash of a held state's hash and the progress.
@@ -232,50 +217,37 @@ uint32_t withProgress(uint32_t held, const ElasticProgress& progress) {
       {reinterpret_cast<const uint8_t*>(pieces.data()), pieces.size() * sizeof(uint32_t)});
 }
 
-// A member's part of shareState: rank 0's held state into its own (the tensors in place).
-void loadHeldState(const std::vector<uint8_t>& bytes, Model& net,
-                   torch::optim::Optimizer& optimizer, std::vector<uint8_t>* sync) {
-  StateReader reader(bytes, "the elastic state of rank 0");
-  std::vector<uint8_t> syncBytes;
-  if (sync != nullptr) reader.read(syncBytes);
-  readTrainingState(reader, net, optimizer);
-  reader.expectEnd();
-  if (sync != nullptr) *sync = std::move(syncBytes);
-}
-
 }  // namespace
 
 void shareState(Transport& transport, Model& net, torch::optim::Optimizer& optimizer,
-                ElasticProgress& progress, std::vector<uint8_t>* sync) {
+                ElasticProgress& progress, std::vector<uint8_t>* sync, bool keepOwnOnFailure) {
   const auto start = std::chrono::steady_clock::now();
   const bool source = transport.rank() == 0;
-  const StateWriter before = hashHeldState(net, optimizer, sync);
-  const Holdings holdings = gatherHoldings(transport, before);
-  const std::vector<int> lacking = holdings.lacking();
-  std::optional<HeldStateReceive> receive;
-  if (std::find(lacking.begin(), lacking.end(), transport.rank()) != lacking.end()) {
-    receive.emplace(transport, holdings.sizes[0]);
-  }
+  const Standings standings =
+      gatherStandings(transport, progress.step, !keepOwnOnFailure && modelIsContiguous(net));
   const std::vector<uint8_t> progressBytes =
       broadcastBytes(transport, source ? encodeProgress(progress) : std::vector<uint8_t>{}, 0,
                      {.tag = tags::kModelState});
   ElasticProgress shared = decodeProgress(progressBytes);  // before anything is replaced
-  if (source && !lacking.empty()) {
-    sendHeldState(transport, lacking, before.size(), net, optimizer, sync);
-  }
-  uint32_t held = before.hash();
-  if (receive) {
-    loadHeldState(receive->bytes(), net, optimizer, sync);
-    held = hashHeldState(net, optimizer, sync).hash();  // what it loaded, checked below
+  uint32_t held = 0;
+  size_t given = 0;
+  uint64_t size = 0;
+  if (source) {
+    auto [hasher, count] = giveState(transport, standings, net, optimizer, sync);
+    held = hasher.hash();
+    size = hasher.size();
+    given = count;
+  } else {
+    held = takeState(transport, standings, net, optimizer, sync);
   }
   progress = std::move(shared);
   checkSameState(transport, withProgress(held, progress));
-  // After the hash check every member has loaded it: rank 0's clock spans the whole recovery
-  // (the hashes, its serialisation, the transfers, every member's load and hash).
+  // After the hash check every member has its state: rank 0's clock spans the whole recovery
+  // (the standings, the transfers, every member's hashes and load).
   if (source && transport.size() > 1) {
     const double seconds = secondsSince(start);
-    const double mb = static_cast<double>(before.size()) / 1e6;
-    if (lacking.empty()) {
+    const double mb = static_cast<double>(size) / 1e6;
+    if (given == 0) {
       GS_LOG(kInfo,
              "elastic: the {} other members held the job's state ({:.1f} MB) already: "
              "checked in {:.3f} s",
@@ -284,8 +256,8 @@ void shareState(Transport& transport, Model& net, torch::optim::Optimizer& optim
       GS_LOG(kInfo,
              "elastic: the job's state ({:.1f} MB) to {} of the {} other members in {:.3f} s "
              "({:.0f} MB/s to each; {} held it already)",
-             mb, lacking.size(), transport.size() - 1, seconds, mb / seconds,
-             transport.size() - 1 - static_cast<int>(lacking.size()));
+             mb, given, transport.size() - 1, seconds, mb / seconds,
+             transport.size() - 1 - static_cast<int>(given));
     }
   }
 }

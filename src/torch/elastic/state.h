@@ -31,19 +31,25 @@ struct ElasticProgress {
 
 // Makes every member's model (parameters and buffers), optimizer state and progress rank 0's;
 // with `sync` (localsgd and diloco: the committed synchronization state, torch/elastic/round.h)
-// rank 0's bytes too. Only the members that lack it receive it: every member hashes what it
-// holds first (sharedStateHash's pieces, without copying), and rank 0 sends its bytes to those
-// whose hash differs from its own (a joiner; a survivor that lost a step), while the members
-// that already hold it (the survivors of a failure, rolled back to the same commit) take only
-// the progress. A member replaces its own only once every byte arrived, so a failure midway
-// leaves its state as it was (still its own, consistent). Collective over `transport`; throws
-// what the transport throws (PeerLostError, TimeoutError), DataError for bytes that do not load.
-// Then every member checks that what it holds is rank 0's (checkSameState of the hash of the
-// progress and of what it loaded or held): DataError naming a member whose state differs.
+// rank 0's bytes too. Only the members that lack it receive it (torch/elastic/state_transfer.h
+// says how): a member at another step than rank 0's (a joiner; a survivor that lost a step)
+// receives it at once, while rank 0 hashes its own; then every member at rank 0's step hashes
+// what it holds (sharedStateHash's pieces, without copying) and those whose hash differs from
+// rank 0's receive it too, while those that hold it already (the survivors of a failure, rolled
+// back to the same commit) take only the progress. With `keepOwnOnFailure`, a member replaces
+// its own only once every byte arrived, so a failure midway leaves its state as it was (still
+// its own, consistent); without it (a joiner, which holds nothing of the job's yet), rank 0's
+// bytes go straight into its tensors, sent from rank 0's own (no serialised copy on either
+// side), and a failure midway leaves them part rank 0's (the caller must not count them as the
+// job's). Collective over `transport`; throws what the transport throws (PeerLostError,
+// TimeoutError), DataError for bytes that do not load. Then every member checks that what it
+// holds is rank 0's (checkSameState of the hash of the progress and of what it received or
+// held): DataError naming a member whose state differs.
 void shareState(Transport& transport, Model& net, torch::optim::Optimizer& optimizer,
-                ElasticProgress& progress, std::vector<uint8_t>* sync = nullptr);
+                ElasticProgress& progress, std::vector<uint8_t>* sync = nullptr,
+                bool keepOwnOnFailure = true);
 
-// A hash (CRC32) of everything shareState makes alike: the progress, `sync` (when given), every
+// A hash (CRC-32C) of everything shareState makes alike: the progress, `sync` (when given), every
 // parameter and buffer of `net` and the optimizer's state.
 uint32_t sharedStateHash(Model& net, torch::optim::Optimizer& optimizer,
                          const ElasticProgress& progress,

@@ -165,8 +165,10 @@ RoundEnd ElasticTrainer::trainRound(const ElasticMembership& m) {
   try {
     watch = watchRound(*store_, m, hangBound_, *transport);
     checkSameSettings(*transport, job_.settings);
+    // A worker that holds none of the job's state yet (a joiner) takes it in place: should the
+    // round fail midway, its tensors, part rank 0's, still do not count (hasState_).
     shareState(*transport, *member_.net, *member_.optimizer, member_.progress,
-               member_.localPeriod() > 0 ? &member_.sync : nullptr);
+               member_.localPeriod() > 0 ? &member_.sync : nullptr, hasState_);
     hasState_ = true;
     ElasticProgress& p = member_.progress;
     p.rounds.push_back({m.round, m.size(), p.step, p.data.epoch, p.data.offset});

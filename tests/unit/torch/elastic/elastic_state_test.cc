@@ -1,8 +1,8 @@
 // What the members of an elastic round share (torch/elastic/state.h): rank 0's model (its
 // parameters kept in their storage), optimizer state and progress reach every member, whatever
-// each held before (a joiner holds no momentum yet); and a member whose round fails during the
-// transfer keeps its own state whole. An elastic checkpoint (torch/elastic/checkpoint.h) holds the
-// same state and refuses another run's.
+// each held before (a joiner holds no momentum yet), to a joiner straight into its tensors; and
+// a member whose round fails during the transfer keeps its own state whole. An elastic checkpoint
+// (torch/elastic/checkpoint.h) holds the same state and refuses another run's.
 #include "torch/elastic/state.h"
 
 #include <gtest/gtest.h>
@@ -18,6 +18,7 @@
 #include "support/scratch_dir.h"
 #include "support/transports.h"
 #include "torch/elastic/checkpoint.h"
+#include "torch/elastic/plain_state.h"
 #include "torch/loop/checkpointing.h"
 
 namespace gradsync::testing {
@@ -76,13 +77,16 @@ TEST(ElasticState, ProgressRoundTrips) {
   EXPECT_THROW(decodeProgress({'{', '}'}), DataError);
 }
 
-TEST(ElasticState, EveryMemberGetsRankZerosState) {
-  runWithTransports(TransportKind::kLoopback, 3, [](Transport& t) {
+// Rank 1 receives rank 0's state whole before it replaces its own; rank 2, a joiner (in place:
+// keepOwnOnFailure false), straight into its tensors, or as rank 1 does.
+void expectEveryMemberGetsRankZerosState(bool joinerInPlace) {
+  runWithTransports(TransportKind::kLoopback, 3, [&](Transport& t) {
     Member member(t.rank());
     std::vector<float*> storage;
     for (const torch::Tensor& p : member.net->parameters()) storage.push_back(p.data_ptr<float>());
     const std::vector<uint8_t> before = member.bytes();
-    shareState(t, *member.net, member.optimizer, member.progress);
+    shareState(t, *member.net, member.optimizer, member.progress, nullptr,
+               !(joinerInPlace && t.rank() == 2));
     const std::vector<std::vector<uint8_t>> all = allgatherBytes(t, member.bytes());
     for (int r = 0; r < t.size(); ++r) EXPECT_EQ(all[r], all[0]) << "rank " << r;
     if (t.rank() == 0) {
@@ -96,23 +100,45 @@ TEST(ElasticState, EveryMemberGetsRankZerosState) {
   });
 }
 
+TEST(ElasticState, EveryMemberGetsRankZerosState) {
+  expectEveryMemberGetsRankZerosState(false);
+}
+
+TEST(ElasticState, AJoinerGetsRankZerosStateInPlace) {
+  expectEveryMemberGetsRankZerosState(true);
+}
+
 // Members that already hold rank 0's state (the survivors of a failure, rolled back to the same
-// commit) take only its progress: rank 1 here forwards nothing of the model, while rank 2 (a
-// joiner) gets all of it.
-TEST(ElasticState, OnlyTheMembersThatLackTheStateReceiveIt) {
-  runWithTransports(TransportKind::kLoopback, 3, [](Transport& t) {
-    Member member(t.rank() == 1 ? 0 : t.rank());  // rank 1 holds rank 0's tensors
-    member.progress.step = 7 * t.rank();          // but not its progress
+// commit, at its step) take only its progress: rank 2 here receives nothing of the model (and
+// forwards nothing), while rank 1, at the same step with other tensors (a survivor that lost a
+// step's update), hashes what it holds and gets all of it, whole or in place.
+void expectOnlyTheMembersThatLackTheStateReceiveIt(bool inPlace) {
+  runWithTransports(TransportKind::kLoopback, 3, [&](Transport& t) {
+    Member member(t.rank() == 2 ? 0 : t.rank());  // rank 2 holds rank 0's tensors
+    member.progress.step = 0;                     // every member at rank 0's step
     const uint64_t sentBefore = t.bytesSent();
-    shareState(t, *member.net, member.optimizer, member.progress);
+    shareState(t, *member.net, member.optimizer, member.progress, nullptr,
+               !(inPlace && t.rank() == 1));
     const uint64_t sent = t.bytesSent() - sentBefore;
     const std::vector<std::vector<uint8_t>> all = allgatherBytes(t, member.bytes());
     for (int r = 0; r < t.size(); ++r) EXPECT_EQ(all[r], all[0]) << "rank " << r;
-    EXPECT_EQ(member.progress.step, 0);
+    EXPECT_EQ(member.progress.samples, 0u);
     const size_t model = all[0].size() - encodeProgress(member.progress).size();
-    if (t.rank() == 0) EXPECT_GE(sent, model) << "rank 2 lacked it";
-    if (t.rank() == 1) EXPECT_LT(sent, 4096u) << "rank 1 held it: " << model << " bytes of model";
+    if (t.rank() == 0) {
+      EXPECT_GE(sent, model) << "rank 1 lacked it";
+      EXPECT_LT(sent, model + model / 2) << "rank 2 held it";
+    } else if (t.rank() == 2) {
+      EXPECT_LT(sent, 4096u) << "rank 2 held it: " << model << " bytes of model";
+    }
   });
+}
+
+TEST(ElasticState, OnlyTheMembersThatLackTheStateReceiveIt) {
+  expectOnlyTheMembersThatLackTheStateReceiveIt(false);
+}
+
+TEST(ElasticState, OnlyTheMembersThatLackTheStateReceiveItInPlace) {
+  expectOnlyTheMembersThatLackTheStateReceiveIt(true);
 }
 
 // After the transfer every member checks by hash that it holds rank 0's state (shareState
@@ -135,43 +161,53 @@ TEST(ElasticState, AMemberWhoseStateIsNotRankZerosIsNamedOnEveryMember) {
   });
 }
 
-// localsgd's and diloco's committed synchronization state comes with the rest, rank 0's to all.
+// localsgd's and diloco's committed synchronization state comes with the rest, rank 0's to all
+// (to rank 2 in place).
 TEST(ElasticState, TheSynchronizationStateIsRankZeros) {
   runWithTransports(TransportKind::kLoopback, 3, [](Transport& t) {
     Member member(t.rank());
     std::vector<uint8_t> sync(static_cast<size_t>(10 + t.rank()), static_cast<uint8_t>(t.rank()));
-    shareState(t, *member.net, member.optimizer, member.progress, &sync);
+    shareState(t, *member.net, member.optimizer, member.progress, &sync, t.rank() != 2);
     EXPECT_EQ(sync, std::vector<uint8_t>(10, 0)) << "rank " << t.rank();
   });
 }
 
-// Rank 0 takes part in the hashes (a state of 1 MiB that nobody holds), sends its progress,
-// hears that both others are ready for its state, and fails: the others give up waiting for the
-// bytes (time out, or hear of their neighbour's failure) and keep their own state, bitwise,
-// progress included.
+// Rank 0 takes part in the standings (at step 0, so that both others are behind it), sends its
+// progress, offers rank 1 a state of 1 MiB to take whole and rank 2 (a joiner) its own state in
+// place, hears that both are ready for the bytes, and fails: the others give up waiting for them
+// (time out, or hear of their neighbour's failure) with an error, and rank 1 keeps its own
+// state, bitwise, progress included.
 TEST(ElasticState, AFailedTransferLeavesAMembersStateWhole) {
-  runWithTransports(TransportKind::kLoopback, 3,
-                    [](Transport& t) {
-                      Member member(t.rank());
-                      if (t.rank() == 0) {
-                        const CollectiveOptions options{.tag = tags::kModelState};
-                        std::vector<uint8_t> holding(12, 0);  // hash 0, then the size
-                        const uint64_t size = 1 << 20;
-                        std::memcpy(holding.data() + 4, &size, sizeof size);
-                        allgatherBytes(t, holding, options);
-                        broadcastBytes(t, encodeProgress(member.progress), 0, options);
-                        for (int rank : {1, 2}) {
-                          uint8_t ready = 0;
-                          t.recv(rank, tags::kElasticState, &ready, 1)->wait();
-                        }
-                        return;
-                      }
-                      const std::vector<uint8_t> before = member.bytes();
-                      EXPECT_THROW(shareState(t, *member.net, member.optimizer, member.progress),
-                                   Error);
-                      EXPECT_EQ(member.bytes(), before);
-                    },
-                    {.timeout = 300ms});
+  runWithTransports(
+      TransportKind::kLoopback, 3,
+      [](Transport& t) {
+        Member member(t.rank());
+        if (t.rank() == 0) {
+          const CollectiveOptions options{.tag = tags::kModelState};
+          allgatherBytes(t, std::vector<uint8_t>(9, 0), options);  // step 0, not in place
+          broadcastBytes(t, encodeProgress(member.progress), 0, options);
+          const uint64_t whole = 1 << 20;
+          t.send(1, tags::kElasticState, &whole, sizeof whole)->wait();
+          StateWriter gatherer = StateWriter::gatherer();
+          EXPECT_TRUE(writeTrainingState(gatherer, *member.net, member.optimizer).empty());
+          const uint64_t gathered = gatherer.size();
+          t.send(2, tags::kElasticState, &gathered, sizeof gathered)->wait();
+          t.send(2, tags::kElasticState, gatherer.bytes().data(), gathered)->wait();
+          for (int rank : {1, 2}) {
+            uint8_t ready = 0;
+            t.recv(rank, tags::kElasticState, &ready, 1)->wait();
+          }
+          return;
+        }
+        const std::vector<uint8_t> before = member.bytes();
+        EXPECT_THROW(
+            shareState(t, *member.net, member.optimizer, member.progress, nullptr, t.rank() == 1),
+            Error);
+        if (t.rank() == 1) {
+          EXPECT_EQ(member.bytes(), before);
+        }
+      },
+      {.timeout = 300ms});
 }
 
 const ElasticIdentity kIdentity{"cnn", "fashion-mnist", 64, 4, 7};

@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <functional>
 #include <memory>
 #include <string>
@@ -43,13 +44,28 @@ struct Trainee {
 
   std::vector<uint8_t> write() {
     StateWriter out;
-    writeTrainingState(out, *net, *optimizer);
+    EXPECT_TRUE(writeTrainingState(out, *net, *optimizer).empty()) << "no copies to keep";
     return out.take();
   }
   void read(const std::vector<uint8_t>& bytes) {
     StateReader in(bytes, "the test's state");
     readTrainingState(in, *net, *optimizer);
     in.expectEnd();
+  }
+  // `from`'s state into this one's tensors as an elastic joiner takes it: a gatherer's bytes
+  // read by a scatterer, then each tensor's bytes copied from where they lie to where they go.
+  void readInPlace(Trainee& from) {
+    StateWriter gatherer = StateWriter::gatherer();
+    EXPECT_TRUE(writeTrainingState(gatherer, *from.net, *from.optimizer).empty());
+    StateReader in = StateReader::scatterer(gatherer.bytes(), "the test's state");
+    readTrainingState(in, *net, *optimizer);
+    in.expectEnd();
+    ASSERT_EQ(in.destinations().size(), gatherer.segments().size());
+    for (size_t i = 0; i < gatherer.segments().size(); ++i) {
+      ASSERT_EQ(in.destinations()[i].size(), gatherer.segments()[i].size());
+      std::copy(gatherer.segments()[i].begin(), gatherer.segments()[i].end(),
+                in.destinations()[i].begin());
+    }
   }
 };
 
@@ -93,9 +109,14 @@ TEST(PlainState, AnotherMemberContinuesBitwise) {
     Trainee reader(make, 2);                                     // another initialisation, no state
     reader.read(writer.write());
     expectSameModel(writer, reader, name);
+    Trainee joiner(make, 3);  // the same, in place
+    joiner.readInPlace(writer);
+    expectSameModel(writer, joiner, name + " in place");
     writer.step(0.3f);
     reader.step(0.3f);
+    joiner.step(0.3f);
     expectSameModel(writer, reader, name + " after a step");
+    expectSameModel(writer, joiner, name + " in place, after a step");
   }
 }
 
