@@ -36,7 +36,7 @@ uint32_t scalarCrc(uint32_t reg, const uint8_t* bytes, size_t size) {
 // Eight bytes per instruction; one chain (the instruction's 3-cycle latency bounds it at about
 // 2.7 bytes a cycle, near this machine's memory bandwidth for one core).
 __attribute__((target("sse4.2"))) uint32_t hardwareCrc(uint32_t reg, const uint8_t* bytes,
-                                                      size_t size) {
+                                                       size_t size) {
   uint64_t wide = reg;
   size_t i = 0;
   for (; i + 8 <= size; i += 8) {

@@ -38,8 +38,7 @@ StateWriter hashHeldState(Model& net, torch::optim::Optimizer& optimizer,
 // whole, written once. The model, optimizer and `sync` must not change while it lives.
 class HeldStateSource {
  public:
-  HeldStateSource(Model& net, torch::optim::Optimizer& optimizer,
-                  const std::vector<uint8_t>* sync);
+  HeldStateSource(Model& net, torch::optim::Optimizer& optimizer, const std::vector<uint8_t>* sync);
 
   // Gives `rank` the state, whole or in place (receiveHeldState): blocks until it is ready, then
   // adds the sends of the bytes to `pending`, not waited. They read this object's buffers and
