@@ -84,13 +84,21 @@ void readInto(StateReader& in, torch::Tensor& into) {
   into.copy_(staged);
 }
 
-// A state tensor shaped as its parameter, or undefined as it was written.
-torch::Tensor readStateTensor(StateReader& in, const torch::Tensor& parameter) {
+// A state tensor shaped as its parameter, or undefined as it was written. Into `held` (the
+// optimizer's own, in place) where it is one of that shape and kind: warm memory that nothing
+// needs to allocate or fault in (a joiner's prepared moments, prepareOptimizerState; a member's
+// own); else into a new one.
+torch::Tensor readStateTensor(StateReader& in, const torch::Tensor& parameter,
+                              const torch::Tensor& held) {
   if (in.readU64() == 0) return {};
-  torch::Tensor t = torch::empty_like(parameter.detach(), torch::MemoryFormat::Contiguous);
-  // Huge pages before the first touch: a joiner's Adam state is two fresh model-sized tensors
-  // (src/common/allocator.h: 4 KiB faults cost 0.15 s per 51.6 MB here, 2 MiB ones 5 ms).
-  adviseHugePages(t.data_ptr(), t.nbytes());
+  torch::Tensor t = held;
+  if (!t.defined() || !t.is_contiguous() || t.sizes() != parameter.sizes() ||
+      t.dtype() != parameter.dtype() || t.device() != parameter.device()) {
+    t = torch::empty_like(parameter.detach(), torch::MemoryFormat::Contiguous);
+    // Huge pages before the first touch: a joiner's Adam state is two fresh model-sized tensors
+    // (src/common/allocator.h: 4 KiB faults cost 0.15 s per 51.6 MB here, 2 MiB ones 5 ms).
+    adviseHugePages(t.data_ptr(), t.nbytes());
+  }
   readInto(in, t);
   return t;
 }
@@ -120,6 +128,7 @@ void readOptimizer(StateReader& in, torch::optim::Optimizer& optimizer) {
   }
   const std::vector<torch::Tensor> parameters = parametersOf(optimizer);
   const size_t slots = optimizerKind(optimizer) == Kind::kSgd ? 1 : 3;
+  const PlainOptimizerState held = plainStateOf(optimizer);
   PlainOptimizerState state{.tensors = std::vector<std::vector<torch::Tensor>>(parameters.size()),
                             .steps = std::vector<int64_t>(parameters.size(), 0)};
   for (size_t i = 0; i < parameters.size(); ++i) {
@@ -131,7 +140,9 @@ void readOptimizer(StateReader& in, torch::optim::Optimizer& optimizer) {
     }
     state.steps[i] = static_cast<int64_t>(in.readU64());
     for (size_t k = 0; k < slots; ++k) {
-      state.tensors[i].push_back(readStateTensor(in, parameters[i]));
+      const std::vector<torch::Tensor>& own = held.tensors[i];
+      state.tensors[i].push_back(
+          readStateTensor(in, parameters[i], k < own.size() ? own[k] : torch::Tensor()));
     }
   }
   setPlainState(optimizer, state);
@@ -203,6 +214,31 @@ void setPlainState(torch::optim::Optimizer& optimizer, const PlainOptimizerState
       optimizer.state()[key] = adamState<torch::optim::AdamParamState>(tensors, plain.steps[i]);
     } else {
       optimizer.state()[key] = adamState<torch::optim::AdamWParamState>(tensors, plain.steps[i]);
+    }
+  }
+}
+
+void prepareOptimizerState(torch::optim::Optimizer& optimizer) {
+  const Kind kind = optimizerKind(optimizer);
+  if (kind != Kind::kAdam && kind != Kind::kAdamW) return;
+  torch::NoGradGuard noGrad;
+  for (auto& group : optimizer.param_groups()) {
+    const bool amsgrad =
+        kind == Kind::kAdam
+            ? static_cast<const torch::optim::AdamOptions&>(group.options()).amsgrad()
+            : static_cast<const torch::optim::AdamWOptions&>(group.options()).amsgrad();
+    for (const torch::Tensor& p : group.params()) {
+      const std::string key = optimizerStateKey(p);
+      if (optimizer.state().count(key) != 0) continue;
+      // Adam's own first step makes these same zeros and step (torch::optim::Adam::step);
+      // written now, their pages are faulted in before anyone waits for them.
+      auto zeros = [&] { return torch::zeros_like(p.detach(), torch::MemoryFormat::Contiguous); };
+      const std::vector<torch::Tensor> tensors{zeros(), zeros(),
+                                               amsgrad ? zeros() : torch::Tensor()};
+      optimizer.state()[key] = kind == Kind::kAdam
+                                   ? std::unique_ptr<torch::optim::OptimizerParamState>(
+                                         adamState<torch::optim::AdamParamState>(tensors, 0))
+                                   : adamState<torch::optim::AdamWParamState>(tensors, 0);
     }
   }
 }

@@ -41,6 +41,13 @@ PlainOptimizerState plainStateOf(torch::optim::Optimizer& optimizer);
 // The optimizer's state becomes `state` (its tensors are taken as they are: pass copies).
 void setPlainState(torch::optim::Optimizer& optimizer, const PlainOptimizerState& state);
 
+// Gives an Adam or AdamW every state its first step would create (zero moments, step 0) where a
+// parameter has none yet; any other optimizer is left as it is. For a worker that will receive a
+// job's state (a joiner, while it waits for its round to form): readTrainingState writes into
+// these tensors in place, whose pages are then already faulted in (103 MB of the language
+// model's moments took most of a joiner's receive when they were fresh).
+void prepareOptimizerState(torch::optim::Optimizer& optimizer);
+
 // Appends the model's tensors' bytes, each group's learning rate and the optimizer's state
 // (plain, or its archive) to `out`; the tensors' bytes as bulk arrays (StateWriter::writeBulk),
 // which a gatherer lists where they lie. Returns the contiguous copies made of tensors that were
@@ -50,9 +57,10 @@ void setPlainState(torch::optim::Optimizer& optimizer, const PlainOptimizerState
                                                             torch::optim::Optimizer& optimizer);
 // Reads what writeTrainingState wrote into `model` (in place: the engine updates parameters
 // through their storage) and `optimizer`. DataError for bytes of another model or optimizer.
-// From a scatterer (StateReader::scatterer), the optimizer's state tensors are allocated and set
-// and every tensor's place listed, its bytes still to be received there; every tensor of the
-// model must then be contiguous (DataError otherwise: check modelIsContiguous first).
+// The optimizer's state tensors of the expected shape are written in place, the others allocated.
+// From a scatterer (StateReader::scatterer), every tensor's place is listed, its bytes still to
+// be received there; every tensor of the model must then be contiguous (DataError otherwise:
+// check modelIsContiguous first).
 void readTrainingState(StateReader& in, torch::nn::Module& model,
                        torch::optim::Optimizer& optimizer);
 

@@ -16,6 +16,7 @@
 #include "rendezvous/tcp_store.h"
 #include "sync/strategy.h"
 #include "torch/api/sync_setup.h"
+#include "torch/elastic/plain_state.h"
 #include "torch/elastic/round.h"
 #include "torch/loop/metrics.h"
 #include "torch/loop/run_trace.h"
@@ -109,6 +110,9 @@ class ElasticTrainer {
 
 ElasticOutcome ElasticTrainer::run() {
   int64_t next = rendezvous_.nextRound();
+  // A worker that joins a running job without its state (restarted, or added) will receive it in
+  // place: its optimizer's state made now, while it waits, takes the bytes into warm pages.
+  if (next > 0 && !hasState_) prepareOptimizerState(*member_.optimizer);
   for (;;) {
     me_.progress = hasState_ ? member_.progress.step : -1;
     me_.stepSeconds = member_.stepSeconds;

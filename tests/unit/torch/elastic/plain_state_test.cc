@@ -2,7 +2,8 @@
 // another member of the same model and optimizer kind reads, and its next step is then the
 // writer's, bitwise, for every optimizer elastic training uses (SGD with momentum, FusedSGD, Adam,
 // AdamW with amsgrad; sign descent through its archive), including parameters that have no state
-// yet. And the in-memory commit (snapshot.h) goes back to what it took, Adam's state included.
+// yet, into the reader's own state tensors where it has them (a prepared joiner's). And the
+// in-memory commit (snapshot.h) goes back to what it took, Adam's state included.
 #include "torch/elastic/plain_state.h"
 
 #include <gtest/gtest.h>
@@ -131,9 +132,76 @@ TEST(PlainState, AParameterWithoutStateStaysWithout) {
   reader.step(0.5f);  // the reader has state everywhere: reading drops the head bias's
   reader.read(writer.write());
   EXPECT_TRUE(plainStateOf(*reader.optimizer).tensors.back().empty());
+  Trainee joiner(adam, 3);
+  prepareOptimizerState(*joiner.optimizer);  // so does a prepared joiner's
+  joiner.readInPlace(writer);
+  EXPECT_TRUE(plainStateOf(*joiner.optimizer).tensors.back().empty());
   writer.step(0.3f);
   reader.step(0.3f);
+  joiner.step(0.3f);
   expectSameModel(writer, reader, "adam");
+  expectSameModel(writer, joiner, "adam, prepared joiner");
+}
+
+// The optimizer's own state tensors, in parameter order (undefined slots left out).
+std::vector<const void*> statePlaces(torch::optim::Optimizer& optimizer) {
+  std::vector<const void*> places;
+  for (const std::vector<torch::Tensor>& tensors : plainStateOf(optimizer).tensors) {
+    for (const torch::Tensor& t : tensors) {
+      if (t.defined()) places.push_back(t.data_ptr());
+    }
+  }
+  return places;
+}
+
+// A prepared Adam (a joiner's, prepareOptimizerState) steps as a fresh one: its zeros and step 0
+// are what Adam's first step makes. Other optimizers are left without state.
+TEST(PlainState, APreparedOptimizerStepsAsAFreshOne) {
+  for (const auto& [name, make] : optimizers()) {
+    Trainee fresh(make, 1);
+    Trainee prepared(make, 1);
+    prepareOptimizerState(*prepared.optimizer);
+    const bool adam = name.starts_with("adam");
+    if (hasPlainState(*prepared.optimizer)) {
+      const PlainOptimizerState state = plainStateOf(*prepared.optimizer);
+      for (const std::vector<torch::Tensor>& tensors : state.tensors) {
+        EXPECT_EQ(tensors.size(), adam ? 3u : 0u) << name;
+      }
+      if (adam) EXPECT_EQ(state.tensors[0][2].defined(), name == "adamw amsgrad");
+    }
+    fresh.step(0.1f);
+    prepared.step(0.1f);
+    fresh.step(0.2f);
+    prepared.step(0.2f);
+    expectSameModel(fresh, prepared, name);
+  }
+}
+
+// Reading writes the state into the optimizer's own tensors where they have the shape (a
+// survivor's, a prepared joiner's: warm pages), whole or in place, and the next step is still the
+// writer's.
+TEST(PlainState, ReadingFillsTheOptimizersOwnStateTensors) {
+  for (const auto& [name, make] : optimizers()) {
+    if (name == "sign descent") continue;  // its archive makes its own
+    Trainee writer(make, 1);
+    writer.step(0.1f);
+    writer.step(0.2f);
+    Trainee survivor(make, 2);
+    survivor.step(0.5f);
+    const std::vector<const void*> own = statePlaces(*survivor.optimizer);
+    survivor.read(writer.write());
+    EXPECT_EQ(statePlaces(*survivor.optimizer), own) << name;
+    Trainee joiner(make, 3);
+    prepareOptimizerState(*joiner.optimizer);
+    const std::vector<const void*> prepared = statePlaces(*joiner.optimizer);
+    joiner.readInPlace(writer);
+    if (name.starts_with("adam")) EXPECT_EQ(statePlaces(*joiner.optimizer), prepared) << name;
+    writer.step(0.3f);
+    survivor.step(0.3f);
+    joiner.step(0.3f);
+    expectSameModel(writer, survivor, name + " survivor");
+    expectSameModel(writer, joiner, name + " prepared joiner");
+  }
 }
 
 TEST(PlainState, AnotherModelIsRefused) {
