@@ -13,6 +13,8 @@
 #include <optional>
 
 #include "common/check.h"
+#include "common/simd.h"
+#include "compress/select_gather.h"
 
 namespace gradsync {
 namespace {
@@ -31,32 +33,43 @@ constexpr size_t kSampledMin = size_t{1} << 18;
 constexpr size_t kSampleChunks = 256;
 constexpr size_t kSampleRun = 64;
 
-// Whether any of the kGroup keys at `keys` is >= lowest. The sign of (lowest - 1 - key) is set
-// iff key >= lowest, as keys are below 2^31; GCC's vector extension makes the OR of those four
-// SIMD lanes wide, where the compiler would leave a plain loop scalar.
-bool anyAtLeast(const uint32_t* keys, uint32_t lowest) {
+// A bit per key of the kGroup keys at `keys`, set iff the key is >= lowest. The sign of
+// (lowest - 1 - key) is set iff key >= lowest, as keys are below 2^31; GCC's vector extension
+// keeps the subtraction four lanes wide, where the compiler would leave a plain loop scalar.
+uint32_t atLeastMask(const uint32_t* keys, uint32_t lowest) {
   using Lanes = int32_t __attribute__((vector_size(16)));
   const int32_t limit = static_cast<int32_t>(lowest - 1);
   const Lanes limits = {limit, limit, limit, limit};
-  Lanes any = {0, 0, 0, 0};
+  uint32_t mask = 0;
   for (size_t g = 0; g < kGroup; g += 4) {
     Lanes v;
     std::memcpy(&v, keys + g, sizeof v);
-    any |= limits - v;
+    const Lanes d = limits - v;
+#if defined(__SSE2__)
+    const auto signs = static_cast<uint32_t>(
+        __builtin_ia32_movmskps(reinterpret_cast<float __attribute__((vector_size(16)))>(d)));
+#else
+    uint32_t signs = 0;
+    for (int l = 0; l < 4; ++l) signs |= (static_cast<uint32_t>(d[l]) >> 31) << l;
+#endif
+    mask |= signs << g;
   }
-  return (any[0] | any[1] | any[2] | any[3]) < 0;
+  return mask;
 }
 
 // Calls place(index, key) for the keys of one chunk (the input's [base, base + count)) that
-// could be at or above `lowest`: most groups of kGroup hold none when k is a small fraction,
-// and a vectorised test skips them; the others (and the chunk's tail) go to `place`, which
-// decides branch-free.
+// are at or above `lowest`, and possibly others (the chunk's tail); `place` decides branch-free.
+// Most groups of kGroup hold none when k is a small fraction: a vectorised test skips them, and
+// in the others only the keys it marked are placed (a gradient's top 2% put one in about every
+// fourth group: placing all 16 of such a group cost more than the test).
 template <class Place>
 void placeNear(const uint32_t* chunk, size_t base, size_t count, uint32_t lowest, Place& place) {
   size_t j = 0;
   for (; j + kGroup <= count; j += kGroup) {
-    if (!anyAtLeast(chunk + j, lowest)) continue;
-    for (size_t g = 0; g < kGroup; ++g) place(base + j + g, chunk[j + g]);
+    for (uint32_t mask = atLeastMask(chunk + j, lowest); mask != 0; mask &= mask - 1) {
+      const auto g = static_cast<size_t>(std::countr_zero(mask));
+      place(base + j + g, chunk[j + g]);
+    }
   }
   for (; j < count; ++j) place(base + j, chunk[j]);
 }
@@ -91,6 +104,31 @@ size_t selectionCount(size_t elements, double density) {
 void MagnitudeKeys::fill(size_t begin, size_t count, uint32_t* keys) const {
   const float* x = x_.data() + begin;
   for (size_t j = 0; j < count; ++j) keys[j] = std::bit_cast<uint32_t>(x[j]) & 0x7fffffffu;
+}
+
+size_t MagnitudeKeys::gatherAtLeast(size_t begin, size_t count, uint32_t lowest, uint32_t* scratch,
+                                    uint32_t* indices, uint32_t* keys) const {
+  if (simd::active() != simd::Path::kAvx512) {
+    return KeySource::gatherAtLeast(begin, count, lowest, scratch, indices, keys);
+  }
+  const size_t wide = count / gather::kLanes * gather::kLanes;
+  const size_t found =
+      gather::magnitudesAvx512(x_.data() + begin, wide, begin, lowest, indices, keys);
+  return found + KeySource::gatherAtLeast(begin + wide, count - wide, lowest, scratch,
+                                          indices + found, keys + found);
+}
+
+size_t KeySource::gatherAtLeast(size_t begin, size_t count, uint32_t lowest, uint32_t* scratch,
+                                uint32_t* indices, uint32_t* keys) const {
+  fill(begin, count, scratch);
+  size_t n = 0;
+  auto place = [&](size_t index, uint32_t key) {
+    indices[n] = static_cast<uint32_t>(index);
+    keys[n] = key;
+    n += key >= lowest;
+  };
+  placeNear(scratch, begin, count, lowest, place);
+  return n;
 }
 
 // Pass 1: histogram of the top bits; returns the bucket holding the k-th largest key and sets
@@ -240,11 +278,22 @@ uint32_t TopKSelector::sampledBucket(const KeySource& keys, size_t k, int shift)
   return bucketReaching(histogram_.data(), buckets, want);
 }
 
+uint32_t TopKSelector::sampledFloor(const KeySource& keys, size_t k) {
+  const size_t n = keys.size();
+  if (k == 0 || n < kSampledMin || k > n / 16) return 0;
+  const int bits = keys.keyBits();
+  const int shift = bits - std::min(bits, kTopBits);
+  return sampledBucket(keys, k, shift) << shift;
+}
+
+size_t TopKSelector::sampledLimit(size_t n, size_t k) {
+  return std::min(n / 8, 8 * k + kChunk);
+}
+
 // Every key at or above `bucket` (with its index) into the candidates, in one pass; false when
 // they would be more than `limit`.
 bool TopKSelector::gatherFrom(const KeySource& keys, int shift, uint32_t bucket, size_t limit) {
   const size_t n = keys.size();
-  const uint32_t* chunk = keyChunk_.data();
   const uint32_t lowest = bucket << shift;
   size_t nc = 0;
   for (size_t base = 0; base < n; base += kChunk) {
@@ -252,16 +301,11 @@ bool TopKSelector::gatherFrom(const KeySource& keys, int shift, uint32_t bucket,
     // fresh pages for millions of slots would cost more than the pass.
     ensureSize(candidates_, nc + kChunk + 1);
     ensureSize(candidateKeys_, nc + kChunk + 1);
-    uint32_t* candidates = candidates_.data();
-    uint32_t* candidateKeys = candidateKeys_.data();
-    auto place = [&](size_t index, uint32_t key) {
-      candidates[nc] = static_cast<uint32_t>(index);
-      candidateKeys[nc] = key;
-      nc += key >= lowest;
-    };
     const size_t count = std::min(kChunk, n - base);
-    keys.fill(base, count, keyChunk_.data());
-    placeNear(chunk, base, count, lowest, place);
+    const size_t found = keys.gatherAtLeast(base, count, lowest, keyChunk_.data(),
+                                            candidates_.data() + nc, candidateKeys_.data() + nc);
+    GS_CHECK_LE(found, count);
+    nc += found;
     if (nc > limit) return false;
   }
   candidateCount_ = nc;
@@ -276,7 +320,7 @@ std::optional<uint32_t> TopKSelector::selectSampled(const KeySource& keys, size_
                                                     std::vector<uint32_t>& indices) {
   const uint32_t bucket = sampledBucket(keys, k, shift);
   if (bucket == 0) return std::nullopt;
-  const size_t limit = std::min(keys.size() / 8, 8 * k + kChunk);
+  const size_t limit = sampledLimit(keys.size(), k);
   if (!gatherFrom(keys, shift, bucket, limit) || candidateCount_ < k) return std::nullopt;
   size_t need = k;
   const uint32_t* candidateKeys = candidateKeys_.data();

@@ -46,6 +46,13 @@ class KeySource {
   virtual size_t size() const = 0;
   virtual int keyBits() const = 0;  // 1..31
   virtual void fill(size_t begin, size_t count, uint32_t* keys) const = 0;
+  // The sampled path's pass (TopKSelector): writes the index and key of every element of
+  // [begin, begin + count) whose key is >= `lowest`, in index order, to indices[0, n) and
+  // keys[0, n), and returns n. Both may be written up to `count` + 1 slots whatever n is;
+  // `scratch` holds `count` keys. This one fills `scratch` and tests it; a source may compute and
+  // test its keys in one (the same result: MagnitudeKeys and MSTopK's keys on the AVX-512 path).
+  virtual size_t gatherAtLeast(size_t begin, size_t count, uint32_t lowest, uint32_t* scratch,
+                               uint32_t* indices, uint32_t* keys) const;
 };
 
 // The key of |x|: the float's bits without the sign. Non-negative floats order like these
@@ -56,6 +63,8 @@ class MagnitudeKeys final : public KeySource {
   size_t size() const override { return x_.size(); }
   int keyBits() const override { return 31; }
   void fill(size_t begin, size_t count, uint32_t* keys) const override;
+  size_t gatherAtLeast(size_t begin, size_t count, uint32_t lowest, uint32_t* scratch,
+                       uint32_t* indices, uint32_t* keys) const override;
 
  private:
   std::span<const float> x_;
@@ -71,6 +80,12 @@ class TopKSelector {
   // Whether the last select() took the sampled path (select.cc: one pass gathering the keys a
   // sample says hold the k largest, on inputs of 2^18 keys or more and k up to a sixteenth).
   bool lastSampled() const { return sampled_; }
+  // The sampled path's floor (select.h): the lowest key at or above which, judged from a sample
+  // of `keys`, about twice the k largest lie; 0 where the sampled path does not apply (under
+  // 2^18 keys, k above a sixteenth of them, or a floor that would keep everything). A caller
+  // that gathers the keys at or above it itself may keep up to sampledLimit(n, k) of them.
+  uint32_t sampledFloor(const KeySource& keys, size_t k);
+  static size_t sampledLimit(size_t n, size_t k);
   // Exact top-k by magnitude.
   void selectByMagnitude(std::span<const float> x, size_t k, std::vector<uint32_t>& indices) {
     select(MagnitudeKeys(x), k, indices);

@@ -10,7 +10,12 @@
 // bisection ends at theta1 = (the smallest j with count(q >= j) <= k) / 2^N and theta2 = theta1 -
 // 2^-N. That is exactly the top-k by the key q (plus 1, so that 0 marks elements below the
 // mean), with the fill taken in index order; the radix selector of select.h computes it in two
-// passes instead of N, with the same result as the N-pass bisection, bit for bit.
+// passes instead of N, with the same result as the N-pass bisection, bit for bit. On large inputs
+// (from 2^18 elements, k up to a sixteenth) the whole search is one pass: a sample of the
+// magnitudes gives a floor under about the 2k largest, and the pass that sums the mean and the
+// max also gathers every element at or above it; the keys need the mean and max only for those.
+// As the key never decreases with the magnitude, the result is the full search's whenever the
+// largest magnitude under the floor keys below the k-th (checked; else the full search runs).
 //
 // Precisely (this is the definition the tests check against a literal N-pass bisection):
 //   a = |x|, (mean, max) = magnitudeStats(x), c = 1.0f / (max - mean), t = (a - mean) * c in
@@ -60,16 +65,27 @@ class ThresholdSelector {
   // above for when).
   enum class Range { kFromMean, kFromZero, kExact };
   Range lastRange() const { return lastRange_; }
+  // Whether the last select() made one pass over the input (from 2^18 elements, k up to a
+  // sixteenth of them: the mean and the max summed while a sample's candidates are gathered).
+  bool lastOnePass() const { return onePass_; }
 
  private:
   // Top-k by the key of [lower, max]; returns the k-th largest key, or nothing (and selects
   // nothing) if the range cannot be inverted.
   std::optional<uint32_t> selectInRange(std::span<const float> x, float lower, float max, size_t k,
                                         std::vector<uint32_t>& indices);
+  // One pass: the statistics (always set) while gathering the elements at or above the
+  // magnitude a sample of them says about twice the k largest lie (TopKSelector::sampledFloor),
+  // then the grid's top-k among those. False (nothing selected) where the sample misjudged or
+  // the k-th lies below the mean: the caller selects over the whole input then.
+  bool selectInOnePass(std::span<const float> x, size_t k, std::vector<uint32_t>& indices,
+                       MagnitudeStats& stats);
 
   int iterations_;
   TopKSelector selector_;
   Range lastRange_ = Range::kExact;
+  bool onePass_ = false;
+  std::vector<uint32_t> candidates_, candidateKeys_, chosen_, scratch_;  // reused
 };
 
 }  // namespace gradsync

@@ -7,6 +7,7 @@
 #include "common/env.h"
 #include "common/logging.h"
 #include "gradsync/error.h"
+#include "gradsync/topology.h"
 #include "job/agreement.h"
 #include "job/elastic_worker.h"
 #include "job/hang_watch.h"

@@ -110,8 +110,8 @@ void HeldStateSource::give(Transport& transport, int rank, bool inPlace,
   uint8_t ready = 0;
   transport.recv(rank, tags::kElasticState, &ready, sizeof ready)->wait();
   if (!inPlace) {
-    pending.push_back(
-        transport.send(rank, tags::kElasticState, whole_->bytes().data(), whole_->size()));
+    const StateWriter& all = whole();
+    pending.push_back(transport.send(rank, tags::kElasticState, all.bytes().data(), all.size()));
     return;
   }
   for (const std::span<const uint8_t>& segment : gatherer_.segments()) {

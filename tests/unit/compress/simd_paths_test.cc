@@ -1,7 +1,8 @@
 // Every kernel compiled per instruction set (common/simd.h) gives the scalar path's bits on the
 // AVX2 and AVX-512 paths, each forced in turn: the half conversions on every half and around
 // every rounding boundary of the floats, and every quantized codec's encoding and decoding, on
-// inputs with NaN, infinities, subnormals and signed zeros, at sizes 0, 1, odd and large.
+// inputs with NaN, infinities, subnormals and signed zeros, at sizes 0, 1, odd and large; and the
+// top-k selections' gathering pass and MSTopK's mean and max.
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -17,7 +18,9 @@
 #include "common/simd.h"
 #include "compress/bit_pack.h"
 #include "compress/registry.h"
+#include "compress/select.h"
 #include "compress/spec.h"
+#include "compress/threshold_select.h"
 #include "exchange_harness.h"
 
 namespace gradsync {
@@ -226,6 +229,59 @@ TEST(SimdPaths, QuantizedCodecsEncodeAndDecodeTheScalarBits) {
           expectSameBits(expected.bytes, actual.bytes, what + ": encoding");
           expectSameBits(expected.decoded, actual.decoded, what + ": decoding");
         }
+      }
+    }
+  }
+}
+
+// The top-k selections' one-pass gathering (compress/select_gather.h) and MSTopK's mean and max:
+// the scalar path's indices and statistics on every path, sampled path included (from 2^18
+// elements), at sizes that leave a tail off the 16-lane groups, with and without NaN and
+// infinities (which send MSTopK to exact top-k by magnitude).
+TEST(SimdPaths, TopKSelectionsAndMagnitudeStatsEqualScalar) {
+  const std::vector<simd::Path> paths = fasterPaths();
+  for (size_t n : {size_t{0}, size_t{1}, size_t{7}, size_t{1025}, size_t{70001},
+                   (size_t{1} << 18) + 13, size_t{1'000'003}}) {
+    for (const char* shape : {"gaussian", "awkward", "awkward, NaN/inf"}) {
+      const std::string kind = shape;
+      const std::vector<float> x = kind == "gaussian" ? gaussian(n, n + 7, 0.01f)
+                                                      : awkwardInput(n, n + 7, kind != "awkward");
+      const std::string input = std::to_string(n) + " elements, " + kind;
+      // Sampled: whether both selections took their one pass (the gathering kernel's).
+      auto run = [&](std::vector<uint32_t>& top, std::vector<uint32_t>& ms,
+                     std::vector<float>& stats, bool& sampled) {
+        const MagnitudeStats m = magnitudeStats(x);
+        stats = {m.mean, m.max, m.finite ? 1.0f : 0.0f};
+        TopKSelector selector;
+        selector.selectByMagnitude(x, selectionCount(n, 0.01), top);
+        ThresholdSelector threshold(20);
+        threshold.select(x, selectionCount(n, 0.01), ms);
+        sampled = selector.lastSampled() && threshold.lastOnePass();
+      };
+      std::vector<uint32_t> top, ms;
+      std::vector<float> stats;
+      bool sampled = false;
+      {
+        simd::ScopedPath scalar(simd::Path::kScalar);
+        run(top, ms, stats, sampled);
+      }
+      std::vector<uint32_t> reference;
+      selectTopKBySort(x, selectionCount(n, 0.01), reference);
+      ASSERT_EQ(top, reference) << input << ": scalar top-k against sorting";
+      if (kind == "gaussian") {
+        EXPECT_EQ(sampled, n >= (size_t{1} << 18)) << input << ": the one-pass paths ran";
+      }
+      for (simd::Path path : paths) {
+        simd::ScopedPath forced(path);
+        std::vector<uint32_t> pathTop, pathMs;
+        std::vector<float> pathStats;
+        bool pathSampled = false;
+        run(pathTop, pathMs, pathStats, pathSampled);
+        const std::string what = std::string(simd::name(path)) + ", " + input;
+        EXPECT_EQ(pathTop, top) << what << ": top-k";
+        EXPECT_EQ(pathMs, ms) << what << ": mstopk";
+        EXPECT_EQ(pathSampled, sampled) << what;
+        expectSameBits(stats, pathStats, what + ": mean, max, finite");
       }
     }
   }
