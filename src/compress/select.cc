@@ -108,12 +108,15 @@ void MagnitudeKeys::fill(size_t begin, size_t count, uint32_t* keys) const {
 
 size_t MagnitudeKeys::gatherAtLeast(size_t begin, size_t count, uint32_t lowest, uint32_t* scratch,
                                     uint32_t* indices, uint32_t* keys) const {
-  if (simd::active() != simd::Path::kAvx512) {
+  const simd::Path path = simd::active();
+  if (path == simd::Path::kScalar) {
     return KeySource::gatherAtLeast(begin, count, lowest, scratch, indices, keys);
   }
   const size_t wide = count / gather::kLanes * gather::kLanes;
-  const size_t found =
-      gather::magnitudesAvx512(x_.data() + begin, wide, begin, lowest, indices, keys);
+  const float* x = x_.data() + begin;
+  const size_t found = path == simd::Path::kAvx512
+                           ? gather::magnitudesAvx512(x, wide, begin, lowest, indices, keys)
+                           : gather::magnitudesAvx2(x, wide, begin, lowest, indices, keys);
   return found + KeySource::gatherAtLeast(begin + wide, count - wide, lowest, scratch,
                                           indices + found, keys + found);
 }

@@ -50,7 +50,7 @@ class KeySource {
   // [begin, begin + count) whose key is >= `lowest`, in index order, to indices[0, n) and
   // keys[0, n), and returns n. Both may be written up to `count` + 1 slots whatever n is;
   // `scratch` holds `count` keys. This one fills `scratch` and tests it; a source may compute and
-  // test its keys in one (the same result: MagnitudeKeys and MSTopK's keys on the AVX-512 path).
+  // test its keys in one (the same result: MagnitudeKeys on the AVX2 and AVX-512 paths).
   virtual size_t gatherAtLeast(size_t begin, size_t count, uint32_t lowest, uint32_t* scratch,
                                uint32_t* indices, uint32_t* keys) const;
 };

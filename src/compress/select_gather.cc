@@ -34,7 +34,48 @@ GS_TARGET_AVX512 inline size_t keep(__m512i key, __m512i lowest, size_t first, u
   return n + static_cast<size_t>(std::popcount(static_cast<unsigned>(hit)));
 }
 
+// AVX2 has no compressing instruction: for each of the 256 masks of 8 lanes, the kept lanes'
+// order moved to the front, a permutation for vpermd.
+struct CompressLanes {
+  alignas(32) uint32_t order[256][8];
+  constexpr CompressLanes() : order() {
+    for (unsigned mask = 0; mask < 256; ++mask) {
+      unsigned kept = 0;
+      for (unsigned lane = 0; lane < 8; ++lane) {
+        if (((mask >> lane) & 1u) != 0) order[mask][kept++] = lane;
+      }
+    }
+  }
+};
+constexpr CompressLanes kCompressLanes;
+
 }  // namespace
+
+GS_TARGET_AVX2 size_t magnitudesAvx2(const float* x, size_t count, size_t base, uint32_t lowest,
+                                     uint32_t* indices, uint32_t* keys) {
+  GS_CHECK(count % kLanes == 0);
+  // key >= lowest as key > lowest - 1 in signed lanes: keys are below 2^31, and lowest 0 wraps
+  // to -1, below every key.
+  const __m256i belowLowest = _mm256_set1_epi32(static_cast<int32_t>(lowest - 1));
+  const __m256i noSign = _mm256_set1_epi32(0x7fffffff);
+  const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  size_t n = 0;
+  for (size_t j = 0; j < count; j += 8) {
+    const __m256i key =
+        _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + j)), noSign);
+    const auto mask = static_cast<unsigned>(
+        _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(key, belowLowest))));
+    const __m256i order =
+        _mm256_load_si256(reinterpret_cast<const __m256i*>(kCompressLanes.order[mask]));
+    const __m256i index = _mm256_add_epi32(lanes, _mm256_set1_epi32(static_cast<int>(base + j)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(keys + n),
+                        _mm256_permutevar8x32_epi32(key, order));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(indices + n),
+                        _mm256_permutevar8x32_epi32(index, order));
+    n += static_cast<size_t>(std::popcount(mask));
+  }
+  return n;
+}
 
 GS_TARGET_AVX512 size_t magnitudesAvx512(const float* x, size_t count, size_t base, uint32_t lowest,
                                          uint32_t* indices, uint32_t* keys) {
@@ -53,6 +94,10 @@ GS_TARGET_AVX512 size_t magnitudesAvx512(const float* x, size_t count, size_t ba
 
 #else
 
+size_t magnitudesAvx2(const float*, size_t, size_t, uint32_t, uint32_t*, uint32_t*) {
+  GS_CHECK(false);
+  return 0;
+}
 size_t magnitudesAvx512(const float*, size_t, size_t, uint32_t, uint32_t*, uint32_t*) {
   GS_CHECK(false);
   return 0;
