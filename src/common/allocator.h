@@ -19,8 +19,12 @@ void shareOneHeapAcrossThreads();
 // Asks the kernel to back the whole 2 MiB extents inside [data, data + size) with transparent
 // huge pages (THP's "madvise" mode, Debian's default). For large buffers written once, such as
 // the elastic state a round's members receive: the first touch of a fresh 51.6 MB buffer took
-// 0.15 s here in 4 KiB page faults and 5 ms in 2 MiB ones. Call before the first touch; a no-op
-// where the kernel refuses (THP off) or the range holds no whole extent. Thread-safe.
+// 0.15 s here in 4 KiB page faults and 5 ms in 2 MiB ones. Not always cheaper: on another VM of
+// this kind (2026-12-03) 103 MB took 0.05 s in 4 KiB faults and 0.016 s in 2 MiB ones, but the
+// first 2 MiB pages after an idle spell 0.25-0.33 s; where it matters, touch memory before it is
+// waited for (a joiner's optimizer state: torch/elastic/plain_state.h). Call before the first
+// touch; a no-op where the kernel refuses (THP off) or the range holds no whole extent.
+// Thread-safe.
 void adviseHugePages(void* data, size_t size);
 
 }  // namespace gradsync
