@@ -6,13 +6,17 @@
 # Prints every round's line of rank 0 (`elastic: the job's state (...) to K of the N other
 # members in ... s (... MB/s to each ...)`, docs/cluster.md "How fast"), --repeats times; with
 # --before BINARY, each repeat runs that binary first (interleaved pairs, as before/after).
+# With --netem RATE the 4 workers are 4 hosts of scripts/netem (one rank each, TCP over links of
+# RATE, "none" for unshaped veths; needs root): host 3's worker is killed and its host starts it
+# again (the store is worker 0's, as without a launcher).
 #
 #   scripts/bench_recovery.sh [--gradsync build/apps/gradsync/gradsync] [--before BINARY]
-#                             [--repeats 2] [--kill-after 25] [--out /tmp/gradsync-recovery]
+#                             [--repeats 2] [--kill-after 25] [--netem RATE]
+#                             [--out /tmp/gradsync-recovery]
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-gradsync="$repo/build/apps/gradsync/gradsync" before="" repeats=2 kill_after=25
+gradsync="$repo/build/apps/gradsync/gradsync" before="" repeats=2 kill_after=25 netem=""
 out=/tmp/gradsync-recovery
 while [ $# -gt 0 ]; do
   case $1 in
@@ -20,6 +24,7 @@ while [ $# -gt 0 ]; do
     --before) before=$(realpath "$2"); shift 2 ;;
     --repeats) repeats=$2; shift 2 ;;
     --kill-after) kill_after=$2; shift 2 ;;
+    --netem) netem=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     *) echo "bench_recovery.sh: unknown argument '$1' (see the header)" >&2; exit 2 ;;
   esac
@@ -27,12 +32,31 @@ done
 [ -x "$gradsync" ] || { echo "bench_recovery.sh: no gradsync at $gradsync (make build)" >&2; exit 2; }
 mkdir -p "$out"
 
+train_args=(--elastic 3:4 --model gpt:layers=4,width=512 --steps 60 --batch-size 4 --eval-samples 4)
+
+# run_netem BINARY LOG: the same job on 4 netem hosts; each host runs its worker again once if it
+# fails, and host 3's is killed (its process is named after its host, for pkill).
+run_netem() {
+  local bin=$1 log=$2 job
+  GRADSYNC_LOG_LEVEL=info NETEM_GRACE=20 "$repo/scripts/netem" --hosts 4 --rate "$netem" \
+    --timeout 600 run -- bash -c '
+    for try in 1 2; do
+      (exec -a "recovery-host$NETEM_HOST $0" "$0" train "$@") && exit 0
+    done
+    exit 1' "$bin" "${train_args[@]}" >"$log" 2>&1 &
+  job=$!
+  sleep "$kill_after"
+  pkill -9 -f "^recovery-host3 " || { echo "no worker to kill: see $log" >&2; return 1; }
+  wait "$job" || { echo "the job failed: see $log" >&2; return 1; }
+  grep -E "elastic: (the job's state|the [0-9]+ other members held)" "$log" | sed "s|^|$(basename "$bin"): |"
+}
+
 # run BINARY LOG: one job, one worker killed and restarted; prints rank 0's state lines.
 run() {
+  [ -z "$netem" ] || { run_netem "$@"; return; }
   local bin=$1 log=$2 launcher victim
   GRADSYNC_LOG_LEVEL=info "$bin" launch -n 4 --elastic --max-restarts 1 -- "$bin" train \
-    --elastic 3:4 --model gpt:layers=4,width=512 --steps 60 --batch-size 4 --eval-samples 4 \
-    >"$log" 2>&1 &
+    "${train_args[@]}" >"$log" 2>&1 &
   launcher=$!
   sleep "$kill_after"
   victim=$(pgrep -f -n "$bin train --elastic") || { echo "no worker to kill: see $log" >&2; return 1; }
