@@ -106,6 +106,19 @@ void MagnitudeKeys::fill(size_t begin, size_t count, uint32_t* keys) const {
   for (size_t j = 0; j < count; ++j) keys[j] = std::bit_cast<uint32_t>(x[j]) & 0x7fffffffu;
 }
 
+size_t KeySource::gatherAtLeast(size_t begin, size_t count, uint32_t lowest, uint32_t* scratch,
+                                uint32_t* indices, uint32_t* keys) const {
+  fill(begin, count, scratch);
+  size_t n = 0;
+  auto place = [&](size_t index, uint32_t key) {
+    indices[n] = static_cast<uint32_t>(index);
+    keys[n] = key;
+    n += key >= lowest;
+  };
+  placeNear(scratch, begin, count, lowest, place);
+  return n;
+}
+
 size_t MagnitudeKeys::gatherAtLeast(size_t begin, size_t count, uint32_t lowest, uint32_t* scratch,
                                     uint32_t* indices, uint32_t* keys) const {
   const simd::Path path = simd::active();
@@ -119,19 +132,6 @@ size_t MagnitudeKeys::gatherAtLeast(size_t begin, size_t count, uint32_t lowest,
                            : gather::magnitudesAvx2(x, wide, begin, lowest, indices, keys);
   return found + KeySource::gatherAtLeast(begin + wide, count - wide, lowest, scratch,
                                           indices + found, keys + found);
-}
-
-size_t KeySource::gatherAtLeast(size_t begin, size_t count, uint32_t lowest, uint32_t* scratch,
-                                uint32_t* indices, uint32_t* keys) const {
-  fill(begin, count, scratch);
-  size_t n = 0;
-  auto place = [&](size_t index, uint32_t key) {
-    indices[n] = static_cast<uint32_t>(index);
-    keys[n] = key;
-    n += key >= lowest;
-  };
-  placeNear(scratch, begin, count, lowest, place);
-  return n;
 }
 
 // Pass 1: histogram of the top bits; returns the bucket holding the k-th largest key and sets

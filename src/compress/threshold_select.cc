@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <optional>
 
 #include "common/check.h"
 #include "common/simd.h"
@@ -25,6 +26,16 @@ struct Grid {
   float scaled = 0;
   float size = 0;
 };
+
+// The grid of [lower, max] for N iterations; nothing where the range cannot be searched (max <=
+// lower, or a scale that is not finite).
+std::optional<Grid> gridOf(float lower, float max, int iterations) {
+  if (!(max > lower)) return std::nullopt;
+  const float size = std::ldexp(1.0f, iterations);
+  const float scaled = (1.0f / (max - lower)) * size;
+  if (!std::isfinite(scaled)) return std::nullopt;
+  return Grid{.lower = lower, .scaled = scaled, .size = size};
+}
 
 // The key of magnitude `a` on the grid: 0 below `lower`, else floor(min(t * 2^N, 2^N)) + 1 with
 // t = (a - lower) / (max - lower). Non-decreasing in a.
@@ -166,11 +177,9 @@ ThresholdSelector::ThresholdSelector(int iterations) : iterations_(iterations) {
 std::optional<uint32_t> ThresholdSelector::selectInRange(std::span<const float> x, float lower,
                                                          float max, size_t k,
                                                          std::vector<uint32_t>& indices) {
-  if (!(max > lower)) return std::nullopt;
-  const float scaled = (1.0f / (max - lower)) * std::ldexp(1.0f, iterations_);
-  if (!std::isfinite(scaled)) return std::nullopt;
-  const Grid grid{.lower = lower, .scaled = scaled, .size = std::ldexp(1.0f, iterations_)};
-  return selector_.select(GridKeys<float>(x, grid, iterations_ + 1), k, indices);
+  const std::optional<Grid> grid = gridOf(lower, max, iterations_);
+  if (!grid) return std::nullopt;
+  return selector_.select(GridKeys<float>(x, *grid, iterations_ + 1), k, indices);
 }
 
 bool ThresholdSelector::selectInOnePass(std::span<const float> x, size_t k,
@@ -194,18 +203,17 @@ bool ThresholdSelector::selectInOnePass(std::span<const float> x, size_t k,
                                    candidates_.data() + gathered, candidateKeys_.data() + gathered);
   };
   stats = visitingStats(x, &gather);
-  if (gathered < k || gathered > limit || !stats.finite || !(stats.max > stats.mean)) return false;
-  const float scaled = (1.0f / (stats.max - stats.mean)) * std::ldexp(1.0f, iterations_);
-  if (!std::isfinite(scaled)) return false;
-  const Grid grid{.lower = stats.mean, .scaled = scaled, .size = std::ldexp(1.0f, iterations_)};
+  if (gathered < k || gathered > limit || !stats.finite) return false;
+  const std::optional<Grid> grid = gridOf(stats.mean, stats.max, iterations_);
+  if (!grid) return false;
   // The keys from the gathered magnitudes: contiguous, where x's elements are scattered.
   const std::span<const uint32_t> magnitudes(candidateKeys_.data(), gathered);
   const uint32_t kth =
-      selector_.select(GridKeys<uint32_t>(magnitudes, grid, iterations_ + 1), k, chosen_);
+      selector_.select(GridKeys<uint32_t>(magnitudes, *grid, iterations_ + 1), k, chosen_);
   // Every element of key >= kth was gathered when the largest magnitude below the floor (the
   // floor's bits less one: magnitudes order as their bits) has a smaller key, as keys do not
   // decrease with the magnitude. A k-th key of 0: fewer than k lie above the mean.
-  if (kth == 0 || gridKey(std::bit_cast<float>(floor - 1), grid) >= kth) return false;
+  if (kth == 0 || gridKey(std::bit_cast<float>(floor - 1), *grid) >= kth) return false;
   indices.resize(k);
   for (size_t i = 0; i < k; ++i) indices[i] = candidates_[chosen_[i]];
   return true;

@@ -11,15 +11,6 @@
 #include "torch/api/optimizer_kind.h"
 
 namespace gradsync {
-namespace {
-
-bool amsgradOf(const torch::optim::OptimizerOptions& options, bool decoupled) {
-  return decoupled ? static_cast<const torch::optim::AdamWOptions&>(options).amsgrad()
-                   : static_cast<const torch::optim::AdamOptions&>(options).amsgrad();
-}
-
-}  // namespace
-
 void CompressedMomentum::check(const torch::optim::Optimizer& optimizer, int64_t warmupSteps) {
   if (!isAdamFamily(optimizer)) {
     throw ConfigError("compressed momentum (1-bit Adam) needs an Adam or AdamW optimizer",
@@ -32,7 +23,7 @@ void CompressedMomentum::check(const torch::optim::Optimizer& optimizer, int64_t
         {.hint = "give the compression a warm-up (--compress-warmup STEPS)"});
   }
   for (const auto& group : optimizer.param_groups()) {
-    if (amsgradOf(group.options(), isAdamW(optimizer))) {
+    if (usesAmsgrad(group.options(), optimizerKind(optimizer))) {
       throw ConfigError("compressed momentum (1-bit Adam) does not support amsgrad",
                         {.hint = "construct the optimizer with amsgrad(false)"});
     }

@@ -34,4 +34,11 @@ inline bool isAdamFamily(const torch::optim::Optimizer& optimizer) {
   return kind == OptimizerKind::kAdam || kind == OptimizerKind::kAdamW;
 }
 
+// Whether a param group of an Adam or AdamW (`kind`) keeps the maximum of the second moment.
+inline bool usesAmsgrad(const torch::optim::OptimizerOptions& options, OptimizerKind kind) {
+  return kind == OptimizerKind::kAdamW
+             ? static_cast<const torch::optim::AdamWOptions&>(options).amsgrad()
+             : static_cast<const torch::optim::AdamOptions&>(options).amsgrad();
+}
+
 }  // namespace gradsync

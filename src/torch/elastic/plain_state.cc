@@ -222,25 +222,20 @@ void prepareOptimizerState(torch::optim::Optimizer& optimizer) {
   const Kind kind = optimizerKind(optimizer);
   if (kind != Kind::kAdam && kind != Kind::kAdamW) return;
   torch::NoGradGuard noGrad;
+  PlainOptimizerState state = plainStateOf(optimizer);
+  size_t i = 0;  // plainStateOf's order: the param groups', parameter by parameter
   for (auto& group : optimizer.param_groups()) {
-    const bool amsgrad =
-        kind == Kind::kAdam
-            ? static_cast<const torch::optim::AdamOptions&>(group.options()).amsgrad()
-            : static_cast<const torch::optim::AdamWOptions&>(group.options()).amsgrad();
+    const bool amsgrad = usesAmsgrad(group.options(), kind);
     for (const torch::Tensor& p : group.params()) {
-      const std::string key = optimizerStateKey(p);
-      if (optimizer.state().count(key) != 0) continue;
-      // Adam's own first step makes these same zeros and step (torch::optim::Adam::step);
+      std::vector<torch::Tensor>& tensors = state.tensors[i++];
+      if (!tensors.empty()) continue;
+      // Adam's own first step makes these same zeros, at step 0 (torch::optim::Adam::step);
       // written now, their pages are faulted in before anyone waits for them.
       auto zeros = [&] { return torch::zeros_like(p.detach(), torch::MemoryFormat::Contiguous); };
-      const std::vector<torch::Tensor> tensors{zeros(), zeros(),
-                                               amsgrad ? zeros() : torch::Tensor()};
-      optimizer.state()[key] = kind == Kind::kAdam
-                                   ? std::unique_ptr<torch::optim::OptimizerParamState>(
-                                         adamState<torch::optim::AdamParamState>(tensors, 0))
-                                   : adamState<torch::optim::AdamWParamState>(tensors, 0);
+      tensors = {zeros(), zeros(), amsgrad ? zeros() : torch::Tensor()};
     }
   }
+  setPlainState(optimizer, state);
 }
 
 std::vector<torch::Tensor> writeTrainingState(StateWriter& out, torch::nn::Module& model,
