@@ -3,7 +3,8 @@
 // (one instantiation per width) instead of a bit-by-bit loop. On the AVX-512 path (common/
 // simd.h) BMI2's pext and pdep move a whole group at once: the eight codes' low bits are
 // exactly the bits pext(group, mask) keeps, in order. Only there: every CPU with AVX-512 runs
-// them in a cycle, while AMD's before Zen 3 microcode them (hundreds of cycles).
+// them in a cycle, while AMD's before Zen 3 microcode them (hundreds of cycles). One-bit codes
+// are packed by movemask on both AVX paths.
 #include "compress/bit_pack.h"
 
 #include <algorithm>
@@ -96,6 +97,18 @@ GS_TARGET_AVX512 void packFixedPext(const uint8_t* codes, size_t count, uint8_t*
   }
 }
 
+// One-bit codes 32 at a time on the AVX paths: shifted to each byte's top bit, where movemask
+// collects them in order (a cycle for 32 codes, where pext takes one for 8).
+GS_TARGET_AVX2 void packOneBitAvx2(const uint8_t* codes, size_t count, uint8_t* out) {
+  size_t i = 0;
+  for (; i + 32 <= count; i += 32) {
+    const __m256i group = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + i));
+    const auto bits = static_cast<uint32_t>(_mm256_movemask_epi8(_mm256_slli_epi16(group, 7)));
+    std::memcpy(out + i / 8, &bits, 4);
+  }
+  packFixed<1>(codes + i, count - i, out + i / 8);
+}
+
 template <int kBits>
 GS_TARGET_AVX512 void unpackFixedPdep(const uint8_t* in, size_t count, uint8_t* codes) {
   const size_t groups = count / 8;
@@ -116,6 +129,9 @@ GS_TARGET_AVX512 void unpackFixedPdep(const uint8_t* in, size_t count, uint8_t* 
 template <int kBits>
 void packWidth(const uint8_t* codes, size_t count, uint8_t* out) {
 #if GS_SIMD_X86
+  if (kBits == 1 && simd::active() != simd::Path::kScalar) {
+    return packOneBitAvx2(codes, count, out);
+  }
   if (simd::active() == simd::Path::kAvx512) return packFixedPext<kBits>(codes, count, out);
 #endif
   packFixed<kBits>(codes, count, out);

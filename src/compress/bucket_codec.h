@@ -17,6 +17,12 @@
 //   int bits() const; uint8_t maxCode() const;  code width; larger codes are malformed input
 //   void start(uint64_t seed);                  once per encode (stochastic methods seed here)
 //   void analyse(std::span<const float> bucket, float* params);
+//   optional: void analyseRun(std::span<const float> run, size_t bucket, float* params);
+//     the parameters of consecutive buckets of `bucket` elements (the last one maybe fewer),
+//     each bit for bit what analyse gives it, written one bucket after the other
+//   optional: void elementCodes(std::span<const float> x, uint8_t* codes);
+//     for a quantizer whose code of an element depends on nothing else (not on its bucket):
+//     the codes of any consecutive elements, which quantize would give them
 //   void quantize(std::span<const float> x, uint8_t* codes, const float* params);
 //   void dequantizeAdd(std::span<const uint8_t> codes, float* out, const float* params) const;
 // quantize and dequantizeAdd see a bucket in pieces of at most kCodeChunk elements.
@@ -24,6 +30,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cstdint>
 #include <cstring>
 #include <vector>
 
@@ -69,11 +76,33 @@ class BucketLayout {
     forEach(elements, fn);
   }
 
+  // Calls fn(begin, size) for runs of consecutive buckets, in order: each run lies in one tensor
+  // and holds at most `maxBuckets` buckets, all of bucket() elements but a tensor's last one. The
+  // runs cover what forEach's buckets cover. maxBuckets >= 1.
+  template <class Fn>
+  void forEachRun(size_t elements, size_t maxBuckets, Fn&& fn) const {
+    const size_t step = bucket_ > SIZE_MAX / maxBuckets ? SIZE_MAX : bucket_ * maxBuckets;
+    if (tensors_.empty()) return forEachInTensor(0, elements, fn, step);
+    GS_CHECK_EQ(elements, total_);
+    size_t begin = 0;
+    for (size_t size : tensors_) {
+      forEachInTensor(begin, size, fn, step);
+      begin += size;
+    }
+  }
+
+  // Elements per bucket (SIZE_MAX: whole tensors).
+  size_t bucket() const { return bucket_; }
+
  private:
   template <class Fn>
   void forEachInTensor(size_t begin, size_t size, Fn& fn) const {
-    for (size_t offset = 0; offset < size; offset += bucket_) {
-      fn(begin + offset, std::min(bucket_, size - offset));
+    forEachInTensor(begin, size, fn, bucket_);
+  }
+  template <class Fn>
+  void forEachInTensor(size_t begin, size_t size, Fn& fn, size_t step) const {
+    for (size_t offset = 0; offset < size; offset += std::min(step, size - offset)) {
+      fn(begin + offset, std::min(step, size - offset));
     }
   }
 
@@ -178,6 +207,7 @@ class BucketCodec final : public CodecCompressor {
 
  private:
   static constexpr size_t kParamBytes = Quantizer::kParams * sizeof(float);
+  static constexpr size_t kRunBuckets = 256;  // buckets analysed before they are quantized
 
   // The loops once per instruction set (common/simd.h): flatten inlines the quantizer's
   // arithmetic into each, where the compiler vectorises it for that target; the bits are the
@@ -198,24 +228,65 @@ class BucketCodec final : public CodecCompressor {
     decodeLoop(in, out);
   }
 
-  // `out` holds encodedBytes(x.size()) bytes.
+  // `out` holds encodedBytes(x.size()) bytes. A run of buckets at a time: all of their
+  // parameters, then all of their codes (a run is a few KiB, so both passes read it from cache).
   void encodeLoop(std::span<const float> x, uint8_t* out, uint64_t seed) {
     quantizer_.start(seed);
     uint8_t* params = out;
     PackedWriter writer(quantizer_.bits(), out + layout_.count(x.size()) * kParamBytes);
-    layout_.forEach(x.size(), [&](size_t begin, size_t size) {
-      float p[Quantizer::kParams];
-      quantizer_.analyse(x.subspan(begin, size), p);
-      std::memcpy(params, p, kParamBytes);
-      params += kParamBytes;
-      for (size_t done = 0; done < size;) {
-        std::span<uint8_t> room = writer.room(size - done);
-        quantizer_.quantize(x.subspan(begin + done, room.size()), room.data(), p);
-        writer.commit(room.size());
-        done += room.size();
-      }
+    layout_.forEachRun(x.size(), kRunBuckets, [&](size_t begin, size_t size) {
+      const std::span<const float> run = x.subspan(begin, size);
+      const size_t bucket = std::min(layout_.bucket(), size);
+      const size_t buckets = (size - 1) / bucket + 1;
+      float p[kRunBuckets * Quantizer::kParams];
+      analyseRun(run, bucket, p);
+      std::memcpy(params, p, buckets * kParamBytes);
+      params += buckets * kParamBytes;
+      quantizeRun(run, bucket, writer, p);
     });
     writer.finish();
+  }
+
+  // The parameters of a run's buckets (`bucket` elements each, the last one maybe fewer), by
+  // the quantizer's analyseRun where it has one (several buckets at once).
+  void analyseRun(std::span<const float> run, size_t bucket, float* params) {
+    if constexpr (requires { quantizer_.analyseRun(run, bucket, params); }) {
+      quantizer_.analyseRun(run, bucket, params);
+    } else {
+      for (size_t first = 0; first < run.size(); first += bucket) {
+        quantizer_.analyse(run.subspan(first, std::min(bucket, run.size() - first)), params);
+        params += Quantizer::kParams;
+      }
+    }
+  }
+
+  // The codes of a run's buckets into `writer`: by the quantizer's elementCodes where it has one
+  // (as many elements at once as the writer takes), else a bucket at a time.
+  void quantizeRun(std::span<const float> run, size_t bucket, PackedWriter& writer,
+                   const float* params) {
+    if constexpr (requires(uint8_t * codes) { quantizer_.elementCodes(run, codes); }) {
+      quantizeInPieces(run, writer, [&](std::span<const float> x, uint8_t* codes) {
+        quantizer_.elementCodes(x, codes);
+      });
+    } else {
+      for (size_t first = 0; first < run.size(); first += bucket) {
+        const float* p = params + first / bucket * Quantizer::kParams;
+        quantizeInPieces(
+            run.subspan(first, std::min(bucket, run.size() - first)), writer,
+            [&](std::span<const float> x, uint8_t* codes) { quantizer_.quantize(x, codes, p); });
+      }
+    }
+  }
+
+  template <class Quantize>
+  static void quantizeInPieces(std::span<const float> x, PackedWriter& writer,
+                               Quantize&& quantize) {
+    for (size_t done = 0; done < x.size();) {
+      std::span<uint8_t> room = writer.room(x.size() - done);
+      quantize(x.subspan(done, room.size()), room.data());
+      writer.commit(room.size());
+      done += room.size();
+    }
   }
 
   // `in` holds encodedBytes(out.size()) bytes (checked by decodeAdd).

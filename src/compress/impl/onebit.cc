@@ -10,12 +10,19 @@
 // elements sharing a pair is bounded whatever the shapes. The default 16 (5 bits per element)
 // is the largest bucket measured to end near dense without options (docs/algorithms.md,
 // "Compression defaults without an expert"); 512 is closer to the paper's 1 bit.
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>
 
+#include "common/simd.h"
+
 #include "compress/bucket_codec.h"
 #include "compress/impl/methods.h"
+
+#if GS_SIMD_X86
+#include <immintrin.h>
+#endif
 
 namespace gradsync::methods {
 namespace {
@@ -80,6 +87,87 @@ SideSums sideSums(std::span<const float> x) {
   return sums;
 }
 
+#if GS_SIMD_X86
+// Four buckets' lanes j..j+3 (one vector per bucket) become lane j, ..., j+3 of the four buckets
+// (one vector per lane).
+GS_TARGET_AVX2 inline void transposeFour(__m256d& a, __m256d& b, __m256d& c, __m256d& d) {
+  const __m256d ab02 = _mm256_unpacklo_pd(a, b);
+  const __m256d ab13 = _mm256_unpackhi_pd(a, b);
+  const __m256d cd02 = _mm256_unpacklo_pd(c, d);
+  const __m256d cd13 = _mm256_unpackhi_pd(c, d);
+  a = _mm256_permute2f128_pd(ab02, cd02, 0x20);
+  b = _mm256_permute2f128_pd(ab13, cd13, 0x20);
+  c = _mm256_permute2f128_pd(ab02, cd02, 0x31);
+  d = _mm256_permute2f128_pd(ab13, cd13, 0x31);
+}
+
+// SideLanes of one bucket of n elements (n a multiple of 8): the same additions, in AVX2.
+struct LanesAvx2 {
+  __m256d positives[2], negatives[2];  // lanes 0-3, 4-7
+  int64_t count = 0;
+};
+
+GS_TARGET_AVX2 inline LanesAvx2 lanesAvx2(const float* x, size_t n) {
+  LanesAvx2 lanes;
+  for (int h = 0; h < 2; ++h) lanes.positives[h] = lanes.negatives[h] = _mm256_setzero_pd();
+  for (size_t i = 0; i < n; i += 8) {
+    const __m256 v = _mm256_loadu_ps(x + i);
+    const __m256 nonNegative = _mm256_cmp_ps(v, _mm256_setzero_ps(), _CMP_GE_OQ);
+    const __m256 positive = _mm256_and_ps(v, nonNegative);
+    const __m256 negative = _mm256_andnot_ps(nonNegative, v);
+    for (int h = 0; h < 2; ++h) {
+      const __m128 p =
+          h == 0 ? _mm256_castps256_ps128(positive) : _mm256_extractf128_ps(positive, 1);
+      const __m128 q =
+          h == 0 ? _mm256_castps256_ps128(negative) : _mm256_extractf128_ps(negative, 1);
+      lanes.positives[h] = _mm256_add_pd(lanes.positives[h], _mm256_cvtps_pd(p));
+      lanes.negatives[h] = _mm256_add_pd(lanes.negatives[h], _mm256_cvtps_pd(q));
+    }
+    lanes.count += std::popcount(static_cast<unsigned>(_mm256_movemask_ps(nonNegative)));
+  }
+  return lanes;
+}
+
+// sideMeans of `groups` times four consecutive buckets of n elements (n a multiple of 8), one
+// bucket per element of a vector: the same additions in the same order, then the divisions, so
+// every mean has sideMeans' bits. Small buckets (the default 16) are dominated by the sum of the
+// eight lanes, a chain of dependent additions, and the two divisions: four buckets share each
+// instruction of those.
+// kBucket: n as a constant (0: n as given), so that the default's loops unroll.
+template <size_t kBucket>
+GS_TARGET_AVX2 void sideMeansInFours(const float* x, size_t n, size_t groups, float* params) {
+  if (kBucket != 0) n = kBucket;
+  for (size_t g = 0; g < groups; ++g, x += 4 * n, params += 8) {
+    LanesAvx2 lanes[4];
+    for (int b = 0; b < 4; ++b) lanes[b] = lanesAvx2(x + b * n, n);
+    __m256d positives = _mm256_setzero_pd(), negatives = _mm256_setzero_pd();
+    for (int h = 0; h < 2; ++h) {
+      transposeFour(lanes[0].positives[h], lanes[1].positives[h], lanes[2].positives[h],
+                    lanes[3].positives[h]);
+      transposeFour(lanes[0].negatives[h], lanes[1].negatives[h], lanes[2].negatives[h],
+                    lanes[3].negatives[h]);
+      for (int b = 0; b < 4; ++b) {  // transposed: lanes[b] holds lane 4h + b
+        positives = _mm256_add_pd(positives, lanes[b].positives[h]);
+        negatives = _mm256_add_pd(negatives, lanes[b].negatives[h]);
+      }
+    }
+    const __m256d counts =
+        _mm256_set_pd(static_cast<double>(lanes[3].count), static_cast<double>(lanes[2].count),
+                      static_cast<double>(lanes[1].count), static_cast<double>(lanes[0].count));
+    const __m256d rest = _mm256_sub_pd(_mm256_set1_pd(static_cast<double>(n)), counts);
+    const __m256d zero = _mm256_setzero_pd();
+    const __m256d positiveMeans =
+        _mm256_and_pd(_mm256_div_pd(positives, counts), _mm256_cmp_pd(counts, zero, _CMP_GT_OQ));
+    const __m256d negativeMeans =
+        _mm256_and_pd(_mm256_div_pd(negatives, rest), _mm256_cmp_pd(rest, zero, _CMP_GT_OQ));
+    const __m128 p = _mm256_cvtpd_ps(positiveMeans);
+    const __m128 q = _mm256_cvtpd_ps(negativeMeans);
+    _mm_storeu_ps(params, _mm_unpacklo_ps(p, q));
+    _mm_storeu_ps(params + 4, _mm_unpackhi_ps(p, q));
+  }
+}
+#endif
+
 class OneBitQuantizer {
  public:
   static constexpr size_t kParams = 2;
@@ -98,7 +186,31 @@ class OneBitQuantizer {
     params[1] = rest > 0 ? static_cast<float>(sums.negatives / rest) : 0.0f;
   }
 
+  // The means of consecutive buckets: on the AVX paths four at a time where a bucket has a
+  // multiple of 8 elements.
+  void analyseRun(std::span<const float> run, size_t bucket, float* params) {
+    size_t first = 0;
+#if GS_SIMD_X86
+    if (simd::active() != simd::Path::kScalar && bucket % 8 == 0) {
+      const size_t groups = run.size() / (4 * bucket);
+      if (bucket == 16) {
+        sideMeansInFours<16>(run.data(), bucket, groups, params);
+      } else {
+        sideMeansInFours<0>(run.data(), bucket, groups, params);
+      }
+      first = groups * 4 * bucket;
+      params += groups * 4 * kParams;
+    }
+#endif
+    for (; first < run.size(); first += bucket, params += kParams) {
+      analyse(run.subspan(first, std::min(bucket, run.size() - first)), params);
+    }
+  }
+
   void quantize(std::span<const float> x, uint8_t* codes, const float*) {
+    elementCodes(x, codes);
+  }
+  void elementCodes(std::span<const float> x, uint8_t* codes) {
     for (size_t i = 0; i < x.size(); ++i) codes[i] = x[i] >= 0 ? 0 : 1;
   }
 

@@ -28,7 +28,8 @@ class SignSgdQuantizer {
     params[0] = static_cast<float>(magnitudes / static_cast<double>(bucket.size()));
   }
 
-  void quantize(std::span<const float> x, uint8_t* codes, const float*) {
+  void quantize(std::span<const float> x, uint8_t* codes, const float*) { elementCodes(x, codes); }
+  void elementCodes(std::span<const float> x, uint8_t* codes) {
     for (size_t i = 0; i < x.size(); ++i) codes[i] = x[i] < 0 ? 1 : 0;
   }
 

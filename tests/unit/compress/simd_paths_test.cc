@@ -183,6 +183,22 @@ std::vector<float> awkwardInput(size_t n, uint64_t seed, bool nonFinite) {
   return x;
 }
 
+// Values whose sums in double round differently in another order, and visibly so in float: ones,
+// 2^-24 (1 + 2^-24 lies halfway between two floats) and 2^-56 (below half a double's ulp at 1,
+// though 2^-53 or more when several are summed first), with random signs. A codec that sums a
+// bucket in another order than the scalar path gives other bits here (gaussian(n, seed, 0.01),
+// whose sums in double are exact, cannot tell).
+std::vector<float> roundingSensitiveInput(size_t n, uint64_t seed) {
+  const float values[] = {1.0f, 0x1p-24f, 0x1p-56f, 0x1p-56f};
+  std::mt19937_64 random(seed);
+  std::vector<float> x(n);
+  for (float& v : x) {
+    const uint64_t r = random();
+    v = (r & 4 ? -1.0f : 1.0f) * values[r & 3];
+  }
+  return x;
+}
+
 // The unit: two tensors (buckets never straddle them), or one for tiny sizes.
 std::vector<TensorShape> unitOf(size_t n) {
   if (n < 2) return {tensorShape("t", {static_cast<int64_t>(n)})};
@@ -207,15 +223,22 @@ Coded codeOnce(const std::string& text, const std::vector<float>& x) {
 }
 
 TEST(SimdPaths, QuantizedCodecsEncodeAndDecodeTheScalarBits) {
-  const std::vector<std::string> methods = {
-      "qsgd:16",        "qsgd:127,bucket=0", "qsgd:1,bucket=7", "terngrad",   "terngrad,clip=0",
-      "onebit",         "onebit,bucket=512", "signsgd",         "twobit:0.5", "rtn:4",
-      "rtn:2,bucket=33"};
+  const std::vector<std::string> methods = {"qsgd:16",           "qsgd:127,bucket=0",
+                                            "qsgd:1,bucket=7",   "terngrad",
+                                            "terngrad,clip=0",   "onebit",
+                                            "onebit,bucket=512", "onebit,bucket=8",
+                                            "onebit,bucket=24",  "onebit,bucket=0",
+                                            "signsgd",           "signsgd,bucket=5",
+                                            "twobit:0.5",        "rtn:4",
+                                            "rtn:2,bucket=33"};
   const std::vector<simd::Path> paths = fasterPaths();
   for (const std::string& method : methods) {
     for (size_t n : {size_t{0}, size_t{1}, size_t{5}, size_t{4097}, size_t{70001}}) {
-      for (bool nonFinite : {false, true}) {
-        const std::vector<float> x = awkwardInput(n, n + 1, nonFinite);
+      for (const char* kind : {"awkward", "awkward, NaN/inf", "rounding-sensitive"}) {
+        const std::string input = kind;
+        const std::vector<float> x = input == "rounding-sensitive"
+                                         ? roundingSensitiveInput(n, n + 1)
+                                         : awkwardInput(n, n + 1, input != "awkward");
         Coded expected;
         {
           simd::ScopedPath scalar(simd::Path::kScalar);
@@ -224,8 +247,8 @@ TEST(SimdPaths, QuantizedCodecsEncodeAndDecodeTheScalarBits) {
         for (simd::Path path : paths) {
           simd::ScopedPath forced(path);
           const Coded actual = codeOnce(method, x);
-          const std::string what = method + " on " + simd::name(path) + ", " + std::to_string(n) +
-                                   " elements" + (nonFinite ? " with NaN and inf" : "");
+          const std::string what =
+              method + " on " + simd::name(path) + ", " + std::to_string(n) + " elements, " + input;
           expectSameBits(expected.bytes, actual.bytes, what + ": encoding");
           expectSameBits(expected.decoded, actual.decoded, what + ": decoding");
         }
