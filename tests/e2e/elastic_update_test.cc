@@ -52,16 +52,22 @@ std::vector<std::string> flagsOf(const std::vector<std::string>& mode, int steps
   return flags;
 }
 
-// The fixed run with `flags`, and the elastic one without a failure: the same bits.
-void expectTheFixedRun(const std::string& name, const std::vector<std::string>& flags) {
-  const fs::path fixedDir = scratch(name + "-fixed");
+// A run without --elastic: 4 workers of mlp with `flags`, its output in `dir`.
+void runFixed(const fs::path& dir, const std::vector<std::string>& flags) {
   SpawnOptions spawn;
   spawn.argv = {GRADSYNC_BIN, "train",     "--workers",
                 "4",          "--quiet",   "--model",
-                "mlp",        "--metrics", (fixedDir / "metrics.json").string()};
+                "mlp",        "--metrics", (dir / "metrics.json").string()};
   spawn.argv.insert(spawn.argv.end(), flags.begin(), flags.end());
-  spawn.stderrPath = (fixedDir / "err").string();
-  ASSERT_TRUE(finish(spawnProcess(spawn)).ok()) << readFile(fixedDir / "err");
+  spawn.stdoutPath = (dir / "out").string();
+  spawn.stderrPath = (dir / "err").string();
+  ASSERT_TRUE(finish(spawnProcess(spawn)).ok()) << readFile(dir / "err");
+}
+
+// The fixed run with `flags`, and the elastic one without a failure: the same bits.
+void expectTheFixedRun(const std::string& name, const std::vector<std::string>& flags) {
+  const fs::path fixedDir = scratch(name + "-fixed");
+  runFixed(fixedDir, flags);
   const fs::path unfailedDir = scratch(name + "-unfailed");
   ASSERT_TRUE(finish(launch(unfailedDir, "3:4", 0, flags)).ok()) << readFile(unfailedDir / "err");
   EXPECT_EQ(accuraciesOf(metricsOf(unfailedDir), 0), accuraciesOf(metricsOf(fixedDir), 0));
@@ -127,6 +133,49 @@ TEST(ElasticUpdateMode, ShardedRollsBackTheStepAKillCut) {
 #endif
   expectTheFixedRun("sharded", flagsOf({"--sync", "sharded"}, kSteps));
   expectKillRollsBackTheCutStep("sharded", {"--sync", "sharded"});
+}
+
+// A fixed run's checkpoint goes on under --elastic, and the elastic run's back without it
+// (docs/checkpoints.md): steps 1-40 without --elastic, 41-80 under --elastic 4:4, 81-120 without,
+// each resuming the one before's checkpoint, give the bits of the run of 120 steps that never
+// stopped (at MAX workers an elastic step is the fixed run's).
+TEST(ElasticCheckpoints, AFixedRunGoesOnUnderElasticAndBackAsIfNeverStopped) {
+#ifndef GRADSYNC_HAVE_TORCH
+  GTEST_SKIP() << "built without LibTorch: no gradsync train";
+#endif
+  const fs::path whole = scratch("handover-whole");
+  runFixed(whole, flagsOf({}, kSteps));
+  const fs::path first = scratch("handover-first");
+  const std::string checkpoints = (first / "checkpoints").string();
+  const std::vector<std::string> saving = {"--checkpoint-dir", checkpoints, "--checkpoint-every",
+                                           "40"};
+  std::vector<std::string> flags = flagsOf({}, 40);
+  flags.insert(flags.end(), saving.begin(), saving.end());
+  runFixed(first, flags);
+
+  const fs::path elastic = scratch("handover-elastic");
+  flags = flagsOf({}, 80);
+  flags.insert(flags.end(), saving.begin(), saving.end());
+  flags.push_back("--resume");
+  ASSERT_TRUE(finish(launch(elastic, "4:4", 0, flags)).ok()) << readFile(elastic / "err");
+  EXPECT_EQ(metricsOf(elastic)["elastic"]["rounds"][0]["first_step"], 40)
+      << metricsOf(elastic)["elastic"].dump();
+  auto evaluationAt = [](const nlohmann::json& metrics, int64_t step) {
+    for (const nlohmann::json& e : metrics["evaluations"]) {
+      if (e["step"] == step) return e["test_accuracy"].get<double>();
+    }
+    ADD_FAILURE() << "no evaluation at step " << step << ": " << metrics["evaluations"].dump();
+    return -1.0;
+  };
+  EXPECT_EQ(evaluationAt(metricsOf(elastic), 60), evaluationAt(metricsOf(whole), 60));
+
+  const fs::path last = scratch("handover-last");
+  flags = flagsOf({}, kSteps);
+  flags.insert(flags.end(), saving.begin(), saving.end());
+  flags.push_back("--resume");
+  runFixed(last, flags);
+  EXPECT_EQ(metricsOf(last)["evaluations"][0]["step"], 100) << "it did not resume at step 80";
+  EXPECT_EQ(accuraciesOf(metricsOf(last), 80), accuraciesOf(metricsOf(whole), 80));
 }
 
 }  // namespace

@@ -22,13 +22,17 @@
 namespace gradsync {
 
 // The settings an elastic checkpoint must agree with to be resumed: those that fix the data order
-// and the global batch. The number of workers is not one of them.
+// and the global batch. The number of workers is not one of them. The rest is recorded for, and
+// compared with, the checkpoints of runs without --elastic (either way: docs/checkpoints.md).
 struct ElasticIdentity {
   std::string model;
   std::string dataset;
   size_t batchSize = 0;
   int maxWorkers = 0;
   uint64_t seed = 0;
+  std::string sync;        // --sync
+  std::string compress;    // --compress with its overrides (compressSetting)
+  size_t datasetSize = 0;  // the training set's samples: an epoch's steps at the global batch
 };
 
 // `sync`: localsgd's and diloco's committed synchronization state (the outer optimizer's;
@@ -38,9 +42,12 @@ void saveElasticCheckpoint(CheckpointDir& dir, torch::nn::Module& model,
                            const ElasticProgress& progress, const std::vector<uint8_t>& sync = {});
 
 // Loads the newest checkpoint into model (in place), optimizer and `sync` (empty if the checkpoint
-// has none) and returns its progress; nullopt if the directory holds none. Throws DataError for a
-// corrupt file (CheckpointDir says which older one is intact), ConfigError for a checkpoint of a
-// run without --elastic or with other settings (naming the setting).
+// has none) and returns its progress; nullopt if the directory holds none. A run's without
+// --elastic too, when its global batch is MAX x B: its step is the elastic data position at that
+// step (at MAX workers an elastic step is DistributedSampler's), `sync` its rank 0's
+// synchronization state (the elastic round uses it with localsgd and diloco only). Throws
+// DataError for a corrupt file (CheckpointDir says which older one is intact), ConfigError for a
+// checkpoint with other settings (naming the setting).
 std::optional<ElasticProgress> loadElasticCheckpoint(const CheckpointDir& dir,
                                                      torch::nn::Module& model,
                                                      torch::optim::Optimizer& optimizer,

@@ -17,6 +17,7 @@
 #include "torch/api/sync_setup.h"
 #include "torch/elastic/checkpoint.h"
 #include "torch/loop/batch_loss.h"
+#include "torch/loop/checkpointing.h"
 #include "torch/loop/evaluation.h"
 #include "torch/loop/progress.h"
 #include "torch/loop/training_optimizer.h"
@@ -52,7 +53,8 @@ SyncOptions roundSyncOptions(const ElasticMember& m, int64_t round) {
 }
 
 ElasticIdentity identityOf(const ElasticMember& m) {
-  return {m.options.model, m.options.dataset, m.options.batchSize, m.range.max, m.options.seed};
+  return {m.options.model, m.options.dataset, m.options.batchSize,        m.range.max,
+          m.options.seed,  m.options.sync,    compressSetting(m.options), m.sampler.datasetSize()};
 }
 
 }  // namespace
@@ -129,6 +131,19 @@ bool ElasticMember::resume() {
   std::optional<ElasticProgress> saved =
       loadElasticCheckpoint(*checkpoints, *net, *optimizer, identityOf(*this), sync);
   if (!saved) return false;
+  // A fixed run's checkpoint may lie between two outer steps, where each worker's model is its
+  // own; its rank 0's synchronization state means nothing to a round without a local period.
+  if (localPeriod_ > 0 && saved->step % localPeriod_ != 0) {
+    throw ConfigError(
+        fmt::format("checkpoint {} is of step {}, between two outer steps of every {} (each "
+                    "worker's steps since the last are its own): an elastic run starts from an "
+                    "outer step",
+                    checkpoints->pathForStep(*checkpoints->latest()), saved->step, localPeriod_),
+        {.hint = fmt::format("resume it without --elastic, or from a checkpoint at a multiple of "
+                             "{} (--checkpoint-every)",
+                             localPeriod_)});
+  }
+  if (localPeriod_ == 0) sync.clear();
   progress = std::move(*saved);
   return true;
 }

@@ -1,5 +1,6 @@
 #include "torch/loop/checkpointing.h"
 
+#include <limits>
 #include <numeric>
 
 #include <fmt/format.h>
@@ -14,16 +15,8 @@ namespace {
 // 2: every rank's synchronization state (format 1 had none).
 constexpr int kRunFormat = 2;
 
-std::string syncSectionName(int rank) {
-  return fmt::format("sync-state/rank-{}", rank);
-}
-
 nlohmann::json runJson(const RunIdentity& identity, const RunPosition& position,
                        const std::vector<double>& lossSums) {
-  nlohmann::json epochs = nlohmann::json::array();
-  for (const EpochRecord& e : position.epochs) {
-    epochs.push_back({e.epoch, e.trainLoss, e.testAccuracy, e.seconds, e.samplesPerSecond});
-  }
   return {{"format", kRunFormat},
           {"model", identity.model},
           {"dataset", identity.dataset},
@@ -36,7 +29,7 @@ nlohmann::json runJson(const RunIdentity& identity, const RunPosition& position,
           {"schedule", identity.schedule},
           {"step", position.step},
           {"epoch_loss_sums", lossSums},
-          {"epochs", epochs}};
+          {"epochs", epochsJson(position.epochs)}};
 }
 
 void checkIdentity(const nlohmann::json& run, const RunIdentity& identity,
@@ -62,10 +55,7 @@ ResumePoint resumePointFrom(const nlohmann::json& run, LoadedCheckpoint checkpoi
   point.batchWorkers = run.value("batch_workers", point.workers);  // absent: never resumed
   point.step = run.at("step");
   point.lossSums = run.at("epoch_loss_sums").get<std::vector<double>>();
-  for (const auto& e : run.at("epochs")) {
-    point.epochs.push_back({e[0].get<int>(), e[1].get<double>(), e[2].get<double>(),
-                            e[3].get<double>(), e[4].get<double>()});
-  }
+  point.epochs = epochsFromJson(run.at("epochs"));
   if (point.workers < 1 || point.batchWorkers < 1 ||
       point.lossSums.size() != static_cast<size_t>(point.workers)) {
     throw DataError(fmt::format("{}: the run section's workers do not match its loss sums",
@@ -74,7 +64,73 @@ ResumePoint resumePointFrom(const nlohmann::json& run, LoadedCheckpoint checkpoi
   return point;
 }
 
+// An elastic run's checkpoint (torch/elastic/checkpoint.cc): its MAX workers' global batch, its
+// epoch's mean loss as every saved rank's, and its data position. Its sync and compress, where it
+// recorded them (elastic checkpoints of 2026-12-03 on), must be this run's.
+ResumePoint resumePointOfElasticRun(const nlohmann::json& run, const RunIdentity& identity,
+                                    LoadedCheckpoint checkpoint) {
+  const std::string& path = checkpoint.path;
+  if (!run.contains("epoch_loss_mean")) {
+    throw ConfigError(
+        fmt::format("checkpoint {} was written by an elastic run (--elastic) of a gradsync "
+                    "before 2026-12-03, which did not record what a run without --elastic needs",
+                    path),
+        {.hint = "resume it with --elastic MIN:MAX (any number of workers within its range)"});
+  }
+  const nlohmann::json mine = {
+      {"model", identity.model}, {"dataset", identity.dataset}, {"batch_size", identity.batchSize},
+      {"seed", identity.seed},   {"sync", identity.sync},       {"compress", identity.compress}};
+  for (const auto& [key, value] : mine.items()) {
+    if (!run.contains(key) || run.at(key) == value) continue;
+    throw ConfigError(fmt::format("checkpoint {} was written with {} {} but this run has {}", path,
+                                  key, run.at(key).dump(), value.dump()),
+                      {.hint = "resume with the same settings, or use another --checkpoint-dir"});
+  }
+  ResumePoint point{.checkpoint = std::move(checkpoint), .fromElastic = true};
+  point.workers = point.batchWorkers = run.at("elastic").at("max_workers");
+  point.step = run.at("step");
+  point.epoch = run.at("epoch");
+  point.epochStep = run.at("epoch_step");
+  point.lossSums.assign(
+      static_cast<size_t>(point.workers),
+      run.at("epoch_loss_mean").get<double>() * static_cast<double>(point.epochStep));
+  point.epochs = epochsFromJson(run.at("epochs"));
+  return point;
+}
+
 }  // namespace
+
+std::string rankSyncSection(int rank) {
+  return fmt::format("sync-state/rank-{}", rank);
+}
+
+std::string compressSetting(const TrainOptions& options) {
+  std::string compress = options.compression.spec;
+  for (const std::string& override : options.compression.overrides) compress += " " + override;
+  return compress;
+}
+
+// [epoch, train loss, test accuracy, seconds, samples/s] per epoch; a NaN (a language model's
+// accuracy) is written as null and read back as NaN.
+nlohmann::json epochsJson(const std::vector<EpochRecord>& epochs) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const EpochRecord& e : epochs) {
+    out.push_back({e.epoch, e.trainLoss, e.testAccuracy, e.seconds, e.samplesPerSecond});
+  }
+  return out;
+}
+
+std::vector<EpochRecord> epochsFromJson(const nlohmann::json& epochs) {
+  auto number = [](const nlohmann::json& v) {
+    return v.is_null() ? std::numeric_limits<double>::quiet_NaN() : v.get<double>();
+  };
+  std::vector<EpochRecord> out;
+  for (const auto& e : epochs) {
+    out.push_back(
+        {e.at(0).get<int>(), number(e.at(1)), number(e.at(2)), number(e.at(3)), number(e.at(4))});
+  }
+  return out;
+}
 
 void saveCheckpoint(CheckpointDir& dir, torch::nn::Module& model,
                     torch::optim::Optimizer& optimizer, const RunIdentity& identity,
@@ -86,7 +142,7 @@ void saveCheckpoint(CheckpointDir& dir, torch::nn::Module& model,
       {"model", archiveBytes([&](auto& archive) { model.save(archive); })},
       {"optimizer", archiveBytes([&](auto& archive) { optimizer.save(archive); })}};
   for (size_t rank = 0; rank < syncStates.size(); ++rank) {
-    sections.push_back({syncSectionName(static_cast<int>(rank)), syncStates[rank]});
+    sections.push_back({rankSyncSection(static_cast<int>(rank)), syncStates[rank]});
   }
   dir.write(position.step, sections);
 }
@@ -99,20 +155,21 @@ std::optional<ResumePoint> readResumePoint(const CheckpointDir& dir, const RunId
   if (run.is_discarded() || !run.is_object()) {
     throw DataError(fmt::format("{}: the run section is not a gradsync run", checkpoint.path));
   }
-  if (run.contains("elastic")) {
-    throw ConfigError(
-        fmt::format("checkpoint {} was written by an elastic run (--elastic)", checkpoint.path),
-        {.hint = "resume it with --elastic MIN:MAX (any number of workers within "
-                 "its range), or use another --checkpoint-dir"});
-  }
   if (run.value("format", 0) != kRunFormat) {
     throw DataError(
         fmt::format("{}: run format {} (this gradsync reads {}; format 1 was "
                     "written without the ranks' synchronization state)",
                     checkpoint.path, run.value("format", 0), kRunFormat));
   }
-  checkIdentity(run, identity, checkpoint.path);
-  return resumePointFrom(run, std::move(checkpoint));
+  const std::string path = checkpoint.path;
+  try {
+    if (run.contains("elastic"))
+      return resumePointOfElasticRun(run, identity, std::move(checkpoint));
+    checkIdentity(run, identity, path);
+    return resumePointFrom(run, std::move(checkpoint));
+  } catch (const nlohmann::json::exception& e) {
+    throw DataError(fmt::format("{}: the run section lacks a setting: {}", path, e.what()));
+  }
 }
 
 RunPosition loadResumePoint(const ResumePoint& point, torch::nn::Module& model,
@@ -129,8 +186,14 @@ RunPosition loadResumePoint(const ResumePoint& point, torch::nn::Module& model,
                               ? point.lossSums.at(rank)
                               : std::accumulate(point.lossSums.begin(), point.lossSums.end(), 0.0) /
                                     static_cast<double>(point.workers);
+  if (point.fromElastic) {
+    for (const Section& section : point.checkpoint.sections) {
+      if (section.name == "sync") position.syncState = section.data;
+    }
+    return position;
+  }
   position.syncState =
-      findSection(point.checkpoint.sections, syncSectionName(rank % point.workers)).data;
+      findSection(point.checkpoint.sections, rankSyncSection(rank % point.workers)).data;
   return position;
 }
 

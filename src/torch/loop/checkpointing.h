@@ -11,6 +11,8 @@
 #include <optional>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "ckpt/checkpoint_dir.h"
 #include "torch/loop/epoch_loop.h"
 #include "torch/loop/options.h"
@@ -31,6 +33,16 @@ struct RunIdentity {
   std::string schedule;  // recorded, not compared: the engine checks that its state fits
 };
 
+// The section of saved rank `rank`'s synchronization state.
+std::string rankSyncSection(int rank);
+
+// --compress with its overrides, as a checkpoint records it.
+std::string compressSetting(const TrainOptions& options);
+
+// The finished epochs as a checkpoint's run section lists them, and back (elastic runs' too).
+nlohmann::json epochsJson(const std::vector<EpochRecord>& epochs);
+std::vector<EpochRecord> epochsFromJson(const nlohmann::json& epochs);
+
 // `lossSums` and `syncStates` hold every rank's epochLossSum and syncState() (rank order), so
 // each rank resumes its own.
 void saveCheckpoint(CheckpointDir& dir, torch::nn::Module& model,
@@ -46,19 +58,29 @@ struct ResumePoint {
   int64_t step = 0;
   std::vector<double> lossSums;  // by saved rank
   std::vector<EpochRecord> epochs;
+  // Written by an elastic run (--elastic; docs/checkpoints.md): no rank's own state (its
+  // synchronization state, if any, is the job's, for adoptSyncState), and its data position,
+  // which the resuming run checks against its own steps per epoch: `epochStep` steps of epoch
+  // `epoch` done.
+  bool fromElastic = false;
+  int64_t epoch = 0;
+  int64_t epochStep = 0;
 };
 
 // The newest checkpoint in `dir`, checked against this run: every setting of `identity` but the
 // number of workers (and batchWorkers, which the checkpoint sets); nullopt if the directory
-// holds none. Throws DataError for a corrupt file (naming the previous intact one), ConfigError
-// when the checkpoint belongs to a run with other settings (naming the setting).
+// holds none. An elastic run's checkpoint resumes too, its MAX as the global batch's workers
+// (its sync and compress are compared where it recorded them). Throws DataError for a corrupt file
+// (naming the previous intact one), ConfigError when the checkpoint belongs to a run with other
+// settings (naming the setting).
 std::optional<ResumePoint> readResumePoint(const CheckpointDir& dir, const RunIdentity& identity);
 
 // Loads `point` into model and optimizer (every parameter keeps its storage) and returns rank
 // `rank`'s position among `workers`: its own loss sum and synchronization state when the
 // checkpoint has as many workers; on another number, the saved ranks' mean loss sum (so the
 // epoch's mean stays theirs) and saved rank (rank % saved workers)'s synchronization state, for
-// DistributedOptimizer::adoptSyncState.
+// DistributedOptimizer::adoptSyncState. An elastic run's: the job's synchronization state (empty
+// if it saved none), for adoptSyncState whatever the number of workers.
 RunPosition loadResumePoint(const ResumePoint& point, torch::nn::Module& model,
                             torch::optim::Optimizer& optimizer, int rank, int workers);
 

@@ -44,10 +44,8 @@ namespace {
 using MonotonicClock = std::chrono::steady_clock;
 
 RunIdentity identityOf(const TrainOptions& o, int workers, int batchWorkers) {
-  std::string compress = o.compression.spec;
-  for (const std::string& override : o.compression.overrides) compress += " " + override;
-  return {o.model, o.dataset, workers,  batchWorkers, o.batchSize,
-          o.seed,  o.sync,    compress, o.schedule};
+  return {o.model, o.dataset,          workers,   batchWorkers, o.batchSize, o.seed,
+          o.sync,  compressSetting(o), o.schedule};
 }
 
 // The checkpoint to resume from (--resume), checked against this run: nullopt for none.
@@ -123,6 +121,7 @@ class Trainer {
   Quality evaluate(size_t samples);
   RunIdentity identity() const;
   RunPosition startingPosition();
+  void checkElasticPosition(const ResumePoint& point) const;
   void maybeCheckpoint(const RunPosition& position, bool last);
 
   Transport& transport_;
@@ -308,12 +307,13 @@ RunPosition Trainer::startingPosition() {
   const ResumePoint point = std::move(*resume_);
   resume_.reset();
   const int rank = transport_.rank(), workers = transport_.size();
-  const bool sameWorkers = point.workers == workers;
+  if (point.fromElastic) checkElasticPosition(point);
+  const bool sameWorkers = point.workers == workers && !point.fromElastic;
   RunPosition position = loadResumePoint(point, *net_, *optimizer_, rank, workers);
   distributed_.loadOptimizerState();
   if (sameWorkers) {
     distributed_.loadSyncState(position.syncState);
-  } else {
+  } else if (!position.syncState.empty()) {  // an elastic run's in gradient mode has none
     distributed_.adoptSyncState(position.syncState, position.step);
   }
   if (rank == 0 && !options_.quiet) {
@@ -325,6 +325,19 @@ RunPosition Trainer::startingPosition() {
                 point.checkpoint.path.c_str(), onto.c_str());
   }
   return position;
+}
+
+// An elastic run's step is this run's at the same data position when both cut their epochs into
+// as many steps of the global batch (an elastic epoch's last step takes the remainder, which
+// DistributedSampler drops): refused, naming both, if not.
+void Trainer::checkElasticPosition(const ResumePoint& point) const {
+  const auto perEpoch = static_cast<int64_t>(sampler_->stepsPerEpoch());
+  if (point.step / perEpoch == point.epoch && point.step % perEpoch == point.epochStep) return;
+  throw DataError(fmt::format(
+      "checkpoint {}: the elastic run's step {} is step {} of epoch {}, where this run has "
+      "step {} of epoch {} ({} steps per epoch)",
+      point.checkpoint.path, point.step, point.epochStep, point.epoch, point.step % perEpoch,
+      point.step / perEpoch, perEpoch));
 }
 
 // Every rank takes part (its partial epoch loss is gathered exactly, as raw doubles, and its

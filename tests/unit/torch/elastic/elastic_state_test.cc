@@ -210,7 +210,19 @@ TEST(ElasticState, AFailedTransferLeavesAMembersStateWhole) {
       {.timeout = 300ms});
 }
 
-const ElasticIdentity kIdentity{"cnn", "fashion-mnist", 64, 4, 7};
+const ElasticIdentity kIdentity{"cnn", "fashion-mnist", 64, 4, 7, "ssgd", "none", 60000};
+
+// What loadElasticCheckpoint refuses `from` with ("(loaded)" if it does not).
+std::string elasticRefusal(const CheckpointDir& from, Member& member,
+                           const ElasticIdentity& identity) {
+  try {
+    std::vector<uint8_t> sync;
+    loadElasticCheckpoint(from, *member.net, member.optimizer, identity, sync);
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "(loaded)";
+}
 
 TEST(ElasticCheckpoint, TheStateRoundTripsIntoAnotherMember) {
   const auto dir = scratchDir("gradsync-elastic-checkpoint", "round-trip");
@@ -255,42 +267,107 @@ TEST(ElasticCheckpoint, AnEmptyDirectoryHasNone) {
   EXPECT_FALSE(loadElasticCheckpoint(checkpoints, *member.net, member.optimizer, kIdentity, sync));
 }
 
-// Another global batch (MAX) or data order is refused naming the setting; so is a fixed run's
-// checkpoint in an elastic run, and the other way round.
+// Another global batch (MAX) or data order is refused naming the setting.
 TEST(ElasticCheckpoint, AnotherRunsCheckpointIsRefusedNamingWhy) {
   const auto dir = scratchDir("gradsync-elastic-checkpoint", "refused");
   Member member(1);
   CheckpointDir elastic((dir / "elastic").string());
   saveElasticCheckpoint(elastic, *member.net, member.optimizer, kIdentity, member.progress);
-  auto refusal = [&](const CheckpointDir& from, const ElasticIdentity& identity) -> std::string {
-    try {
-      std::vector<uint8_t> sync;
-      loadElasticCheckpoint(from, *member.net, member.optimizer, identity, sync);
-    } catch (const ConfigError& e) {
-      return e.what();
-    }
-    return "(loaded)";
-  };
   ElasticIdentity wider = kIdentity;
   wider.maxWorkers = 8;
-  EXPECT_NE(refusal(elastic, wider).find("--elastic's MAX"), std::string::npos)
-      << refusal(elastic, wider);
+  EXPECT_NE(elasticRefusal(elastic, member, wider).find("--elastic's MAX"), std::string::npos)
+      << elasticRefusal(elastic, member, wider);
   ElasticIdentity reseeded = kIdentity;
   reseeded.seed = 8;
-  EXPECT_NE(refusal(elastic, reseeded).find("seed 7 but this run has 8"), std::string::npos)
-      << refusal(elastic, reseeded);
+  EXPECT_NE(elasticRefusal(elastic, member, reseeded).find("seed 7 but this run has 8"),
+            std::string::npos)
+      << elasticRefusal(elastic, member, reseeded);
+  removeScratch(dir);
+}
 
+// A fixed run's checkpoint resumes under --elastic at the data position of its step (at MAX
+// workers an elastic step is DistributedSampler's global batch), its epoch's loss sums as the
+// epoch's, rank 0's synchronization state as `sync`; another global batch or strategy is refused.
+TEST(ElasticCheckpoint, AFixedRunsCheckpointIsTheElasticPositionOfItsStep) {
+  const auto dir = scratchDir("gradsync-elastic-checkpoint", "from-fixed");
+  Member member(1);
+  const std::vector<EpochRecord> epochs = {{0, 0.75, 0.8, 3.0, 2e4}};
   CheckpointDir fixed((dir / "fixed").string());
+  const int64_t step = 234 + 5;  // 60000 / 256 = 234 steps per epoch
   const RunIdentity run{"cnn", "fashion-mnist", 4, 4, 64, 7, "ssgd", "none", "wfbp"};
-  saveCheckpoint(fixed, *member.net, member.optimizer, run, {.step = 5}, {0, 0, 0, 0},
-                 {{}, {}, {}, {}});
-  EXPECT_NE(refusal(fixed, kIdentity).find("4 fixed workers, without --elastic"), std::string::npos)
-      << refusal(fixed, kIdentity);
+  saveCheckpoint(fixed, *member.net, member.optimizer, run, {.step = step, .epochs = epochs},
+                 {1.0, 2.0, 3.0, 4.5}, {{9}, {8}, {7}, {6}});
+  Member resumed(2);
+  std::vector<uint8_t> sync;
+  const std::optional<ElasticProgress> progress =
+      loadElasticCheckpoint(fixed, *resumed.net, resumed.optimizer, kIdentity, sync);
+  ASSERT_TRUE(progress.has_value());
+  EXPECT_EQ(progress->step, step);
+  EXPECT_EQ(progress->data, (EpochPosition{1, 5 * 256}));
+  EXPECT_EQ(progress->samples, step * 256);
+  EXPECT_EQ(progress->epochLossSum, 10.5);
+  EXPECT_EQ(progress->epochLossCount, 4 * 5);
+  ASSERT_EQ(progress->epochs.size(), 1u);
+  EXPECT_EQ(progress->epochs[0].trainLoss, 0.75);
+  EXPECT_EQ(sync, std::vector<uint8_t>{9});
+  resumed.progress = member.progress;
+  EXPECT_EQ(resumed.bytes(), member.bytes()) << "the model and the optimizer are the saved ones";
+
+  CheckpointDir halfBatch((dir / "half").string());
+  const RunIdentity two{"cnn", "fashion-mnist", 2, 2, 64, 7, "ssgd", "none", "wfbp"};
+  saveCheckpoint(halfBatch, *member.net, member.optimizer, two, {.step = 3}, {0, 0}, {{}, {}});
+  EXPECT_NE(elasticRefusal(halfBatch, member, kIdentity)
+                .find("written with --elastic's MAX (the "
+                      "global batch is MAX x batch size, "
+                      "the fixed run's workers x batch "
+                      "size) 2 but this run has 4"),
+            std::string::npos)
+      << elasticRefusal(halfBatch, member, kIdentity);
+  ElasticIdentity local = kIdentity;
+  local.sync = "localsgd:4";
+  EXPECT_NE(elasticRefusal(fixed, member, local).find("sync \"ssgd\" but this run has"),
+            std::string::npos)
+      << elasticRefusal(fixed, member, local);
+  removeScratch(dir);
+}
+
+// The other way: an elastic run's checkpoint resumes without --elastic, its MAX as the global
+// batch's workers, the epoch's mean loss as every saved rank's and its data position as steps of
+// the epoch; its synchronization state is the job's (none in gradient mode).
+TEST(ElasticCheckpoint, AnElasticRunsCheckpointResumesWithoutElastic) {
+  const auto dir = scratchDir("gradsync-elastic-checkpoint", "to-fixed");
+  Member member(1);
+  member.progress.step = 234 + 3;
+  member.progress.data = {1, 3 * 256};
+  member.progress.epochLossSum = 6.0;
+  member.progress.epochLossCount = 12;  // 4 ranks x 3 steps: a mean of 0.5
+  CheckpointDir elastic((dir / "elastic").string());
+  saveElasticCheckpoint(elastic, *member.net, member.optimizer, kIdentity, member.progress, {5, 6});
+  const RunIdentity run{"cnn", "fashion-mnist", 3, 3, 64, 7, "ssgd", "none", "wfbp"};
+  const std::optional<ResumePoint> point = readResumePoint(elastic, run);
+  ASSERT_TRUE(point.has_value());
+  EXPECT_TRUE(point->fromElastic);
+  EXPECT_EQ(point->workers, 4);
+  EXPECT_EQ(point->batchWorkers, 4);
+  EXPECT_EQ(point->step, 234 + 3);
+  EXPECT_EQ(point->epoch, 1);
+  EXPECT_EQ(point->epochStep, 3);
+  EXPECT_EQ(point->lossSums, std::vector<double>(4, 1.5));
+  Member resumed(2);
+  const RunPosition position = loadResumePoint(*point, *resumed.net, resumed.optimizer, 0, 3);
+  EXPECT_EQ(position.syncState, (std::vector<uint8_t>{5, 6}));
+  EXPECT_EQ(position.epochLossSum, 1.5);
+  resumed.progress = member.progress;
+  EXPECT_EQ(resumed.bytes(), member.bytes());
+
+  RunIdentity other = run;
+  other.compress = "topk:0.01";
   try {
-    readResumePoint(elastic, run);
-    ADD_FAILURE() << "a fixed run loaded an elastic checkpoint";
+    readResumePoint(elastic, other);
+    ADD_FAILURE() << "another compressor loaded the checkpoint";
   } catch (const ConfigError& e) {
-    EXPECT_NE(std::string(e.what()).find("written by an elastic run"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("compress \"none\" but this run has \"topk:0.01\""),
+              std::string::npos)
         << e.what();
   }
   removeScratch(dir);
