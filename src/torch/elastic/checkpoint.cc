@@ -11,7 +11,7 @@ namespace gradsync {
 namespace {
 
 // The fixed runs' "run" section is format 2 too (torch/loop/checkpointing.cc); an elastic one has
-// an "elastic" object, which the fixed loader refuses.
+// an "elastic" object, which tells the two apart (each loader takes both: docs/checkpoints.md).
 constexpr int kElasticRunFormat = 2;
 
 size_t globalBatchOf(const ElasticIdentity& identity) {
