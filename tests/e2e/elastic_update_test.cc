@@ -135,47 +135,62 @@ TEST(ElasticUpdateMode, ShardedRollsBackTheStepAKillCut) {
   expectKillRollsBackTheCutStep("sharded", {"--sync", "sharded"});
 }
 
+// The accuracy of the evaluation at `step` (--eval-every's).
+double evaluationAt(const nlohmann::json& metrics, int64_t step) {
+  for (const nlohmann::json& e : metrics["evaluations"]) {
+    if (e["step"] == step) return e["test_accuracy"].get<double>();
+  }
+  ADD_FAILURE() << "no evaluation at step " << step << ": " << metrics["evaluations"].dump();
+  return -1.0;
+}
+
 // A fixed run's checkpoint goes on under --elastic, and the elastic run's back without it
 // (docs/checkpoints.md): steps 1-40 without --elastic, 41-80 under --elastic 4:4, 81-120 without,
 // each resuming the one before's checkpoint, give the bits of the run of 120 steps that never
 // stopped (at MAX workers an elastic step is the fixed run's).
+void expectAHandoverAsIfNeverStopped(const std::string& name,
+                                     const std::vector<std::string>& mode) {
+  const fs::path whole = scratch(name + "-whole");
+  runFixed(whole, flagsOf(mode, kSteps));
+  const fs::path first = scratch(name + "-first");
+  const std::string checkpoints = (first / "checkpoints").string();
+  auto resuming = [&](int steps, bool resume) {
+    std::vector<std::string> flags = flagsOf(mode, steps);
+    flags.insert(flags.end(), {"--checkpoint-dir", checkpoints, "--checkpoint-every", "40"});
+    if (resume) flags.push_back("--resume");
+    return flags;
+  };
+  runFixed(first, resuming(40, false));
+
+  const fs::path elastic = scratch(name + "-elastic");
+  ASSERT_TRUE(finish(launch(elastic, "4:4", 0, resuming(80, true))).ok())
+      << readFile(elastic / "err");
+  EXPECT_EQ(metricsOf(elastic)["elastic"]["rounds"][0]["first_step"], 40)
+      << metricsOf(elastic)["elastic"].dump();
+  EXPECT_EQ(evaluationAt(metricsOf(elastic), 60), evaluationAt(metricsOf(whole), 60));
+
+  const fs::path last = scratch(name + "-last");
+  runFixed(last, resuming(kSteps, true));
+  EXPECT_EQ(metricsOf(last)["evaluations"][0]["step"], 100) << "it did not resume at step 80";
+  EXPECT_EQ(accuraciesOf(metricsOf(last), 80), accuraciesOf(metricsOf(whole), 80));
+}
+
 TEST(ElasticCheckpoints, AFixedRunGoesOnUnderElasticAndBackAsIfNeverStopped) {
 #ifndef GRADSYNC_HAVE_TORCH
   GTEST_SKIP() << "built without LibTorch: no gradsync train";
 #endif
-  const fs::path whole = scratch("handover-whole");
-  runFixed(whole, flagsOf({}, kSteps));
-  const fs::path first = scratch("handover-first");
-  const std::string checkpoints = (first / "checkpoints").string();
-  const std::vector<std::string> saving = {"--checkpoint-dir", checkpoints, "--checkpoint-every",
-                                           "40"};
-  std::vector<std::string> flags = flagsOf({}, 40);
-  flags.insert(flags.end(), saving.begin(), saving.end());
-  runFixed(first, flags);
+  expectAHandoverAsIfNeverStopped("handover", {});
+}
 
-  const fs::path elastic = scratch("handover-elastic");
-  flags = flagsOf({}, 80);
-  flags.insert(flags.end(), saving.begin(), saving.end());
-  flags.push_back("--resume");
-  ASSERT_TRUE(finish(launch(elastic, "4:4", 0, flags)).ok()) << readFile(elastic / "err");
-  EXPECT_EQ(metricsOf(elastic)["elastic"]["rounds"][0]["first_step"], 40)
-      << metricsOf(elastic)["elastic"].dump();
-  auto evaluationAt = [](const nlohmann::json& metrics, int64_t step) {
-    for (const nlohmann::json& e : metrics["evaluations"]) {
-      if (e["step"] == step) return e["test_accuracy"].get<double>();
-    }
-    ADD_FAILURE() << "no evaluation at step " << step << ": " << metrics["evaluations"].dump();
-    return -1.0;
-  };
-  EXPECT_EQ(evaluationAt(metricsOf(elastic), 60), evaluationAt(metricsOf(whole), 60));
-
-  const fs::path last = scratch("handover-last");
-  flags = flagsOf({}, kSteps);
-  flags.insert(flags.end(), saving.begin(), saving.end());
-  flags.push_back("--resume");
-  runFixed(last, flags);
-  EXPECT_EQ(metricsOf(last)["evaluations"][0]["step"], 100) << "it did not resume at step 80";
-  EXPECT_EQ(accuraciesOf(metricsOf(last), 80), accuraciesOf(metricsOf(whole), 80));
+// diloco's outer state (θ_global, the outer momentum) crosses both ways with the model. Every
+// member of a resumed elastic round takes rank 0's inner optimizer, where the members of a run that
+// never stopped keep their own: with an inner SGD without momentum there is none, so the handover
+// is bitwise that run here too.
+TEST(ElasticCheckpoints, DilocosOuterStateCrossesBothWays) {
+#ifndef GRADSYNC_HAVE_TORCH
+  GTEST_SKIP() << "built without LibTorch: no gradsync train";
+#endif
+  expectAHandoverAsIfNeverStopped("handover-diloco", {"--sync", "diloco:10", "--momentum", "0"});
 }
 
 }  // namespace
