@@ -207,7 +207,10 @@ class BucketCodec final : public CodecCompressor {
 
  private:
   static constexpr size_t kParamBytes = Quantizer::kParams * sizeof(float);
-  static constexpr size_t kRunBuckets = 256;  // buckets analysed before they are quantized
+  // Buckets analysed before they are quantized: at most kRunBuckets, of kRunElements in all
+  // unless one bucket is larger.
+  static constexpr size_t kRunBuckets = 256;
+  static constexpr size_t kRunElements = 4096;
 
   // The loops once per instruction set (common/simd.h): flatten inlines the quantizer's
   // arithmetic into each, where the compiler vectorises it for that target; the bits are the
@@ -229,12 +232,14 @@ class BucketCodec final : public CodecCompressor {
   }
 
   // `out` holds encodedBytes(x.size()) bytes. A run of buckets at a time: all of their
-  // parameters, then all of their codes (a run is a few KiB, so both passes read it from cache).
+  // parameters, then all of their codes (a run of up to kRunElements is read from the first-level
+  // cache the second time; a bucket larger than that is read twice, as it always was).
   void encodeLoop(std::span<const float> x, uint8_t* out, uint64_t seed) {
     quantizer_.start(seed);
     uint8_t* params = out;
     PackedWriter writer(quantizer_.bits(), out + layout_.count(x.size()) * kParamBytes);
-    layout_.forEachRun(x.size(), kRunBuckets, [&](size_t begin, size_t size) {
+    const size_t runBuckets = std::clamp<size_t>(kRunElements / layout_.bucket(), 1, kRunBuckets);
+    layout_.forEachRun(x.size(), runBuckets, [&](size_t begin, size_t size) {
       const std::span<const float> run = x.subspan(begin, size);
       const size_t bucket = std::min(layout_.bucket(), size);
       const size_t buckets = (size - 1) / bucket + 1;
