@@ -333,6 +333,16 @@ RunPosition Trainer::startingPosition() {
 void Trainer::checkElasticPosition(const ResumePoint& point) const {
   const auto perEpoch = static_cast<int64_t>(sampler_->stepsPerEpoch());
   if (point.step / perEpoch == point.epoch && point.step % perEpoch == point.epochStep) return;
+  if (point.epochStep == 0 && point.epoch > point.step / perEpoch) {
+    throw ConfigError(
+        fmt::format("checkpoint {} was written at the end of an elastic run of --steps {}, which "
+                    "ended its epoch there: its next step is the first of epoch {}, where a run "
+                    "without --elastic goes on with step {} of epoch {}",
+                    point.checkpoint.path, point.step, point.epoch + 1, point.step % perEpoch,
+                    point.step / perEpoch + 1),
+        {.hint = "resume it with --elastic, or from a checkpoint the elastic run wrote before "
+                 "its end (--checkpoint-every)"});
+  }
   throw DataError(fmt::format(
       "checkpoint {}: the elastic run's step {} is step {} of epoch {}, where this run has "
       "step {} of epoch {} ({} steps per epoch)",

@@ -89,12 +89,12 @@ TrainOptions quickOptions() {
 }
 
 std::string emulatedCompute(const ModelProfile& profile, const std::string& suite) {
-  const std::string path = scratchDir(suite, profile.name) + ".json";
+  const std::string path = scratchPath(suite, profile.name) + ".json";
   std::ofstream(path) << profileToJson(profile);
   return "emulate:" + path;
 }
 
-std::string scratchDir(const std::string& suite, const std::string& name) {
+std::string scratchPath(const std::string& suite, const std::string& name) {
   auto dir = std::filesystem::temp_directory_path() /
              ("gradsync-" + suite + "-" + std::to_string(::getpid()) + "-" + name);
   std::filesystem::remove_all(dir);

@@ -26,12 +26,12 @@ TrainResult train(int workers, TrainOptions options, TransportKind kind, HostTra
 TrainOptions quickOptions();
 
 // TrainOptions::compute for emulated devices running `profile`: writes it as JSON under the
-// temporary directory (scratchDir(suite, profile.name)) and returns "emulate:PATH".
+// temporary directory (scratchPath(suite, profile.name)) and returns "emulate:PATH".
 std::string emulatedCompute(const ModelProfile& profile, const std::string& suite);
 
 // An empty path under the temporary directory, unique to this process: gradsync-SUITE-PID-NAME
 // (removed first if it exists).
-std::string scratchDir(const std::string& suite, const std::string& name);
+std::string scratchPath(const std::string& suite, const std::string& name);
 
 // The largest |a - b| / max(|a|, |b|, 0.01) over the elements (the sizes must match).
 double maxRelativeDifference(const std::vector<float>& a, const std::vector<float>& b);

@@ -121,9 +121,9 @@ std::string specText(const FailureSpec& spec) {
 TEST(Recommendation, FullRecoveryRepeatsTheRunBitwise) {
   RecommendationOptions o = smallRun(2, 30);
   o.train.checkpointEvery = 5;
-  o.train.checkpointDir = testing::scratchDir("recommendation", "full-clean");
+  o.train.checkpointDir = testing::scratchPath("recommendation", "full-clean");
   const auto reference = trainRecommendationThreads(2, o);
-  o.train.checkpointDir = testing::scratchDir("recommendation", "full-failing");
+  o.train.checkpointDir = testing::scratchPath("recommendation", "full-failing");
   o.injectFailures = specText(failuresBefore(12, 2, 2, 26));
   const auto recovered = trainRecommendationThreads(2, o);
   EXPECT_EQ(recovered[0].ledger.failures, 2);
@@ -142,7 +142,7 @@ TEST(Recommendation, CriteoTsvTrainsAsTheLogItWasWrittenFrom) {
   o.tables = kCriteoTables;
   o.trainSamples = 4096;
   o.testSamples = 2048;
-  const std::string dir = testing::scratchDir("recommendation", "criteo");
+  const std::string dir = testing::scratchPath("recommendation", "criteo");
   std::filesystem::create_directories(dir);
   writeCriteoTsv(dir + "/train.txt", *openClickLog(o, false), 0, o.trainSamples);
   writeCriteoTsv(dir + "/test.txt", *openClickLog(o, true), 0, o.testSamples);
@@ -159,9 +159,9 @@ TEST(Recommendation, CriteoTsvTrainsAsTheLogItWasWrittenFrom) {
 TEST(Recommendation, ResumeContinuesBitwise) {
   RecommendationOptions o = smallRun(2, 30);
   o.train.checkpointEvery = 10;
-  o.train.checkpointDir = testing::scratchDir("recommendation", "straight");
+  o.train.checkpointDir = testing::scratchPath("recommendation", "straight");
   const auto straight = trainRecommendationThreads(2, o);
-  o.train.checkpointDir = testing::scratchDir("recommendation", "resumed");
+  o.train.checkpointDir = testing::scratchPath("recommendation", "resumed");
   o.train.steps = 20;
   trainRecommendationThreads(2, o);
   o.train.steps = 30;
@@ -176,7 +176,7 @@ TEST(Recommendation, ResumeContinuesBitwise) {
 TEST(Recommendation, PartialRecoveryChargesTheSimulatedClock) {
   RecommendationOptions o = smallRun(2, 40);
   o.train.checkpointEvery = 4;
-  o.train.checkpointDir = testing::scratchDir("recommendation", "partial");
+  o.train.checkpointDir = testing::scratchPath("recommendation", "partial");
   o.recovery = "partial";
   o.simClock = "step=60s,save=300s,load=300s,restart=120s";
   FailureSpec failures = failuresBefore(900, 2, 3, 40 * 60 - 300);
@@ -210,7 +210,7 @@ TEST(Recommendation, MfuAndSsuSavePartialRows) {
   for (const char* mode : {"cpr-mfu", "cpr-ssu"}) {
     RecommendationOptions o = smallRun(2, 24);
     o.train.checkpointEvery = 2;
-    o.train.checkpointDir = testing::scratchDir("recommendation", mode);
+    o.train.checkpointDir = testing::scratchPath("recommendation", mode);
     o.recovery = mode;
     o.cpr = "mfu=0.25,ssu=0.05,k=4";
     const RecommendationResult r = trainRecommendationThreads(2, o)[0];
@@ -226,7 +226,7 @@ TEST(Recommendation, MfuAndSsuSavePartialRows) {
 
 TEST(Recommendation, PlansTheIntervalOnTheSimulatedClock) {
   RecommendationOptions o = smallRun(2, 12);
-  o.train.checkpointDir = testing::scratchDir("recommendation", "plan");
+  o.train.checkpointDir = testing::scratchPath("recommendation", "plan");
   o.recovery = "partial";
   o.cpr = "pls=0.001";
   o.simClock = "step=60s,save=300s,load=300s,restart=120s";

@@ -52,7 +52,7 @@ TrainOptions lmOptions(const std::string& corpus) {
 // alone give) and, since half the tokens are random, never under ln(4) / 2. Over trainer seeds
 // 0-5 on 2 and 3 workers it ended at 0.698-0.779 (seed 0: 0.779), 2 s a run here.
 TEST(LanguageModel, GptLearnsWhatItsContextDetermines) {
-  const std::string corpus = testing::scratchDir("language_model", "halves") + ".txt";
+  const std::string corpus = testing::scratchPath("language_model", "halves") + ".txt";
   std::ofstream(corpus) << repeatedHalvesCorpus(2000, 7);
   const TrainResult result = testing::train(2, lmOptions(corpus));
   const double entropy = std::log(4.0) / 2;
@@ -74,7 +74,7 @@ TEST(LanguageModel, GptLearnsWhatItsContextDetermines) {
 // 0.999: 0.80-0.82, as localsgd:10); outer momentum (0.3: 1.13, 0.9: 1.39) is what slows this short
 // run from scratch down (docs/performance.md, "Language model").
 TEST(LanguageModel, DilocoWithAdamWInsideTrainsTheLanguageModel) {
-  const std::string corpus = testing::scratchDir("language_model", "diloco") + ".txt";
+  const std::string corpus = testing::scratchPath("language_model", "diloco") + ".txt";
   std::ofstream(corpus) << repeatedHalvesCorpus(2000, 7);
   TrainOptions o = lmOptions(corpus);
   o.sync = "ssgd";
@@ -101,7 +101,7 @@ TEST(LanguageModel, DilocoWithAdamWInsideTrainsTheLanguageModel) {
 // the copy in 25 rounds but ends below top-k 5%'s loss at 0.43 of its bytes in all 8 of those
 // runs (0.94-1.41 against 1.20-1.56; the letter-frequency level is ln 4 = 1.386).
 TEST(LanguageModel, DemoAndSparseLoCoTrainTheLanguageModel) {
-  const std::string corpus = testing::scratchDir("language_model", "demo") + ".txt";
+  const std::string corpus = testing::scratchPath("language_model", "demo") + ".txt";
   std::ofstream(corpus) << repeatedHalvesCorpus(2000, 7);
   TrainOptions o = lmOptions(corpus);
   const TrainResult ssgd = testing::train(2, o);
@@ -144,7 +144,7 @@ TEST(LanguageModel, LearningRateWarmsUpThenFollowsTheCosine) {
 
 // Each refusal names what cannot go together.
 TEST(LanguageModel, WhatCannotRunIsRefusedWithTheReason) {
-  const std::string corpus = testing::scratchDir("language_model", "refusals") + ".txt";
+  const std::string corpus = testing::scratchPath("language_model", "refusals") + ".txt";
   std::ofstream(corpus) << repeatedHalvesCorpus(100, 1);
   auto refusal = [&](auto change) {
     TrainOptions o = lmOptions(corpus);

@@ -54,7 +54,7 @@ TrainOptions optionsFor(const Case& c) {
 // Runs `o` for its first `steps` steps, checkpointing every 4 into a fresh directory named
 // after `name`; returns the directory.
 std::string checkpointedRun(TrainOptions o, const std::string& name, int64_t steps) {
-  o.checkpointDir = scratchDir("resume", name);
+  o.checkpointDir = scratchPath("resume", name);
   o.checkpointEvery = 4;
   o.steps = steps;
   train(2 + o.strategy.servers, o);

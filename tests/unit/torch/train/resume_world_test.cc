@@ -53,7 +53,7 @@ TrainOptions optionsFor(const WorldCase& c) {
 // The run on `c.from` workers stopped after `steps` steps (checkpoint every 4): its directory.
 std::string savedRun(const WorldCase& c, const std::string& name, int64_t steps) {
   TrainOptions o = optionsFor(c);
-  o.checkpointDir = scratchDir("resume-world", name);
+  o.checkpointDir = scratchPath("resume-world", name);
   o.checkpointEvery = 4;
   o.steps = steps;
   train(c.from + c.servers, o);

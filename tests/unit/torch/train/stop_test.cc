@@ -30,7 +30,7 @@ TEST(Stop, EveryRankStopsAfterTheSameStepWithACheckpointAndTheResumeEndsAlike) {
     const TrainResult uninterrupted = train(2, whole);
     ASSERT_FALSE(uninterrupted.stopped);
     TrainOptions first = whole;
-    first.checkpointDir = scratchDir("stop", schedule);
+    first.checkpointDir = scratchPath("stop", schedule);
     requestStop(SIGTERM);
     const TrainResult stopped = train(2, first);
     clearStopRequest();

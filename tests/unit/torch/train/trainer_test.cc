@@ -205,7 +205,7 @@ TrainOptions resumableOptions() {
 TEST(Trainer, ResumeFromAnEpochBoundary) {
   TrainResult uninterrupted = train(2, resumableOptions());
   TrainOptions first = resumableOptions();
-  first.checkpointDir = scratchDir("trainer", "boundary");
+  first.checkpointDir = scratchPath("trainer", "boundary");
   first.checkpointEvery = 5;  // = steps per epoch
   first.steps = 10;
   train(2, first);
@@ -224,7 +224,7 @@ TEST(Trainer, ResumeFromAnEpochBoundary) {
 
 TEST(Trainer, CorruptCheckpointIsAClearErrorNamingThePreviousGoodOne) {
   TrainOptions first = resumableOptions();
-  first.checkpointDir = scratchDir("trainer", "corrupt");
+  first.checkpointDir = scratchPath("trainer", "corrupt");
   first.checkpointEvery = 4;
   first.steps = 8;
   train(2, first);
@@ -250,7 +250,7 @@ TEST(Trainer, TraceMergesEveryRankForTheStepWindow) {
   TrainOptions o = quickOptions();
   o.batchSize = 4;
   o.steps = 5;
-  o.tracePath = scratchDir("trainer", "trace") + ".json";
+  o.tracePath = scratchPath("trainer", "trace") + ".json";
   o.traceSteps = "1:2";
   train(2, o);
   std::ifstream in(o.tracePath);
@@ -277,7 +277,7 @@ TEST(Trainer, P3TraceShowsSlicesByPriority) {
   o.batchSize = 4;
   o.steps = 4;
   o.schedule = "p3:slice=20000";
-  o.tracePath = scratchDir("trainer", "trace-p3") + ".json";
+  o.tracePath = scratchPath("trainer", "trace-p3") + ".json";
   o.traceSteps = "1:2";
   train(2, o);
   std::ifstream in(o.tracePath);
