@@ -98,6 +98,28 @@ ResumePoint resumePointOfElasticRun(const nlohmann::json& run, const RunIdentity
   return point;
 }
 
+// An elastic run's step is this run's at the same data position when both cut their epochs into
+// as many steps of the global batch (an elastic epoch's last step takes the remainder, which
+// DistributedSampler drops).
+void checkElasticPosition(const ResumePoint& point, int64_t perEpoch) {
+  if (point.step / perEpoch == point.epoch && point.step % perEpoch == point.epochStep) return;
+  if (point.epochStep == 0 && point.epoch > point.step / perEpoch) {
+    throw ConfigError(
+        fmt::format("checkpoint {} was written at the end of an elastic run of --steps {}, which "
+                    "ended its epoch there: its next step is the first of epoch {}, where a run "
+                    "without --elastic goes on with step {} of epoch {}",
+                    point.checkpoint.path, point.step, point.epoch + 1, point.step % perEpoch,
+                    point.step / perEpoch + 1),
+        {.hint = "resume it with --elastic, or from a checkpoint the elastic run wrote before "
+                 "its end (--checkpoint-every)"});
+  }
+  throw DataError(fmt::format(
+      "checkpoint {}: the elastic run's step {} is step {} of epoch {}, where this run has "
+      "step {} of epoch {} ({} steps per epoch)",
+      point.checkpoint.path, point.step, point.epochStep, point.epoch, point.step % perEpoch,
+      point.step / perEpoch, perEpoch));
+}
+
 }  // namespace
 
 std::string rankSyncSection(int rank) {
@@ -173,7 +195,9 @@ std::optional<ResumePoint> readResumePoint(const CheckpointDir& dir, const RunId
 }
 
 RunPosition loadResumePoint(const ResumePoint& point, torch::nn::Module& model,
-                            torch::optim::Optimizer& optimizer, int rank, int workers) {
+                            torch::optim::Optimizer& optimizer, int rank, int workers,
+                            int64_t stepsPerEpoch) {
+  if (point.fromElastic) checkElasticPosition(point, stepsPerEpoch);
   const std::string& path = point.checkpoint.path;
   loadModuleInPlace(model, findSection(point.checkpoint.sections, "model").data,
                     fmt::format("{}: section 'model'", path));

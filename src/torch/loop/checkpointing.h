@@ -80,8 +80,12 @@ std::optional<ResumePoint> readResumePoint(const CheckpointDir& dir, const RunId
 // checkpoint has as many workers; on another number, the saved ranks' mean loss sum (so the
 // epoch's mean stays theirs) and saved rank (rank % saved workers)'s synchronization state, for
 // DistributedOptimizer::adoptSyncState. An elastic run's: the job's synchronization state (empty
-// if it saved none), for adoptSyncState whatever the number of workers.
+// if it saved none), for adoptSyncState whatever the number of workers, once its data position
+// is checked to be this run's step with `stepsPerEpoch` (both cut an epoch into as many steps of
+// the global batch; DataError naming both if not, ConfigError where an elastic run of --steps
+// ended its epoch early at its last step).
 RunPosition loadResumePoint(const ResumePoint& point, torch::nn::Module& model,
-                            torch::optim::Optimizer& optimizer, int rank, int workers);
+                            torch::optim::Optimizer& optimizer, int rank, int workers,
+                            int64_t stepsPerEpoch);
 
 }  // namespace gradsync

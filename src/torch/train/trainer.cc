@@ -121,7 +121,6 @@ class Trainer {
   Quality evaluate(size_t samples);
   RunIdentity identity() const;
   RunPosition startingPosition();
-  void checkElasticPosition(const ResumePoint& point) const;
   void maybeCheckpoint(const RunPosition& position, bool last);
 
   Transport& transport_;
@@ -307,9 +306,9 @@ RunPosition Trainer::startingPosition() {
   const ResumePoint point = std::move(*resume_);
   resume_.reset();
   const int rank = transport_.rank(), workers = transport_.size();
-  if (point.fromElastic) checkElasticPosition(point);
   const bool sameWorkers = point.workers == workers && !point.fromElastic;
-  RunPosition position = loadResumePoint(point, *net_, *optimizer_, rank, workers);
+  RunPosition position = loadResumePoint(point, *net_, *optimizer_, rank, workers,
+                                         static_cast<int64_t>(sampler_->stepsPerEpoch()));
   distributed_.loadOptimizerState();
   if (sameWorkers) {
     distributed_.loadSyncState(position.syncState);
@@ -325,29 +324,6 @@ RunPosition Trainer::startingPosition() {
                 point.checkpoint.path.c_str(), onto.c_str());
   }
   return position;
-}
-
-// An elastic run's step is this run's at the same data position when both cut their epochs into
-// as many steps of the global batch (an elastic epoch's last step takes the remainder, which
-// DistributedSampler drops): refused, naming both, if not.
-void Trainer::checkElasticPosition(const ResumePoint& point) const {
-  const auto perEpoch = static_cast<int64_t>(sampler_->stepsPerEpoch());
-  if (point.step / perEpoch == point.epoch && point.step % perEpoch == point.epochStep) return;
-  if (point.epochStep == 0 && point.epoch > point.step / perEpoch) {
-    throw ConfigError(
-        fmt::format("checkpoint {} was written at the end of an elastic run of --steps {}, which "
-                    "ended its epoch there: its next step is the first of epoch {}, where a run "
-                    "without --elastic goes on with step {} of epoch {}",
-                    point.checkpoint.path, point.step, point.epoch + 1, point.step % perEpoch,
-                    point.step / perEpoch + 1),
-        {.hint = "resume it with --elastic, or from a checkpoint the elastic run wrote before "
-                 "its end (--checkpoint-every)"});
-  }
-  throw DataError(fmt::format(
-      "checkpoint {}: the elastic run's step {} is step {} of epoch {}, where this run has "
-      "step {} of epoch {} ({} steps per epoch)",
-      point.checkpoint.path, point.step, point.epochStep, point.epoch, point.step % perEpoch,
-      point.step / perEpoch, perEpoch));
 }
 
 // Every rank takes part (its partial epoch loss is gathered exactly, as raw doubles, and its

@@ -354,7 +354,7 @@ TEST(ElasticCheckpoint, AnElasticRunsCheckpointResumesWithoutElastic) {
   EXPECT_EQ(point->epochStep, 3);
   EXPECT_EQ(point->lossSums, std::vector<double>(4, 1.5));
   Member resumed(2);
-  const RunPosition position = loadResumePoint(*point, *resumed.net, resumed.optimizer, 0, 3);
+  const RunPosition position = loadResumePoint(*point, *resumed.net, resumed.optimizer, 0, 3, 234);
   EXPECT_EQ(position.syncState, (std::vector<uint8_t>{5, 6}));
   EXPECT_EQ(position.epochLossSum, 1.5);
   resumed.progress = member.progress;
