@@ -112,8 +112,17 @@ case_killed_host() {
 case_train_mpi() {
   # The MPI transport across the hosts: mpirun's daemons enter the namespaces (netem-agent) and
   # Open MPI is restricted to TCP on the hosts' subnet, so the ranks talk over the shaped veths.
-  run_netem train_mpi --hosts 3 --rate 200mbit --timeout 240 mpirun -- \
-    "$gradsync" "${train[@]}" --transport mpi --steps 20 --metrics "$tmp/mpi.json"
+  # Open MPI's launch into the namespaces hangs now and then before any rank connects (a daemon
+  # never reports back to mpirun; 1 run in 21 here on a loaded machine, twice in CI's clean
+  # clones; docs/testing.md): then, and only then, it is tried once more. A hang or a failure
+  # after the ranks connected fails at once.
+  local attempt
+  for attempt in 1 2; do
+    run_netem train_mpi --hosts 3 --rate 200mbit --timeout 120 mpirun -- \
+      "$gradsync" "${train[@]}" --transport mpi --steps 20 --metrics "$tmp/mpi.json"
+    [ "$status" -eq 124 ] && ! grep -q "connected over MPI" "$tmp/train_mpi.log" || break
+    echo "== train_mpi: Open MPI's launch hung before any rank connected (attempt $attempt)"
+  done
   [ "$status" -eq 0 ] || fail "train_mpi: exit status $status"
   expect train_mpi '^gradsync train: mlp on synthetic, 3 workers' "rank 0's summary line"
   grep -Eq '"workers": 3[,}]?$' "$tmp/mpi.json" || fail "train_mpi: metrics do not say 3 workers"
