@@ -138,6 +138,12 @@ void adagrad(const UpdateRule& rule, std::span<float> p, std::span<const float> 
 
 }  // namespace
 
+double UpdateRule::restartRamp(uint64_t stateStep) const {
+  if (kind != Kind::kAdam && kind != Kind::kAdamW) return 1.0;
+  const double horizon = std::ceil(1.0 / (1.0 - beta1) - 1e-9);  // 1 / (1 - 0.9) is 10 + 2e-15
+  return std::min(1.0, static_cast<double>(stateStep) / horizon);
+}
+
 size_t UpdateRule::stateSlots() const {
   if (kind == Kind::kSgd) return momentum != 0 ? 1 : 0;
   if (kind == Kind::kAdagrad) return 1;

@@ -52,6 +52,12 @@ struct UpdateRule {
   static UpdateRule adagrad(double lr, double eps = 1e-10) {
     return {.kind = Kind::kAdagrad, .lr = lr, .eps = eps};
   }
+  // Adam and AdamW whose state restarted at zero after the job's first step (sharded's moments
+  // in a new elastic round; docs/cluster.md): the factor on lr of the state's 1-based step
+  // `stateStep`, rising linearly to 1 over the first moment's horizon, ceil(1 / (1 − beta1))
+  // steps (10 at 0.9). A fresh Adam's first steps are about lr·sign(g), far longer than the
+  // job's steps by then. 1 for the other rules, and from then on.
+  double restartRamp(uint64_t stateStep) const;
   // Floats of state per parameter element: SGD with momentum 1 (the velocity), without 0;
   // Adam and AdamW 2 (the first and second moments); Adagrad 1 (the sum of squares).
   size_t stateSlots() const;

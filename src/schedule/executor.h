@@ -58,6 +58,10 @@ class Executor {
   // Between steps, after the engine drained; collective (every rank calls it).
   virtual std::vector<float> optimizerState() = 0;
   virtual void setOptimizerState(std::span<const float> state) = 0;
+  // The global step at which the optimizer state had taken no step: an update of step s is the
+  // state's (s - origin + 1)-th, which Adam's bias correction uses (Engine::setOptimizerState).
+  // 0 until set. Between steps.
+  virtual void setStateOrigin(int64_t origin) { (void)origin; }
   // Makes this worker's parameters the one global model where workers may differ (the
   // servers'); nothing to do where they cannot. Between steps; collective.
   virtual void pullGlobalModel() = 0;

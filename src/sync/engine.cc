@@ -365,9 +365,18 @@ std::vector<float> Engine::optimizerState() {
   return executor_->optimizerState();
 }
 
-void Engine::setOptimizerState(std::span<const float> state) {
+void Engine::setOptimizerState(std::span<const float> state, std::optional<uint64_t> stateSteps) {
   drain();
   executor_->setOptimizerState(state);
+  std::lock_guard<std::mutex> lock(mutex_);
+  stateCounted_ = stateSteps.has_value();
+  stateOrigin_ = stateCounted_ ? static_cast<int64_t>(stepsEnded_ - *stateSteps) : 0;
+  executor_->setStateOrigin(stateOrigin_);
+}
+
+uint64_t Engine::optimizerSteps() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return static_cast<uint64_t>(static_cast<int64_t>(stepsEnded_) - stateOrigin_);
 }
 
 void Engine::pullGlobalModel() {
@@ -412,6 +421,12 @@ void Engine::loadState(std::span<const uint8_t> state) {
                     in.what(), units, layout_.units.size()));
   }
   executor_->loadState(in, format);
+  if (format == 1 && options_.update.stateSlots() == 2) {  // Adam's moments of the job's steps
+    std::lock_guard<std::mutex> lock(mutex_);
+    stateCounted_ = false;
+    stateOrigin_ = 0;
+    executor_->setStateOrigin(0);
+  }
   // The guard's decisions (a checkpoint written before it existed has none: it starts afresh).
   if (guard_ && !in.atEnd()) guard_->loadState(in);
   if (!guard_ && !in.atEnd()) {
@@ -442,6 +457,10 @@ void Engine::setStep(uint64_t step) {
   std::lock_guard<std::mutex> lock(mutex_);
   GS_CHECK(active_ == 0);
   planner_.setStep(step);
+  if (stateCounted_) {  // the state keeps its own count of steps taken
+    stateOrigin_ += static_cast<int64_t>(step) - static_cast<int64_t>(stepsEnded_);
+    executor_->setStateOrigin(stateOrigin_);
+  }
   stepsEnded_ = step;
   doneSteps_.assign(layout_.units.size(), step);
 }

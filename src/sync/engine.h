@@ -140,8 +140,15 @@ class Engine final : private EngineEvents {
   // gradient mode, where the caller's optimizer keeps it. Through servers (SGD only)
   // optimizerState() also makes this worker's parameters the servers', and setOptimizerState()
   // is only possible before the first step.
+  // `stateSteps`: how many steps the state has taken (Adam's and AdamW's count, their bias
+  // correction, as torch keeps it), counted on from the engine's step however setStep() moves it
+  // before or after; none (SGD, whose velocity has no count): the job's steps. So zero moments
+  // with a count of 0 at step 100 update as a fresh Adam does, not as moments of 100 steps.
   std::vector<float> optimizerState();
-  void setOptimizerState(std::span<const float> state);
+  void setOptimizerState(std::span<const float> state,
+                         std::optional<uint64_t> stateSteps = std::nullopt);
+  // The steps the optimizer state has taken: nextStep() unless setOptimizerState gave a count.
+  uint64_t optimizerSteps() const;
   // Makes this worker's parameters the one global model (the servers', where each worker may
   // train its own copy); nothing to do over the ring. Between steps; collective.
   void pullGlobalModel();
@@ -241,8 +248,12 @@ class Engine final : private EngineEvents {
   std::vector<uint64_t> doneSteps_;  // by unit: steps whose result is in place
   std::vector<bool> warnedUnused_;   // by tensor
   uint64_t stepsEnded_ = 0;          // the global step backward produces now
-  bool following_ = false;           // a communication thread is receiving rank 0's next pick
-  int active_ = 0;                   // operations and replies in flight
+  // The step at which the optimizer state had taken no step (Adam's bias correction counts from
+  // it): 0 unless setOptimizerState gave the state's own count (stateCounted_).
+  int64_t stateOrigin_ = 0;
+  bool stateCounted_ = false;
+  bool following_ = false;  // a communication thread is receiving rank 0's next pick
+  int active_ = 0;          // operations and replies in flight
   Nanos busySince_{0};
   bool stop_ = false;
   std::exception_ptr error_;

@@ -174,19 +174,22 @@ void RingExecutor::update(size_t unit, size_t begin, size_t end, uint64_t step, 
   const CommUnit& u = s_.layout.units[unit];
   const size_t first = u.offset + begin;
   const size_t last = u.offset + end;
+  GS_CHECK(static_cast<int64_t>(step) >= stateOrigin_);
+  const auto stateStep = static_cast<uint64_t>(static_cast<int64_t>(step) - stateOrigin_) + 1;
   for (int t : u.tensors) {
     const size_t lo = std::max(first, s_.layout.offsetOf[t]);
     const size_t hi = std::min(last, s_.layout.offsetOf[t] + s_.tensors[t].elements);
     if (lo >= hi) continue;
     UpdateRule rule = s_.rule;
-    if (s_.plan.absorbsMomentum(t)) rule.momentum = 0;  // the compressor applied it
+    if (s_.plan.absorbsMomentum(t)) rule.momentum = 0;             // the compressor applied it
+    if (stateOrigin_ > 0) rule.lr *= rule.restartRamp(stateStep);  // restarted mid-run
     const size_t at = velocityAt + (lo - first);
     UpdateState state{
         std::span(velocity_).subspan(at, hi - lo),
         secondMoment_.empty() ? std::span<float>{} : std::span(secondMoment_).subspan(at, hi - lo)};
-    // The step in progress, counted from 1: Adam's bias correction.
+    // The state's step in progress, counted from 1: Adam's bias correction.
     applyUpdate(rule, s_.parameters[t].subspan(lo - s_.layout.offsetOf[t], hi - lo),
-                std::span<const float>(s_.gradients).subspan(lo, hi - lo), state, step + 1);
+                std::span<const float>(s_.gradients).subspan(lo, hi - lo), state, stateStep);
   }
 }
 

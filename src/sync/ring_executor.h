@@ -65,6 +65,7 @@ class RingExecutor final : public Executor {
   // (the caller's optimizer keeps it).
   std::vector<float> optimizerState() override;
   void setOptimizerState(std::span<const float> byTensor) override;
+  void setStateOrigin(int64_t origin) override { stateOrigin_ = origin; }
   void pullGlobalModel() override {}  // every worker holds the one model already
   // The compressors' state (format 1 began with Adam's moments, this rank's).
   void saveState(StateWriter& out) const override;
@@ -107,6 +108,7 @@ class RingExecutor final : public Executor {
   std::vector<float> secondMoment_;  // Adam's, laid out as velocity_ (empty for SGD)
   std::vector<size_t> velocityAt_;   // by unit: where its state starts in velocity_
   std::vector<Ownership> owned_;     // sharded, by unit: what this rank updates
+  int64_t stateOrigin_ = 0;          // setStateOrigin's
 };
 
 }  // namespace gradsync

@@ -668,8 +668,6 @@ TEST_F(CliTrain, BadFlagsGiveAOneLineErrorWithTheChoices) {
       {{"train", "--compute", "emulate:resnet50", "--model", "dlrm"}, "--compute must be real"},
       {{"train", "--elastic", "3"}, "--elastic 3 is not MIN:MAX"},
       {{"train", "--elastic", "4:3"}, "1 <= MIN <= MAX"},
-      {{"train", "--elastic", "2:4", "--sync", "sharded", "--optimizer", "adamw"},
-       "--elastic does not support --optimizer adamw with --sync sharded"},
       {{"train", "--elastic", "2:4", "--sync", "asgd"}, "--elastic does not support --sync"},
       {{"train", "--elastic", "2:4", "--ps"},
        "--elastic does not support --sync ssgd through servers"},

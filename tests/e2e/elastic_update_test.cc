@@ -5,8 +5,8 @@
 // exactly as a job that stopped at that step (its checkpoint, written from the same commit) and
 // was resumed on the survivors alone, so nothing of the cut step may remain. p3's velocity, or
 // AdamW's moments and step count, are committed with the model (and written in the checkpoint);
-// sharded's velocity restarts at zero with each round, in both runs. Without a failure, the elastic
-// run is the fixed one, bitwise, with p3 as with sharded.
+// sharded's velocity or moments restart at zero with each round, in both runs. Without a failure,
+// the elastic run is the fixed one, bitwise, with p3 as with sharded.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -133,6 +133,16 @@ TEST(ElasticUpdateMode, ShardedRollsBackTheStepAKillCut) {
 #endif
   expectTheFixedRun("sharded", flagsOf({"--sync", "sharded"}, kSteps));
   expectKillRollsBackTheCutStep("sharded", {"--sync", "sharded"});
+}
+
+// AdamW's moments restart at zero with each round as SGD's velocity does, and as a fresh Adam's:
+// their bias correction counts the round's steps (both runs' rounds begin at the same step).
+TEST(ElasticUpdateMode, ShardedWithAdamWRollsBackTheStepAKillCut) {
+#ifndef GRADSYNC_HAVE_TORCH
+  GTEST_SKIP() << "built without LibTorch: no gradsync train";
+#endif
+  expectKillRollsBackTheCutStep("sharded-adamw",
+                                {"--sync", "sharded", "--optimizer", "adamw", "--lr", "0.002"});
 }
 
 // The accuracy of the evaluation at `step` (--eval-every's).

@@ -344,15 +344,17 @@ void DistributedModel::stateToOptimizer(torch::optim::Optimizer& optimizer) {
   waitForParameters();
   if (servers_) barrier(transport_, kStateTag);  // every worker's pushes are in
   const std::vector<float> state = engine_->optimizerState();
-  engineStateIntoOptimizer(state, parameters_, static_cast<int64_t>(engine_->nextStep()),
+  engineStateIntoOptimizer(state, parameters_, static_cast<int64_t>(engine_->optimizerSteps()),
                            optimizer);
 }
 
 // A parameter without state (a checkpoint of a run without momentum, or of gradient mode's
-// first step) starts from zeros, as torch's optimizers would.
+// first step) starts from zeros, as torch's optimizers would; Adam's count is the state's own,
+// so moments that restart at zero (sharded's in a new elastic round) restart as a fresh Adam's.
 void DistributedModel::stateFromOptimizer(torch::optim::Optimizer& optimizer) {
   if (!updates_) return;
-  engine_->setOptimizerState(engineStateFromOptimizer(parameters_, optimizer));
+  engine_->setOptimizerState(engineStateFromOptimizer(parameters_, optimizer),
+                             engineStateSteps(parameters_, optimizer));
 }
 
 std::string DistributedModel::whyNotReschedulable() const {

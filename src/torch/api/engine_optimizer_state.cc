@@ -95,4 +95,20 @@ std::vector<float> engineStateFromOptimizer(const std::vector<torch::Tensor>& pa
   return state;
 }
 
+std::optional<uint64_t> engineStateSteps(const std::vector<torch::Tensor>& parameters,
+                                         const torch::optim::Optimizer& optimizer) {
+  if (!isAdamFamily(optimizer)) return std::nullopt;
+  int64_t steps = 0;
+  const auto& states = optimizer.state();
+  for (const torch::Tensor& p : parameters) {
+    auto found = states.find(optimizerStateKey(p));
+    if (found == states.end()) continue;
+    const torch::optim::OptimizerParamState& s = *found->second;
+    steps = std::max(steps, isAdam(optimizer)
+                                ? static_cast<const torch::optim::AdamParamState&>(s).step()
+                                : static_cast<const torch::optim::AdamWParamState&>(s).step());
+  }
+  return static_cast<uint64_t>(steps);
+}
+
 }  // namespace gradsync

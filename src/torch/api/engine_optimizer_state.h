@@ -8,6 +8,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -28,5 +29,10 @@ void engineStateIntoOptimizer(std::span<const float> state,
 // saved, or a run without momentum) gives zeros, as at a run's start.
 std::vector<float> engineStateFromOptimizer(const std::vector<torch::Tensor>& parameters,
                                             const torch::optim::Optimizer& optimizer);
+// The steps that state has taken (Engine::setOptimizerState's count): Adam's and AdamW's step,
+// the largest of `parameters`' (0 if none has state: zero moments are a fresh Adam's); none for
+// SGD, whose velocity has no count.
+std::optional<uint64_t> engineStateSteps(const std::vector<torch::Tensor>& parameters,
+                                         const torch::optim::Optimizer& optimizer);
 
 }  // namespace gradsync

@@ -163,8 +163,9 @@ ElasticRound::ElasticRound(ElasticMember& member, Transport& transport,
   if (member.updatesInEngine()) {
     // The round's start is a commit, with the optimizer state the round was given (p3: rank 0's
     // velocity or Adam's moments, in the optimizer); the engine takes it from there (sharded:
-    // none, its velocity restarts at zero). The engine counts the job's steps, as Adam's bias
-    // correction and the compression warm-up do.
+    // none, its velocity or Adam's moments restart at zero). The engine counts the job's steps,
+    // as the compression warm-up does; Adam's bias correction counts the state's own (the
+    // optimizer's step: the job's with p3, 0 with sharded, whose Adam restarts as a fresh one).
     member.commit({});
     distributed_.setStep(member.progress.step);
     distributed_.loadOptimizerState();
@@ -243,8 +244,8 @@ RoundEnd ElasticRound::train() {
 
 // p3's optimizer state (SGD's velocity, Adam's moments) lives in the engine during a round, on
 // every member alike: withOptimizerState copies it into the optimizer for the commit and the
-// checkpoint (not collective: no sharded or servers here). sharded's velocity is split among the
-// members and restarts with every round: the commit has none.
+// checkpoint (not collective: no sharded or servers here). sharded's velocity or moments are
+// split among the members and restart with every round: the commit has none.
 void ElasticRound::commitStep(bool checkpoint) {
   const auto keep = [&] {
     member_.commit({});

@@ -77,8 +77,9 @@ struct ElasticMember {
   int localPeriod() const { return localPeriod_; }
   // p3 and sharded: the engine applies the update (update mode), and every step is committed.
   bool updatesInEngine() const { return updatesInEngine_; }
-  // sharded: each member keeps SGD's velocity of its own shard only, so no member can commit or
-  // give all of it; it restarts at zero with every round (docs/cluster.md).
+  // sharded: each member keeps the optimizer state (SGD's velocity, Adam's moments) of its own
+  // shard only, so no member can commit or give all of it; it restarts at zero with every round,
+  // Adam's as a fresh Adam (its own count of steps, docs/cluster.md).
   bool shardsVelocity() const { return shardsVelocity_; }
   // Local period or update mode: keeps the state as it is now (the model, the optimizer, the
   // progress, the losses' count) and `sync`, the round's DistributedOptimizer::syncState() (the

@@ -251,15 +251,6 @@ void validateElasticOptions(const TrainOptions& options) {
         "strategies let each worker train its own copy, updated by pushes a lost worker may leave "
         "half applied. Use ssgd, sharded, localsgd or diloco");
   }
-  if (strategy.kind == SyncStrategy::Kind::kSharded && options.optimizer != "sgd") {
-    refuseElastic(
-        fmt::format("--optimizer {} with --sync sharded", options.optimizer),
-        "each member keeps Adam's moments of its own shard only, so a lost member's "
-        "part is gone with it, and moments restarted at zero under the job's bias "
-        "correction would make the next hundred steps 3-6x too long; gathering them whole "
-        "into every step's commit would double sharded's traffic. Use --optimizer sgd, "
-        "or --schedule p3 without sharded");
-  }
   if (local && strategy.outer.streams()) {
     refuseElastic("Streaming DiLoCo (fragments, delay, eager)",
                   "a fragment's outer step commits only that fragment, so a round has no step at "

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <optional>
 
 #include "common/state_bytes.h"
 #include "schedule/schedule.h"
@@ -48,13 +49,14 @@ EngineOptions adamOptions(const std::string& schedule) {
           .sharded = schedule == "sharded"};
 }
 
-// Steps [first, first + steps) of one rank: every tensor's gradient, then the step's end.
-void train(Engine& engine, int rank, int first, int steps) {
+// Steps [first, first + steps) of one rank: every tensor's gradient (that of step - shift), then
+// the step's end.
+void train(Engine& engine, int rank, int first, int steps, int shift = 0) {
   for (int step = first; step < first + steps; ++step) {
     for (size_t t = 0; t < kTensors.size(); ++t) engine.waitFor(static_cast<int>(t));
     for (int t = static_cast<int>(kTensors.size()) - 1; t >= 0; --t) {
       std::span<float> slot = engine.slot(t);
-      for (size_t i = 0; i < slot.size(); ++i) slot[i] = gradientOf(rank, t, i, step);
+      for (size_t i = 0; i < slot.size(); ++i) slot[i] = gradientOf(rank, t, i, step - shift);
       engine.markReady(t);
     }
     engine.endBackward();
@@ -86,20 +88,39 @@ std::vector<float> naiveMoments(int ranks, int steps) {
 struct RunEnd {
   Tensors parameters;        // rank 0's
   std::vector<float> state;  // rank 0's optimizerState()
+  uint64_t stateSteps = 0;   // rank 0's optimizerSteps()
+};
+
+// How a run starts from a state that counts its own steps (Engine::setOptimizerState).
+struct Counted {
+  std::optional<uint64_t> stateSteps;  // none: the job's count
+  bool loadFirst = false;  // the state before setStep (the trainer's resume), or after it
 };
 
 // `steps` steps on `ranks` ranks from `from` (its parameters and, unless empty, its state, at
-// step `at`); every rank's state must be rank 0's.
-RunEnd run(const std::string& schedule, int ranks, const RunEnd& from, int at, int steps) {
+// step `at`, of the job's count of steps or `counted`'s); every rank's state must be rank 0's.
+// With `counted`, the gradients are those of the steps from its count on (from 0 if it has none):
+// the run the state began.
+// The rule's lr is scaled by `lrScale`.
+RunEnd run(const std::string& schedule, int ranks, const RunEnd& from, int at, int steps,
+           std::optional<Counted> counted = std::nullopt, double lrScale = 1.0) {
   std::vector<RunEnd> ends(static_cast<size_t>(ranks));
   runWithTransports(TransportKind::kLoopback, ranks, [&](Transport& transport) {
     Tensors parameters = from.parameters;
     std::vector<std::span<float>> spans(parameters.begin(), parameters.end());
-    Engine engine(transport, kTensors, adamOptions(schedule), spans);
+    EngineOptions options = adamOptions(schedule);
+    options.update.lr *= lrScale;
+    Engine engine(transport, kTensors, options, spans);
+    const std::optional<uint64_t> count = counted ? counted->stateSteps : std::nullopt;
+    if (counted && counted->loadFirst) engine.setOptimizerState(from.state, count);
     engine.setStep(static_cast<uint64_t>(at));
-    if (!from.state.empty()) engine.setOptimizerState(from.state);
-    train(engine, transport.rank(), at, steps);
-    ends[static_cast<size_t>(transport.rank())] = {parameters, engine.optimizerState()};
+    if (!from.state.empty() && !(counted && counted->loadFirst)) {
+      engine.setOptimizerState(from.state, count);
+    }
+    const int shift = counted ? at - static_cast<int>(count.value_or(0)) : 0;
+    train(engine, transport.rank(), at, steps, shift);
+    ends[static_cast<size_t>(transport.rank())] = {parameters, engine.optimizerState(),
+                                                   engine.optimizerSteps()};
   });
   for (int r = 1; r < ranks; ++r) {
     EXPECT_EQ(ends[static_cast<size_t>(r)].state, ends[0].state) << "rank " << r;
@@ -131,6 +152,37 @@ TEST_P(EngineOptimizerState, CarriedIntoAFreshEngineContinuesTheRunBitForBit) {
   // Without the moments the run is another one: the test can fail.
   const RunEnd forgotten = run(GetParam(), 3, {half.parameters, {}}, 2, 2);
   EXPECT_NE(forgotten.parameters, whole.parameters);
+}
+
+// Moments of fewer steps than the job's (sharded's, which restart at zero in each new elastic
+// round) with their own count: the engine at step 100 goes on as the run they began did, whether
+// setStep comes first or last: from zero as a fresh Adam whose lr ramps up over its first 10
+// steps (UpdateRule::restartRamp), from 12 steps as that run's steps 13 and 14.
+TEST_P(EngineOptimizerState, AStateWithItsOwnCountOfStepsGoesOnAsTheRunItBegan) {
+  EXPECT_EQ(kAdamW.restartRamp(1), 0.1);
+  EXPECT_EQ(kAdamW.restartRamp(10), 1.0);
+  RunEnd ramped{initialParameters(), {}};  // one engine per step, at the job's count
+  for (uint64_t k = 1; k <= 2; ++k) {
+    ramped = run(GetParam(), 3, ramped, static_cast<int>(k - 1), 1, Counted{k - 1},
+                 kAdamW.restartRamp(k));
+  }
+  const RunEnd whole = run(GetParam(), 3, {initialParameters(), {}}, 0, 14);
+  const RunEnd twelve = run(GetParam(), 3, {initialParameters(), {}}, 0, 12);
+  const RunEnd zeros{initialParameters(), std::vector<float>(2 * totalElements(), 0.0f)};
+  for (bool loadFirst : {false, true}) {
+    const RunEnd late = run(GetParam(), 3, zeros, 100, 2, Counted{0, loadFirst});
+    EXPECT_EQ(late.parameters, ramped.parameters) << "loadFirst " << loadFirst;
+    EXPECT_EQ(late.state, ramped.state);
+    EXPECT_EQ(late.stateSteps, 2u);
+    const RunEnd onward = run(GetParam(), 3, twelve, 100, 2, Counted{12, loadFirst});
+    EXPECT_EQ(onward.parameters, whole.parameters) << "loadFirst " << loadFirst;
+    EXPECT_EQ(onward.stateSteps, 14u);
+  }
+  // Without a count, zero moments at step 100 are of the job's 100 steps: a bias correction of
+  // 1 - 0.999^101 where a fresh Adam has 1 - 0.999, so steps about 3x as long, and no ramp.
+  const RunEnd jobs = run(GetParam(), 3, zeros, 100, 2, Counted{});
+  EXPECT_NE(jobs.parameters, ramped.parameters);
+  EXPECT_EQ(jobs.stateSteps, 102u);
 }
 
 // 3 ranks' moments onto 2 and 4 (sharded: other blocks per rank): the same whole state, and the
