@@ -42,6 +42,10 @@ int fragmentSyncedAfter(int64_t step, int period, int fragments) {
   return static_cast<int>((step / stride - 1) % fragments);
 }
 
+bool outerStateSettlesAfter(int64_t step, int period, int fragments, int delay, bool eager) {
+  return !eager && step > delay && fragmentSyncedAfter(step - delay, period, fragments) >= 0;
+}
+
 FusedLayout fusedLayout(std::span<const int64_t> elements, int64_t align, int ranks) {
   const auto rounded = [](int64_t n, int64_t to) { return (n + to - 1) / to * to; };
   FusedLayout layout;

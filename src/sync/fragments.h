@@ -27,6 +27,13 @@ std::vector<int> assignFragments(std::span<const int64_t> elements, int fragment
 // fragment syncs every H/P steps (`fragments` divides `period`).
 int fragmentSyncedAfter(int64_t step, int period, int fragments);
 
+// Whether the outer state settles after local step `step`: an outer update was merged then and
+// none is in flight, so θ_global holds every outer update launched so far and every rank could
+// restart from it (an elastic round's commits, docs/cluster.md). Without fragments or delay the
+// outer steps (every H steps); with them each fragment's merge, `delay` steps after its sync;
+// with `eager` never (after the first launch an all-reduce is always in flight).
+bool outerStateSettlesAfter(int64_t step, int period, int fragments, int delay, bool eager);
+
 // One buffer for the dense pseudo-gradients of a sync, all-reduced at once: tensor k (of
 // `elements[k]` elements; 0 for one that travels otherwise) at offsets[k], a multiple of
 // `align`; the buffer's `elements` a multiple of `align` x `ranks`. With the int8 ring's chunk as

@@ -6,9 +6,11 @@
 // was resumed on the survivors alone, so nothing of the cut step may remain. p3's velocity, or
 // AdamW's moments and step count, are committed with the model (and written in the checkpoint);
 // sharded's velocity or moments restart at zero with each round, in both runs. Without a failure,
-// the elastic run is the fixed one, bitwise, with p3 as with sharded.
+// the elastic run is the fixed one, bitwise, with p3 as with sharded, and with Streaming DiLoCo,
+// which goes back to its last fragment's merge.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -64,13 +66,16 @@ void runFixed(const fs::path& dir, const std::vector<std::string>& flags) {
   ASSERT_TRUE(finish(spawnProcess(spawn)).ok()) << readFile(dir / "err");
 }
 
-// The fixed run with `flags`, and the elastic one without a failure: the same bits.
-void expectTheFixedRun(const std::string& name, const std::vector<std::string>& flags) {
+// The fixed run with `flags`, and the elastic one without a failure: the same bits. Gives the
+// final accuracy to `accuracy` when given.
+void expectTheFixedRun(const std::string& name, const std::vector<std::string>& flags,
+                       double* accuracy = nullptr) {
   const fs::path fixedDir = scratch(name + "-fixed");
   runFixed(fixedDir, flags);
   const fs::path unfailedDir = scratch(name + "-unfailed");
   ASSERT_TRUE(finish(launch(unfailedDir, "3:4", 0, flags)).ok()) << readFile(unfailedDir / "err");
   EXPECT_EQ(accuraciesOf(metricsOf(unfailedDir), 0), accuraciesOf(metricsOf(fixedDir), 0));
+  if (accuracy) *accuracy = metricsOf(unfailedDir)["summary"]["final_test_accuracy"];
 }
 
 void expectKillRollsBackTheCutStep(const std::string& name, const std::vector<std::string>& mode) {
@@ -145,6 +150,48 @@ TEST(ElasticUpdateMode, ShardedWithAdamWRollsBackTheStepAKillCut) {
                                          "adamw",  "--lr",    "0.002"};
   expectTheFixedRun("sharded-adamw", flagsOf(mode, kSteps));  // a round's start is no restart
   expectKillRollsBackTheCutStep("sharded-adamw", mode);
+}
+
+// Streaming DiLoCo commits where the outer state settles, after each fragment's merge (here
+// steps 8, 15, 22, ..., 120: fragments synced every 7 steps, merged 1 later, the last step a
+// merge, as the fixed run that ends without an outer step needs). Without a failure the elastic
+// run is the fixed one, bitwise. A kill takes the survivors back to the last merge, from θ_global
+// with each survivor's own fragments as it committed them (its local steps since each fragment's
+// last merge), so a resumed job, which starts every member from θ_global, is not the reference:
+// the test checks the step, that each of the 3 survivors took its own fragments back, and the
+// accuracy against the unfailed run's.
+TEST(ElasticUpdateMode, StreamingDilocoGoesBackToTheLastMerge) {
+#ifndef GRADSYNC_HAVE_TORCH
+  GTEST_SKIP() << "built without LibTorch: no gradsync train";
+#endif
+  const std::vector<std::string> flags =
+      flagsOf({"--sync", "diloco:14,fragments=2,delay=1"}, kSteps);
+  double unfailed = 0;
+  expectTheFixedRun("streaming", flags, &unfailed);
+  ASSERT_GT(unfailed, 0);
+  const fs::path dir = scratch("streaming-killed");
+  ::setenv("GRADSYNC_LOG_LEVEL", "info", 1);
+  const pid_t job = launch(dir, "3:4", 0, flags);
+  ::unsetenv("GRADSYNC_LOG_LEVEL");
+  killAfter(dir, 2, 50);
+  const ExitStatus status = finish(job);
+  const std::string err = readFile(dir / "err");
+  ASSERT_TRUE(status.ok()) << status.describe() << "\n" << err;
+  const nlohmann::json metrics = metricsOf(dir);
+  const nlohmann::json& rounds = metrics["elastic"]["rounds"];
+  ASSERT_EQ(rounds.size(), 2u) << rounds.dump();
+  const int64_t back = rounds[1]["first_step"];
+  EXPECT_GE(back, 43);
+  EXPECT_EQ(back % 7, 1) << "not a merge";
+  EXPECT_NE(err.find("the job re-forms from the last outer step, step " + std::to_string(back)),
+            std::string::npos)
+      << err;
+  for (int rank = 0; rank < 3; ++rank) {
+    const std::string kept = "elastic round 1: rank " + std::to_string(rank) +
+                             " keeps its own fragments of step " + std::to_string(back);
+    EXPECT_NE(err.find(kept), std::string::npos) << kept << "\n" << err;
+  }
+  EXPECT_NEAR(metrics["summary"]["final_test_accuracy"].get<double>(), unfailed, 0.01);
 }
 
 // The accuracy of the evaluation at `step` (--eval-every's).

@@ -195,6 +195,15 @@ class DistributedOptimizer {
   // moments in update mode (p3, sharded: kept per rank then; they now travel with the optimizer,
   // withOptimizerState). Same call order as loadSyncState; not collective.
   void adoptSyncState(std::span<const uint8_t> state, int64_t step);
+  // localsgd and diloco: syncState() with the parameters every rank can restart from alike
+  // instead of this rank's own: θ_global, the model of the last outer update (localsgd: the
+  // parameters, its average). With Streaming DiLoCo each fragment's is that of its own last
+  // merge, and the local steps since are left out. Taken where the outer state settles (after an
+  // outer step; with fragments or a delay after each fragment's merge) and loaded with
+  // loadSyncState on every member, it restarts them all from the same state: an elastic round's
+  // commit (docs/cluster.md). ConfigError with a fragment's all-reduce in flight (eager=on) or
+  // for the other strategies. Not collective.
+  std::vector<uint8_t> settledSyncState();
   // Runs `fn` with this worker's parameters being the one global model (the servers', where
   // workers train their own copies: asgd, ssp, the delayed strategies), then gives the worker
   // its own parameters back, so that evaluating or saving the global model leaves training

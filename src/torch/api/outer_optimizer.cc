@@ -259,6 +259,18 @@ std::vector<uint8_t> OuterOptimizer::saveState() {
   return out.take();
 }
 
+const std::vector<torch::Tensor>& OuterOptimizer::settledParameters(
+    const std::vector<torch::Tensor>& parameters) const {
+  if (inFlight_.fragment >= 0) {
+    throw ConfigError(fmt::format("fragment {}'s outer update is in flight: the outer state is "
+                                  "not settled",
+                                  inFlight_.fragment),
+                      {.hint = "take it after a fragment's merge, with nothing in flight "
+                               "(eager=on always has one)"});
+  }
+  return global_.empty() ? parameters : global_;
+}
+
 void OuterOptimizer::loadState(std::span<const uint8_t> bytes,
                                const std::vector<torch::Tensor>& parameters) {
   restoreState(bytes, parameters, /*adopt=*/false);

@@ -82,6 +82,12 @@ class OuterOptimizer {
   // all-reduce is finished first), for checkpoints, and back (shaped as `parameters`; DataError
   // naming the mismatch).
   std::vector<uint8_t> saveState();
+  // The parameters every rank restarts from alike (DistributedOptimizer::settledSyncState):
+  // θ_global where it is kept (with Streaming DiLoCo each fragment's as of its last merged outer
+  // update), else `parameters` (localsgd's average, or before begin()). ConfigError with a
+  // fragment's all-reduce in flight.
+  const std::vector<torch::Tensor>& settledParameters(
+      const std::vector<torch::Tensor>& parameters) const;
   void loadState(std::span<const uint8_t> bytes, const std::vector<torch::Tensor>& parameters);
   // Another rank's saveState() taken at an outer step, for a rank of another membership:
   // θ_global and the outer momentum; the compressors start afresh. ConfigError when the state

@@ -31,18 +31,35 @@ void readLocalState(StateReader& in, DistributedModel& model, torch::optim::Opti
   outer.loadState(bytes, model.parameters());
 }
 
+// What readLocalState reads, with `parameters` as the rank's own.
+void writeLocalState(StateWriter& out, const std::vector<torch::Tensor>& parameters,
+                     torch::optim::Optimizer& optimizer, OuterOptimizer& outer) {
+  for (const torch::Tensor& p : parameters) {
+    out.write(std::span<const float>(floatSpan(p)));
+  }
+  out.write(archiveBytes([&](auto& archive) { optimizer.save(archive); }));
+  out.write(outer.saveState());
+}
+
 }  // namespace
 
 std::vector<uint8_t> DistributedOptimizer::syncState() {
   StateWriter out;
   out.write(model_->engineState());
   if (localPeriod_ > 0) {  // between averages, every rank's model and optimizer are its own
-    for (const torch::Tensor& p : model_->parameters()) {
-      out.write(std::span<const float>(floatSpan(p)));
-    }
-    out.write(archiveBytes([&](auto& archive) { optimizer_.save(archive); }));
-    out.write(outer_->saveState());
+    writeLocalState(out, model_->parameters(), optimizer_, *outer_);
   }
+  return out.take();
+}
+
+std::vector<uint8_t> DistributedOptimizer::settledSyncState() {
+  if (localPeriod_ == 0) {
+    throw ConfigError("settledSyncState() is for localsgd and diloco",
+                      {.hint = "call syncState()"});
+  }
+  StateWriter out;
+  out.write(model_->engineState());
+  writeLocalState(out, outer_->settledParameters(model_->parameters()), optimizer_, *outer_);
   return out.take();
 }
 

@@ -13,6 +13,7 @@
 #include "common/stop_request.h"
 #include "common/tags.h"
 #include "gradsync/collectives.h"
+#include "sync/fragments.h"
 #include "sync/strategy.h"
 #include "torch/api/sync_setup.h"
 #include "torch/elastic/checkpoint.h"
@@ -81,9 +82,17 @@ ElasticMember::ElasticMember(const TrainOptions& given, ElasticRange range)
                       ? nullptr
                       : std::make_unique<CheckpointDir>(options.checkpointDir)) {
   const SyncStrategy strategy = SyncStrategy::parse(options.sync);
-  if (strategy.kind == SyncStrategy::Kind::kLocalSgd) localPeriod_ = strategy.parameter;
+  if (strategy.kind == SyncStrategy::Kind::kLocalSgd) {
+    localPeriod_ = strategy.parameter;
+    outer_ = strategy.outer;
+  }
   updatesInEngine_ = gradsync::updatesInEngine(syncOptionsOf(options));
   shardsVelocity_ = strategy.kind == SyncStrategy::Kind::kSharded;
+}
+
+bool ElasticMember::commitsAfter(int64_t step) const {
+  return localPeriod_ > 0 &&
+         outerStateSettlesAfter(step, localPeriod_, outer_.fragments, outer_.delay, outer_.eager);
 }
 
 int64_t ElasticMember::totalSteps() const {
@@ -111,6 +120,12 @@ int64_t ElasticMember::rollback() {
   return progress.step;
 }
 
+bool ElasticMember::restoreOwnCommit() {
+  if (!hasCommit_ || last_.progress.step != progress.step) return false;
+  last_.state.restore(*net, *optimizer);
+  return true;
+}
+
 void ElasticMember::restoreCommittedOptimizer() {
   if (hasCommit_) last_.state.restoreOptimizer(*optimizer);
 }
@@ -133,14 +148,15 @@ bool ElasticMember::resume() {
   if (!saved) return false;
   // A fixed run's checkpoint may lie between two outer steps, where each worker's model is its
   // own; its rank 0's synchronization state means nothing to a round without a local period.
-  if (localPeriod_ > 0 && saved->step % localPeriod_ != 0) {
+  if (localPeriod_ > 0 && saved->step > 0 && !commitsAfter(saved->step)) {
     throw ConfigError(
         fmt::format("checkpoint {} is of step {}, between two outer steps of every {} (each "
                     "worker's steps since the last are its own): an elastic run starts from an "
                     "outer step",
                     checkpoints->pathForStep(*checkpoints->latest()), saved->step, localPeriod_),
-        {.hint = fmt::format("resume it without --elastic, or from a checkpoint at a multiple of "
-                             "{} (--checkpoint-every)",
+        {.hint = fmt::format("resume it without --elastic, or from a checkpoint of a step where "
+                             "the outer state settles (a multiple of {}; with fragments or a "
+                             "delay, a fragment's merge)",
                              localPeriod_)});
   }
   if (localPeriod_ == 0) sync.clear();
@@ -173,10 +189,21 @@ ElasticRound::ElasticRound(ElasticMember& member, Transport& transport,
   }
   if (member.localPeriod() == 0) return;
   // The outer steps fall on the job's steps; the committed outer state (rank 0's, shareState)
-  // continues, and the round's start is a commit.
+  // continues, and the round's start is a commit. With Streaming DiLoCo every member starts from
+  // θ_global (settledSyncState; a fixed run's checkpoint holds rank 0's own parameters instead),
+  // and a survivor of the round before then takes back its own fragments as it committed them.
   distributed_.setStep(member.progress.step);
-  if (!member.sync.empty()) distributed_.loadSyncState(member.sync);
-  member.commit(distributed_.syncState());
+  if (!member.sync.empty()) {
+    distributed_.loadSyncState(member.sync);
+    if (member.outer().streams()) {
+      distributed_.loadSyncState(distributed_.settledSyncState());
+      if (member.restoreOwnCommit()) {
+        GS_LOG(kInfo, "elastic round {}: rank {} keeps its own fragments of step {}", round,
+               transport.rank(), member.progress.step);
+      }
+    }
+  }
+  member.commit(distributed_.settledSyncState());
 }
 
 ElasticRound::~ElasticRound() {
@@ -210,12 +237,14 @@ RoundEnd ElasticRound::train() {
     }
     const float loss = trainStep();
     const int period = member_.localPeriod();
-    const bool outerStep = period > 0 && p.step % period == 0;
-    if (outerStep) member_.commit(distributed_.syncState());
-    // At each multiple of --checkpoint-every; with a local period at the first commit from it on.
+    const bool outerStep = member_.commitsAfter(p.step);
+    if (outerStep) member_.commit(distributed_.settledSyncState());
+    // At each multiple of --checkpoint-every; with a local period at the first commit from it on
+    // (the commits are H/P steps apart: H without fragments).
     const int64_t every = member_.options.checkpointEvery;
-    const bool due =
-        every > 0 && (period > 0 ? outerStep && p.step % every < period : p.step % every == 0);
+    const int commitSpacing = period > 0 ? period / member_.outer().fragments : 1;
+    const bool due = every > 0 && (period > 0 ? outerStep && p.step % every < commitSpacing
+                                              : p.step % every == 0);
     if (commitsEachStep) {
       commitStep(transport_.rank() == 0 && due);
     } else if (transport_.rank() == 0 && due) {
@@ -277,7 +306,7 @@ void ElasticRound::evaluateBetweenSteps() {
 void ElasticRound::finishLocal() {
   if (member_.localPeriod() == 0 || member_.committedStep() == member_.progress.step) return;
   distributed_.synchronizeModel();
-  member_.commit(distributed_.syncState());
+  member_.commit(distributed_.settledSyncState());
 }
 
 bool ElasticRound::trainingOver() const {

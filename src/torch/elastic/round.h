@@ -10,9 +10,10 @@
 // the last complete step is always committed); with p3 and sharded, whose engine applies a step's
 // update piece by piece as the averages arrive, a copy of the state after each complete step (and
 // at a round's start), which a step cut by a failure goes back to; with localsgd and diloco, whose
-// members train alone between outer steps, the state after each outer step (and at a round's
-// start): the steps since are trained again by the next round, which starts there. Such a round
-// regroups and stops only at outer steps, and ends with an outer step.
+// members train alone between outer steps, the state after each outer step (Streaming DiLoCo:
+// after each fragment's merge, θ_global shared and each member's own fragments beside it) and at
+// a round's start: the steps since are trained again by the next round, which starts there. Such
+// a round regroups and stops only at commits, and ends with an outer step.
 #pragma once
 
 #include <torch/torch.h>
@@ -27,6 +28,7 @@
 #include "gradsync/torch/distributed_optimizer.h"
 #include "gradsync/trace.h"
 #include "job/elastic_rendezvous.h"
+#include "sync/strategy.h"
 #include "torch/elastic/snapshot.h"
 #include "torch/elastic/state.h"
 #include "torch/loop/data_source.h"
@@ -75,6 +77,12 @@ struct ElasticMember {
 
   // localsgd and diloco: H, the local steps between outer steps; 0 otherwise.
   int localPeriod() const { return localPeriod_; }
+  // Local period: whether the job's state is committed after step `step`: where the outer state
+  // settles (outerStateSettlesAfter: after each outer step; with Streaming DiLoCo's fragments or
+  // delay after each fragment's merge, every H/P steps), the round's commit being its settled
+  // state (DistributedOptimizer::settledSyncState).
+  bool commitsAfter(int64_t step) const;
+  const OuterOptions& outer() const { return outer_; }  // local period: the outer step's
   // p3 and sharded: the engine applies the update (update mode), and every step is committed.
   bool updatesInEngine() const { return updatesInEngine_; }
   // sharded: each member keeps the optimizer state (SGD's velocity, Adam's moments) of its own
@@ -89,6 +97,11 @@ struct ElasticMember {
   // Goes back to the last commit (after a failed round), `sync` included; returns its step, or -1
   // if there is none (no commit yet, or ssgd: every complete step is committed).
   int64_t rollback();
+  // Streaming DiLoCo, at a round's start from the step of this member's last commit (a survivor
+  // of the round before): its own parameters and inner optimizer as it committed them, i.e. its
+  // local progress on the fragments not merged then, over the θ_global every member was given.
+  // False, changing nothing, if its last commit is of another step (a joiner; a member behind).
+  bool restoreOwnCommit();
   // Update mode, at a round's end: the last commit's optimizer state (p3: SGD's velocity, which
   // the engine kept during the round) back into the optimizer, to be shared, saved and handed to
   // the next round's engine.
@@ -113,6 +126,7 @@ struct ElasticMember {
     size_t losses = 0;
   };
   int localPeriod_ = 0;
+  OuterOptions outer_;  // local period: when it settles
   bool updatesInEngine_ = false;
   bool shardsVelocity_ = false;
   bool hasCommit_ = false;

@@ -251,11 +251,11 @@ void validateElasticOptions(const TrainOptions& options) {
         "strategies let each worker train its own copy, updated by pushes a lost worker may leave "
         "half applied. Use ssgd, sharded, localsgd or diloco");
   }
-  if (local && strategy.outer.streams()) {
-    refuseElastic("Streaming DiLoCo (fragments, delay, eager)",
-                  "a fragment's outer step commits only that fragment, so a round has no step at "
-                  "which the whole state is committed to roll back to. Use diloco:H without "
-                  "fragments, delay or eager");
+  if (local && strategy.outer.eager) {
+    refuseElastic("diloco's eager=on",
+                  "after its first launch a fragment's all-reduce is always in flight, so the "
+                  "outer state never settles for a commit without waiting for one (which would "
+                  "undo the overlap). Use fragments and delay (delay < H/P) without eager");
   }
   if (local && strategy.outer.perHost) {
     refuseElastic("diloco's group=host",

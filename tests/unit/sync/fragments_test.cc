@@ -47,6 +47,36 @@ TEST(Fragments, OneFragmentEveryHOverPSteps) {
   EXPECT_EQ(fragmentSyncedAfter(0, 5, 1), -1);
 }
 
+// Against a naive run of the outer optimizer's timeline: launches at each fragment's sync step,
+// each merged `delay` steps later (eager: at the next launch); the state settles after a step
+// with a merge and nothing in flight.
+TEST(Fragments, TheOuterStateSettlesAfterEachMergeWithNothingInFlight) {
+  struct Case {
+    int period, fragments, delay;
+    bool eager;
+  };
+  for (const Case c : {Case{12, 1, 0, false}, Case{12, 3, 0, false}, Case{12, 3, 2, false},
+                       Case{12, 1, 5, false}, Case{12, 4, 2, false}, Case{12, 3, 0, true}}) {
+    const int stride = c.period / c.fragments;
+    int64_t mergeAt = -1;  // -1: nothing in flight
+    for (int64_t step = 1; step <= 60; ++step) {
+      bool merged = false;
+      if (mergeAt >= 0 && (c.eager ? step % stride == 0 : step >= mergeAt)) {
+        merged = true;
+        mergeAt = -1;
+      }
+      if (step % stride == 0) mergeAt = step + (c.eager ? stride : c.delay);
+      if (mergeAt == step) {  // delay 0: merged at once
+        merged = true;
+        mergeAt = -1;
+      }
+      EXPECT_EQ(outerStateSettlesAfter(step, c.period, c.fragments, c.delay, c.eager),
+                merged && mergeAt < 0)
+          << c.period << "/" << c.fragments << " delay " << c.delay << " step " << step;
+    }
+  }
+}
+
 // The int8 ring's layout: each tensor from a chunk boundary (a tensor of 0 elements, one that
 // travels otherwise, takes no room), the buffer a whole number of chunks per rank.
 TEST(Fragments, FusedLayoutAlignsTensorsAndRanksBlocksToChunks) {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "api_fixture.h"
+#include "sync/fragments.h"
 #include "sync/strategy.h"
 
 namespace gradsync::testing {
@@ -139,6 +140,73 @@ TEST(StreamingDiloco, FragmentsDelayAndMixingMatchANaiveReference) {
       EXPECT_LT(difference, 1e-5) << spec(s) << ", rank " << r;
     }
   }
+}
+
+// settledSyncState(), what an elastic round commits: after fragment 0's merge (step 2 of
+// diloco:4,fragments=2) every rank's settled parameters are θ_global, fragment 0's as just merged
+// and fragment 1's still the initial model (its local steps left out); with a fragment in flight
+// (delay=1, step 2) it is refused; at a plain DiLoCo outer step it is syncState() itself.
+TEST(StreamingDiloco, TheSettledStateIsThetaGlobalOfEachFragment) {
+  constexpr int kWorkers = 2;
+  constexpr size_t kModelsPerRank = 4;  // made here: freshModel() seeds torch's global generator
+  std::vector<SequenceClassifier> models;
+  for (size_t i = 0; i < kWorkers * kModelsPerRank; ++i) models.push_back(freshModel());
+  const std::vector<torch::Tensor> initial = freshModel()->parameters();
+  std::vector<int64_t> elements;
+  for (const torch::Tensor& p : initial) elements.push_back(p.numel());
+  const std::vector<int> fragmentOf = assignFragments(elements, 2);
+  runWithTransports(TransportKind::kLoopback, kWorkers, [&](Transport& t) {
+    size_t next = static_cast<size_t>(t.rank()) * kModelsPerRank;
+    const auto localSteps = [&](const std::string& sync, int64_t steps, auto&& after) {
+      SequenceClassifier model = models[next++];
+      auto optimizer = makeOptimizer("sgd-plain", model);
+      DistributedOptimizer distributed(*optimizer, model.ptr(), t, {.sync = sync});
+      const int64_t share = kGlobalBatch / kWorkers;
+      for (int64_t step = 0; step < steps; ++step) {
+        auto [tokens, labels] = example::taskBatch(3, step, kGlobalBatch);
+        distributed.zeroGrad();
+        torch::Tensor logits =
+            model->forward(tokens.narrow(0, t.rank() * share, share), step % 2 == 0);
+        torch::nn::functional::cross_entropy(logits, labels.narrow(0, t.rank() * share, share))
+            .backward();
+        distributed.step();
+        after(step + 1, model, distributed);
+      }
+    };
+    localSteps("diloco:4,fragments=2", 3,
+               [&](int64_t step, SequenceClassifier& model, DistributedOptimizer& distributed) {
+                 if (step != 2) return;
+                 SequenceClassifier settled = models[next++];
+                 auto optimizer = makeOptimizer("sgd-plain", settled);
+                 DistributedOptimizer loader(*optimizer, settled.ptr(), t,
+                                             {.sync = "diloco:4,fragments=2"});
+                 loader.loadSyncState(distributed.settledSyncState());
+                 for (size_t i = 0; i < initial.size(); ++i) {
+                   const torch::Tensor& expected =
+                       fragmentOf[i] == 0 ? model->parameters()[i] : initial[i];
+                   EXPECT_TRUE(torch::equal(settled->parameters()[i], expected))
+                       << "tensor " << i << " of fragment " << fragmentOf[i] << ", rank "
+                       << t.rank();
+                   if (fragmentOf[i] == 1) {
+                     EXPECT_FALSE(torch::equal(model->parameters()[i], initial[i]))
+                         << "not trained: " << i;
+                   }
+                 }
+               });
+    localSteps("diloco:4,fragments=2,delay=1", 3,
+               [&](int64_t step, SequenceClassifier&, DistributedOptimizer& distributed) {
+                 if (step == 2) {
+                   EXPECT_THROW(distributed.settledSyncState(), ConfigError) << "in flight";
+                 } else {
+                   EXPECT_NO_THROW(distributed.settledSyncState()) << "step " << step;
+                 }
+               });
+    localSteps("diloco:2", 2, [&](int64_t step, SequenceClassifier&, DistributedOptimizer& d) {
+      if (step == 2) {
+        EXPECT_EQ(d.settledSyncState(), d.syncState());
+      }
+    });
+  });
 }
 
 TEST(StreamingDiloco, OptionsAreParsedOrRefusedSayingWhy) {
