@@ -68,6 +68,11 @@ inline constexpr uint64_t kGuard = kReservedTagBase + 17;
 // on kModelState that come first.
 inline constexpr uint64_t kElasticState = kReservedTagBase + 18;
 
+// localsgd's and diloco's outer step (torch/api/outer_optimizer.h): a stream of its own, since
+// Streaming DiLoCo's delayed all-reduce runs on a thread of its own while the training thread's
+// collectives (buffers averaged for an evaluation, an elastic round's checks) go on.
+inline constexpr uint64_t kOuterStep = kReservedTagBase + 19;
+
 // Wavelet's waves (torch/waves/wavelet_trainer.h): wave w's streams are every stream above shifted
 // by (w + 1) * kWaveShift (transport/tag_shift_transport.h), above all per-unit ranges, so that two
 // waves' engines on one transport never meet each other or the unshifted streams.
@@ -82,7 +87,7 @@ inline constexpr uint64_t kAll[] = {
     kPsRequest, kPsPayload,           kPsState,           kAgreement,    kTorchApi,
     kJoin,      kEmbRequest,          kEmbPayload,        kEmbReply,     kEmbReplyPayload,
     kRecStatus, kPipelineActivations, kPipelineGradients, kPipelineEval, kAverager,
-    kGuard,     kElasticState};
+    kGuard,     kElasticState,        kOuterStep};
 
 constexpr bool allDistinct() {
   for (size_t i = 0; i < std::size(kAll); ++i) {

@@ -58,6 +58,9 @@ struct OuterOptions {
   // lr 1 without momentum: the outer step sets the global model to the workers' average.
   bool averagesModels() const { return lr == 1 && momentum == 0; }
   bool streams() const { return fragments > 1 || delay > 0 || eager; }
+  // Whether a rank's parameters may differ from θ_global right after an outer update (fragments
+  // not merged then, or the merge's mixing), not only between outer steps.
+  bool keepsOwnAtMerges() const { return streams() || alpha != 0; }
 };
 
 struct SyncStrategy {

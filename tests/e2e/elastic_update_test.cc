@@ -12,6 +12,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -66,39 +67,57 @@ void runFixed(const fs::path& dir, const std::vector<std::string>& flags) {
   ASSERT_TRUE(finish(spawnProcess(spawn)).ok()) << readFile(dir / "err");
 }
 
-// The fixed run with `flags`, and the elastic one without a failure: the same bits. Gives the
-// final accuracy to `accuracy` when given.
+// The fixed run with `flags`, and the elastic one without a failure: the same bits, at every
+// evaluation and, given no `accuracy`, the final one. Given `accuracy`, the elastic run's final
+// accuracy goes there instead: one that ends with an outer step (Streaming DiLoCo's, of every
+// fragment) has another final model than the fixed run, which ends without.
 void expectTheFixedRun(const std::string& name, const std::vector<std::string>& flags,
                        double* accuracy = nullptr) {
   const fs::path fixedDir = scratch(name + "-fixed");
   runFixed(fixedDir, flags);
   const fs::path unfailedDir = scratch(name + "-unfailed");
   ASSERT_TRUE(finish(launch(unfailedDir, "3:4", 0, flags)).ok()) << readFile(unfailedDir / "err");
-  EXPECT_EQ(accuraciesOf(metricsOf(unfailedDir), 0), accuraciesOf(metricsOf(fixedDir), 0));
-  if (accuracy) *accuracy = metricsOf(unfailedDir)["summary"]["final_test_accuracy"];
+  std::vector<double> elastic = accuraciesOf(metricsOf(unfailedDir), 0);
+  std::vector<double> fixed = accuraciesOf(metricsOf(fixedDir), 0);
+  if (accuracy) {
+    *accuracy = elastic.back();
+    elastic.pop_back();
+    fixed.pop_back();
+  }
+  EXPECT_EQ(elastic, fixed);
 }
 
-void expectKillRollsBackTheCutStep(const std::string& name, const std::vector<std::string>& mode) {
-  const std::vector<std::string> flags = flagsOf(mode, kSteps);
-  // Killed mid-run, not restarted: the survivors go back to their last complete step.
+// What a job killed mid-run left: its stderr, its metrics, and the first step of the survivors'
+// round.
+struct KilledJob {
+  std::string err;
+  nlohmann::json metrics;
+  int64_t back = -1;
+};
+
+// One of 4 workers of `flags` SIGKILLed after its step 50, not restarted (the job logging at
+// `logLevel` when given): the survivors finish the job in a second and last round, of 3.
+void killAtStep50(const std::string& name, const std::vector<std::string>& flags, KilledJob& job,
+                  const char* logLevel = nullptr) {
   const fs::path dir = scratch(name + "-killed");
-  const pid_t job = launch(dir, "3:4", 0, flags);
+  if (logLevel) ::setenv("GRADSYNC_LOG_LEVEL", logLevel, 1);
+  const pid_t pid = launch(dir, "3:4", 0, flags);
+  if (logLevel) ::unsetenv("GRADSYNC_LOG_LEVEL");
   killAfter(dir, 2, 50);
-  const ExitStatus status = finish(job);
-  const std::string err = readFile(dir / "err");
-  ASSERT_TRUE(status.ok()) << status.describe() << "\n" << err;
-  const nlohmann::json metrics = metricsOf(dir);
-  const nlohmann::json& rounds = metrics["elastic"]["rounds"];
+  const ExitStatus status = finish(pid);
+  job.err = readFile(dir / "err");
+  ASSERT_TRUE(status.ok()) << status.describe() << "\n" << job.err;
+  job.metrics = metricsOf(dir);
+  const nlohmann::json& rounds = job.metrics["elastic"]["rounds"];
   ASSERT_EQ(rounds.size(), 2u) << rounds.dump();
   EXPECT_EQ(rounds[1]["workers"], 3);
-  const int64_t back = rounds[1]["first_step"];
-  ASSERT_GE(back, 49);
-  ASSERT_LT(back, kSteps);
-  EXPECT_NE(err.find("the job re-forms from the last complete step, step " + std::to_string(back)),
-            std::string::npos)
-      << err;
+  job.back = rounds[1]["first_step"];
+}
 
-  // The same job stopped at that step, its checkpoint resumed on three workers.
+// The same job as `mode` stopped at step `back` (its checkpoint of that step) and resumed on three
+// workers: its evaluations after that step and its final accuracy into `accuracies`.
+void stoppedAndResumed(const std::string& name, const std::vector<std::string>& mode, int64_t back,
+                       std::vector<double>& accuracies) {
   const fs::path stopped = scratch(name + "-stopped");
   const std::string checkpoints = (stopped / "checkpoints").string();
   std::vector<std::string> first = flagsOf(mode, static_cast<int>(back));
@@ -106,12 +125,32 @@ void expectKillRollsBackTheCutStep(const std::string& name, const std::vector<st
                {"--checkpoint-dir", checkpoints, "--checkpoint-every", std::to_string(back)});
   ASSERT_TRUE(finish(launch(stopped, "4:4", 0, first)).ok()) << readFile(stopped / "err");
   const fs::path resumed = scratch(name + "-resumed");
-  std::vector<std::string> rest = flags;
+  std::vector<std::string> rest = flagsOf(mode, kSteps);
   rest.insert(rest.end(), {"--checkpoint-dir", checkpoints, "--resume"});
   ASSERT_TRUE(finish(launch(resumed, "3:4", 0, rest, 3)).ok()) << readFile(resumed / "err");
   const nlohmann::json again = metricsOf(resumed);
   ASSERT_EQ(again["elastic"]["rounds"][1]["first_step"], back) << again["elastic"].dump();
-  EXPECT_EQ(accuraciesOf(metrics, back), accuraciesOf(again, back));
+  accuracies = accuraciesOf(again, back);
+}
+
+void expectKillRollsBackTheCutStep(const std::string& name, const std::vector<std::string>& mode) {
+  const std::vector<std::string> flags = flagsOf(mode, kSteps);
+  // Killed mid-run, not restarted: the survivors go back to their last complete step.
+  KilledJob killed;
+  ASSERT_NO_FATAL_FAILURE(killAtStep50(name, flags, killed));
+  const std::string& err = killed.err;
+  const nlohmann::json& metrics = killed.metrics;
+  const int64_t back = killed.back;
+  ASSERT_GE(back, 49);
+  ASSERT_LT(back, kSteps);
+  EXPECT_NE(err.find("the job re-forms from the last complete step, step " + std::to_string(back)),
+            std::string::npos)
+      << err;
+
+  // The same job stopped at that step, its checkpoint resumed on three workers.
+  std::vector<double> resumed;
+  ASSERT_NO_FATAL_FAILURE(stoppedAndResumed(name, mode, back, resumed));
+  EXPECT_EQ(accuraciesOf(metrics, back), resumed);
 }
 
 TEST(ElasticUpdateMode, P3RollsBackTheStepAKillCut) {
@@ -153,45 +192,43 @@ TEST(ElasticUpdateMode, ShardedWithAdamWRollsBackTheStepAKillCut) {
 }
 
 // Streaming DiLoCo commits where the outer state settles, after each fragment's merge (here
-// steps 8, 15, 22, ..., 120: fragments synced every 7 steps, merged 1 later, the last step a
-// merge, as the fixed run that ends without an outer step needs). Without a failure the elastic
-// run is the fixed one, bitwise. A kill takes the survivors back to the last merge, from θ_global
-// with each survivor's own fragments as it committed them (its local steps since each fragment's
-// last merge), so a resumed job, which starts every member from θ_global, is not the reference:
-// the test checks the step, that each of the 3 survivors took its own fragments back, and the
-// accuracy against the unfailed run's.
+// steps 8, 15, 22, ...: fragments synced every 7 steps, merged 1 later). Without a failure the
+// elastic run is the fixed one, bitwise, at every evaluation. A kill takes the survivors back to
+// the last merge, from θ_global with each survivor's own fragments as it committed them (its local
+// steps since each fragment's last merge), where a resumed job starts every member from θ_global:
+// the killed job is not the job stopped at that merge and resumed (when every member restarted
+// from θ_global, they were the same bits), its survivors say they kept their own, and it ends
+// within half a point of that job's accuracy (measured −0.19 to +0.25 points, as the kill came
+// after step 43 or 50 and one or three survivors kept their own). Against the unfailed run the
+// kill ends +0.1 to +1.4 points up (3 workers' larger local batches), so that check is one-sided:
+// the kill costs at most a point.
 TEST(ElasticUpdateMode, StreamingDilocoGoesBackToTheLastMerge) {
 #ifndef GRADSYNC_HAVE_TORCH
   GTEST_SKIP() << "built without LibTorch: no gradsync train";
 #endif
-  const std::vector<std::string> flags =
-      flagsOf({"--sync", "diloco:14,fragments=2,delay=1"}, kSteps);
+  const std::vector<std::string> mode = {"--sync", "diloco:14,fragments=2,delay=1"};
   double unfailed = 0;
-  expectTheFixedRun("streaming", flags, &unfailed);
-  ASSERT_GT(unfailed, 0);
-  const fs::path dir = scratch("streaming-killed");
-  ::setenv("GRADSYNC_LOG_LEVEL", "info", 1);
-  const pid_t job = launch(dir, "3:4", 0, flags);
-  ::unsetenv("GRADSYNC_LOG_LEVEL");
-  killAfter(dir, 2, 50);
-  const ExitStatus status = finish(job);
-  const std::string err = readFile(dir / "err");
-  ASSERT_TRUE(status.ok()) << status.describe() << "\n" << err;
-  const nlohmann::json metrics = metricsOf(dir);
-  const nlohmann::json& rounds = metrics["elastic"]["rounds"];
-  ASSERT_EQ(rounds.size(), 2u) << rounds.dump();
-  const int64_t back = rounds[1]["first_step"];
+  ASSERT_NO_FATAL_FAILURE(expectTheFixedRun("streaming", flagsOf(mode, kSteps), &unfailed));
+  KilledJob killed;
+  ASSERT_NO_FATAL_FAILURE(killAtStep50("streaming", flagsOf(mode, kSteps), killed, "info"));
+  const int64_t back = killed.back;
   EXPECT_GE(back, 43);
   EXPECT_EQ(back % 7, 1) << "not a merge";
-  EXPECT_NE(err.find("the job re-forms from the last outer step, step " + std::to_string(back)),
+  EXPECT_NE(killed.err.find("the job re-forms from the last fragment's merge, step " +
+                            std::to_string(back)),
             std::string::npos)
-      << err;
-  for (int rank = 0; rank < 3; ++rank) {
-    const std::string kept = "elastic round 1: rank " + std::to_string(rank) +
-                             " keeps its own fragments of step " + std::to_string(back);
-    EXPECT_NE(err.find(kept), std::string::npos) << kept << "\n" << err;
-  }
-  EXPECT_NEAR(metrics["summary"]["final_test_accuracy"].get<double>(), unfailed, 0.01);
+      << killed.err;
+  // Usually all 3; a survivor whose last commit is older (it failed in the merge's all-reduce
+  // when the others completed it) starts from θ_global.
+  const std::regex kept("elastic round 1: rank [0-2] keeps its own fragments of step " +
+                        std::to_string(back));
+  EXPECT_TRUE(std::regex_search(killed.err, kept)) << killed.err;
+  std::vector<double> resumed;
+  ASSERT_NO_FATAL_FAILURE(stoppedAndResumed("streaming", mode, back, resumed));
+  EXPECT_NE(accuraciesOf(killed.metrics, back), resumed);
+  const double final = killed.metrics["summary"]["final_test_accuracy"];
+  EXPECT_NEAR(final, resumed.back(), 0.005);
+  EXPECT_GE(final, unfailed - 0.01);
 }
 
 // The accuracy of the evaluation at `step` (--eval-every's).

@@ -190,7 +190,8 @@ class DistributedOptimizer {
   // ssp and the delayed strategies (each worker's copy starts from the loaded model). localsgd
   // and diloco adopt the rank's parameters, inner optimizer and outer state, which is the job's
   // only at an outer step: a state saved between two (`step`, the steps the saving run had
-  // completed, is not a multiple of H, or θ_global is not the parameters) or with a fragment
+  // completed, is not one where the outer state settles: a multiple of H, or with fragments or
+  // a delay a fragment's merge; or θ_global is not the parameters) or with a fragment
   // in flight is refused (ConfigError), as is a state written before 2026-12-01 with Adam's
   // moments in update mode (p3, sharded: kept per rank then; they now travel with the optimizer,
   // withOptimizerState). Same call order as loadSyncState; not collective.

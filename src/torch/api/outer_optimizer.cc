@@ -15,7 +15,7 @@
 namespace gradsync {
 namespace {
 
-const CollectiveOptions kOuterTag{.tag = tags::kModelState};
+const CollectiveOptions kOuterTag{.tag = tags::kOuterStep};
 
 }  // namespace
 
@@ -48,6 +48,10 @@ void OuterOptimizer::assignFragments(const std::vector<torch::Tensor>& parameter
   std::vector<int64_t> elements;
   for (const torch::Tensor& p : parameters) elements.push_back(p.numel());
   fragmentOf_ = gradsync::assignFragments(elements, options_.fragments);
+}
+
+bool OuterOptimizer::settlesAfter(int64_t step) const {
+  return outerStateSettlesAfter(step, period_, options_.fragments, options_.delay, options_.eager);
 }
 
 std::vector<size_t> OuterOptimizer::tensorsOf(int fragment) const {

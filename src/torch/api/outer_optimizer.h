@@ -70,6 +70,8 @@ class OuterOptimizer {
   // Whether begin() has nothing left to do (it was called, a state was loaded, or localsgd's
   // average needs no global copy).
   bool started() const { return averages() || !global_.empty(); }
+  // Whether the outer state settles after local step `step` (outerStateSettlesAfter).
+  bool settlesAfter(int64_t step) const;
   // After local step `step` (1, 2, ...): the outer work due then (see above). Returns the bytes
   // this rank's merged syncs sent.
   uint64_t afterLocalStep(int64_t step, std::vector<torch::Tensor>& parameters,

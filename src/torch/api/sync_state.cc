@@ -82,14 +82,15 @@ void DistributedOptimizer::loadSyncState(std::span<const uint8_t> state) {
 // in blocks laid out for the saving run's ranks): refused. localsgd and diloco take the saved
 // rank's parameters, inner optimizer and outer state, which describe the job only at an outer step.
 void DistributedOptimizer::adoptSyncState(std::span<const uint8_t> state, int64_t step) {
-  if (localPeriod_ > 0 && step % localPeriod_ != 0) {
+  if (localPeriod_ > 0 && step > 0 && !outer_->settlesAfter(step)) {
     throw ConfigError(
         fmt::format("the synchronization state of step {} is between two outer steps of every "
                     "{} (each worker's steps since the last are its own): it cannot be resumed "
                     "on another number of workers",
                     step, localPeriod_),
         {.hint = fmt::format("resume it on the number of workers that saved it, or from a "
-                             "checkpoint at a multiple of {} (--checkpoint-every)",
+                             "checkpoint of a step where the outer state settles (a multiple of "
+                             "{}; with fragments or a delay, a fragment's merge)",
                              localPeriod_)});
   }
   StateReader in(state, "the synchronization state of another number of workers");

@@ -195,7 +195,7 @@ ElasticRound::ElasticRound(ElasticMember& member, Transport& transport,
   distributed_.setStep(member.progress.step);
   if (!member.sync.empty()) {
     distributed_.loadSyncState(member.sync);
-    if (member.outer().streams()) {
+    if (member.outer().keepsOwnAtMerges()) {
       distributed_.loadSyncState(distributed_.settledSyncState());
       if (member.restoreOwnCommit()) {
         GS_LOG(kInfo, "elastic round {}: rank {} keeps its own fragments of step {}", round,
@@ -302,11 +302,16 @@ void ElasticRound::evaluateBetweenSteps() {
 }
 
 // An outer step of the last, shorter period, unless the last step was an outer step (the last
-// commit is of this step: one after an outer step, or a round's start from one).
+// commit is of this step: one after an outer step, or a round's start from one). With Streaming
+// DiLoCo or mixing a commit is no whole outer step (the fragments not merged then, or the mixed
+// parameters, are each rank's own): the run ends with one unless this round took it already.
 void ElasticRound::finishLocal() {
-  if (member_.localPeriod() == 0 || member_.committedStep() == member_.progress.step) return;
+  const int64_t step = member_.progress.step;
+  if (member_.localPeriod() == 0 || finishedAt_ == step) return;
+  if (!member_.outer().keepsOwnAtMerges() && member_.committedStep() == step) return;
   distributed_.synchronizeModel();
   member_.commit(distributed_.settledSyncState());
+  finishedAt_ = step;
 }
 
 bool ElasticRound::trainingOver() const {

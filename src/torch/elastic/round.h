@@ -174,7 +174,8 @@ class ElasticRound {
   float lossSinceCheck_ = 0;
   float stepsSinceCheck_ = 0;
   float secondsSinceCheck_ = 0;
-  bool firstStep_ = true;  // the round's first step marks the round in the trace
+  bool firstStep_ = true;    // the round's first step marks the round in the trace
+  int64_t finishedAt_ = -1;  // the step finishLocal took the run's last outer step at
   std::vector<float> inputs_;
   std::vector<int64_t> labels_;
 };

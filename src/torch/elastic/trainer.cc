@@ -196,7 +196,9 @@ std::string ElasticTrainer::rollBack() {
   const int64_t before = member_.progress.step;
   const int64_t step = member_.rollback();
   if (step < 0) return "";
-  const char* commit = member_.localPeriod() > 0 ? "outer step" : "complete step";
+  const char* commit = member_.localPeriod() == 0  ? "complete step"
+                       : member_.outer().streams() ? "fragment's merge"
+                                                   : "outer step";
   if (step == before) return fmt::format(" from the last {}, step {}", commit, step);
   return fmt::format(" from the last {}, step {}: steps {}-{} are trained again", commit, step,
                      step + 1, before);
