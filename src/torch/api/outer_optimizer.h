@@ -72,6 +72,8 @@ class OuterOptimizer {
   bool started() const { return averages() || !global_.empty(); }
   // Whether the outer state settles after local step `step` (outerStateSettlesAfter).
   bool settlesAfter(int64_t step) const;
+  // Streaming DiLoCo: the state settles at each fragment's merge, not only at a whole outer step.
+  bool streams() const { return options_.streams(); }
   // After local step `step` (1, 2, ...): the outer work due then (see above). Returns the bytes
   // this rank's merged syncs sent.
   uint64_t afterLocalStep(int64_t step, std::vector<torch::Tensor>& parameters,

@@ -83,11 +83,20 @@ void DistributedOptimizer::loadSyncState(std::span<const uint8_t> state) {
 // rank's parameters, inner optimizer and outer state, which describe the job only at an outer step.
 void DistributedOptimizer::adoptSyncState(std::span<const uint8_t> state, int64_t step) {
   if (localPeriod_ > 0 && step > 0 && !outer_->settlesAfter(step)) {
+    const std::string where =
+        outer_->streams()
+            ? fmt::format(
+                  "between two fragments' merges (a fragment in flight, or each worker's "
+                  "steps since the last merge its own; outer steps every {})",
+                  localPeriod_)
+            : fmt::format(
+                  "between two outer steps of every {} (each worker's steps since the "
+                  "last are its own)",
+                  localPeriod_);
     throw ConfigError(
-        fmt::format("the synchronization state of step {} is between two outer steps of every "
-                    "{} (each worker's steps since the last are its own): it cannot be resumed "
-                    "on another number of workers",
-                    step, localPeriod_),
+        fmt::format("the synchronization state of step {} is {}: it cannot be resumed on another "
+                    "number of workers",
+                    step, where),
         {.hint = fmt::format("resume it on the number of workers that saved it, or from a "
                              "checkpoint of a step where the outer state settles (a multiple of "
                              "{}; with fragments or a delay, a fragment's merge)",
