@@ -1,12 +1,11 @@
-// splitMixUniforms (random.h) per instruction set. AVX2 has no 64-bit multiply: each of
-// SplitMix64's two products is built from a 32 x 32 -> 64-bit one and a 32-bit one that gives
-// both cross products (the high half of the high halves' product falls outside 64 bits; 10-15%
-// more uniforms a second than three 64-bit products, measured alone); AVX-512DQ multiplies
-// 64-bit lanes directly.
-// Both write each lane's two 24-bit values as adjacent 32-bit integers and convert them to
-// float exactly, as the scalar loop does.
-#include "common/random.h"
+// LaneUniforms (random.h) per instruction set: xoshiro128+ needs only 32-bit adds, xors, shifts
+// and rotations, which AVX2 and AVX-512 have lane-wise. AVX2 steps the 16 generators as two
+// registers of 8 (two independent chains, so one's latency hides behind the other's), AVX-512
+// as one of 16. Each converts the top 24 bits of an output to float exactly, as the scalar loop
+// does.
+#include <bit>
 
+#include "common/random.h"
 #include "common/simd.h"
 
 #if GS_SIMD_X86
@@ -16,58 +15,72 @@
 namespace gradsync::rng {
 namespace {
 
+constexpr size_t kLanes = LaneUniforms::kLanes;
 constexpr uint64_t kGamma = 0x9E3779B97F4A7C15ull;
-constexpr uint64_t kMix1 = 0xBF58476D1CE4E5B9ull;
-constexpr uint64_t kMix2 = 0x94D049BB133111EBull;
 constexpr float kUnit = 1.0f / 16777216.0f;
+using State = uint32_t[4][kLanes];
 
-// Pairs [pair, pairs) of u from draws first + pair, ...
-void uniformsScalar(uint64_t seed, uint64_t first, float* u, size_t pair, size_t pairs) {
-  for (; pair < pairs; ++pair) {
-    const uint64_t bits = splitMix64(seed + (first + pair) * kGamma);
-    u[2 * pair] = unitFloat(bits);
-    u[2 * pair + 1] = unitFloat(bits << 24);
+// One step of every lane: u[j] from lane j's output.
+void stepScalar(State& s, float* u) {
+  for (size_t j = 0; j < kLanes; ++j) {
+    const uint32_t result = s[0][j] + s[3][j];
+    const uint32_t t = s[1][j] << 9;
+    s[2][j] ^= s[0][j];
+    s[3][j] ^= s[1][j];
+    s[1][j] ^= s[2][j];
+    s[0][j] ^= s[3][j];
+    s[2][j] ^= t;
+    s[3][j] = std::rotl(s[3][j], 11);
+    u[j] = static_cast<float>(result >> 8) * kUnit;
   }
+}
+
+void fillScalar(State& s, float* u, size_t steps) {
+  for (size_t k = 0; k < steps; ++k) stepScalar(s, u + k * kLanes);
 }
 
 #if GS_SIMD_X86
-// Lane-wise x * c mod 2^64 from 32-bit products: lo*lo + ((hi*lo + lo*hi) << 32). The two
-// cross products need only their low 32 bits: one 32-bit multiply of x's halves by c's halves
-// swapped gives lo*hi in the low half of each lane and hi*lo in the high half; shifting it up
-// and adding puts their sum in the high half, and the mask drops the low half.
-GS_TARGET_AVX2 inline __m256i multiply64(__m256i x, uint64_t c) {
-  const __m256i cLow = _mm256_set1_epi64x(static_cast<int64_t>(c & 0xffffffffu));
-  const __m256i cSwapped = _mm256_set1_epi64x(static_cast<int64_t>((c << 32) | (c >> 32)));
-  const __m256i highHalf = _mm256_set1_epi64x(static_cast<int64_t>(0xffffffff00000000ull));
-  const __m256i low = _mm256_mul_epu32(x, cLow);
-  const __m256i halves = _mm256_mullo_epi32(x, cSwapped);
-  const __m256i cross =
-      _mm256_and_si256(_mm256_add_epi64(halves, _mm256_slli_epi64(halves, 32)), highHalf);
-  return _mm256_add_epi64(low, cross);
+// Eight lanes of xoshiro128+: the output's top 24 bits as floats, then the step.
+struct Lanes8 {
+  __m256i s0, s1, s2, s3;
+
+  GS_TARGET_AVX2 __m256 next() {
+    const __m256i result = _mm256_add_epi32(s0, s3);
+    const __m256i t = _mm256_slli_epi32(s1, 9);
+    s2 = _mm256_xor_si256(s2, s0);
+    s3 = _mm256_xor_si256(s3, s1);
+    s1 = _mm256_xor_si256(s1, s2);
+    s0 = _mm256_xor_si256(s0, s3);
+    s2 = _mm256_xor_si256(s2, t);
+    s3 = _mm256_or_si256(_mm256_slli_epi32(s3, 11), _mm256_srli_epi32(s3, 21));
+    return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(result, 8)), _mm256_set1_ps(kUnit));
+  }
+};
+
+// (No lambdas here: a lambda does not take its enclosing function's target attribute.)
+GS_TARGET_AVX2 Lanes8 load8(const State& s, size_t first) {
+  return {_mm256_load_si256(reinterpret_cast<const __m256i*>(&s[0][first])),
+          _mm256_load_si256(reinterpret_cast<const __m256i*>(&s[1][first])),
+          _mm256_load_si256(reinterpret_cast<const __m256i*>(&s[2][first])),
+          _mm256_load_si256(reinterpret_cast<const __m256i*>(&s[3][first]))};
 }
 
-GS_TARGET_AVX2 void uniformsAvx2(uint64_t seed, uint64_t first, float* u, size_t pairs) {
-  const __m256i step = _mm256_set1_epi64x(static_cast<int64_t>(4 * kGamma));
-  // Lane k holds seed + (first + k) * gamma + gamma (SplitMix64's own increment).
-  __m256i x = _mm256_set_epi64x(static_cast<int64_t>(seed + (first + 3) * kGamma + kGamma),
-                                static_cast<int64_t>(seed + (first + 2) * kGamma + kGamma),
-                                static_cast<int64_t>(seed + (first + 1) * kGamma + kGamma),
-                                static_cast<int64_t>(seed + first * kGamma + kGamma));
-  const __m256i low24 = _mm256_set1_epi64x(0xffffff);
-  const __m256 unit = _mm256_set1_ps(kUnit);
-  size_t pair = 0;
-  for (; pair + 4 <= pairs; pair += 4) {
-    __m256i z = multiply64(_mm256_xor_si256(x, _mm256_srli_epi64(x, 30)), kMix1);
-    z = multiply64(_mm256_xor_si256(z, _mm256_srli_epi64(z, 27)), kMix2);
-    z = _mm256_xor_si256(z, _mm256_srli_epi64(z, 31));
-    // Low 32 bits: the top 24 bits of the draw; high 32 bits: the next 24.
-    const __m256i both =
-        _mm256_or_si256(_mm256_srli_epi64(z, 40),
-                        _mm256_slli_epi64(_mm256_and_si256(_mm256_srli_epi64(z, 16), low24), 32));
-    _mm256_storeu_ps(u + 2 * pair, _mm256_mul_ps(_mm256_cvtepi32_ps(both), unit));
-    x = _mm256_add_epi64(x, step);
+GS_TARGET_AVX2 void store8(const Lanes8& lanes, State& s, size_t first) {
+  _mm256_store_si256(reinterpret_cast<__m256i*>(&s[0][first]), lanes.s0);
+  _mm256_store_si256(reinterpret_cast<__m256i*>(&s[1][first]), lanes.s1);
+  _mm256_store_si256(reinterpret_cast<__m256i*>(&s[2][first]), lanes.s2);
+  _mm256_store_si256(reinterpret_cast<__m256i*>(&s[3][first]), lanes.s3);
+}
+
+GS_TARGET_AVX2 void fillAvx2(State& s, float* u, size_t steps) {
+  Lanes8 low = load8(s, 0);
+  Lanes8 high = load8(s, 8);
+  for (size_t k = 0; k < steps; ++k) {
+    _mm256_storeu_ps(u + k * kLanes, low.next());
+    _mm256_storeu_ps(u + k * kLanes + 8, high.next());
   }
-  uniformsScalar(seed, first, u, pair, pairs);
+  store8(low, s, 0);
+  store8(high, s, 8);
 }
 
 // GCC 12 says the AVX-512 intrinsics' own placeholder operands "may be used uninitialized"
@@ -76,47 +89,60 @@ GS_TARGET_AVX2 void uniformsAvx2(uint64_t seed, uint64_t first, float* u, size_t
 #if !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
-GS_TARGET_AVX512 void uniformsAvx512(uint64_t seed, uint64_t first, float* u, size_t pairs) {
-  const __m512i step = _mm512_set1_epi64(static_cast<int64_t>(8 * kGamma));
-  const __m512i lanes = _mm512_set_epi64(7, 6, 5, 4, 3, 2, 1, 0);
-  __m512i x =
-      _mm512_add_epi64(_mm512_set1_epi64(static_cast<int64_t>(seed + first * kGamma + kGamma)),
-                       _mm512_mullo_epi64(lanes, _mm512_set1_epi64(static_cast<int64_t>(kGamma))));
-  const __m512i mix1 = _mm512_set1_epi64(static_cast<int64_t>(kMix1));
-  const __m512i mix2 = _mm512_set1_epi64(static_cast<int64_t>(kMix2));
-  const __m512i low24 = _mm512_set1_epi64(0xffffff);
+GS_TARGET_AVX512 void fillAvx512(State& s, float* u, size_t steps) {
+  __m512i s0 = _mm512_load_si512(&s[0][0]);
+  __m512i s1 = _mm512_load_si512(&s[1][0]);
+  __m512i s2 = _mm512_load_si512(&s[2][0]);
+  __m512i s3 = _mm512_load_si512(&s[3][0]);
   const __m512 unit = _mm512_set1_ps(kUnit);
-  size_t pair = 0;
-  for (; pair + 8 <= pairs; pair += 8) {
-    __m512i z = _mm512_mullo_epi64(_mm512_xor_si512(x, _mm512_srli_epi64(x, 30)), mix1);
-    z = _mm512_mullo_epi64(_mm512_xor_si512(z, _mm512_srli_epi64(z, 27)), mix2);
-    z = _mm512_xor_si512(z, _mm512_srli_epi64(z, 31));
-    const __m512i both =
-        _mm512_or_si512(_mm512_srli_epi64(z, 40),
-                        _mm512_slli_epi64(_mm512_and_si512(_mm512_srli_epi64(z, 16), low24), 32));
-    _mm512_storeu_ps(u + 2 * pair, _mm512_mul_ps(_mm512_cvtepi32_ps(both), unit));
-    x = _mm512_add_epi64(x, step);
+  for (size_t k = 0; k < steps; ++k) {
+    const __m512i result = _mm512_add_epi32(s0, s3);
+    const __m512i t = _mm512_slli_epi32(s1, 9);
+    s2 = _mm512_xor_si512(s2, s0);
+    s3 = _mm512_xor_si512(s3, s1);
+    s1 = _mm512_xor_si512(s1, s2);
+    s0 = _mm512_xor_si512(s0, s3);
+    s2 = _mm512_xor_si512(s2, t);
+    s3 = _mm512_rol_epi32(s3, 11);
+    _mm512_storeu_ps(u + k * kLanes,
+                     _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(result, 8)), unit));
   }
-  uniformsScalar(seed, first, u, pair, pairs);
+  _mm512_store_si512(&s[0][0], s0);
+  _mm512_store_si512(&s[1][0], s1);
+  _mm512_store_si512(&s[2][0], s2);
+  _mm512_store_si512(&s[3][0], s3);
 }
 #pragma GCC diagnostic pop
 #endif
 
 }  // namespace
 
-void splitMixUniforms(uint64_t seed, uint64_t first, float* u, size_t n) {
-  const size_t pairs = (n + 1) / 2;
+void LaneUniforms::seed(uint64_t seed) {
+  for (size_t j = 0; j < kLanes; ++j) {
+    const uint64_t first = splitMix64(seed + 2 * j * kGamma);
+    const uint64_t second = splitMix64(seed + (2 * j + 1) * kGamma);
+    state_[0][j] = static_cast<uint32_t>(first);
+    state_[1][j] = static_cast<uint32_t>(first >> 32);
+    state_[2][j] = static_cast<uint32_t>(second);
+    state_[3][j] = static_cast<uint32_t>(second >> 32);
+    // xoshiro's one forbidden state (it would stay zero): never drawn in practice.
+    if ((first | second) == 0) state_[0][j] = 1;
+  }
+}
+
+void LaneUniforms::fill(float* u, size_t n) {
+  const size_t steps = (n + kLanes - 1) / kLanes;
 #if GS_SIMD_X86
   switch (simd::active()) {
     case simd::Path::kAvx512:
-      return uniformsAvx512(seed, first, u, pairs);
+      return fillAvx512(state_, u, steps);
     case simd::Path::kAvx2:
-      return uniformsAvx2(seed, first, u, pairs);
+      return fillAvx2(state_, u, steps);
     case simd::Path::kScalar:
       break;
   }
 #endif
-  uniformsScalar(seed, first, u, 0, pairs);
+  fillScalar(state_, u, steps);
 }
 
 }  // namespace gradsync::rng

@@ -42,10 +42,26 @@ inline float unitFloat(uint64_t bits) {
   return static_cast<float>(bits >> 40) * (1.0f / 16777216.0f);
 }
 
-// Uniform floats in [0, 1) from SplitMix64 run as a counter-based generator: draw d is
-// splitMix64(seed + d * 0x9E3779B97F4A7C15), and each draw gives two values, unitFloat(draw)
-// and unitFloat(draw << 24). Writes u[0, n + n % 2) from draws first, first + 1, ...:
-// ceil(n / 2) draws. Vectorised per instruction set (common/simd.h), the same bits on each.
-void splitMixUniforms(uint64_t seed, uint64_t first, float* u, size_t n);
+// Uniform floats in [0, 1) for stochastic rounding, cheap enough not to dominate a quantizer's
+// encode: 16 interleaved xoshiro128+ generators (Blackman and Vigna 2018: 32-bit adds, xors,
+// shifts and a rotation, no multiply; its upper bits pass BigCrush, and only the top 24 of each
+// output are used). Value 16k + j of a stream is unitFloat of generator j's k-th output; lane j
+// starts from two SplitMix64 draws of the seed. Vectorised per instruction set (common/simd.h),
+// the same bits on each. One per encoder: not thread-safe.
+class LaneUniforms {
+ public:
+  static constexpr size_t kLanes = 16;
+
+  explicit LaneUniforms(uint64_t seed = 0) { this->seed(seed); }
+  // Restarts the stream: lane j's state is (low, high halves of) splitMix64(seed + 2j * gamma)
+  // and splitMix64(seed + (2j + 1) * gamma), gamma SplitMix64's increment.
+  void seed(uint64_t seed);
+  // The next values of the stream into u[0, n rounded up to a multiple of kLanes): the buffer
+  // needs kLanes - 1 spare slots. Every lane steps ceil(n / kLanes) times.
+  void fill(float* u, size_t n);
+
+ private:
+  alignas(64) uint32_t state_[4][kLanes];  // xoshiro128+'s words s0..s3 of every lane
+};
 
 }  // namespace gradsync::rng

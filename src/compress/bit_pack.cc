@@ -4,7 +4,7 @@
 // simd.h) BMI2's pext and pdep move a whole group at once: the eight codes' low bits are
 // exactly the bits pext(group, mask) keeps, in order. Only there: every CPU with AVX-512 runs
 // them in a cycle, while AMD's before Zen 3 microcode them (hundreds of cycles). One-bit codes
-// are packed by movemask on both AVX paths.
+// are packed by movemask, codes of 2, 4 and 6 bits by multiply-adds, on both AVX paths.
 #include "compress/bit_pack.h"
 
 #include <algorithm>
@@ -109,6 +109,40 @@ GS_TARGET_AVX2 void packOneBitAvx2(const uint8_t* codes, size_t count, uint8_t* 
   packFixed<1>(codes + i, count - i, out + i / 8);
 }
 
+// Codes of an even width up to 6 bits, 32 at a time on the AVX paths: two multiply-adds gather
+// each four adjacent codes into the low 4 kBits bits of a 32-bit lane, c0 + c1 2^b + c2 2^2b +
+// c3 2^3b (code j of the four at bits j b, as the stream orders them): whole bytes, kBits / 2
+// of them, which a shuffle moves together. (The first weight, 2^b, must fit a signed byte and
+// the second, 2^2b, a signed 16-bit word: b <= 6; odd widths do not fill whole bytes.)
+template <int kBits>
+GS_TARGET_AVX2 void packEvenBitsAvx2(const uint8_t* codes, size_t count, uint8_t* out) {
+  static_assert(kBits % 2 == 0 && kBits >= 2 && kBits <= 6);
+  constexpr int kLaneBytes = kBits / 2;  // per four codes
+  const __m256i mask = _mm256_set1_epi8(static_cast<char>((1 << kBits) - 1));
+  const __m256i pairWeights = _mm256_set1_epi16(static_cast<int16_t>(1 | (1 << kBits) << 8));
+  const __m256i quadWeights = _mm256_set1_epi32(1 | (1 << 2 * kBits) << 16);
+  // Per 128-bit half: the low kLaneBytes bytes of each of its four 32-bit lanes, in order.
+  alignas(32) int8_t order[32];
+  for (int half = 0; half < 2; ++half) {
+    for (int k = 0; k < 16; ++k) {
+      order[16 * half + k] = k < 4 * kLaneBytes ? (k / kLaneBytes) * 4 + k % kLaneBytes : -1;
+    }
+  }
+  const __m256i gather = _mm256_load_si256(reinterpret_cast<const __m256i*>(order));
+  alignas(32) uint8_t packed[32];
+  size_t i = 0;
+  for (; i + 32 <= count; i += 32) {
+    const __m256i group =
+        _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + i)), mask);
+    const __m256i lanes = _mm256_madd_epi16(_mm256_maddubs_epi16(group, pairWeights), quadWeights);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(packed), _mm256_shuffle_epi8(lanes, gather));
+    uint8_t* to = out + i / 8 * kBits;
+    std::memcpy(to, packed, 4 * kLaneBytes);
+    std::memcpy(to + 4 * kLaneBytes, packed + 16, 4 * kLaneBytes);
+  }
+  packFixed<kBits>(codes + i, count - i, out + i / 8 * kBits);
+}
+
 template <int kBits>
 GS_TARGET_AVX512 void unpackFixedPdep(const uint8_t* in, size_t count, uint8_t* codes) {
   const size_t groups = count / 8;
@@ -131,6 +165,9 @@ void packWidth(const uint8_t* codes, size_t count, uint8_t* out) {
 #if GS_SIMD_X86
   if (kBits == 1 && simd::active() != simd::Path::kScalar) {
     return packOneBitAvx2(codes, count, out);
+  }
+  if constexpr (kBits % 2 == 0 && kBits <= 6) {
+    if (simd::active() != simd::Path::kScalar) return packEvenBitsAvx2<kBits>(codes, count, out);
   }
   if (simd::active() == simd::Path::kAvx512) return packFixedPext<kBits>(codes, count, out);
 #endif

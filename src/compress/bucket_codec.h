@@ -146,27 +146,6 @@ inline float negateIf(uint32_t negative, float v) {
   return std::bit_cast<float>(std::bit_cast<uint32_t>(v) ^ (negative << 31));
 }
 
-// Uniform floats in [0, 1) for stochastic rounding. SplitMix64 (rng::splitMix64, which
-// passes BigCrush) run as a counter-based generator: draw k is splitMix64(seed + k * gamma),
-// and each 64-bit draw gives two 24-bit values (rng::unitFloat of its high and middle bits).
-// About 5x faster than std::mt19937_64, whose generation dominated the stochastic encoders.
-class UniformStream {
- public:
-  void seed(uint64_t seed) {
-    seed_ = seed;
-    draws_ = 0;
-  }
-  // Writes u[0, n + n % 2): the buffer needs one spare slot for odd n.
-  void fill(float* u, size_t n) {
-    rng::splitMixUniforms(seed_, draws_, u, n);
-    draws_ += (n + 1) / 2;
-  }
-
- private:
-  uint64_t seed_ = 0;
-  uint64_t draws_ = 0;
-};
-
 template <class Quantizer>
 class BucketCodec final : public CodecCompressor {
  public:

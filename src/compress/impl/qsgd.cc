@@ -78,8 +78,8 @@ class QsgdQuantizer {
 
   int levels_;
   int bits_;
-  UniformStream random_;
-  float uniform_[kCodeChunk + 1];  // one spare slot: fill writes pairs
+  rng::LaneUniforms random_;
+  float uniform_[kCodeChunk + rng::LaneUniforms::kLanes - 1];  // fill writes whole steps
 };
 
 }  // namespace

@@ -94,10 +94,12 @@ class TernGradQuantizer {
       return;
     }
     random_.fill(uniform_, x.size());
-    // P(send) = min(|g_i|, s) / s: at or beyond the clip |g_i| / s >= 1 > u, so always sent.
-    // Branch-free (code = send + (send & negative)) so that the loop vectorises.
+    // P(send) = P(u s < |g_i|) = min(|g_i|, s) / s: at or beyond the clip u s < s <= |g_i| (u
+    // s rounds to s's predecessor at most: u <= 1 - 2^-24), so always sent. A product rather
+    // than |g_i| / s: a vector division costs several multiplies. Branch-free (code = send +
+    // (send & negative)) so that the loop vectorises.
     for (size_t i = 0; i < x.size(); ++i) {
-      const int32_t send = uniform_[i] < std::fabs(x[i]) / s ? 1 : 0;
+      const int32_t send = uniform_[i] * s < std::fabs(x[i]) ? 1 : 0;
       const int32_t negative = x[i] < 0 ? 1 : 0;
       codes[i] = static_cast<uint8_t>(send + (send & negative));
     }
@@ -114,8 +116,8 @@ class TernGradQuantizer {
 
  private:
   double clip_;
-  UniformStream random_;
-  float uniform_[kCodeChunk + 1];  // one spare slot: fill writes pairs
+  rng::LaneUniforms random_;
+  float uniform_[kCodeChunk + rng::LaneUniforms::kLanes - 1];  // fill writes whole steps
 };
 
 }  // namespace

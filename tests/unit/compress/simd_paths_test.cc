@@ -3,6 +3,7 @@
 // every rounding boundary of the floats, and every quantized codec's encoding and decoding, on
 // inputs with NaN, infinities, subnormals and signed zeros, at sizes 0, 1, odd and large; and the
 // top-k selections' gathering pass and MSTopK's mean and max.
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -117,27 +118,79 @@ TEST(SimdPaths, FloatFromHalfAndAddHalvesEqualScalarOnEveryHalf) {
   }
 }
 
-TEST(SimdPaths, UniformsEqualScalarFromAnyDraw) {
-  for (uint64_t first : {uint64_t{0}, uint64_t{5}, ~uint64_t{0} - 3}) {
-    for (size_t n : {size_t{0}, size_t{1}, size_t{15}, size_t{16}, size_t{4097}}) {
-      std::vector<float> expected(n + 1, -1.0f);
-      {
-        simd::ScopedPath scalar(simd::Path::kScalar);
-        rng::splitMixUniforms(99, first, expected.data(), n);
+// xoshiro128+ one lane at a time, as its authors define it (the reference for LaneUniforms).
+struct Xoshiro128Plus {
+  uint32_t s[4];
+  float next() {
+    const uint32_t result = s[0] + s[3];
+    const uint32_t t = s[1] << 9;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = std::rotl(s[3], 11);
+    return static_cast<float>(result >> 8) / 16777216.0f;
+  }
+};
+
+// One stream filled in pieces of every awkward size gives, on the scalar path, value 16k + j from
+// lane j's k-th output (a piece's unused tail dropped), and the same bits on every faster path.
+TEST(SimdPaths, LaneUniformsEqualTheDefinitionOnEveryPath) {
+  constexpr size_t kLanes = rng::LaneUniforms::kLanes;
+  const std::vector<size_t> pieces = {0, 1, 15, 16, 17, 4097, 3};
+  std::vector<Xoshiro128Plus> lanes(kLanes);
+  for (size_t j = 0; j < kLanes; ++j) {
+    const uint64_t first = rng::splitMix64(99 + 2 * j * 0x9E3779B97F4A7C15ull);
+    const uint64_t second = rng::splitMix64(99 + (2 * j + 1) * 0x9E3779B97F4A7C15ull);
+    lanes[j] = {{static_cast<uint32_t>(first), static_cast<uint32_t>(first >> 32),
+                 static_cast<uint32_t>(second), static_cast<uint32_t>(second >> 32)}};
+  }
+  std::vector<std::vector<float>> expected;
+  {
+    simd::ScopedPath scalar(simd::Path::kScalar);
+    rng::LaneUniforms stream(99);
+    for (size_t n : pieces) {
+      std::vector<float> u(n + kLanes - 1, -1.0f);
+      stream.fill(u.data(), n);
+      for (size_t i = 0; i < n; i += kLanes) {
+        for (size_t j = 0; j < kLanes; ++j) ASSERT_EQ(u[i + j], lanes[j].next()) << n << " " << i;
       }
-      for (size_t i = 0; i < n; i += 2) {  // the definition, draw by draw
-        const uint64_t draw = rng::splitMix64(99 + (first + i / 2) * 0x9E3779B97F4A7C15ull);
-        ASSERT_EQ(expected[i], rng::unitFloat(draw));
-        ASSERT_EQ(expected[i + 1], rng::unitFloat(draw << 24));
-      }
-      for (simd::Path path : fasterPaths()) {
-        simd::ScopedPath forced(path);
-        std::vector<float> actual(n + 1, -1.0f);
-        rng::splitMixUniforms(99, first, actual.data(), n);
-        expectSameBits(expected, actual, std::string("splitMixUniforms on ") + simd::name(path));
-      }
+      expected.push_back(u);
     }
   }
+  for (simd::Path path : fasterPaths()) {
+    simd::ScopedPath forced(path);
+    rng::LaneUniforms stream(99);
+    for (size_t p = 0; p < pieces.size(); ++p) {
+      std::vector<float> actual(pieces[p] + kLanes - 1, -1.0f);
+      stream.fill(actual.data(), pieces[p]);
+      expectSameBits(expected[p], actual, std::string("LaneUniforms on ") + simd::name(path));
+    }
+  }
+}
+
+// Uniform on [0, 1): over 2^20 values the mean is 1/2 and each tenth of the range holds a tenth
+// of them, both within 0.0015 (five standard deviations); reseeding restarts the stream.
+TEST(SimdPaths, LaneUniformsAreUniformAndReseedable) {
+  constexpr size_t n = size_t{1} << 20;
+  std::vector<float> u(n + rng::LaneUniforms::kLanes - 1);
+  rng::LaneUniforms stream(7);
+  stream.fill(u.data(), n);
+  double sum = 0;
+  std::vector<size_t> tenths(10);
+  for (size_t i = 0; i < n; ++i) {
+    ASSERT_GE(u[i], 0.0f);
+    ASSERT_LT(u[i], 1.0f);
+    sum += u[i];
+    ++tenths[static_cast<size_t>(u[i] * 10)];
+  }
+  EXPECT_NEAR(sum / n, 0.5, 0.0015);
+  for (size_t count : tenths) EXPECT_NEAR(static_cast<double>(count) / n, 0.1, 0.0015);
+  std::vector<float> again(2 * rng::LaneUniforms::kLanes);
+  stream.seed(7);
+  stream.fill(again.data(), again.size());
+  EXPECT_TRUE(std::equal(again.begin(), again.end(), u.begin()));
 }
 
 TEST(SimdPaths, BitPackingEqualsScalarAtEveryWidth) {
