@@ -198,8 +198,9 @@ ElasticRound::ElasticRound(ElasticMember& member, Transport& transport,
     if (member.outer().keepsOwnAtMerges()) {
       distributed_.loadSyncState(distributed_.settledSyncState());
       if (member.restoreOwnCommit()) {
-        GS_LOG(kInfo, "elastic round {}: rank {} keeps its own fragments of step {}", round,
-               transport.rank(), member.progress.step);
+        GS_LOG(kInfo, "elastic round {}: rank {} keeps its own {} of step {}", round,
+               transport.rank(), member.outer().streams() ? "fragments" : "parameters",
+               member.progress.step);
       }
     }
   }
