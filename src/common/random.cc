@@ -3,9 +3,10 @@
 // registers of 8 (two independent chains, so one's latency hides behind the other's), AVX-512
 // as one of 16. Each converts the top 24 bits of an output to float exactly, as the scalar loop
 // does.
+#include "common/random.h"
+
 #include <bit>
 
-#include "common/random.h"
 #include "common/simd.h"
 
 #if GS_SIMD_X86
