@@ -228,6 +228,9 @@ TEST_F(DataCache, ConcurrentReadersFetchAShardOnceAndTheMemoryBudgetEvictsToDisk
 }
 
 TEST(TrainDataUrlFlags, BadValuesAndNoServerGiveClearErrors) {
+#ifndef GRADSYNC_HAVE_TORCH
+  GTEST_SKIP() << "built without LibTorch: no gradsync train";
+#endif
   const fs::path dir = testDirectory("dataurl");
   auto trainWith = [&](std::vector<std::string> extra) {
     std::vector<std::string> argv = {GRADSYNC_BIN, "train", "--steps", "1",
@@ -253,6 +256,9 @@ TEST(TrainDataUrlFlags, BadValuesAndNoServerGiveClearErrors) {
 class TrainDataUrl : public ::testing::Test {
  protected:
   void SetUp() override {
+#ifndef GRADSYNC_HAVE_TORCH
+    GTEST_SKIP() << "built without LibTorch: no gradsync train";
+#endif
     if (!haveNginx()) GTEST_SKIP() << "nginx is not installed (scripts/setup.sh installs it)";
     dir_ = testDirectory("dataurl");
     ExitStatus s = run({GRADSYNC_BIN, "shard", "--output", (dir_ / "store").string(),
